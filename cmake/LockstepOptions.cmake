@@ -1,0 +1,25 @@
+# Warnings and sanitizers shared by every lockstep target.
+add_library(lockstep_warnings INTERFACE)
+target_compile_options(lockstep_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter)
+
+if(LOCKSTEP_SANITIZE)
+  add_compile_options(-fsanitize=${LOCKSTEP_SANITIZE} -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=${LOCKSTEP_SANITIZE})
+endif()
+
+# lockstep_library(<layer> SOURCES ... DEPS ...): one library per layer, exported
+# as lockstep::<layer>.
+function(lockstep_library layer)
+  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(lockstep_${layer} ${ARG_SOURCES})
+  add_library(lockstep::${layer} ALIAS lockstep_${layer})
+  set_target_properties(lockstep_${layer} PROPERTIES EXPORT_NAME ${layer}
+                        OUTPUT_NAME lockstep_${layer})
+  target_include_directories(lockstep_${layer} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+    PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(lockstep_${layer} PUBLIC ${ARG_PUBLIC_DEPS}
+                        PRIVATE ${ARG_PRIVATE_DEPS} $<BUILD_INTERFACE:lockstep_warnings>)
+  set_property(GLOBAL APPEND PROPERTY LOCKSTEP_EXPORTED_TARGETS lockstep_${layer})
+endfunction()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs every Debian package lockstep needs (idempotent: a second run with
+# everything present only re-checks and rebuilds incrementally), then
+# configures and builds into build/.
+#
+#   bash scripts/setup.sh              install + configure + build
+#   bash scripts/setup.sh --deps-only  install packages only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  libtorch-dev libopenblas0-openmp
+  libopenmpi-dev openmpi-bin libgloo-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
+  libprotobuf-dev protobuf-compiler libjpeg62-turbo-dev libpng-dev zlib1g-dev
+  dataset-fashion-mnist
+  iproute2 clang libclang-rt-14-dev
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: missing packages: ${missing[*]}" >&2
+    echo "setup: run as root (or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  echo "setup: installing ${#missing[@]} packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all ${#PACKAGES[@]} Debian packages present"
+fi
+
+# LibTorch must find OpenBLAS (OpenMP build): the reference BLAS is ~14x slower.
+blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
+if [[ -n "$blas" && "$blas" != *openblas* ]]; then
+  echo "setup: libblas.so.3 resolves to $blas, not OpenBLAS; LibTorch will be slow." >&2
+  echo "setup: fix with: update-alternatives --config libblas.so.3-x86_64-linux-gnu" >&2
+fi
+
+[[ "${1:-}" == "--deps-only" ]] && exit 0
+
+BUILD_DIR=${LOCKSTEP_BUILD_DIR:-build}
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
+echo "setup: building into $BUILD_DIR (first build takes several minutes on 2 cores)"
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+echo "setup: done; binaries are in $BUILD_DIR/bin"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs the whole test suite: the main build's ctest, then
+# ASan+UBSan builds of the non-LibTorch layers and a TSan build of the engine.
+#
+#   bash scripts/test.sh            everything
+#   bash scripts/test.sh --quick    main build's tests only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+jobs=$(nproc)
+
+echo "== tests: main build"
+ctest --test-dir build --output-on-failure -j"$jobs" --timeout 900
+
+[[ "${1:-}" == "--quick" ]] && exit 0
+
+sanitized() {  # sanitized <dir> <sanitizers> <ctest label regex>
+  local dir=$1 sanitizers=$2 labels=$3
+  echo "== tests: $sanitizers build ($dir), labels $labels"
+  if [[ ! -f "$dir/build.ninja" ]]; then
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DLOCKSTEP_WITH_TORCH=OFF \
+      -DLOCKSTEP_BUILD_BENCH=OFF -DLOCKSTEP_SANITIZE="$sanitizers"
+  fi
+  cmake --build "$dir" -j"$jobs"
+  ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 -L "$labels"
+}
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+sanitized build-asan address,undefined 'comm|launcher|rendezvous|engine'
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+sanitized build-tsan thread 'engine'

@@ -1,0 +1,125 @@
+#include "lockstep/base/knobs.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "lockstep/base/error.h"
+
+namespace lockstep {
+namespace {
+
+// Keep sorted by layer, then name. Defaults are justified in docs/knobs.md.
+constexpr std::array kKnobs = {
+    // --- base / all layers
+    Knob{"LOCKSTEP_LOG_LEVEL", "warning", "error|warning|info|debug"},
+    // --- job identity, set by `lockstep run` (or read from mpirun/srun)
+    Knob{"LOCKSTEP_RANK", "0", "this worker's global rank"},
+    Knob{"LOCKSTEP_SIZE", "1", "number of workers in the job"},
+    Knob{"LOCKSTEP_LOCAL_RANK", "0", "rank among the workers on this host"},
+    Knob{"LOCKSTEP_LOCAL_SIZE", "1", "number of workers on this host"},
+    Knob{"LOCKSTEP_CROSS_RANK", "0", "index of this host among the job's hosts"},
+    Knob{"LOCKSTEP_CROSS_SIZE", "1", "number of hosts in the job"},
+    Knob{"LOCKSTEP_JOB_ID", "", "unique job id; names the job's shared-memory segments"},
+    Knob{"LOCKSTEP_RENDEZVOUS", "", "host:port of the launcher's rendezvous store"},
+    Knob{"LOCKSTEP_SECRET", "", "per-job secret authenticating rendezvous traffic (hex)"},
+    // --- comm
+    Knob{"LOCKSTEP_BACKEND", "auto", "auto|shm|mpi|gloo: transport between workers"},
+    Knob{"LOCKSTEP_TIMEOUT", "300",
+         "seconds a collective may wait on a live peer before failing (dead peers fail in ~1 s)"},
+    Knob{"LOCKSTEP_WAIT_WARNING", "10",
+         "seconds a collective waits on a live peer before logging who it waits for"},
+    Knob{"LOCKSTEP_SHM_SLOT_BYTES", "1MiB",
+         "per-rank shared-memory staging slot; large messages are pipelined in slot-sized chunks"},
+    Knob{"LOCKSTEP_SHM_SMALL_BYTES", "16KiB",
+         "allreduce at or below this size uses the one-step (latency) algorithm"},
+    Knob{"LOCKSTEP_SHM_STREAM_BYTES", "8MiB",
+         "allreduce messages at least this large write results with non-temporal stores"},
+    Knob{"LOCKSTEP_SPIN_US", "auto",
+         "microseconds to spin before sleeping on a futex; auto = 50, or 0 when oversubscribed"},
+    Knob{"LOCKSTEP_KERNELS", "auto", "auto|avx2|scalar: reduction kernel family"},
+    // --- engine
+    Knob{"LOCKSTEP_FUSION_THRESHOLD", "64MiB", "bytes of ready tensors fused into one collective"},
+    Knob{"LOCKSTEP_DETERMINISTIC", "0",
+         "1: bitwise-identical results whatever the fusion threshold or algorithm"},
+    Knob{"LOCKSTEP_STALL_WARNING", "10",
+         "seconds before rank 0 logs which ranks have not submitted a tensor"},
+    Knob{"LOCKSTEP_STALL_TIMEOUT", "60",
+         "seconds before pending tensors that some ranks never submitted fail"},
+    Knob{"LOCKSTEP_TIMELINE", "", "path of a Chrome-trace timeline to write"},
+    Knob{"LOCKSTEP_AUTOTUNE", "0", "1: tune the fusion threshold online"},
+    Knob{"LOCKSTEP_AUTOTUNE_SAMPLES", "10",
+         "autotune: cycles that move allreduce data timed per candidate fusion threshold"},
+    Knob{"LOCKSTEP_CACHE_CAPACITY", "1024",
+         "names the engine remembers so repeats negotiate with one bit (least recently used go)"},
+};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::span<const Knob> all_knobs() { return kKnobs; }
+
+std::string knob_string(std::string_view name) {
+  auto it = std::find_if(kKnobs.begin(), kKnobs.end(),
+                         [&](const Knob& k) { return k.name == name; });
+  if (it == kKnobs.end())
+    throw InvalidArgument(fmt::format("unknown knob {}: declare it in src/base/knobs.cc", name));
+  const char* env = std::getenv(std::string(name).c_str());
+  return env ? std::string(env) : std::string(it->default_value);
+}
+
+int64_t knob_int(std::string_view name) {
+  std::string text = knob_string(name);
+  std::string_view v = trim(text);
+  int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || ptr != v.data() + v.size())
+    throw InvalidArgument(fmt::format("{}='{}' is not an integer", name, text));
+  return out;
+}
+
+double knob_double(std::string_view name) {
+  std::string text = knob_string(name);
+  char* end = nullptr;
+  double out = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == text.c_str() || !trim(end).empty())
+    throw InvalidArgument(fmt::format("{}='{}' is not a number", name, text));
+  return out;
+}
+
+bool knob_bool(std::string_view name) {
+  std::string v = knob_string(name);
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off" || v.empty()) return false;
+  throw InvalidArgument(fmt::format("{}='{}' is not a boolean (use 0 or 1)", name, v));
+}
+
+uint64_t parse_bytes(std::string_view text, std::string_view what) {
+  std::string_view v = trim(text);
+  uint64_t number = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), number);
+  if (ec != std::errc() || ptr == v.data())
+    throw InvalidArgument(fmt::format("{}: '{}' is not a size like 8B, 64KiB, 256MiB", what, text));
+  std::string unit(trim(std::string_view(ptr, v.data() + v.size() - ptr)));
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  uint64_t scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib") scale = 1ull << 10;
+  else if (unit == "m" || unit == "mb" || unit == "mib") scale = 1ull << 20;
+  else if (unit == "g" || unit == "gb" || unit == "gib") scale = 1ull << 30;
+  if (scale == 0)
+    throw InvalidArgument(fmt::format("{}: unknown unit in '{}' (use B, KiB, MiB, GiB)", what, text));
+  return number * scale;
+}
+
+}  // namespace lockstep

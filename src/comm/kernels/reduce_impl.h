@@ -1,0 +1,123 @@
+// Kernel bodies shared by the scalar and AVX2 translation units; each unit
+// compiles them with its own target flags (reduce_avx2.cc with -mavx2 -mf16c),
+// which is how the loops below get vectorised without intrinsics. Included
+// only from those two files.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "comm/kernels/reduce.h"
+#include "lockstep/comm/half.h"
+
+namespace lockstep::comm::kernels::impl {
+
+// Elements processed per block: the accumulator stays in L1 while each input
+// streams through once.
+inline constexpr size_t kBlock = 512;
+
+template <typename T>
+struct Plain {  // f32, f64: accumulate in the type itself
+  using Store = T;
+  using Acc = T;
+  static Acc load(Store v) { return v; }
+  static Store store(Acc v) { return v; }
+  static Acc add(Acc a, Acc b) { return a + b; }
+  static Acc mul(Acc a, Acc b) { return a * b; }
+  static Acc div(Acc a, int d) { return a / static_cast<Acc>(d); }
+};
+
+template <typename T>
+struct Integer {  // wrap-around sum/product without signed-overflow UB
+  using Store = T;
+  using Acc = int64_t;
+  static Acc load(Store v) { return static_cast<Acc>(v); }
+  static Store store(Acc v) { return static_cast<Store>(v); }
+  static Acc add(Acc a, Acc b) {
+    return static_cast<Acc>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  }
+  static Acc mul(Acc a, Acc b) {
+    return static_cast<Acc>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  }
+  static Acc div(Acc a, int d) { return a / d; }
+};
+
+struct BF16 {
+  using Store = uint16_t;
+  using Acc = float;
+  static Acc load(Store v) { return bf16_to_float(v); }
+  static Store store(Acc v) { return float_to_bf16(v); }
+  static Acc add(Acc a, Acc b) { return a + b; }
+  static Acc mul(Acc a, Acc b) { return a * b; }
+  static Acc div(Acc a, int d) { return a / static_cast<Acc>(d); }
+};
+
+struct F16Scalar : BF16 {
+  static Acc load(Store v) { return f16_to_float(v); }
+  static Store store(Acc v) { return float_to_f16(v); }
+};
+
+enum class Kind { kSum, kMin, kMax, kProduct };
+
+template <typename Tr, Kind K>
+inline void combine(typename Tr::Acc* acc, const typename Tr::Store* in, size_t m) {
+  for (size_t i = 0; i < m; ++i) {
+    auto v = Tr::load(in[i]);
+    if constexpr (K == Kind::kSum) acc[i] = Tr::add(acc[i], v);
+    if constexpr (K == Kind::kProduct) acc[i] = Tr::mul(acc[i], v);
+    if constexpr (K == Kind::kMin) acc[i] = v < acc[i] ? v : acc[i];
+    if constexpr (K == Kind::kMax) acc[i] = v > acc[i] ? v : acc[i];
+  }
+}
+
+template <typename Tr, Kind K>
+void reduce_blocks(const void* const* in, int n, void* out, size_t count, bool average,
+                   int divisor) {
+  using S = typename Tr::Store;
+  using A = typename Tr::Acc;
+  alignas(64) A acc[kBlock];
+  S* o = static_cast<S*>(out);
+  for (size_t base = 0; base < count; base += kBlock) {
+    size_t m = std::min(kBlock, count - base);
+    const S* first = static_cast<const S*>(in[0]) + base;
+    for (size_t i = 0; i < m; ++i) acc[i] = Tr::load(first[i]);
+    for (int k = 1; k < n; ++k) combine<Tr, K>(acc, static_cast<const S*>(in[k]) + base, m);
+    if (average)
+      for (size_t i = 0; i < m; ++i) acc[i] = Tr::div(acc[i], divisor);
+    for (size_t i = 0; i < m; ++i) o[base + i] = Tr::store(acc[i]);
+  }
+}
+
+template <typename Tr>
+void reduce_typed(ReduceOp op, const void* const* in, int n, void* out, size_t count,
+                  int divisor) {
+  switch (op) {
+    case ReduceOp::kSum: return reduce_blocks<Tr, Kind::kSum>(in, n, out, count, false, 1);
+    case ReduceOp::kAverage:
+      return reduce_blocks<Tr, Kind::kSum>(in, n, out, count, true, divisor);
+    case ReduceOp::kMin: return reduce_blocks<Tr, Kind::kMin>(in, n, out, count, false, 1);
+    case ReduceOp::kMax: return reduce_blocks<Tr, Kind::kMax>(in, n, out, count, false, 1);
+    case ReduceOp::kProduct:
+      return reduce_blocks<Tr, Kind::kProduct>(in, n, out, count, false, 1);
+  }
+}
+
+// F16 is a parameter because the AVX2 unit substitutes a hardware-converting
+// traits class.
+template <typename F16>
+void reduce_dispatch(DataType dtype, ReduceOp op, const void* const* in, int n, void* out,
+                     size_t count, int divisor) {
+  switch (dtype) {
+    case DataType::kFloat16: return reduce_typed<F16>(op, in, n, out, count, divisor);
+    case DataType::kBFloat16: return reduce_typed<BF16>(op, in, n, out, count, divisor);
+    case DataType::kFloat32: return reduce_typed<Plain<float>>(op, in, n, out, count, divisor);
+    case DataType::kFloat64: return reduce_typed<Plain<double>>(op, in, n, out, count, divisor);
+    case DataType::kInt8: return reduce_typed<Integer<int8_t>>(op, in, n, out, count, divisor);
+    case DataType::kUInt8: return reduce_typed<Integer<uint8_t>>(op, in, n, out, count, divisor);
+    case DataType::kInt32: return reduce_typed<Integer<int32_t>>(op, in, n, out, count, divisor);
+    case DataType::kInt64: return reduce_typed<Integer<int64_t>>(op, in, n, out, count, divisor);
+  }
+}
+
+}  // namespace lockstep::comm::kernels::impl

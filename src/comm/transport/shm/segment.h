@@ -1,0 +1,136 @@
+// The shared-memory segment of one communicator: layout and lifetime.
+//
+// Layout (all offsets fixed by size, slot_bytes and p2p_bytes, which every
+// rank must agree on):
+//   Header                      one page
+//   RankLine[size]              128 B each: step counter, op descriptors, pid
+//   CountsTable[2][2][size][size] bytes each rank sends to / expects from each peer
+//   Channel[size][size]         point-to-point counters (src, dst)
+//   slots[size][2]              per-rank staging buffers, slot_bytes each
+//   p2p[size][size][2]          point-to-point buffers, p2p_bytes each
+//
+// Lifetime: rank 0 creates the segment (O_EXCL, mode 0600) under
+// /dev/shm/lockstep-<job>-<tag>; the others attach; once all have attached
+// rank 0 unlinks the name, so the memory vanishes with the last process even
+// after SIGKILL. `lockstep run` removes names left by a job that died before
+// that point.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace lockstep::comm::shm {
+
+inline constexpr uint64_t kMagic = 0x6c6f636b73746570ull;  // "lockstep"
+inline constexpr uint32_t kVersion = 1;
+
+// What one rank says about the collective it is entering; ranks compare them
+// after the first step to detect mismatched calls.
+struct OpDesc {
+  uint8_t kind = 0;
+  uint8_t dtype = 0;
+  uint8_t op = 0;
+  uint8_t flags = 0;
+  int32_t root = -1;
+  uint64_t count = 0;  // element count, or a hash of a counts vector
+  bool operator==(const OpDesc&) const = default;
+};
+
+// A futex word and the number of processes sleeping on it (so the writer
+// only pays for FUTEX_WAKE when somebody sleeps).
+struct WaitWord {
+  std::atomic<uint32_t> value{0};
+  std::atomic<uint32_t> sleepers{0};
+};
+
+// One cache line a rank writes and every peer polls; the second line holds
+// rarely-read identity fields so they do not share the polled line.
+struct alignas(128) RankLine {
+  WaitWord step;
+  OpDesc desc[2];  // indexed by collective sequence parity
+  alignas(64) std::atomic<int32_t> pid{0};
+  std::atomic<uint32_t> state{0};  // RankState
+};
+
+enum RankState : uint32_t { kAbsent = 0, kAttached = 1, kLeft = 2 };
+
+struct alignas(128) Channel {
+  WaitWord sent;                 // written by the sender: pieces published
+  alignas(64) WaitWord acked;    // written by the receiver: pieces consumed
+};
+
+struct P2pHeader {
+  int32_t tag;
+  uint32_t piece;
+  uint64_t total_bytes;
+  uint64_t piece_bytes;
+};
+inline constexpr size_t kP2pHeaderBytes = 64;
+
+struct Header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t size;
+  uint64_t slot_bytes;
+  uint64_t p2p_bytes;
+  uint64_t total_bytes;
+  std::atomic<uint32_t> attached;
+  std::atomic<uint32_t> ready;
+  std::atomic<int32_t> abort_rank;      // -1: no abort; else the rank that aborted first
+  std::atomic<uint32_t> abort_posted;   // 1 once abort_reason is written
+  char abort_reason[512];
+};
+
+class Segment {
+ public:
+  // Creates (rank 0) or attaches to (others) the segment `name`, waiting up
+  // to `timeout` for it to appear and for every rank to attach. Throws
+  // lockstep::Error naming the problem (mismatched sizes between ranks,
+  // /dev/shm full, stale segment, ranks that never attached).
+  static std::unique_ptr<Segment> open(const std::string& name, int rank, int size,
+                                       size_t slot_bytes, size_t p2p_bytes,
+                                       std::chrono::milliseconds timeout);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  Header& header() { return *reinterpret_cast<Header*>(base_); }
+  RankLine& rank_line(int r) { return ranks_[r]; }
+  // [0, n*n): bytes rank i sends rank j at i*n+j; [n*n, 2*n*n): bytes rank j
+  // expects from rank i at n*n + j*n+i. Indexed by collective parity.
+  uint64_t* counts_table(int parity) {
+    return counts_ + static_cast<size_t>(parity) * 2 * size_ * size_;
+  }
+  Channel& channel(int src, int dst) { return channels_[src * size_ + dst]; }
+  std::byte* slot(int r, int buffer) {
+    return slots_ + (static_cast<size_t>(r) * 2 + buffer) * slot_bytes_;
+  }
+  std::byte* p2p(int src, int dst, int buffer) {
+    return p2p_ + ((static_cast<size_t>(src) * size_ + dst) * 2 + buffer) * p2p_bytes_;
+  }
+  size_t slot_bytes() const { return slot_bytes_; }
+  size_t p2p_bytes() const { return p2p_bytes_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  Segment(std::string name, std::byte* base, size_t bytes, int size, size_t slot_bytes,
+          size_t p2p_bytes);
+
+  std::string name_;
+  std::byte* base_;
+  size_t bytes_;
+  int size_;
+  size_t slot_bytes_;
+  size_t p2p_bytes_;
+  RankLine* ranks_;
+  uint64_t* counts_;
+  Channel* channels_;
+  std::byte* slots_;
+  std::byte* p2p_;
+};
+
+}  // namespace lockstep::comm::shm

@@ -1,0 +1,86 @@
+// Internal: the shared-memory Backend implementation (see shm_backend.h).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+#include <string>
+
+#include "comm/transport/shm/segment.h"
+#include "comm/transport/shm/sync.h"
+#include "lockstep/comm/backend.h"
+#include "lockstep/comm/world.h"
+
+namespace lockstep::comm::shm {
+
+enum class OpKind : uint8_t {
+  kAllreduce = 1, kReduce, kBroadcast, kAllgatherv, kGatherv, kScatter, kReduceScatter,
+  kAlltoallv, kBarrier,
+};
+
+// Size thresholds that pick algorithms (knobs LOCKSTEP_SHM_*; docs/shm.md).
+struct ShmTuning {
+  size_t small_bytes = 16 << 10;   // allreduce: one-step algorithm at or below
+  size_t stream_bytes = 8 << 20;   // allreduce: non-temporal result stores at or above
+};
+
+class ShmBackend final : public Backend {
+ public:
+  ShmBackend(const WorldInfo& world, std::unique_ptr<Segment> segment, WaitPolicy policy,
+             ShmTuning tuning);
+  ~ShmBackend() override;
+
+  std::string_view name() const override { return "shm"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allreduce(const void* send, void* recv, size_t count, DataType dtype,
+                 ReduceOp op) override;
+  void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+              int root) override;
+  void broadcast(void* buffer, size_t count, DataType dtype, int root) override;
+  void allgatherv(const void* send, void* recv, std::span<const size_t> counts,
+                  DataType dtype) override;
+  void gatherv(const void* send, void* recv, std::span<const size_t> counts, DataType dtype,
+               int root) override;
+  void scatter(const void* send, void* recv, size_t count, DataType dtype, int root) override;
+  void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
+                      ReduceOp op) override;
+  void alltoallv(const void* send, std::span<const size_t> send_counts, void* recv,
+                 std::span<const size_t> recv_counts, DataType dtype) override;
+  void barrier() override;
+  void send(const void* buffer, size_t count, DataType dtype, int peer, int tag) override;
+  void recv(void* buffer, size_t count, DataType dtype, int peer, int tag) override;
+
+ private:
+  // Step machinery (shm_backend.cc).
+  void begin(OpKind kind, DataType dtype, uint8_t op, int root, uint64_t count);
+  int next_buffer() { return static_cast<int>(fills_++ & 1); }
+  void arrive();
+  void wait_all();
+  void step() { arrive(); wait_all(); }
+  void first_step();  // step + descriptor comparison
+  [[noreturn]] void fail_mismatch();
+  std::byte* slot(int r, int buffer) { return segment_->slot(r, buffer); }
+
+  // Algorithms (shm_collectives.cc).
+  void allreduce_small(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                       int root);
+  void allreduce_large(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                       int root);
+  void exchange_blocks(const void* send, void* recv, std::span<const size_t> counts,
+                       DataType dtype, int root);
+
+  int rank_;
+  int size_;
+  std::unique_ptr<Segment> segment_;
+  std::optional<Waiter> waiter_;  // absent when size() == 1
+  std::vector<const void*> inputs_;  // reduction operands, reused across calls
+  ShmTuning tuning_;
+  uint32_t step_ = 0;
+  uint64_t fills_ = 0;
+  uint64_t seq_ = 0;
+  OpKind op_kind_ = OpKind::kBarrier;
+};
+
+}  // namespace lockstep::comm::shm

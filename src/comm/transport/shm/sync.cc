@@ -1,0 +1,188 @@
+#include "comm/transport/shm/sync.h"
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "lockstep/base/error.h"
+#include "lockstep/base/log.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LOCKSTEP_PAUSE() _mm_pause()
+#else
+#define LOCKSTEP_PAUSE() std::atomic_signal_fence(std::memory_order_seq_cst)
+#endif
+
+namespace lockstep::comm::shm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool reached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds max) {
+  timespec ts{static_cast<time_t>(max.count() / 1000),
+              static_cast<long>((max.count() % 1000) * 1'000'000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+int open_pidfd(int pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+// How often a sleeping waiter re-checks peers: bounds dead-peer detection.
+constexpr auto kSleepSlice = std::chrono::milliseconds(10);
+constexpr auto kLivenessEvery = std::chrono::milliseconds(20);
+
+}  // namespace
+
+void publish(WaitWord& word, uint32_t value) {
+  word.value.store(value, std::memory_order_seq_cst);
+  if (word.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&word.value);
+}
+
+Waiter::Waiter(Segment& segment, int rank, int size, WaitPolicy policy)
+    : segment_(segment), rank_(rank), size_(size), policy_(policy),
+      pidfds_(size, -1), pids_(size, 0) {
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    pids_[r] = segment_.rank_line(r).pid.load();
+    pidfds_[r] = open_pidfd(pids_[r]);
+    // ESRCH: the peer died before we looked; find_dead_peer() reports it.
+    if (pidfds_[r] < 0 && errno == ESRCH) pidfds_[r] = -2;
+  }
+}
+
+Waiter::~Waiter() {
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
+}
+
+bool Waiter::peer_alive(int r) {
+  if (segment_.rank_line(r).state.load(std::memory_order_seq_cst) == kLeft) return false;
+  if (pidfds_[r] == -2) return false;
+  if (pidfds_[r] >= 0) {
+    pollfd p{pidfds_[r], POLLIN, 0};
+    return poll(&p, 1, 0) <= 0;
+  }
+  return !(kill(pids_[r], 0) != 0 && errno == ESRCH);
+}
+
+int Waiter::find_dead_peer() {
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && !peer_alive(r)) return r;
+  return -1;
+}
+
+void Waiter::check_abort() {
+  Header& h = segment_.header();
+  int who = h.abort_rank.load(std::memory_order_acquire);
+  if (who < 0 || (who == rank_ && aborted_by_me_)) {
+    if (who == rank_) throw Aborted("this communicator was aborted by an earlier error");
+    return;
+  }
+  auto until = Clock::now() + std::chrono::milliseconds(200);
+  while (h.abort_posted.load(std::memory_order_acquire) == 0 && Clock::now() < until)
+    std::this_thread::yield();
+  throw Aborted(fmt::format("rank {} aborted the job's collectives: {}", who,
+                            std::string(h.abort_reason, strnlen(h.abort_reason,
+                                                                sizeof h.abort_reason))));
+}
+
+void Waiter::abort(const std::string& reason) {
+  Header& h = segment_.header();
+  int expected = -1;
+  if (!h.abort_rank.compare_exchange_strong(expected, rank_)) return;
+  aborted_by_me_ = true;
+  size_t n = std::min(reason.size(), sizeof h.abort_reason - 1);
+  std::memcpy(h.abort_reason, reason.data(), n);
+  h.abort_reason[n] = '\0';
+  h.abort_posted.store(1, std::memory_order_release);
+  // Wake every sleeper so peers notice now rather than at their next slice.
+  for (int r = 0; r < size_; ++r) futex_wake_all(&segment_.rank_line(r).step.value);
+}
+
+void Waiter::fail_dead(int peer, std::string_view what) {
+  bool left = segment_.rank_line(peer).state.load() == kLeft;
+  std::string msg =
+      left ? fmt::format("{}: rank {} (pid {}) shut down its communicator while rank {} waited "
+                         "for it: ranks called different collectives",
+                         what, peer, pids_[peer], rank_)
+           : fmt::format("{}: rank {} (pid {}) died; rank {} cannot complete the collective",
+                         what, peer, pids_[peer], rank_);
+  abort(msg);
+  throw PeerFailure(peer, msg);
+}
+
+void Waiter::sleep_once(WaitWord& word, uint32_t target) {
+  word.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  uint32_t seen = word.value.load(std::memory_order_seq_cst);
+  if (!reached(seen, target)) futex_wait(&word.value, seen, kSleepSlice);
+  word.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Waiter::wait(WaitWord& word, uint32_t target, int peer, std::string_view what) {
+  if (reached(word.value.load(std::memory_order_acquire), target)) return;
+  auto start = Clock::now();
+  auto spin_until = start + policy_.spin;
+  while (Clock::now() < spin_until) {
+    for (int i = 0; i < 64; ++i) {
+      LOCKSTEP_PAUSE();
+      if (reached(word.value.load(std::memory_order_acquire), target)) return;
+    }
+  }
+  auto next_liveness = Clock::now();
+  bool warned = false;
+  for (;;) {
+    if (reached(word.value.load(std::memory_order_acquire), target)) return;
+    check_abort();
+    auto now = Clock::now();
+    if (now >= next_liveness) {
+      // Only the peer we wait on matters: a peer that published its part and
+      // then exited is fine, and a rank stuck behind a dead peer learns of it
+      // through that peer's waiter aborting the job. Re-read the word after
+      // seeing the exit, since the peer may have published just before it.
+      if (!peer_alive(peer) && !reached(word.value.load(std::memory_order_seq_cst), target))
+        fail_dead(peer, what);
+      next_liveness = now + kLivenessEvery;
+    }
+    auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
+    if (waited > policy_.timeout) {
+      std::string msg = fmt::format(
+          "{}: rank {} waited {:.1f} s for rank {}, which is alive but has not joined "
+          "(LOCKSTEP_TIMEOUT={} s). Check that every rank calls the same collectives.",
+          what, rank_, waited.count() / 1000.0, peer, policy_.timeout.count() / 1000.0);
+      abort(msg);
+      throw TimeoutError(msg);
+    }
+    if (!warned && waited > policy_.warning) {
+      warned = true;
+      log(LogLevel::kWarning, "{}: waiting {:.0f} s for rank {} (alive); will fail after {} s",
+          what, waited.count() / 1000.0, peer, policy_.timeout.count() / 1000);
+    }
+    sleep_once(word, target);
+  }
+}
+
+}  // namespace lockstep::comm::shm

@@ -1,0 +1,62 @@
+// Waiting on shared-memory words without hanging and without starving peers.
+//
+// A wait spins for a short, bounded time (cheap when the peer is running on
+// another core), then sleeps on a futex with a short timeout so it can keep
+// checking, in order: the job-wide abort flag, whether any peer process has
+// died (pidfd), the stall warning and the deadline. Writers only issue
+// FUTEX_WAKE when a sleeper is registered on the word.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/transport/shm/segment.h"
+
+namespace lockstep::comm::shm {
+
+struct WaitPolicy {
+  std::chrono::nanoseconds spin{50'000};
+  std::chrono::milliseconds timeout{300'000};
+  std::chrono::milliseconds warning{10'000};
+};
+
+// Stores `value` and wakes sleepers, if any.
+void publish(WaitWord& word, uint32_t value);
+
+class Waiter {
+ public:
+  Waiter(Segment& segment, int rank, int size, WaitPolicy policy);
+  ~Waiter();
+  Waiter(const Waiter&) = delete;
+  Waiter& operator=(const Waiter&) = delete;
+
+  // Blocks until word.value has reached `target` (wrap-around aware).
+  // `peer` is the rank expected to advance it and `what` names the operation,
+  // both for error messages. Throws PeerFailure, TimeoutError or Aborted.
+  void wait(WaitWord& word, uint32_t target, int peer, std::string_view what);
+
+  // Throws Aborted if another rank has aborted the job's collectives.
+  void check_abort();
+  // Marks the communicator unusable for every rank; the first reason wins.
+  void abort(const std::string& reason);
+  // False once the peer's process has exited or shut its communicator down.
+  bool peer_alive(int rank);
+  // The rank of a peer that is no longer alive, or -1.
+  int find_dead_peer();
+
+ private:
+  void sleep_once(WaitWord& word, uint32_t target);
+  [[noreturn]] void fail_dead(int peer, std::string_view what);
+
+  Segment& segment_;
+  int rank_;
+  int size_;
+  WaitPolicy policy_;
+  std::vector<int> pidfds_;  // -1 for self or when pidfd_open is unavailable
+  std::vector<int> pids_;
+  bool aborted_by_me_ = false;
+};
+
+}  // namespace lockstep::comm::shm

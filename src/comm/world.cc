@@ -1,0 +1,95 @@
+#include "lockstep/comm/world.h"
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "lockstep/base/error.h"
+#include "lockstep/base/knobs.h"
+
+namespace lockstep::comm {
+namespace {
+
+std::optional<int> env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0') throw InvalidArgument(fmt::format("{}='{}' is not an integer", name, v));
+  return static_cast<int>(x);
+}
+
+// First variable of the list that is set.
+std::optional<int> first_of(std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (auto v = env_int(n)) return v;
+  return std::nullopt;
+}
+
+WorldInfo from_lockstep_env() {
+  WorldInfo w;
+  w.rank = static_cast<int>(knob_int("LOCKSTEP_RANK"));
+  w.size = static_cast<int>(knob_int("LOCKSTEP_SIZE"));
+  w.local_rank = static_cast<int>(knob_int("LOCKSTEP_LOCAL_RANK"));
+  w.local_size = static_cast<int>(knob_int("LOCKSTEP_LOCAL_SIZE"));
+  w.cross_rank = static_cast<int>(knob_int("LOCKSTEP_CROSS_RANK"));
+  w.cross_size = static_cast<int>(knob_int("LOCKSTEP_CROSS_SIZE"));
+  w.job_id = knob_string("LOCKSTEP_JOB_ID");
+  w.rendezvous = knob_string("LOCKSTEP_RENDEZVOUS");
+  w.secret = knob_string("LOCKSTEP_SECRET");
+  return w;
+}
+
+// mpirun (Open MPI), PMI-based launchers and srun, in that order of trust.
+std::optional<WorldInfo> from_mpi_env() {
+  auto rank = first_of({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"});
+  auto size = first_of({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"});
+  if (!rank || !size) return std::nullopt;
+  WorldInfo w;
+  w.rank = *rank;
+  w.size = *size;
+  w.local_rank = first_of({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+                     .value_or(w.rank);
+  w.local_size = first_of({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                           "SLURM_NTASKS_PER_NODE"}).value_or(w.size);
+  w.cross_rank = first_of({"OMPI_COMM_WORLD_NODE_RANK", "SLURM_NODEID"}).value_or(0);
+  w.cross_size = first_of({"SLURM_NNODES"}).value_or(w.size / std::max(1, w.local_size));
+  if (const char* job = std::getenv("OMPI_MCA_ess_base_jobid")) w.job_id = fmt::format("mpi{}", job);
+  else if (const char* job = std::getenv("SLURM_JOB_ID")) w.job_id = fmt::format("slurm{}", job);
+  return w;
+}
+
+}  // namespace
+
+WorldInfo WorldInfo::from_environment() {
+  WorldInfo w;
+  if (std::getenv("LOCKSTEP_RANK") || std::getenv("LOCKSTEP_SIZE")) {
+    w = from_lockstep_env();
+  } else if (auto mpi = from_mpi_env()) {
+    w = *mpi;
+  }
+  w.validate();
+  return w;
+}
+
+void WorldInfo::validate() const {
+  auto fail = [](std::string what) {
+    throw InvalidArgument("inconsistent job description: " + what +
+                          " (start workers with `lockstep run` or mpirun)");
+  };
+  if (size < 1) fail(fmt::format("size {} < 1", size));
+  if (rank < 0 || rank >= size) fail(fmt::format("rank {} not in [0, {})", rank, size));
+  if (local_size < 1 || local_size > size)
+    fail(fmt::format("local size {} not in [1, {}]", local_size, size));
+  if (local_rank < 0 || local_rank >= local_size)
+    fail(fmt::format("local rank {} not in [0, {})", local_rank, local_size));
+  if (cross_size < 1 || cross_rank < 0 || cross_rank >= cross_size)
+    fail(fmt::format("cross rank {} / cross size {}", cross_rank, cross_size));
+  for (char c : job_id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_')
+      fail(fmt::format("job id '{}' may only hold letters, digits, '-' and '_'", job_id));
+}
+
+}  // namespace lockstep::comm

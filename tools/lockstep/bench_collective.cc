@@ -1,0 +1,219 @@
+// `lockstep bench <collective>`: latency and bandwidth per message size, in
+// the nccl-tests convention (busbw = algbw * bus factor), table + JSON lines.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "lockstep/base/error.h"
+#include "lockstep/base/knobs.h"
+#include "lockstep/comm/communicator.h"
+#include "lockstep/commands.h"
+
+namespace lockstep::cli {
+namespace {
+
+using comm::Communicator;
+using comm::DataType;
+using comm::ReduceOp;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kCollectives[] = {"allreduce", "broadcast",  "allgather", "reduce_scatter",
+                                        "alltoall",  "reduce",     "barrier"};
+
+struct Options {
+  std::string collective;
+  std::string sizes = "8B:256MiB";
+  std::string dtype = "f32";
+  std::string op = "sum";
+  std::string backend = "auto";
+  double factor = 2;
+  double seconds_per_size = 0.25;
+  int max_iters = 20000;
+  bool check = false;
+  bool json = false;
+};
+
+// nccl-tests' factors: the fraction of the message each rank's link carries.
+double bus_factor(const std::string& c, int n) {
+  if (n == 1) return 1;
+  if (c == "allreduce") return 2.0 * (n - 1) / n;
+  if (c == "allgather" || c == "reduce_scatter" || c == "alltoall") return double(n - 1) / n;
+  return 1;
+}
+
+// One collective call moving `bytes` per rank (the nccl-tests "size").
+struct Runner {
+  Communicator& comm;
+  const Options& o;
+  DataType dtype;
+  ReduceOp op;
+  size_t es;
+  std::vector<uint8_t> in, out;
+
+  void prepare(size_t bytes) {
+    size_t n = static_cast<size_t>(comm.size());
+    in.assign(std::max(bytes, bytes * (o.collective == "allgather" ? 1 : 1)), 0);
+    out.assign(o.collective == "allgather" ? bytes * n : bytes, 0);
+    if (o.collective == "reduce_scatter") out.assign(bytes / n + es, 0);
+  }
+  void run(size_t bytes) {
+    size_t count = bytes / es;
+    size_t n = static_cast<size_t>(comm.size());
+    const std::string& c = o.collective;
+    if (c == "allreduce") comm.allreduce(in.data(), out.data(), count, dtype, op);
+    else if (c == "reduce") comm.reduce(in.data(), out.data(), count, dtype, op, 0);
+    else if (c == "broadcast") comm.broadcast(in.data(), count, dtype, 0);
+    else if (c == "allgather") comm.allgather(in.data(), out.data(), count, dtype);
+    else if (c == "reduce_scatter") comm.reduce_scatter(in.data(), out.data(), count / n, dtype, op);
+    else if (c == "alltoall") comm.alltoall(in.data(), out.data(), count / n, dtype);
+    else comm.barrier();
+  }
+};
+
+std::vector<size_t> size_list(const Options& o, size_t es) {
+  auto colon = o.sizes.find(':');
+  size_t lo = parse_bytes(o.sizes.substr(0, colon), "--sizes");
+  size_t hi = colon == std::string::npos ? lo : parse_bytes(o.sizes.substr(colon + 1), "--sizes");
+  if (lo == 0 || hi < lo) throw InvalidArgument("--sizes wants MIN:MAX with 0 < MIN <= MAX");
+  std::vector<size_t> out;
+  for (double s = static_cast<double>(lo); s <= static_cast<double>(hi) * 1.0000001; s *= o.factor) {
+    size_t b = std::max(es, static_cast<size_t>(s) / es * es);
+    if (out.empty() || out.back() != b) out.push_back(b);
+    if (o.factor <= 1) break;
+  }
+  return out;
+}
+
+// Verifies one sum-allreduce-like result: every rank fills rank+1, so the sum
+// is n(n+1)/2 (exact in every dtype for small n).
+bool check_once(Runner& r, size_t bytes) {
+  if (r.o.collective != "allreduce" || r.dtype != DataType::kFloat32) return true;
+  size_t count = bytes / 4;
+  std::vector<float> v(count, static_cast<float>(r.comm.rank() + 1));
+  std::vector<float> got(count);
+  r.comm.allreduce(v.data(), got.data(), count, DataType::kFloat32, ReduceOp::kSum);
+  float want = r.comm.size() * (r.comm.size() + 1) / 2.0f;
+  return std::all_of(got.begin(), got.end(), [&](float x) { return x == want; });
+}
+
+struct Stats {
+  double median_us, p99_us;
+};
+
+Stats measure(Runner& r, size_t bytes) {
+  r.prepare(bytes);
+  for (int i = 0; i < 3; ++i) r.run(bytes);
+  // Rank 0 picks the iteration count so every rank runs the same number.
+  auto t0 = Clock::now();
+  for (int i = 0; i < 3; ++i) r.run(bytes);
+  double per = std::chrono::duration<double>(Clock::now() - t0).count() / 3;
+  int64_t iters = std::clamp<int64_t>(static_cast<int64_t>(r.o.seconds_per_size / std::max(per, 1e-9)),
+                                      5, r.o.max_iters);
+  r.comm.broadcast(&iters, 1, DataType::kInt64, 0);
+  std::vector<double> times(static_cast<size_t>(iters));
+  for (auto& t : times) {
+    auto s = Clock::now();
+    r.run(bytes);
+    t = std::chrono::duration<double, std::micro>(Clock::now() - s).count();
+  }
+  // The slowest rank defines each iteration's time.
+  r.comm.allreduce(times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax);
+  std::sort(times.begin(), times.end());
+  auto pct = [&](double q) { return times[std::min(times.size() - 1, static_cast<size_t>(q * times.size()))]; };
+  return {pct(0.5), pct(0.99)};
+}
+
+std::string human_bytes(size_t b) {
+  if (b >= (1u << 30) && b % (1u << 30) == 0) return fmt::format("{}GiB", b >> 30);
+  if (b >= (1u << 20) && b % (1u << 20) == 0) return fmt::format("{}MiB", b >> 20);
+  if (b >= (1u << 10) && b % (1u << 10) == 0) return fmt::format("{}KiB", b >> 10);
+  return fmt::format("{}B", b);
+}
+
+int run_bench(const Options& o) {
+  auto dtype = comm::parse_dtype(o.dtype);
+  auto op = comm::parse_reduce_op(o.op);
+  if (!dtype) throw InvalidArgument(fmt::format("--dtype {}: unknown (f16 bf16 f32 f64 i8 u8 i32 i64)", o.dtype));
+  if (!op) throw InvalidArgument(fmt::format("--op {}: unknown (sum average min max product)", o.op));
+  auto comm = Communicator::create(comm::WorldInfo::from_environment(), o.backend);
+  Runner r{*comm, o, *dtype, *op, comm::dtype_size(*dtype), {}, {}};
+  bool lead = comm->rank() == 0;
+  if (lead && !o.json)
+    fmt::print("# lockstep bench {}: backend={} np={} dtype={}\n{:>10} {:>12} {:>12} {:>12} {:>12}{}\n",
+               o.collective, comm->backend_name(), comm->size(), o.dtype, "size", "median(us)",
+               "p99(us)", "algbw(GB/s)", "busbw(GB/s)", o.check ? "  check" : "");
+  bool all_ok = true;
+  for (size_t bytes : size_list(o, r.es)) {
+    bool ok = !o.check || check_once(r, bytes);
+    int32_t bad = ok ? 0 : 1;
+    comm->allreduce(&bad, 1, DataType::kInt32, ReduceOp::kMax);
+    all_ok &= bad == 0;
+    Stats s = measure(r, bytes);
+    double algbw = o.collective == "barrier" ? 0 : bytes / (s.median_us * 1e3);
+    double busbw = algbw * bus_factor(o.collective, comm->size());
+    if (!lead) continue;
+    if (o.json) {
+      nlohmann::json j = {{"op", o.collective}, {"backend", comm->backend_name()},
+                          {"np", comm->size()}, {"dtype", o.dtype}, {"bytes", bytes},
+                          {"median_us", s.median_us}, {"p99_us", s.p99_us},
+                          {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
+      if (o.check) j["check"] = bad == 0;
+      fmt::print("{}\n", j.dump());
+    } else {
+      fmt::print("{:>10} {:>12.2f} {:>12.2f} {:>12.3f} {:>12.3f}{}\n", human_bytes(bytes),
+                 s.median_us, s.p99_us, algbw, busbw, o.check ? (bad ? "  WRONG" : "  ok") : "");
+    }
+    std::fflush(stdout);
+  }
+  comm->barrier();
+  if (!all_ok && lead) std::fprintf(stderr, "lockstep bench: results were WRONG for some sizes\n");
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+bool is_benchmarkable_collective(const char* name) {
+  for (const char* c : kCollectives)
+    if (!std::strcmp(c, name)) return true;
+  return false;
+}
+
+int bench_collective_main(int argc, char** argv) {
+  Options o;
+  o.collective = argv[0];
+  CLI::App app{"Benchmark one collective over message sizes. Run it under `lockstep run -np N`.",
+               "lockstep bench " + o.collective};
+  app.add_option("--sizes", o.sizes, "MIN:MAX message bytes per rank, e.g. 8B:256MiB")->capture_default_str();
+  app.add_option("-f,--factor", o.factor, "size multiplier between steps")->capture_default_str();
+  app.add_option("--dtype", o.dtype, "f16 bf16 f32 f64 i8 u8 i32 i64")->capture_default_str();
+  app.add_option("--op", o.op, "sum average min max product")->capture_default_str();
+  app.add_option("--backend", o.backend, "auto shm mpi gloo")->capture_default_str();
+  app.add_option("--seconds", o.seconds_per_size, "timed seconds per size")->capture_default_str();
+  app.add_option("--max-iters", o.max_iters, "iteration cap per size")->capture_default_str();
+  app.add_flag("--check", o.check, "verify results (allreduce f32) before timing");
+  app.add_flag("--json", o.json, "one JSON object per size (rank 0)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    return run_bench(o);
+  } catch (const InvalidArgument& e) {
+    std::fprintf(stderr, "lockstep bench: %s\n", e.what());
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "lockstep bench: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,74 @@
+// `lockstep`: launcher, benchmarks and utilities. See `lockstep --help`.
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lockstep/launcher/launcher.h"
+#include "lockstep/commands.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: lockstep <command> [options]
+
+commands:
+  run -np N [options] -- PROGRAM ARGS...   start N workers (lockstep run --help)
+  bench <collective> [options]             collective benchmark: allreduce, broadcast,
+                                           allgather, reduce_scatter, alltoall, barrier
+  bench engine|train|data [options]        engine, training and input-pipeline benchmarks
+  convert <format> [options]               write record shards (lockstep convert --help)
+  config                                   print every LOCKSTEP_* knob with its value
+
+Run 'lockstep <command> --help' for the options of a command.
+)";
+
+std::string self_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  std::string path(buf);
+  return path.substr(0, path.rfind('/'));
+}
+
+// Runs `lockstep-<name>` from this binary's folder, passing the remaining args.
+int exec_sibling(const std::string& name, int argc, char** argv) {
+  std::string path = self_dir() + "/lockstep-" + name;
+  if (access(path.c_str(), X_OK) != 0) {
+    std::fprintf(stderr,
+                 "lockstep: unknown command '%s' (no %s). Run 'lockstep --help' for the list.\n",
+                 name.c_str(), path.c_str());
+    return 2;
+  }
+  std::vector<char*> args{path.data()};
+  for (int i = 0; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execv(path.c_str(), args.data());
+  std::fprintf(stderr, "lockstep: cannot run %s: %s\n", path.c_str(), std::strerror(errno));
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string command = argv[1];
+  if (command == "run") return lockstep::launcher::run_main(argc - 1, argv + 1);
+  if (command == "config") return lockstep::cli::config_main(argc - 1, argv + 1);
+  if (command == "bench") {
+    if (argc < 3 || argv[2][0] == '-') {
+      std::fputs(kUsage, stderr);
+      return 2;
+    }
+    if (lockstep::cli::is_benchmarkable_collective(argv[2]))
+      return lockstep::cli::bench_collective_main(argc - 2, argv + 2);
+    return exec_sibling(std::string("bench-") + argv[2], argc - 3, argv + 3);
+  }
+  return exec_sibling(command, argc - 2, argv + 2);
+}
