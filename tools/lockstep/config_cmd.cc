@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/base/knobs.h"
 #include "lockstep/commands.h"
@@ -20,8 +21,10 @@ int config_main(int argc, char** argv) {
     const char* env = std::getenv(name.c_str());
     std::string value = env ? env : std::string(k.default_value);
     if (json) {
-      fmt::print("{{\"name\":\"{}\",\"value\":\"{}\",\"default\":\"{}\",\"set\":{}}}\n", name, value,
-                 k.default_value, env ? "true" : "false");
+      nlohmann::json j = {{"name", name}, {"value", value},
+                          {"default", std::string(k.default_value)}, {"help", std::string(k.help)},
+                          {"set", env != nullptr}};
+      fmt::print("{}\n", j.dump());
     } else {
       fmt::print("{:<28} {:<10} {}{}\n", name, value.empty() ? "''" : value, k.help,
                  env ? "" : " [default]");

@@ -2,6 +2,7 @@
 
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -54,6 +55,8 @@ int open_pidfd(int pid) {
 // How often a sleeping waiter re-checks peers: bounds dead-peer detection.
 constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 constexpr auto kLivenessEvery = std::chrono::milliseconds(20);
+constexpr auto kSpinFloor = std::chrono::nanoseconds(2'000);
+constexpr auto kSpinStep = std::chrono::nanoseconds(500);
 
 }  // namespace
 
@@ -64,7 +67,7 @@ void publish(WaitWord& word, uint32_t value) {
 
 Waiter::Waiter(Segment& segment, int rank, int size, WaitPolicy policy)
     : segment_(segment), rank_(rank), size_(size), policy_(policy),
-      pidfds_(size, -1), pids_(size, 0) {
+      pidfds_(size, -1), pids_(size, 0), spin_budget_(policy.spin) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     pids_[r] = segment_.rank_line(r).pid.load();
@@ -142,16 +145,30 @@ void Waiter::sleep_once(WaitWord& word, uint32_t target) {
   word.sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-void Waiter::wait(WaitWord& word, uint32_t target, int peer, std::string_view what) {
-  if (reached(word.value.load(std::memory_order_acquire), target)) return;
-  auto start = Clock::now();
-  auto spin_until = start + policy_.spin;
+// Spinning pays only while the peer runs on another core. Like an adaptive
+// mutex, the budget halves each time a spin ends without the word moving
+// (peer descheduled, sharing our core, or busy computing) and grows back
+// while spins succeed, so an oversubscribed or loaded host degrades to
+// futex sleeps instead of burning the peer's time slice.
+bool Waiter::spin_once(WaitWord& word, uint32_t target, Clock::time_point start) {
+  auto spin_until = start + spin_budget_;
   while (Clock::now() < spin_until) {
     for (int i = 0; i < 64; ++i) {
       LOCKSTEP_PAUSE();
-      if (reached(word.value.load(std::memory_order_acquire), target)) return;
+      if (reached(word.value.load(std::memory_order_acquire), target)) {
+        spin_budget_ = std::min(policy_.spin, 2 * spin_budget_ + kSpinStep);
+        return true;
+      }
     }
   }
+  spin_budget_ = std::max(std::min(policy_.spin, kSpinFloor), spin_budget_ / 2);
+  return false;
+}
+
+void Waiter::wait(WaitWord& word, uint32_t target, int peer, std::string_view what) {
+  if (reached(word.value.load(std::memory_order_acquire), target)) return;
+  auto start = Clock::now();
+  if (spin_once(word, target, start)) return;
   auto next_liveness = Clock::now();
   bool warned = false;
   for (;;) {

@@ -48,6 +48,7 @@ class Waiter {
 
  private:
   void sleep_once(WaitWord& word, uint32_t target);
+  bool spin_once(WaitWord& word, uint32_t target, std::chrono::steady_clock::time_point start);
   [[noreturn]] void fail_dead(int peer, std::string_view what);
 
   Segment& segment_;
@@ -57,6 +58,7 @@ class Waiter {
   std::vector<int> pidfds_;  // -1 for self or when pidfd_open is unavailable
   std::vector<int> pids_;
   bool aborted_by_me_ = false;
+  std::chrono::nanoseconds spin_budget_;
 };
 
 }  // namespace lockstep::comm::shm
