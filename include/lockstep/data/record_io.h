@@ -1,0 +1,99 @@
+// TFRecord framing, byte-compatible with TensorFlow's tf.io.TFRecordWriter:
+//
+//   uint64 length (little-endian)
+//   uint32 masked_crc32c(length bytes)
+//   byte   payload[length]
+//   uint32 masked_crc32c(payload)
+//
+// RecordWriter / RecordReader are single-threaded objects (one per thread);
+// parse_frame is a pure function usable from any thread.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "lockstep/data/bad_record.h"
+
+namespace lockstep::data {
+
+inline constexpr size_t kHeaderBytes = 12;  // length + its CRC
+inline constexpr size_t kFooterBytes = 4;   // payload CRC
+inline constexpr size_t framed_size(size_t payload) { return kHeaderBytes + payload + kFooterBytes; }
+
+// Appends the framed record to `out` (used by the writer and by tests).
+void append_frame(std::string& out, std::string_view payload);
+
+struct Frame {
+  Problem problem = Problem::kNone;
+  std::string_view payload;  // valid when problem == kNone; points into the input
+  size_t size = 0;           // bytes the frame occupies; 0 when the length is unknown
+  std::string detail;        // for a problem: e.g. "stored crc 0x.. computed 0x.."
+};
+// Validates the record starting at bytes[0]; `bytes` may extend past it.
+Frame parse_frame(std::span<const uint8_t> bytes);
+// Like parse_frame for a record whose extent an index gave: the frame must
+// fill `bytes` exactly, else the index is stale (reported as kLengthCrc).
+Frame parse_indexed_frame(std::span<const uint8_t> bytes);
+
+// Writes framed records to a new file (truncating it). Throws Error on I/O failure.
+class RecordWriter {
+ public:
+  explicit RecordWriter(std::string path);
+  ~RecordWriter();  // closes; errors at this point are logged, call close() to see them
+  RecordWriter(const RecordWriter&) = delete;
+  RecordWriter& operator=(const RecordWriter&) = delete;
+
+  // Returns the byte offset at which the record starts.
+  uint64_t write(std::string_view payload);
+  void close();
+  uint64_t bytes_written() const { return offset_; }
+  uint64_t records_written() const { return records_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  uint64_t offset_ = 0;
+  uint64_t records_ = 0;
+  std::string frame_;
+};
+
+// Reads a record file front to back (no index needed), e.g. a shard written by
+// TensorFlow. With kThrow a bad record raises BadRecord; with kSkip a payload
+// CRC mismatch skips one record, while a bad length or a truncation
+// ends the file (the next record cannot be located), counted in skipped().
+class RecordReader {
+ public:
+  explicit RecordReader(std::string path, BadDataPolicy policy = BadDataPolicy::kThrow);
+  ~RecordReader();
+  RecordReader(const RecordReader&) = delete;
+  RecordReader& operator=(const RecordReader&) = delete;
+
+  // Next payload into *payload; false at the end of the file.
+  bool next(std::string* payload);
+  uint64_t record_index() const { return index_; }  // of the next record
+  uint64_t offset() const { return offset_; }       // of the next record
+  uint64_t skipped() const { return skipped_; }
+  const std::string& first_skip_reason() const { return first_skip_reason_; }
+
+ private:
+  bool fill(size_t needed);  // ensures `needed` unread bytes; false at EOF
+  std::span<const uint8_t> unread() const;
+  void fail(const Frame& frame);
+
+  std::string path_;
+  BadDataPolicy policy_;
+  std::FILE* file_ = nullptr;
+  std::string buffer_;
+  size_t pos_ = 0;  // first unread byte in buffer_
+  uint64_t index_ = 0;
+  uint64_t offset_ = 0;
+  uint64_t skipped_ = 0;
+  bool done_ = false;
+  std::string first_skip_reason_;
+};
+
+}  // namespace lockstep::data

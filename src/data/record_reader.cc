@@ -1,0 +1,79 @@
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "lockstep/data/record_io.h"
+
+namespace lockstep::data {
+namespace {
+constexpr size_t kReadChunk = 1 << 20;
+}
+
+RecordReader::RecordReader(std::string path, BadDataPolicy policy)
+    : path_(std::move(path)), policy_(policy) {
+  file_ = std::fopen(path_.c_str(), "rb");
+  if (!file_)
+    throw Error(fmt::format("cannot open record file {}: {}", path_, std::strerror(errno)));
+}
+
+RecordReader::~RecordReader() {
+  if (file_) std::fclose(file_);
+}
+
+std::span<const uint8_t> RecordReader::unread() const {
+  return {reinterpret_cast<const uint8_t*>(buffer_.data()) + pos_, buffer_.size() - pos_};
+}
+
+bool RecordReader::fill(size_t needed) {
+  if (buffer_.size() - pos_ >= needed) return true;
+  buffer_.erase(0, pos_);
+  pos_ = 0;
+  while (buffer_.size() < needed) {
+    // Grow in chunks so a huge (but CRC-valid) length on a short file cannot
+    // allocate more than the file holds.
+    size_t old = buffer_.size();
+    buffer_.resize(old + std::max(kReadChunk, std::min(needed - old, size_t{64} << 20)));
+    size_t got = std::fread(buffer_.data() + old, 1, buffer_.size() - old, file_);
+    buffer_.resize(old + got);
+    if (got == 0) {
+      if (std::ferror(file_))
+        throw Error(fmt::format("reading {} failed: {}", path_, std::strerror(errno)));
+      return false;
+    }
+  }
+  return true;
+}
+
+void RecordReader::fail(const Frame& frame) {
+  BadRecord error(frame.problem, path_, index_, offset_, frame.detail);
+  if (policy_ == BadDataPolicy::kThrow) throw error;
+  if (skipped_++ == 0) first_skip_reason_ = error.what();
+}
+
+bool RecordReader::next(std::string* payload) {
+  while (!done_) {
+    fill(kHeaderBytes);
+    if (unread().empty()) return false;  // clean end of file
+    Frame frame = parse_frame(unread());
+    if (frame.problem == Problem::kTruncatedPayload) {
+      fill(frame.size);  // the header is valid; the rest may just not be buffered yet
+      frame = parse_frame(unread());
+    }
+    size_t advance = frame.size;
+    if (frame.problem == Problem::kNone) payload->assign(frame.payload);
+    if (frame.problem != Problem::kNone) fail(frame);
+    if (frame.problem != Problem::kNone && frame.problem != Problem::kPayloadCrc) {
+      done_ = true;  // a bad length or a truncation hides where the next record starts
+      return false;
+    }
+    pos_ += advance;
+    offset_ += advance;
+    ++index_;
+    if (frame.problem == Problem::kNone) return true;
+  }
+  return false;
+}
+
+}  // namespace lockstep::data

@@ -1,0 +1,79 @@
+#include "record_source.h"
+
+namespace lockstep::data {
+
+SegmentBytes BlockReader::read(const Segment& segment) {
+  const ShardInfo& info = table_.index().shards[segment.shard];
+  if (!cache_) {
+    uint64_t begin = info.begin_of(segment.first);
+    return {std::make_shared<const std::string>(
+                table_.read_bytes(segment.shard, begin, info.end_of(segment.first, segment.count))),
+            begin};
+  }
+  // Cached reads fetch whole blocks, so later epochs (which cut blocks at
+  // other rank boundaries) find them.
+  uint64_t block = segment.first / block_records_;
+  auto key = std::make_pair(segment.shard, block);
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = blocks_.find(key); it != blocks_.end()) return it->second;
+  }
+  uint64_t first = block * block_records_;
+  uint64_t count = std::min(block_records_, info.records() - first);
+  uint64_t begin = info.begin_of(first);
+  SegmentBytes bytes{std::make_shared<const std::string>(
+                         table_.read_bytes(segment.shard, begin, info.end_of(first, count))),
+                     begin};
+  std::lock_guard lock(mu_);
+  blocks_.emplace(key, bytes);
+  return bytes;
+}
+
+RecordSource::RecordSource(const RecordTable& table, BlockReader& reader,
+                           std::vector<Segment> plan, size_t interleave)
+    : table_(table), reader_(reader), plan_(std::move(plan)), interleave_(std::max<size_t>(1, interleave)) {
+  fill_slots();
+}
+
+std::shared_future<SegmentBytes> RecordSource::read_async(const Segment& segment) {
+  return std::async(std::launch::async, [this, segment] { return reader_.read(segment); }).share();
+}
+
+void RecordSource::fill_slots() {
+  // Keep `interleave_` reads in flight beyond the active slots.
+  while (ahead_.size() < interleave_ && next_segment_ + ahead_.size() < plan_.size())
+    ahead_.push_back(read_async(plan_[next_segment_ + ahead_.size()]));
+}
+
+bool RecordSource::next(RawRecord* out) {
+  while (slots_.size() < interleave_ && !ahead_.empty()) {
+    // Only at start-up: later, finished slots are replaced in place.
+    slots_.push_back({plan_[next_segment_++], ahead_.front(), 0});
+    ahead_.pop_front();
+    fill_slots();
+  }
+  if (slots_.empty()) return false;
+  Slot& slot = slots_[cursor_];
+  const SegmentBytes& bytes = slot.bytes.get();
+  const ShardInfo& info = table_.index().shards[slot.segment.shard];
+  uint64_t record = slot.segment.first + slot.done;
+  uint64_t begin = info.begin_of(record), end = info.end_of(record, 1);
+  auto clip = [&](uint64_t at) {  // a truncated file gives fewer bytes than indexed
+    return static_cast<size_t>(std::min<uint64_t>(at - bytes.base, bytes.bytes->size()));
+  };
+  *out = {bytes.bytes, clip(begin), clip(end), slot.segment.shard, record, begin};
+  if (++slot.done < slot.segment.count) {
+    cursor_ = (cursor_ + 1) % slots_.size();
+  } else if (!ahead_.empty()) {
+    slot = {plan_[next_segment_++], ahead_.front(), 0};
+    ahead_.pop_front();
+    fill_slots();
+    cursor_ = (cursor_ + 1) % slots_.size();
+  } else {
+    slots_.erase(slots_.begin() + static_cast<std::ptrdiff_t>(cursor_));
+    if (cursor_ >= slots_.size()) cursor_ = 0;
+  }
+  return true;
+}
+
+}  // namespace lockstep::data

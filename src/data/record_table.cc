@@ -1,0 +1,67 @@
+#include "lockstep/data/record_table.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "lockstep/data/record_io.h"
+
+namespace lockstep::data {
+
+RecordTable::RecordTable(RecordIndex index) : index_(std::move(index)) {
+  starts_.push_back(0);
+  for (const auto& shard : index_.shards) {
+    int fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      for (int open_fd : fds_) ::close(open_fd);
+      throw Error(fmt::format("cannot open shard {}: {}; check the index's folder",
+                              shard.path, std::strerror(errno)));
+    }
+    fds_.push_back(fd);
+    starts_.push_back(starts_.back() + shard.records());
+  }
+}
+
+RecordTable::~RecordTable() {
+  for (int fd : fds_) ::close(fd);
+}
+
+std::pair<uint32_t, uint64_t> RecordTable::locate(uint64_t i) const {
+  auto it = std::upper_bound(starts_.begin(), starts_.end(), i) - 1;
+  return {static_cast<uint32_t>(it - starts_.begin()), i - *it};
+}
+
+std::string RecordTable::read_bytes(uint32_t shard, uint64_t begin, uint64_t end) const {
+  std::string out(end - begin, '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fds_[shard], out.data() + done, out.size() - done,
+                        static_cast<off_t>(begin + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      throw Error(fmt::format("reading {} at byte {} failed: {}", index_.shards[shard].path,
+                              begin + done, std::strerror(errno)));
+    if (n == 0) break;  // file shorter than indexed: the frame check reports truncation
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+std::string RecordTable::read(uint64_t i) const {
+  auto [shard, record] = locate(i);
+  const ShardInfo& info = index_.shards[shard];
+  uint64_t begin = info.begin_of(record);
+  std::string bytes = read_bytes(shard, begin, info.end_of(record, 1));
+  Frame frame = parse_indexed_frame({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  if (frame.problem != Problem::kNone)
+    throw BadRecord(frame.problem, info.path, record, begin, frame.detail);
+  return std::string(frame.payload);
+}
+
+}  // namespace lockstep::data
