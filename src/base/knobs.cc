@@ -27,6 +27,7 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_JOB_ID", "", "unique job id; names the job's shared-memory segments"},
     Knob{"LOCKSTEP_RENDEZVOUS", "", "host:port of the launcher's rendezvous store"},
     Knob{"LOCKSTEP_SECRET", "", "per-job secret authenticating rendezvous traffic (hex)"},
+    Knob{"LOCKSTEP_BIND_TO", "auto", "core|none|auto: CPU affinity per worker, applied by the torch layer"},
     // --- comm
     Knob{"LOCKSTEP_BACKEND", "auto", "auto|shm|mpi|gloo: transport between workers"},
     Knob{"LOCKSTEP_TIMEOUT", "300",
@@ -42,8 +43,20 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_SPIN_US", "auto",
          "microseconds to spin before sleeping on a futex; auto = 50, or 0 when oversubscribed"},
     Knob{"LOCKSTEP_KERNELS", "auto", "auto|avx2|scalar: reduction kernel family"},
+    Knob{"LOCKSTEP_HIERARCHICAL", "auto",
+         "auto|0|1: multi-host allreduce as shm reduce-scatter + cross-host allreduce + shm "
+         "allgather (auto: when hosts hold several ranks)"},
+    Knob{"LOCKSTEP_GLOO_FILE_STORE", "",
+         "gloo: rendezvous through this shared directory instead of the launcher's store"},
+    Knob{"LOCKSTEP_NETWORK_INTERFACE", "",
+         "gloo: network interface (e.g. eth0) for TCP between hosts; empty = the one for the "
+         "host name"},
+    Knob{"LOCKSTEP_VERIFY_OPS", "0",
+         "mpi/gloo: 1 = compare every collective's descriptor across ranks first (one small "
+         "allgather) so mismatches fail cleanly"},
     // --- engine
-    Knob{"LOCKSTEP_FUSION_THRESHOLD", "64MiB", "bytes of ready tensors fused into one collective"},
+    Knob{"LOCKSTEP_FUSION_THRESHOLD", "1MiB",
+         "bytes of ready tensors fused into one collective (default measured: docs/engine.md)"},
     Knob{"LOCKSTEP_DETERMINISTIC", "0",
          "1: bitwise-identical results whatever the fusion threshold or algorithm"},
     Knob{"LOCKSTEP_STALL_WARNING", "10",

@@ -1,0 +1,142 @@
+// The engine: asynchronous, negotiated, fused collectives (what Horovod's
+// common/ layer does), framework-agnostic.
+//
+// Usage: construct an Engine over a Communicator (or call the process-wide
+// engine::init()), submit operations from any thread, wait on their Handles.
+// Every rank must eventually submit the same set of names per process set,
+// in any order; the engine agrees one global order (docs/engine.md, Note
+// [Negotiation] in src/engine/negotiator.h), fuses small allreduces and runs
+// the collectives on background threads: one per process set, each the only
+// user of that set's Communicator.
+//
+// Thread-safety: all methods are thread-safe. Submissions fail fast with
+// InvalidArgument (bad arguments, a name already pending in that process set,
+// an engine that is shut down). Errors discovered by communicating fail the
+// Handle: MismatchError (ranks disagree), TimeoutError (stall timeout),
+// PeerFailure (a rank died: fails every pending and future operation),
+// Aborted (another rank shut the engine down).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/comm/communicator.h"
+#include "lockstep/engine/handle.h"
+#include "lockstep/engine/types.h"
+
+namespace lockstep::engine {
+
+struct EngineConfig {
+  size_t fusion_threshold = 1u << 20;  // bytes; 0 disables fusion (docs/engine.md)
+  bool deterministic = false;
+  double stall_warning_s = 10;
+  double stall_timeout_s = 60;          // <= 0: never fail stalled tensors
+  std::string timeline_path;            // empty: no timeline
+  bool autotune = false;
+  size_t autotune_samples = 10;         // timed cycles per candidate threshold
+  size_t cache_capacity = 1024;         // names remembered for the fast path
+  // Sets created at init, ids 1, 2, ... in this order (ascending global ranks).
+  std::vector<std::vector<int>> process_sets;
+
+  // From the LOCKSTEP_* knobs (src/base/knobs.cc).
+  static EngineConfig from_knobs();
+};
+
+class Engine {
+ public:
+  // Collective over every rank of `comm`; all ranks pass equivalent configs
+  // (rank 0's fusion threshold wins where they differ).
+  explicit Engine(std::unique_ptr<comm::Communicator> comm,
+                  EngineConfig config = EngineConfig::from_knobs());
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  // Calls shutdown().
+  ~Engine();
+
+  // Collective-ish: stops the background threads once every rank's engine
+  // knows (the first rank to shut down ends the engine for all; their pending
+  // operations fail with Aborted). Idempotent; never hangs on a dead peer.
+  void shutdown();
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  int local_size() const;
+  int cross_rank() const;
+  int cross_size() const;
+
+  // output may equal input (in place). Average divides by the number of
+  // contributing ranks (ranks that have not joined). Result =
+  // postscale * reduce(prescale * input).
+  Handle allreduce_async(std::string name, const void* input, void* output, Shape shape,
+                         DataType dtype, ReduceOp op = ReduceOp::kSum, double prescale = 1.0,
+                         double postscale = 1.0, OpOptions options = {});
+  // Several allreduces completing together (one handle); same dtype and op.
+  Handle grouped_allreduce_async(const std::vector<std::string>& names,
+                                 const std::vector<const void*>& inputs,
+                                 const std::vector<void*>& outputs,
+                                 const std::vector<Shape>& shapes, DataType dtype,
+                                 ReduceOp op = ReduceOp::kSum, double prescale = 1.0,
+                                 double postscale = 1.0, OpOptions options = {});
+  // Concatenates every rank's input along the first dimension (which may
+  // differ per rank); the output is obtained from `allocate`.
+  Handle allgather_async(std::string name, const void* input, Shape shape, DataType dtype,
+                         Allocator allocate, OpOptions options = {});
+  // In place: buffer holds the root's data afterwards on every rank. root is
+  // a rank of the process set (its index in the set's rank list).
+  Handle broadcast_async(std::string name, void* buffer, Shape shape, DataType dtype, int root,
+                         OpOptions options = {});
+  // splits[r] first-dimension rows go to rank r (empty: split evenly).
+  Handle alltoall_async(std::string name, const void* input, Shape shape, DataType dtype,
+                        std::vector<int64_t> splits, Allocator allocate, OpOptions options = {});
+  // Reduces across ranks and gives rank r the r-th slice of the first
+  // dimension (the first dim % size ranks get one extra row).
+  Handle reducescatter_async(std::string name, const void* input, Shape shape, DataType dtype,
+                             ReduceOp op, Allocator allocate, OpOptions options = {});
+
+  // Blocks until every rank of the set reached the barrier.
+  void barrier(int process_set = 0);
+  // For uneven data: until every rank joined, the others' collectives run
+  // with this rank contributing neutral values. Returns the last rank to join.
+  int join();
+  // Collective over all ranks (all pass the same ranks): a new process set.
+  int add_process_set(std::vector<int> ranks);
+
+  // Chrome-trace timeline (rank 0 writes; other ranks ignore these).
+  void start_timeline(const std::string& path);
+  void stop_timeline();
+
+  // The fusion threshold the global set last negotiated (autotune changes it).
+  size_t fusion_threshold() const;
+  // Asks for a new fusion threshold from the next cycle on; rank 0's request
+  // is the one every rank uses. Ignored while autotune runs.
+  void set_fusion_threshold(size_t bytes);
+  // Autotune finished and settled on fusion_threshold() (false when off).
+  bool autotune_converged() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- process-wide engine (Horovod style) ----
+// From the environment (lockstep run / mpirun / single process).
+void init();
+void init(const comm::WorldInfo& world);
+void init(std::unique_ptr<comm::Communicator> comm, EngineConfig config = EngineConfig::from_knobs());
+bool is_initialized();
+void shutdown();
+// Throws InvalidArgument when init() has not been called.
+Engine& global();
+
+int rank();
+int size();
+int local_rank();
+int local_size();
+int cross_rank();
+int cross_size();
+
+}  // namespace lockstep::engine

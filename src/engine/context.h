@@ -1,0 +1,50 @@
+// EngineContext: what the process-set workers of one Engine share.
+#pragma once
+
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "engine/timeline.h"
+#include "lockstep/engine/engine.h"
+
+namespace lockstep::engine::detail {
+
+struct EngineContext {
+  EngineConfig config;
+  Timeline timeline;
+  // Executed on the global set's worker thread, in negotiated order, on every
+  // rank: registers a new process set and returns its id (set by Engine).
+  // `world` is the global set's Communicator (members split it).
+  std::function<int(const std::vector<int32_t>& ranks, comm::Communicator& world)> add_process_set;
+  // What the global set last negotiated; read by Engine accessors.
+  std::atomic<size_t> current_threshold{0};
+  // What this rank asks for (only set rank 0 of the global set is heard).
+  std::atomic<size_t> requested_threshold{0};
+  std::atomic<bool> autotune_converged{false};
+  // Wakes every worker (set by Engine) so they notice a fatal error.
+  std::function<void()> wake_all;
+
+  // The first fatal error (a dead peer, a transport failure): from then on
+  // every pending and future operation fails with it. Thread-safe.
+  void set_fatal(std::exception_ptr error) {
+    {
+      std::lock_guard lock(mu);
+      if (fatal) return;
+      fatal = error;
+    }
+    if (wake_all) wake_all();
+  }
+  std::exception_ptr fatal_error() const {
+    std::lock_guard lock(mu);
+    return fatal;
+  }
+
+ private:
+  mutable std::mutex mu;
+  std::exception_ptr fatal;
+};
+
+}  // namespace lockstep::engine::detail

@@ -1,0 +1,253 @@
+#include "lockstep/engine/engine.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/ranges.h>
+
+#include <fmt/format.h>
+
+#include "engine/submission.h"
+#include "engine/worker.h"
+#include "lockstep/base/error.h"
+#include "lockstep/base/log.h"
+
+namespace lockstep::engine {
+
+using detail::Entry;
+using detail::ProcessSetWorker;
+
+struct Engine::Impl {
+  comm::WorldInfo world;
+  detail::EngineContext ctx;
+  std::mutex mu;  // guards the maps below
+  std::map<int, std::vector<int>> set_ranks;                  // every set, member or not
+  std::map<int, std::shared_ptr<ProcessSetWorker>> workers;   // sets this rank is in
+  int next_set_id = 1;
+  int add_calls = 0;
+  bool shut_down = false;
+
+  std::shared_ptr<ProcessSetWorker> worker(int set) {
+    std::lock_guard lock(mu);
+    if (shut_down) throw InvalidArgument("engine: shut down; call init() again to use it");
+    auto it = workers.find(set);
+    if (it != workers.end()) return it->second;
+    if (set_ranks.count(set))
+      throw InvalidArgument(fmt::format(
+          "engine: rank {} is not a member of process set {} (ranks {})", world.rank, set,
+          fmt::join(set_ranks[set], ",")));
+    throw InvalidArgument(fmt::format("engine: no process set {}", set));
+  }
+
+  // Registers a set; members split `world_comm` and start its worker.
+  int add_set(const std::vector<int>& ranks, comm::Communicator& world_comm) {
+    int id;
+    {
+      std::lock_guard lock(mu);
+      id = next_set_id++;
+      set_ranks[id] = ranks;
+    }
+    if (std::find(ranks.begin(), ranks.end(), world.rank) == ranks.end()) return id;
+    auto sub = world_comm.split(ranks, fmt::format("ps{}", id));
+    auto w = std::make_shared<ProcessSetWorker>(id, ranks, std::move(sub), ctx);
+    std::lock_guard lock(mu);
+    workers[id] = std::move(w);
+    return id;
+  }
+
+  Handle submit(int set, std::vector<Entry> entries, Callback on_done) {
+    auto w = worker(set);
+    auto state = std::make_shared<detail::OpState>(static_cast<int>(entries.size()),
+                                                   std::move(on_done));
+    auto now = detail::Clock::now();
+    for (Entry& e : entries) {
+      detail::validate(e, w->set_size());
+      e.state = state;
+      e.submitted = now;
+    }
+    w->submit(std::move(entries));
+    return Handle(state);
+  }
+};
+
+Engine::Engine(std::unique_ptr<comm::Communicator> comm, EngineConfig config)
+    : impl_(std::make_unique<Impl>()) {
+  if (!comm) throw InvalidArgument("engine: null Communicator");
+  impl_->world = comm->world();
+  set_log_rank(impl_->world.rank);
+  if (config.deterministic && config.autotune) {
+    log(LogLevel::kInfo, "engine: LOCKSTEP_DETERMINISTIC=1 disables LOCKSTEP_AUTOTUNE");
+    config.autotune = false;
+  }
+  impl_->ctx.current_threshold = config.fusion_threshold;
+  impl_->ctx.requested_threshold = config.fusion_threshold;
+  impl_->ctx.config = std::move(config);
+  impl_->ctx.add_process_set = [this](const std::vector<int32_t>& ranks, comm::Communicator& w) {
+    return impl_->add_set(std::vector<int>(ranks.begin(), ranks.end()), w);
+  };
+  impl_->ctx.wake_all = [this] {
+    std::lock_guard lock(impl_->mu);
+    for (auto& [id, w] : impl_->workers) w->wake();
+  };
+  if (!impl_->ctx.config.timeline_path.empty() && rank() == 0)
+    impl_->ctx.timeline.start(impl_->ctx.config.timeline_path);
+  // Static sets split before the global worker starts, so this thread is
+  // still the world communicator's only user.
+  std::vector<int> all(impl_->world.size);
+  for (int r = 0; r < impl_->world.size; ++r) all[r] = r;
+  impl_->set_ranks[0] = all;
+  std::vector<std::vector<int>> static_sets;  // all checked before any starts
+  for (const auto& ranks : impl_->ctx.config.process_sets)
+    static_sets.push_back(detail::checked_set_ranks(ranks, impl_->world.size));
+  for (const auto& ranks : static_sets) impl_->add_set(ranks, *comm);
+  impl_->workers[0] = std::make_shared<ProcessSetWorker>(0, all, std::move(comm), impl_->ctx);
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  std::map<int, std::shared_ptr<ProcessSetWorker>> workers;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->shut_down) return;
+    impl_->shut_down = true;
+    workers = impl_->workers;
+  }
+  for (auto& [id, w] : workers) w->request_stop();
+  for (auto& [id, w] : workers) w->join();
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->workers.clear();
+  }
+  impl_->ctx.timeline.stop();
+}
+
+int Engine::rank() const { return impl_->world.rank; }
+int Engine::size() const { return impl_->world.size; }
+int Engine::local_rank() const { return impl_->world.local_rank; }
+int Engine::local_size() const { return impl_->world.local_size; }
+int Engine::cross_rank() const { return impl_->world.cross_rank; }
+int Engine::cross_size() const { return impl_->world.cross_size; }
+
+Handle Engine::allreduce_async(std::string name, const void* input, void* output, Shape shape,
+                               DataType dtype, ReduceOp op, double prescale, double postscale,
+                               OpOptions options) {
+  std::vector<Entry> entries;
+  entries.push_back(detail::make_entry(Collective::kAllreduce, std::move(name), input, output,
+                                       std::move(shape), dtype));
+  auto& r = entries.back().request;
+  r.op = op;
+  r.prescale = prescale;
+  r.postscale = postscale;
+  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+}
+
+Handle Engine::grouped_allreduce_async(const std::vector<std::string>& names,
+                                       const std::vector<const void*>& inputs,
+                                       const std::vector<void*>& outputs,
+                                       const std::vector<Shape>& shapes, DataType dtype,
+                                       ReduceOp op, double prescale, double postscale,
+                                       OpOptions options) {
+  size_t n = names.size();
+  if (n == 0 || inputs.size() != n || outputs.size() != n || shapes.size() != n)
+    throw InvalidArgument(fmt::format(
+        "grouped_allreduce: {} names, {} inputs, {} outputs and {} shapes: need the same "
+        "non-zero count of each",
+        names.size(), inputs.size(), outputs.size(), shapes.size()));
+  std::vector<Entry> entries;
+  for (size_t i = 0; i < n; ++i) {
+    entries.push_back(
+        detail::make_entry(Collective::kAllreduce, names[i], inputs[i], outputs[i], shapes[i], dtype));
+    auto& r = entries.back().request;
+    r.op = op;
+    r.prescale = prescale;
+    r.postscale = postscale;
+  }
+  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+}
+
+Handle Engine::allgather_async(std::string name, const void* input, Shape shape, DataType dtype,
+                               Allocator allocate, OpOptions options) {
+  std::vector<Entry> entries;
+  entries.push_back(detail::make_entry(Collective::kAllgather, std::move(name), input, nullptr,
+                                       std::move(shape), dtype));
+  entries.back().allocate = std::move(allocate);
+  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+}
+
+Handle Engine::broadcast_async(std::string name, void* buffer, Shape shape, DataType dtype,
+                               int root, OpOptions options) {
+  std::vector<Entry> entries;
+  entries.push_back(detail::make_entry(Collective::kBroadcast, std::move(name), buffer, buffer,
+                                       std::move(shape), dtype));
+  entries.back().request.root = root;
+  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+}
+
+Handle Engine::alltoall_async(std::string name, const void* input, Shape shape, DataType dtype,
+                              std::vector<int64_t> splits, Allocator allocate,
+                              OpOptions options) {
+  std::vector<Entry> entries;
+  entries.push_back(detail::make_entry(Collective::kAlltoall, std::move(name), input, nullptr,
+                                       std::move(shape), dtype));
+  entries.back().request.splits = std::move(splits);
+  entries.back().allocate = std::move(allocate);
+  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+}
+
+Handle Engine::reducescatter_async(std::string name, const void* input, Shape shape,
+                                   DataType dtype, ReduceOp op, Allocator allocate,
+                                   OpOptions options) {
+  std::vector<Entry> entries;
+  entries.push_back(detail::make_entry(Collective::kReducescatter, std::move(name), input,
+                                       nullptr, std::move(shape), dtype));
+  entries.back().request.op = op;
+  entries.back().allocate = std::move(allocate);
+  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+}
+
+void Engine::barrier(int process_set) {
+  std::vector<Entry> entries;
+  entries.push_back(
+      detail::make_entry(Collective::kBarrier, "barrier", nullptr, nullptr, {}, DataType::kUInt8));
+  impl_->submit(process_set, std::move(entries), {}).wait();
+}
+
+int Engine::join() {
+  std::vector<Entry> entries;
+  entries.push_back(
+      detail::make_entry(Collective::kJoin, "join", nullptr, nullptr, {}, DataType::kUInt8));
+  Handle h = impl_->submit(0, std::move(entries), {});
+  h.wait();
+  return h.value();
+}
+
+int Engine::add_process_set(std::vector<int> ranks) {
+  ranks = detail::checked_set_ranks(ranks, size());
+  std::string name;
+  {
+    std::lock_guard lock(impl_->mu);
+    name = fmt::format("add_process_set#{}", impl_->add_calls++);
+  }
+  std::vector<Entry> entries;
+  entries.push_back(detail::make_entry(Collective::kAddProcessSet, std::move(name), nullptr,
+                                       nullptr, {}, DataType::kUInt8));
+  entries.back().request.ranks.assign(ranks.begin(), ranks.end());
+  Handle h = impl_->submit(0, std::move(entries), {});
+  h.wait();
+  return h.value();
+}
+
+void Engine::start_timeline(const std::string& path) {
+  if (rank() == 0) impl_->ctx.timeline.start(path);
+}
+
+void Engine::stop_timeline() { impl_->ctx.timeline.stop(); }
+
+size_t Engine::fusion_threshold() const { return impl_->ctx.current_threshold.load(); }
+
+void Engine::set_fusion_threshold(size_t bytes) { impl_->ctx.requested_threshold.store(bytes); }
+
+bool Engine::autotune_converged() const { return impl_->ctx.autotune_converged.load(); }
+
+}  // namespace lockstep::engine

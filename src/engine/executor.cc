@@ -1,0 +1,209 @@
+#include "engine/executor.h"
+
+#include <cstring>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "engine/scaling.h"
+#include "lockstep/base/error.h"
+
+namespace lockstep::engine::detail {
+namespace {
+
+size_t row_elements(const Shape& shape) {
+  if (shape.empty()) return 1;
+  return static_cast<size_t>(num_elements(Shape(shape.begin() + 1, shape.end())));
+}
+
+Shape with_rows(const Shape& shape, int64_t rows) {
+  Shape out = shape.empty() ? Shape{0} : shape;
+  out[0] = rows;
+  return out;
+}
+
+}  // namespace
+
+void* Executor::scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+void* Executor::allocate(Entry* entry, const Shape& shape, DataType dtype,
+                         std::exception_ptr& error) {
+  size_t bytes = static_cast<size_t>(num_elements(shape)) * comm::dtype_size(dtype);
+  if (entry && entry->allocate) {
+    try {
+      void* p = entry->allocate(shape, dtype);
+      if (p || bytes == 0) return p;
+      throw InvalidArgument(fmt::format("{} '{}': the allocator returned null for shape {}",
+                                        collective_name(entry->request.collective),
+                                        entry->request.name, format_shape(shape)));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  return scratch(bytes);  // the collective must still run: the peers expect us
+}
+
+size_t Executor::run(const Batch& batch, const CycleResult& cycle, std::span<Entry* const> entries,
+                     std::span<std::exception_ptr> errors) {
+  const ReadyItem& first = cycle.ready[batch.items.front()];
+  size_t i0 = batch.items.front();
+  Times t;
+  t.start = Clock::now();
+  size_t bytes = 0;
+  switch (first.request.collective) {
+    case Collective::kAllreduce: bytes = allreduce(batch, cycle, entries, t); break;
+    case Collective::kAllgather: bytes = allgather(first, cycle, entries[i0], errors[i0]); break;
+    case Collective::kBroadcast: bytes = broadcast(first, entries[i0]); break;
+    case Collective::kAlltoall: bytes = alltoall(first, entries[i0], errors[i0]); break;
+    case Collective::kReducescatter: bytes = reducescatter(first, entries[i0], errors[i0]); break;
+    default: break;  // barrier: negotiation already synchronized every rank
+  }
+  if (first.request.collective != Collective::kAllreduce) {
+    t.copied_in = t.start;
+    t.reduced = t.copied_out = Clock::now();
+  }
+  if (timeline_ && timeline_->active()) record(batch, entries, t);
+  return bytes;
+}
+
+size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
+                           std::span<Entry* const> entries, Times& t) {
+  const Request& req = cycle.ready[batch.items.front()].request;
+  const int contributors = comm_.size() - cycle.num_joined;
+  const size_t esize = comm::dtype_size(req.dtype);
+  const size_t total = batch.bytes / esize;
+  std::byte* buffer;
+  const void* source = nullptr;  // set: reduce out of place from the caller's input
+  if (!batch.fused() && entries[batch.items.front()]) {
+    Entry* e = entries[batch.items.front()];
+    buffer = static_cast<std::byte*>(e->output);
+    if (req.prescale == 1.0) source = e->input;
+    else copy_scaled(e->input, buffer, total, req.dtype, req.prescale);
+  } else {
+    if (fusion_.size() < batch.bytes) fusion_.resize(batch.bytes);
+    buffer = fusion_.data();
+    size_t offset = 0;
+    for (size_t i : batch.items) {
+      size_t count = cycle.ready[i].request.bytes() / esize;
+      if (Entry* e = entries[i]) copy_scaled(e->input, buffer + offset, count, req.dtype, req.prescale);
+      else fill_neutral(buffer + offset, count, req.dtype, req.op);
+      offset += count * esize;
+    }
+  }
+  t.copied_in = Clock::now();
+  if (!source) source = buffer;
+  // A plain average lets the transport divide inside its reduction pass
+  // instead of a second pass here. Chosen from replicated data only, so fused
+  // and unfused batches still compute every element the same way.
+  if (req.op == ReduceOp::kAverage && req.postscale == 1.0 && cycle.num_joined == 0) {
+    comm_.allreduce(source, buffer, total, req.dtype, ReduceOp::kAverage);
+  } else {
+    comm_.allreduce(source, buffer, total, req.dtype, wire_op(req.op));
+    finish_reduction(buffer, total, req.dtype, req.op, req.postscale, contributors);
+  }
+  t.reduced = Clock::now();
+  if (buffer == fusion_.data()) {
+    size_t offset = 0;
+    for (size_t i : batch.items) {
+      size_t bytes = cycle.ready[i].request.bytes();
+      if (Entry* e = entries[i]; e && bytes > 0) std::memcpy(e->output, buffer + offset, bytes);
+      offset += bytes;
+    }
+  }
+  t.copied_out = Clock::now();
+  return batch.bytes;
+}
+
+size_t Executor::allgather(const ReadyItem& item, const CycleResult& cycle, Entry* entry,
+                           std::exception_ptr& error) {
+  const Request& req = item.request;
+  const size_t row = row_elements(req.shape);
+  std::vector<size_t> counts(comm_.size());
+  int64_t rows = 0;
+  for (int r = 0; r < comm_.size(); ++r) {
+    int64_t n = cycle.joined[r] || item.per_rank[r].shape.empty() ? 0 : item.per_rank[r].shape[0];
+    counts[r] = static_cast<size_t>(n) * row;
+    rows += n;
+  }
+  Shape out_shape = with_rows(req.shape, rows);
+  void* out = allocate(entry, out_shape, req.dtype, error);
+  comm_.allgatherv(entry ? entry->input : nullptr, out, counts, req.dtype);
+  if (entry) entry->state->output_shape = out_shape;
+  return static_cast<size_t>(rows) * row * comm::dtype_size(req.dtype);
+}
+
+size_t Executor::broadcast(const ReadyItem& item, Entry* entry) {
+  const Request& req = item.request;
+  size_t count = static_cast<size_t>(num_elements(req.shape));
+  void* buffer = entry ? entry->output : scratch(req.bytes());
+  comm_.broadcast(buffer, count, req.dtype, req.root);
+  if (entry) entry->state->output_shape = req.shape;
+  return req.bytes();
+}
+
+size_t Executor::alltoall(const ReadyItem& item, Entry* entry, std::exception_ptr& error) {
+  const Request& req = item.request;
+  const int me = comm_.rank();
+  const size_t row = row_elements(req.shape);
+  std::vector<size_t> send_counts(comm_.size()), recv_counts(comm_.size());
+  std::vector<int64_t> received(comm_.size());
+  int64_t rows = 0;
+  for (int r = 0; r < comm_.size(); ++r) {
+    send_counts[r] = static_cast<size_t>(item.per_rank[me].splits[r]) * row;
+    received[r] = item.per_rank[r].splits[me];
+    recv_counts[r] = static_cast<size_t>(received[r]) * row;
+    rows += received[r];
+  }
+  Shape out_shape = with_rows(req.shape, rows);
+  void* out = allocate(entry, out_shape, req.dtype, error);
+  comm_.alltoallv(entry->input, send_counts, out, recv_counts, req.dtype);
+  entry->state->output_shape = out_shape;
+  entry->state->received_splits = std::move(received);
+  return static_cast<size_t>(rows) * row * comm::dtype_size(req.dtype);
+}
+
+size_t Executor::reducescatter(const ReadyItem& item, Entry* entry, std::exception_ptr& error) {
+  const Request& req = item.request;
+  const int n = comm_.size(), me = comm_.rank();
+  const size_t row = row_elements(req.shape), esize = comm::dtype_size(req.dtype);
+  const int64_t dim = req.shape.empty() ? 0 : req.shape[0];
+  auto rows_of = [&](int r) { return dim / n + (r < dim % n ? 1 : 0); };
+  Shape out_shape = with_rows(req.shape, rows_of(me));
+  size_t out_count = static_cast<size_t>(rows_of(me)) * row;
+  void* out = allocate(entry, out_shape, req.dtype, error);
+  if (dim % n == 0) {
+    comm_.reduce_scatter(entry->input, out, out_count, req.dtype, wire_op(req.op));
+  } else {
+    // Uneven rows: the transport's reduce_scatter wants equal blocks.
+    size_t total = static_cast<size_t>(dim) * row;
+    auto* full = static_cast<std::byte*>(scratch(total * esize));
+    comm_.allreduce(entry->input, full, total, req.dtype, wire_op(req.op));
+    int64_t before = 0;
+    for (int r = 0; r < me; ++r) before += rows_of(r);
+    std::memcpy(out, full + static_cast<size_t>(before) * row * esize, out_count * esize);
+  }
+  finish_reduction(out, out_count, req.dtype, req.op, 1.0, n);
+  entry->state->output_shape = out_shape;
+  return req.bytes();
+}
+
+void Executor::record(const Batch& batch, std::span<Entry* const> entries, const Times& t) {
+  for (size_t i : batch.items) {
+    Entry* e = entries[i];
+    if (!e) continue;
+    const std::string& name = e->request.name;
+    timeline_->record(name, Phase::kWaitForData, e->ready, t.start);
+    timeline_->record(name, Phase::kFuseCopyIn, t.start, t.copied_in);
+    timeline_->record(name, Phase::kCollective, t.copied_in, t.reduced);
+    timeline_->record(name, Phase::kCopyOut, t.reduced, t.copied_out);
+  }
+  if (batch.fused())
+    if (Entry* e = entries[batch.items.front()])
+      timeline_->record(e->request.name, Phase::kMarker, t.start, t.start,
+                        fmt::format("{} tensors, {} bytes", batch.items.size(), batch.bytes));
+}
+
+}  // namespace lockstep::engine::detail

@@ -1,0 +1,70 @@
+// The process-wide engine behind engine::init() / engine::shutdown().
+#include <mutex>
+
+#include "lockstep/base/error.h"
+#include "lockstep/engine/engine.h"
+
+namespace lockstep::engine {
+namespace {
+
+std::mutex g_mu;
+std::unique_ptr<Engine> g_engine;
+
+void check_not_initialized() {
+  if (g_engine) throw InvalidArgument("engine::init: already initialized; call shutdown() first");
+}
+
+}  // namespace
+
+// Checked before connecting: a second Communicator for the same job would
+// collide with the running engine's.
+void init() {
+  {
+    std::lock_guard lock(g_mu);
+    check_not_initialized();
+  }
+  init(comm::Communicator::from_environment());
+}
+
+void init(const comm::WorldInfo& world) {
+  {
+    std::lock_guard lock(g_mu);
+    check_not_initialized();
+  }
+  init(comm::Communicator::create(world));
+}
+
+void init(std::unique_ptr<comm::Communicator> comm, EngineConfig config) {
+  std::lock_guard lock(g_mu);
+  check_not_initialized();
+  g_engine = std::make_unique<Engine>(std::move(comm), std::move(config));
+}
+
+bool is_initialized() {
+  std::lock_guard lock(g_mu);
+  return g_engine != nullptr;
+}
+
+void shutdown() {
+  std::unique_ptr<Engine> engine;
+  {
+    std::lock_guard lock(g_mu);
+    engine = std::move(g_engine);
+  }
+  if (engine) engine->shutdown();
+}
+
+Engine& global() {
+  std::lock_guard lock(g_mu);
+  if (!g_engine) throw InvalidArgument("engine: not initialized; call lockstep::engine::init() first");
+  return *g_engine;
+}
+
+int rank() { return global().rank(); }
+int size() { return global().size(); }
+int local_rank() { return global().local_rank(); }
+int local_size() { return global().local_size(); }
+int cross_rank() { return global().cross_rank(); }
+int cross_size() { return global().cross_size(); }
+
+}  // namespace lockstep::engine

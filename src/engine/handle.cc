@@ -1,0 +1,61 @@
+#include <fmt/format.h>
+
+#include "engine/op_state.h"
+#include "lockstep/base/error.h"
+
+namespace lockstep::engine {
+namespace detail {
+
+void OpState::complete_one(std::exception_ptr e) {
+  Callback callback;
+  std::exception_ptr final_error;
+  {
+    std::lock_guard lock(mu);
+    if (done || remaining == 0) return;
+    if (e && !error) error = e;
+    if (--remaining > 0) return;
+    final_error = error;
+    callback = std::move(on_done);
+  }
+  // The callback runs before waiters wake, so a returned wait() implies it ran.
+  if (callback) callback(final_error);
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+}
+
+}  // namespace detail
+
+const detail::OpState& Handle::state() const {
+  if (!state_) throw InvalidArgument("engine: this Handle is empty (default-constructed)");
+  return *state_;
+}
+
+bool Handle::poll() const {
+  const auto& s = state();
+  std::lock_guard lock(s.mu);
+  return s.done;
+}
+
+void Handle::wait() const {
+  const auto& s = state();
+  std::unique_lock lock(s.mu);
+  s.cv.wait(lock, [&] { return s.done; });
+  if (s.error) std::rethrow_exception(s.error);
+}
+
+bool Handle::wait_for(std::chrono::milliseconds timeout) const {
+  const auto& s = state();
+  std::unique_lock lock(s.mu);
+  if (!s.cv.wait_for(lock, timeout, [&] { return s.done; })) return false;
+  if (s.error) std::rethrow_exception(s.error);
+  return true;
+}
+
+const Shape& Handle::output_shape() const { return state().output_shape; }
+const std::vector<int64_t>& Handle::received_splits() const { return state().received_splits; }
+int Handle::value() const { return state().value; }
+
+}  // namespace lockstep::engine

@@ -1,0 +1,179 @@
+#include "engine/negotiator.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace lockstep::engine::detail {
+namespace {
+
+// Header layout (Note [Negotiation]).
+constexpr size_t kThreshold = 0;
+constexpr size_t kStallAction = 1;
+constexpr size_t kAutotune = 2;
+constexpr size_t kFixed = 3;
+
+struct Layout {
+  size_t n;
+  size_t blob_len(int r) const { return kFixed + r; }
+  size_t joined(int r) const { return kFixed + n + r; }
+  size_t shutdown(int r) const { return kFixed + 2 * n + r; }
+  size_t slot(uint32_t s) const { return kFixed + 3 * n + s; }
+  size_t total(size_t slots) const { return kFixed + 3 * n + slots; }
+};
+
+bool cacheable(Collective c) {
+  return c != Collective::kJoin && c != Collective::kAddProcessSet;
+}
+
+}  // namespace
+
+Negotiator::Negotiator(comm::Communicator& comm, std::vector<int> global_ranks,
+                       size_t cache_capacity)
+    : comm_(comm),
+      global_ranks_(std::move(global_ranks)),
+      size_(comm.size()),
+      cache_(cache_capacity),
+      table_(comm.size()),
+      prev_joined_(comm.size(), 0) {}
+
+std::vector<uint8_t> Negotiator::encode_blob(const Offer& offer) const {
+  std::vector<uint8_t> blob;
+  if (offer.announcements.empty() && !stall_report_due()) return blob;
+  put_u32(blob, static_cast<uint32_t>(offer.announcements.size()));
+  for (const auto& r : offer.announcements) serialize(r, blob);
+  put_u32(blob, static_cast<uint32_t>(offer.cached_slots.size()));
+  for (uint32_t s : offer.cached_slots) put_u32(blob, s);
+  return blob;
+}
+
+CycleResult Negotiator::run_cycle(const Offer& offer) {
+  const int me = comm_.rank();
+  const Layout layout{static_cast<size_t>(size_)};
+  const size_t num_slots = cache_.num_slots();
+
+  std::vector<uint8_t> blob = encode_blob(offer);
+  std::vector<int32_t> header(layout.total(num_slots), 0);
+  if (me == 0) {
+    header[kThreshold] = static_cast<int32_t>(
+        std::min<int64_t>(offer.fusion_threshold, std::numeric_limits<int32_t>::max()));
+    header[kStallAction] = static_cast<int32_t>(offer.stall_action);
+    header[kAutotune] = offer.autotune_converged ? 1 : 0;
+  }
+  header[layout.blob_len(me)] = static_cast<int32_t>(blob.size());
+  header[layout.joined(me)] = offer.joined ? 1 : 0;
+  header[layout.shutdown(me)] = offer.shutdown ? 1 : 0;
+  for (uint32_t s : offer.cached_slots) header[layout.slot(s)] = 1;
+  comm_.allreduce(header.data(), header.size(), DataType::kInt32, ReduceOp::kSum);
+
+  CycleResult out;
+  out.fusion_threshold = static_cast<size_t>(std::max<int32_t>(0, header[kThreshold]));
+  out.autotune_converged = header[kAutotune] != 0;
+  out.joined.resize(size_);
+  for (int r = 0; r < size_; ++r) {
+    out.joined[r] = header[layout.joined(r)] != 0;
+    out.num_joined += out.joined[r];
+    if (header[layout.shutdown(r)] != 0) out.shutdown_ranks.push_back(r);
+  }
+
+  std::vector<size_t> blob_lens(size_);
+  size_t total = 0;
+  for (int r = 0; r < size_; ++r) total += blob_lens[r] = header[layout.blob_len(r)];
+  std::vector<std::vector<int>> slot_holders(num_slots);
+  if (total > 0) {
+    std::vector<uint8_t> all(total);
+    comm_.allgatherv(blob.data(), all.data(), blob_lens, DataType::kUInt8);
+    const uint8_t* p = all.data();
+    for (int r = 0; r < size_; ++r) {
+      apply_blob(r, p, p + blob_lens[r], slot_holders);
+      p += blob_lens[r];
+    }
+  }
+  if (!out.shutdown_ranks.empty()) return out;
+
+  std::span<const int32_t> counts(header.data() + layout.slot(0), num_slots);
+  const int expected = size_ - out.num_joined;
+  // Cached first, in slot order: announcements below may evict slots, but
+  // never a ready one (a rank announcing a name is not offering its slot).
+  collect_cached_ready(counts, expected, out);
+  collect_announced_ready(out);
+  track_join(out);
+
+  out.progressed = total > 0 || !out.ready.empty() || out.join_completed_last.has_value();
+  out.stall_report = stall_report_due();
+  out.stall_action = stall_action_;
+  collect_partial(counts, expected, slot_holders, out);
+  if (stall_action_ == StallAction::kAbort) table_.clear();
+  stall_action_ = static_cast<StallAction>(header[kStallAction]);
+  ++cycle_;
+  return out;
+}
+
+void Negotiator::apply_blob(int rank, const uint8_t* p, const uint8_t* end,
+                            std::vector<std::vector<int>>& slot_holders) {
+  if (p == end) return;
+  uint32_t n = get_u32(p, end);
+  for (uint32_t i = 0; i < n; ++i) {
+    Request r = deserialize(p, end);
+    if (auto slot = cache_.find(r.name)) cache_.erase(*slot);
+    table_.add(rank, std::move(r));
+  }
+  uint32_t slots = get_u32(p, end);
+  for (uint32_t i = 0; i < slots; ++i) {
+    uint32_t s = get_u32(p, end);
+    if (s < slot_holders.size()) slot_holders[s].push_back(rank);
+  }
+}
+
+void Negotiator::collect_cached_ready(std::span<const int32_t> counts, int expected,
+                                      CycleResult& out) {
+  for (uint32_t s = 0; s < counts.size(); ++s) {
+    if (counts[s] == 0 || counts[s] != expected || !cache_.occupied(s)) continue;
+    std::vector<std::optional<Request>> per_rank(size_);
+    for (int r = 0; r < size_; ++r)
+      if (!out.joined[r]) per_rank[r] = cache_.per_rank(s)[r];
+    out.ready.push_back(make_ready_item(std::move(per_rank), out.joined, global_ranks_));
+    cache_.touch(s, cycle_);
+  }
+}
+
+void Negotiator::collect_announced_ready(CycleResult& out) {
+  for (Announced& a : table_.take_complete(out.joined)) {
+    ReadyItem item = make_ready_item(std::move(a.per_rank), out.joined, global_ranks_);
+    if (item.error_kind == ItemError::kNone && out.num_joined == 0 &&
+        cacheable(item.request.collective))
+      cache_.insert(item.per_rank, cycle_);
+    out.ready.push_back(std::move(item));
+  }
+}
+
+void Negotiator::track_join(CycleResult& out) {
+  for (int r = 0; r < size_; ++r)
+    if (out.joined[r] && !prev_joined_[r]) last_joined_ = r;  // highest newcomer wins ties
+  prev_joined_ = out.joined;
+  if (out.num_joined == size_) {
+    out.join_completed_last = last_joined_;
+    std::fill(prev_joined_.begin(), prev_joined_.end(), 0);
+    last_joined_ = -1;
+  }
+}
+
+void Negotiator::collect_partial(std::span<const int32_t> counts, int expected,
+                                 const std::vector<std::vector<int>>& slot_holders,
+                                 CycleResult& out) const {
+  for (uint32_t s = 0; s < counts.size(); ++s) {
+    if (counts[s] == 0 || counts[s] == expected || !cache_.occupied(s)) continue;
+    const Request& r = cache_.per_rank(s).front();
+    out.partial.push_back({r.name, r.collective, slot_holders[s]});
+  }
+  for (const Announced* a : table_.entries()) {
+    PartialItem item{a->name, Collective::kAllreduce, {}};
+    for (int r = 0; r < size_; ++r)
+      if (a->per_rank[r]) {
+        item.collective = a->per_rank[r]->collective;
+        item.have.push_back(r);
+      }
+    out.partial.push_back(std::move(item));
+  }
+}
+
+}  // namespace lockstep::engine::detail

@@ -1,0 +1,53 @@
+// Internal: the shared state behind a Handle, and the local entry the
+// background thread works on.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+
+#include "engine/request.h"
+#include "lockstep/engine/handle.h"
+
+namespace lockstep::engine::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// Completed by the background thread; waited on by callers. A grouped
+// operation has one OpState shared by `remaining` entries: it completes when
+// the last one does, with the first error seen.
+struct OpState {
+  explicit OpState(int members, Callback callback)
+      : remaining(members), on_done(std::move(callback)) {}
+
+  // Thread-safe. Runs the callback (outside the lock) when the last member
+  // completes.
+  void complete_one(std::exception_ptr error);
+
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  int remaining;
+  Callback on_done;
+  // Results; written by the background thread before completion.
+  Shape output_shape;
+  std::vector<int64_t> received_splits;
+  int value = -1;
+};
+
+// One submitted tensor on this rank. Owned by the ProcessSetWorker's queue
+// until its response runs.
+struct Entry {
+  Request request;
+  const void* input = nullptr;
+  void* output = nullptr;
+  Allocator allocate;
+  std::shared_ptr<OpState> state;
+  Clock::time_point submitted;
+  Clock::time_point ready;  // when negotiation found it ready everywhere
+};
+
+}  // namespace lockstep::engine::detail

@@ -1,0 +1,95 @@
+#include "engine/submission.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "lockstep/base/error.h"
+
+namespace lockstep::engine::detail {
+namespace {
+
+[[noreturn]] void fail(const Request& r, const std::string& what) {
+  throw InvalidArgument(fmt::format("{} '{}': {}", collective_name(r.collective), r.name, what));
+}
+
+void check_splits(Entry& e, int set_size) {
+  Request& r = e.request;
+  int64_t rows = r.shape[0];
+  if (r.splits.empty()) {
+    if (rows % set_size != 0)
+      fail(r, fmt::format("first dimension {} does not divide evenly among {} ranks; pass splits",
+                          rows, set_size));
+    r.splits.assign(set_size, rows / set_size);
+  }
+  if (static_cast<int>(r.splits.size()) != set_size)
+    fail(r, fmt::format("{} splits for {} ranks", r.splits.size(), set_size));
+  for (int64_t s : r.splits)
+    if (s < 0) fail(r, fmt::format("negative split in [{}]", fmt::join(r.splits, ",")));
+  int64_t sum = std::accumulate(r.splits.begin(), r.splits.end(), int64_t{0});
+  if (sum != rows)
+    fail(r, fmt::format("splits [{}] add up to {} but the first dimension is {}",
+                        fmt::join(r.splits, ","), sum, rows));
+}
+
+}  // namespace
+
+Entry make_entry(Collective collective, std::string name, const void* input, void* output,
+                 Shape shape, DataType dtype) {
+  Entry e;
+  e.request.collective = collective;
+  e.request.name = std::move(name);
+  e.request.shape = std::move(shape);
+  e.request.dtype = dtype;
+  e.input = input;
+  e.output = output;
+  return e;
+}
+
+void validate(Entry& e, int set_size) {
+  Request& r = e.request;
+  if (r.name.empty()) fail(r, "the name is empty; every operation needs a name unique while pending");
+  if (!comm::is_valid(r.dtype)) fail(r, fmt::format("unknown dtype {}", static_cast<int>(r.dtype)));
+  if (!comm::is_valid(r.op)) fail(r, fmt::format("unknown reduce op {}", static_cast<int>(r.op)));
+  for (int64_t d : r.shape)
+    if (d < 0) fail(r, fmt::format("negative dimension in shape {}", format_shape(r.shape)));
+  const bool has_data = r.collective != Collective::kBarrier && r.collective != Collective::kJoin &&
+                        r.collective != Collective::kAddProcessSet;
+  if (has_data && num_elements(r.shape) > 0 && !e.input) fail(r, "input buffer is null");
+  switch (r.collective) {
+    case Collective::kAllreduce:
+      if (num_elements(r.shape) > 0 && !e.output) fail(r, "output buffer is null");
+      if (!comm::is_floating(r.dtype) && (r.prescale != 1.0 || r.postscale != 1.0))
+        fail(r, fmt::format("prescale/postscale need a floating dtype, not {}",
+                            comm::dtype_name(r.dtype)));
+      break;
+    case Collective::kBroadcast:
+      if (r.root < 0 || r.root >= set_size)
+        fail(r, fmt::format("root {} is out of range [0, {})", r.root, set_size));
+      break;
+    case Collective::kAllgather:
+    case Collective::kAlltoall:
+    case Collective::kReducescatter:
+      if (r.shape.empty()) fail(r, "needs at least one dimension (the one split or gathered)");
+      if (!e.allocate) fail(r, "needs an allocator for its output");
+      if (r.collective == Collective::kAlltoall) check_splits(e, set_size);
+      break;
+    default:
+      break;
+  }
+}
+
+std::vector<int> checked_set_ranks(std::vector<int> ranks, int world_size) {
+  std::sort(ranks.begin(), ranks.end());
+  if (ranks.empty()) throw InvalidArgument("process set: the rank list is empty");
+  if (std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end())
+    throw InvalidArgument(fmt::format("process set: rank listed twice in [{}]", fmt::join(ranks, ",")));
+  if (ranks.front() < 0 || ranks.back() >= world_size)
+    throw InvalidArgument(fmt::format("process set: ranks [{}] must lie in [0, {})",
+                                      fmt::join(ranks, ","), world_size));
+  return ranks;
+}
+
+}  // namespace lockstep::engine::detail

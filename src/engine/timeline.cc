@@ -1,0 +1,153 @@
+#include "engine/timeline.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "lockstep/base/error.h"
+
+namespace lockstep::engine::detail {
+namespace {
+
+void write_all(int fd, const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a full disk must not take the training job down
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+
+}  // namespace
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::kNegotiate: return "NEGOTIATE";
+    case Phase::kWaitForData: return "WAIT_FOR_DATA";
+    case Phase::kFuseCopyIn: return "FUSE_COPY_IN";
+    case Phase::kCollective: return "COLLECTIVE";
+    case Phase::kCopyOut: return "COPY_OUT";
+    case Phase::kMarker: return "FUSED_BATCH";
+  }
+  return "?";
+}
+
+void Timeline::start(const std::string& path) {
+  std::lock_guard control(control_mu_);
+  stop_locked();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw InvalidArgument(fmt::format("timeline: cannot open '{}': {}", path, std::strerror(errno)));
+  write_all(fd, "[\n");
+  {
+    std::lock_guard lock(mu_);
+    fd_ = fd;
+    stopping_ = false;
+    dropped_ = 0;
+    origin_ = Clock::now();
+    rows_.clear();
+  }
+  writer_ = std::thread([this] { writer_loop(); });
+  active_.store(true);
+}
+
+void Timeline::stop() {
+  std::lock_guard control(control_mu_);
+  stop_locked();
+}
+
+void Timeline::stop_locked() {
+  if (!writer_.joinable()) return;
+  active_.store(false);
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();
+  int fd;
+  uint64_t dropped;
+  {
+    std::lock_guard lock(mu_);
+    fd = fd_;
+    fd_ = -1;
+    dropped = dropped_;
+    queue_.clear();  // raced in after the writer's last drain; the file is closing
+  }
+  write_all(fd, fmt::format(
+                    R"({{"name":"timeline_end","ph":"M","pid":0,"args":{{"dropped_events":{}}}}})"
+                    "\n]\n",
+                    dropped));
+  ::close(fd);
+}
+
+void Timeline::record(const std::string& tensor, Phase phase, Clock::time_point begin,
+                      Clock::time_point end, std::string detail) {
+  if (!active()) return;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || fd_ < 0) return;
+    if (queue_.size() >= kQueueCapacity) {
+      ++dropped_;
+      return;
+    }
+    queue_.push_back(Event{tensor, std::move(detail), phase, begin, end});
+  }
+  cv_.notify_one();
+}
+
+std::string Timeline::format(const Event& e) {
+  std::string out;
+  auto [it, added] = rows_.emplace(e.tensor, static_cast<int>(rows_.size()) + 1);
+  if (added)
+    out += fmt::format(R"({{"name":"thread_name","ph":"M","pid":0,"tid":{},"args":{{"name":{}}}}},)"
+                       "\n",
+                       it->second, quoted(e.tensor));
+  auto us = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - origin_).count();
+  };
+  if (e.phase == Phase::kMarker) {
+    out += fmt::format(R"({{"name":"FUSED_BATCH","ph":"i","s":"p","pid":0,"tid":{},"ts":{:.3f},)"
+                       R"("args":{{"batch":{}}}}},)"
+                       "\n",
+                       it->second, us(e.begin), quoted(e.detail));
+  } else {
+    out += fmt::format(R"({{"name":"{}","ph":"X","pid":0,"tid":{},"ts":{:.3f},"dur":{:.3f}}},)"
+                       "\n",
+                       phase_name(e.phase), it->second, us(e.begin), us(e.end) - us(e.begin));
+  }
+  return out;
+}
+
+void Timeline::writer_loop() {
+  std::deque<Event> batch;
+  for (;;) {
+    bool last = false;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      batch.swap(queue_);
+      last = stopping_;
+    }
+    std::string text;
+    for (const Event& e : batch) text += format(e);
+    batch.clear();
+    if (!text.empty()) write_all(fd_, text);  // whole lines per write: a kill leaves valid lines
+    if (last) {
+      std::lock_guard lock(mu_);
+      if (queue_.empty()) return;
+    }
+  }
+}
+
+}  // namespace lockstep::engine::detail

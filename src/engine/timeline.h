@@ -1,0 +1,76 @@
+// Timeline: a Chrome-trace (chrome://tracing, Perfetto) JSON file of what the
+// engine did to each tensor: NEGOTIATE, WAIT_FOR_DATA, FUSE_COPY_IN,
+// COLLECTIVE, COPY_OUT, plus an instant marker per fused batch.
+//
+// Producers (background threads) push fixed-size events into a bounded queue
+// and never do I/O; a dedicated writer thread formats and writes them. When
+// the queue is full, events are dropped and counted (the count is written at
+// the end) rather than stalling a collective. The file is `[` followed by
+// events each ending in ",\n", written in whole lines, so a killed process
+// leaves a trace Chrome still loads; stop() closes the array properly.
+//
+// Thread-safety: all methods are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+namespace lockstep::engine::detail {
+
+enum class Phase : uint8_t { kNegotiate, kWaitForData, kFuseCopyIn, kCollective, kCopyOut, kMarker };
+const char* phase_name(Phase phase);
+
+class Timeline {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr size_t kQueueCapacity = 1 << 16;
+
+  Timeline() = default;
+  ~Timeline() { stop(); }
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
+
+  // Opens (truncates) `path`; throws InvalidArgument when it cannot. A running
+  // timeline is stopped first.
+  void start(const std::string& path);
+  // Drains the queue, closes the JSON array and the file. Idempotent.
+  void stop();
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+
+  // `tensor` names the row; `detail` is shown as an argument (markers).
+  void record(const std::string& tensor, Phase phase, Clock::time_point begin,
+              Clock::time_point end, std::string detail = {});
+
+ private:
+  struct Event {
+    std::string tensor;
+    std::string detail;
+    Phase phase;
+    Clock::time_point begin, end;
+  };
+  void stop_locked();
+  void writer_loop();
+  std::string format(const Event& e);
+
+  std::atomic<bool> active_{false};
+  std::mutex control_mu_;  // serializes start/stop
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> queue_;
+  bool stopping_ = false;
+  uint64_t dropped_ = 0;
+  int fd_ = -1;
+  Clock::time_point origin_;
+  std::unordered_map<std::string, int> rows_;  // writer thread only
+  std::thread writer_;
+};
+
+}  // namespace lockstep::engine::detail

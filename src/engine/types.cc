@@ -1,0 +1,44 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "lockstep/base/knobs.h"
+#include "lockstep/engine/engine.h"
+
+namespace lockstep::engine {
+
+std::string_view collective_name(Collective c) {
+  switch (c) {
+    case Collective::kAllreduce: return "allreduce";
+    case Collective::kAllgather: return "allgather";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kAlltoall: return "alltoall";
+    case Collective::kReducescatter: return "reducescatter";
+    case Collective::kBarrier: return "barrier";
+    case Collective::kJoin: return "join";
+    case Collective::kAddProcessSet: return "add_process_set";
+  }
+  return "unknown";
+}
+
+int64_t num_elements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string format_shape(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
+
+EngineConfig EngineConfig::from_knobs() {
+  EngineConfig c;
+  c.fusion_threshold = parse_bytes(knob_string("LOCKSTEP_FUSION_THRESHOLD"), "LOCKSTEP_FUSION_THRESHOLD");
+  c.deterministic = knob_bool("LOCKSTEP_DETERMINISTIC");
+  c.stall_warning_s = knob_double("LOCKSTEP_STALL_WARNING");
+  c.stall_timeout_s = knob_double("LOCKSTEP_STALL_TIMEOUT");
+  c.timeline_path = knob_string("LOCKSTEP_TIMELINE");
+  c.autotune = knob_bool("LOCKSTEP_AUTOTUNE");
+  c.autotune_samples = static_cast<size_t>(knob_int("LOCKSTEP_AUTOTUNE_SAMPLES"));
+  c.cache_capacity = static_cast<size_t>(knob_int("LOCKSTEP_CACHE_CAPACITY"));
+  return c;
+}
+
+}  // namespace lockstep::engine

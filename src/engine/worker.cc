@@ -1,0 +1,210 @@
+#include "engine/worker.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "lockstep/base/error.h"
+
+namespace lockstep::engine::detail {
+
+ProcessSetWorker::ProcessSetWorker(int id, std::vector<int> global_ranks,
+                                   std::unique_ptr<comm::Communicator> comm,
+                                   EngineContext& context)
+    : id_(id),
+      ranks_(std::move(global_ranks)),
+      comm_(std::move(comm)),
+      ctx_(context),
+      set_rank_(comm_->rank()),
+      negotiator_(*comm_, ranks_, context.config.cache_capacity),
+      executor_(*comm_, &context.timeline) {
+  if (set_rank_ == 0)
+    stall_.emplace(ctx_.config.stall_warning_s, ctx_.config.stall_timeout_s);
+  if (set_rank_ == 0 && id_ == 0 && ctx_.config.autotune && !ctx_.config.deterministic)
+    autotune_.emplace(ctx_.config.fusion_threshold, ctx_.config.autotune_samples);
+  thread_ = std::thread([this] { loop(); });
+}
+
+ProcessSetWorker::~ProcessSetWorker() {
+  request_stop();
+  join();
+}
+
+void ProcessSetWorker::submit(std::vector<Entry> entries) {
+  std::exception_ptr fatal = ctx_.fatal_error();
+  {
+    std::lock_guard lock(mu_);
+    if (!fatal && exited_) fatal = exit_error_;
+    if (!fatal) {
+      if (stop_requested_ || exited_)
+        throw InvalidArgument(fmt::format("engine: process set {} is shut down", id_));
+      for (const Entry& e : entries) {
+        const Request& r = e.request;
+        if (r.collective == Collective::kJoin ? join_pending_ : active_names_.count(r.name) > 0)
+          throw InvalidArgument(fmt::format(
+              "{} '{}': an operation with this name is already pending in process set {}; "
+              "wait for it before submitting the name again",
+              collective_name(r.collective), r.name, id_));
+        if (join_pending_)
+          throw InvalidArgument(fmt::format(
+              "{} '{}': this rank called join() and may not submit until every rank joined",
+              collective_name(r.collective), r.name));
+      }
+      for (Entry& e : entries) {
+        if (e.request.collective == Collective::kJoin) join_pending_ = true;
+        else active_names_.insert(e.request.name);
+        incoming_.push_back(std::move(e));
+      }
+    }
+  }
+  if (fatal) {
+    for (Entry& e : entries) e.state->complete_one(fatal);
+    return;
+  }
+  cv_.notify_one();
+}
+
+void ProcessSetWorker::request_stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_requested_ = true;
+  }
+  cv_.notify_one();
+}
+
+void ProcessSetWorker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void ProcessSetWorker::wake() { cv_.notify_one(); }
+
+bool ProcessSetWorker::wait_for_work() {
+  std::unique_lock lock(mu_);
+  auto woken = [&] { return !incoming_.empty() || stop_requested_ || ctx_.fatal_error(); };
+  if (pending_.empty() && !join_) cv_.wait_for(lock, kHeartbeat, woken);
+  else if (backoff_.count() > 0) cv_.wait_for(lock, backoff_, woken);
+  return stop_requested_ || ctx_.fatal_error() != nullptr;
+}
+
+void ProcessSetWorker::drain_incoming() {
+  std::vector<Entry> fresh;
+  {
+    std::lock_guard lock(mu_);
+    fresh.swap(incoming_);
+  }
+  for (Entry& e : fresh) {
+    if (e.request.collective == Collective::kJoin) {
+      join_ = std::move(e);
+      continue;
+    }
+    uint64_t seq = next_seq_++;
+    seq_of_[e.request.name] = seq;
+    pending_.emplace(seq, Pending{std::move(e)});
+  }
+}
+
+void ProcessSetWorker::loop() {
+  for (;;) {
+    bool stopping = wait_for_work();
+    drain_incoming();
+    Offer offer = build_offer();
+    offer.shutdown = stopping;
+    try {
+      CycleResult result = negotiator_.run_cycle(offer);
+      if (!result.shutdown_ranks.empty()) {
+        std::exception_ptr why = ctx_.fatal_error();
+        if (!why) {
+          std::vector<int> who;
+          for (int r : result.shutdown_ranks) who.push_back(ranks_[r]);
+          why = std::make_exception_ptr(Aborted(fmt::format(
+              "engine: process set {} was shut down by {} while this operation was pending", id_,
+              format_ranks(who))));
+        }
+        fail_everything(why);
+        return;
+      }
+      process(result);
+      backoff_ = result.progressed ? std::chrono::microseconds(0)
+                                   : std::clamp(2 * backoff_, std::chrono::microseconds(kMinBackoff),
+                                                std::chrono::microseconds(kMaxBackoff));
+    } catch (...) {
+      std::exception_ptr error = translate(std::current_exception());
+      ctx_.set_fatal(error);
+      fail_everything(ctx_.fatal_error());
+      return;
+    }
+  }
+}
+
+Offer ProcessSetWorker::build_offer() {
+  Offer offer;
+  const int me = set_rank_;
+  for (auto& [seq, p] : pending_) {
+    if (p.state == State::kNew) {
+      auto slot = negotiator_.cache().find(p.entry.request.name);
+      if (slot && negotiator_.cache().per_rank(*slot)[me] == p.entry.request) {
+        p.state = State::kCached;
+        p.slot = *slot;
+      } else {
+        offer.announcements.push_back(p.entry.request);
+        p.state = State::kAnnounced;
+      }
+    }
+    if (p.state == State::kCached) offer.cached_slots.push_back(p.slot);
+  }
+  offer.joined = join_.has_value() && pending_.empty();
+  if (set_rank_ == 0) {
+    offer.fusion_threshold = static_cast<int64_t>(
+        autotune_ ? autotune_->threshold() : ctx_.requested_threshold.load());
+    offer.autotune_converged = autotune_ && autotune_->converged();
+    offer.stall_action = next_stall_action_;
+    next_stall_action_ = StallAction::kNone;
+  }
+  return offer;
+}
+
+ProcessSetWorker::Pending* ProcessSetWorker::find(const std::string& name) {
+  auto it = seq_of_.find(name);
+  return it == seq_of_.end() ? nullptr : &pending_.at(it->second);
+}
+
+void ProcessSetWorker::finish(Entry& entry, std::exception_ptr error) {
+  {
+    // Release the name first: a caller woken by the handle may resubmit it.
+    std::lock_guard lock(mu_);
+    if (entry.request.collective == Collective::kJoin) join_pending_ = false;
+    else active_names_.erase(entry.request.name);
+  }
+  entry.state->complete_one(error);
+}
+
+void ProcessSetWorker::fail_everything(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mu_);
+    exited_ = true;
+    exit_error_ = error;
+  }
+  drain_incoming();
+  for (auto& [seq, p] : pending_) finish(p.entry, error);
+  pending_.clear();
+  seq_of_.clear();
+  if (join_) {
+    finish(*join_, error);
+    join_.reset();
+  }
+}
+
+std::exception_ptr ProcessSetWorker::translate(std::exception_ptr error) const {
+  if (id_ == 0) return error;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerFailure& e) {
+    int global = e.rank() >= 0 && e.rank() < set_size() ? ranks_[e.rank()] : -1;
+    return std::make_exception_ptr(PeerFailure(
+        global, fmt::format("{} (process set {}: that is rank {} of the job)", e.what(), id_, global)));
+  } catch (...) {
+    return error;
+  }
+}
+
+}  // namespace lockstep::engine::detail
