@@ -52,8 +52,9 @@ TEST(PeerFailure, SigkillDuringLargeAllreduceIsReportedByEverySurvivorWithinFive
     }
     try {
       for (;;) c.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
-    } catch (const Error& e) {
+    } catch (const PeerFailure& e) {
       clock->detected_ns[c.rank()].store(now_ns());
+      EXPECT_EQ(e.rank(), 2);
       std::string what = e.what();
       EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
       EXPECT_NE(what.find("died"), std::string::npos) << what;

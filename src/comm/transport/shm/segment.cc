@@ -93,6 +93,7 @@ void init_header(std::byte* base, int size, size_t slot_bytes, size_t p2p_bytes,
   h->p2p_bytes = p2p_bytes;
   h->total_bytes = total;
   h->abort_rank.store(-1);
+  h->abort_dead_rank = -1;
   h->ready.store(0);
   h->attached.store(0);
   std::atomic_thread_fence(std::memory_order_release);

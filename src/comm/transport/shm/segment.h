@@ -82,6 +82,7 @@ struct Header {
   std::atomic<uint32_t> ready;
   std::atomic<int32_t> abort_rank;      // -1: no abort; else the rank that aborted first
   std::atomic<uint32_t> abort_posted;   // 1 once abort_reason is written
+  int32_t abort_dead_rank;              // the dead peer behind the abort, or -1
   char abort_reason[512];
 };
 

@@ -108,12 +108,13 @@ void Waiter::check_abort() {
   auto until = Clock::now() + std::chrono::milliseconds(200);
   while (h.abort_posted.load(std::memory_order_acquire) == 0 && Clock::now() < until)
     std::this_thread::yield();
-  throw Aborted(fmt::format("rank {} aborted the job's collectives: {}", who,
-                            std::string(h.abort_reason, strnlen(h.abort_reason,
-                                                                sizeof h.abort_reason))));
+  std::string reason(h.abort_reason, strnlen(h.abort_reason, sizeof h.abort_reason));
+  // A death is reported as such on every survivor, not as a secondary abort.
+  if (h.abort_posted.load() && h.abort_dead_rank >= 0) throw PeerFailure(h.abort_dead_rank, reason);
+  throw Aborted(fmt::format("rank {} aborted the job's collectives: {}", who, reason));
 }
 
-void Waiter::abort(const std::string& reason) {
+void Waiter::abort(const std::string& reason, int dead_rank) {
   Header& h = segment_.header();
   int expected = -1;
   if (!h.abort_rank.compare_exchange_strong(expected, rank_)) return;
@@ -121,6 +122,7 @@ void Waiter::abort(const std::string& reason) {
   size_t n = std::min(reason.size(), sizeof h.abort_reason - 1);
   std::memcpy(h.abort_reason, reason.data(), n);
   h.abort_reason[n] = '\0';
+  h.abort_dead_rank = dead_rank;
   h.abort_posted.store(1, std::memory_order_release);
   // Wake every sleeper so peers notice now rather than at their next slice.
   for (int r = 0; r < size_; ++r) futex_wake_all(&segment_.rank_line(r).step.value);
@@ -134,7 +136,7 @@ void Waiter::fail_dead(int peer, std::string_view what) {
                          what, peer, pids_[peer], rank_)
            : fmt::format("{}: rank {} (pid {}) died; rank {} cannot complete the collective",
                          what, peer, pids_[peer], rank_);
-  abort(msg);
+  abort(msg, peer);
   throw PeerFailure(peer, msg);
 }
 

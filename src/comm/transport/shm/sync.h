@@ -40,7 +40,8 @@ class Waiter {
   // Throws Aborted if another rank has aborted the job's collectives.
   void check_abort();
   // Marks the communicator unusable for every rank; the first reason wins.
-  void abort(const std::string& reason);
+  // `dead_rank` >= 0 makes every rank report PeerFailure naming it.
+  void abort(const std::string& reason, int dead_rank = -1);
   // False once the peer's process has exited or shut its communicator down.
   bool peer_alive(int rank);
   // The rank of a peer that is no longer alive, or -1.
