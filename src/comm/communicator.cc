@@ -206,7 +206,7 @@ std::unique_ptr<Communicator> Communicator::split(std::span<const int> ranks,
   sub.cross_rank = 0;
   sub.cross_size = 1;
   sub.job_id = fmt::format("{}-s{}", world_.job_id, tag);
-  return std::make_unique<Communicator>(sub, make_backend(backend_->name(), sub, "w"));
+  return std::make_unique<Communicator>(sub, make_subset_backend(*backend_, ranks, sub, "w"));
 }
 
 }  // namespace lockstep::comm

@@ -54,8 +54,10 @@ std::optional<WorldInfo> from_mpi_env() {
                      .value_or(w.rank);
   w.local_size = first_of({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
                            "SLURM_NTASKS_PER_NODE"}).value_or(w.size);
-  w.cross_rank = first_of({"OMPI_COMM_WORLD_NODE_RANK", "SLURM_NODEID"}).value_or(0);
-  w.cross_size = first_of({"SLURM_NNODES"}).value_or(w.size / std::max(1, w.local_size));
+  // Open MPI has no host-index variable (OMPI_COMM_WORLD_NODE_RANK is the
+  // rank within the host); with by-slot placement hosts hold consecutive ranks.
+  w.cross_size = first_of({"SLURM_NNODES"}).value_or(std::max(1, w.size / std::max(1, w.local_size)));
+  w.cross_rank = first_of({"SLURM_NODEID"}).value_or(w.rank / std::max(1, w.local_size));
   if (const char* job = std::getenv("OMPI_MCA_ess_base_jobid")) w.job_id = fmt::format("mpi{}", job);
   else if (const char* job = std::getenv("SLURM_JOB_ID")) w.job_id = fmt::format("slurm{}", job);
   return w;

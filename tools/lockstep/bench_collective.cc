@@ -33,7 +33,7 @@ struct Options {
   std::string sizes = "8B:256MiB";
   std::string dtype = "f32";
   std::string op = "sum";
-  std::string backend = "auto";
+  std::string backend = knob_string("LOCKSTEP_BACKEND");
   double factor = 2;
   double seconds_per_size = 0.25;
   int max_iters = 20000;
@@ -195,7 +195,8 @@ int bench_collective_main(int argc, char** argv) {
   app.add_option("-f,--factor", o.factor, "size multiplier between steps")->capture_default_str();
   app.add_option("--dtype", o.dtype, "f16 bf16 f32 f64 i8 u8 i32 i64")->capture_default_str();
   app.add_option("--op", o.op, "sum average min max product")->capture_default_str();
-  app.add_option("--backend", o.backend, "auto shm mpi gloo")->capture_default_str();
+  app.add_option("--backend", o.backend, "auto shm mpi gloo (default: LOCKSTEP_BACKEND)")
+      ->capture_default_str();
   app.add_option("--seconds", o.seconds_per_size, "timed seconds per size")->capture_default_str();
   app.add_option("--max-iters", o.max_iters, "iteration cap per size")->capture_default_str();
   app.add_flag("--check", o.check, "verify results (allreduce f32) before timing");

@@ -3,7 +3,8 @@
 // f32/f64/int types use MPI's predefined datatypes and operators. f16 and
 // bf16 travel as opaque 16-bit words (MPI_UINT16_T) and are combined by
 // user-defined operators that call lockstep's reduction kernels, so every
-// pairwise combine accumulates in f32 and rounds once. kAverage maps to a sum;
+// pairwise combine accumulates in f32 and rounds once. int8/uint8 use the
+// kernels too (Open MPI 4.1's AVX operators saturate them). kAverage maps to a sum;
 // the caller divides afterwards (see needs_wide_average for integers).
 #pragma once
 

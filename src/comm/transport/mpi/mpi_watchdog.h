@@ -38,6 +38,11 @@ struct WatchPolicy {
 };
 WatchPolicy policy_from_knobs();
 
+// Polls `req` until it completes or `timeout` passes, for the start-up steps
+// that run before a Watchdog exists (no liveness information yet). Throws
+// TimeoutError naming `what` (after marking the process broken).
+void wait_until(MPI_Request& req, std::string_view what, std::chrono::milliseconds timeout);
+
 // What a rank is doing, packed to compare across ranks.
 struct OpDesc {
   uint8_t kind = 0;
@@ -51,8 +56,12 @@ struct OpDesc {
 
 class Watchdog {
  public:
-  // Collective over `comm` (blocking; every rank must construct it).
+  // Collective over `comm`; every rank must construct it. Fails with
+  // TimeoutError if a rank does not join within the policy's timeout.
   Watchdog(MPI_Comm comm, WatchPolicy policy);
+  // Frees the shared window once every local peer got here too (a
+  // nonblocking barrier, watched); if one never does, the window is left to
+  // MPI_Finalize rather than hanging.
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -68,8 +77,12 @@ class Watchdog {
   void probe(int src, std::string_view what, MPI_Message* message, MPI_Status* status);
 
  private:
+  // peer: a rank (point-to-point), -1 (a collective: descriptors compared)
+  // or kAnyPeer (liveness and deadline only).
+  static constexpr int kAnyPeer = -2;
   void poll(const std::function<bool()>& done, std::string_view what, int peer);
   void check_peers(std::string_view what, int peer);
+  void free_window();
   [[noreturn]] void fail_timeout(std::string_view what, int peer, double waited_s);
   void fail(const std::string& reason);
   bool peer_alive(int r) const;

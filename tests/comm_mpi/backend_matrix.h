@@ -1,0 +1,27 @@
+// The collective matrix of tests/comm/collectives_test.cc as plain functions
+// over a Communicator, shared by the MPI, Gloo and hierarchical test binaries
+// (which create their communicators differently: mpirun, forked workers).
+//
+// Results are compared with typed_data.h's scalar reference: bitwise for
+// integers, min/max and data movement; within a dtype-scaled tolerance for
+// float sum/average/product, since MPI and Gloo may combine contributions in
+// another order than rank order.
+#pragma once
+
+#include "lockstep/comm/communicator.h"
+
+namespace lockstep::testing::matrix {
+
+void allreduce_every_dtype_op_and_count(comm::Communicator& c);
+void reduce_to_every_root(comm::Communicator& c);
+void broadcast_from_every_root(comm::Communicator& c);
+void allgather_and_allgatherv(comm::Communicator& c);
+void gather_and_scatter_every_root(comm::Communicator& c);
+void reduce_scatter_every_dtype_and_op(comm::Communicator& c);
+void alltoall_and_alltoallv(comm::Communicator& c);
+void send_recv_ring_and_barrier(comm::Communicator& c);
+
+// Runs all of the above.
+void run_all(comm::Communicator& c);
+
+}  // namespace lockstep::testing::matrix
