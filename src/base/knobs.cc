@@ -28,6 +28,8 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_RENDEZVOUS", "", "host:port of the launcher's rendezvous store"},
     Knob{"LOCKSTEP_SECRET", "", "per-job secret authenticating rendezvous traffic (hex)"},
     Knob{"LOCKSTEP_BIND_TO", "auto", "core|none|auto: CPU affinity per worker, applied by the torch layer"},
+    Knob{"LOCKSTEP_INTRA_OP_THREADS", "0",
+         "LibTorch intra-op threads per worker; 0 = cores / workers on this host"},
     // --- comm
     Knob{"LOCKSTEP_BACKEND", "auto", "auto|shm|mpi|gloo: transport between workers"},
     Knob{"LOCKSTEP_TIMEOUT", "300",

@@ -1,0 +1,41 @@
+// Checkpoints: model + optimizer + training position + RNG state in one file,
+// written atomically so a crash or kill mid-write leaves the previous
+// checkpoint intact and loadable.
+//
+// Writing: the bytes go to a temporary file in the same directory, which is
+// fsync'ed, renamed over the target, and the directory fsync'ed. Only rank 0
+// writes (save_checkpoint is a no-op elsewhere; call it on every rank).
+// Reading: every rank loads the same file (a shared or local filesystem).
+//
+// A resumed run continues exactly as the uninterrupted one: it restores the
+// parameters and buffers, the optimizer state, the sampler's epoch and
+// position, the step counter and LibTorch's default CPU generator.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace lockstep::torch {
+
+struct TrainingProgress {
+  int64_t epoch = 0;
+  int64_t step = 0;          // optimizer steps done
+  std::string sampler;       // DistributedSampler::save()
+  std::string user;          // anything else the caller wants back
+};
+
+// Collective-free; writes only on rank 0. Throws lockstep::Error naming the
+// path and the errno text on I/O failure.
+void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
+                     const ::torch::optim::Optimizer& optimizer, const TrainingProgress& progress);
+// Returns false when `path` does not exist; throws lockstep::Error when it is
+// unreadable or corrupt. Restores the default CPU generator too.
+bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
+                     ::torch::optim::Optimizer& optimizer, TrainingProgress& progress);
+
+// Writes `bytes` to `path` atomically (temp file, fsync, rename, fsync dir).
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
+}  // namespace lockstep::torch

@@ -1,0 +1,110 @@
+// Tensor-level collectives for LibTorch, on top of the lockstep engine.
+//
+// Contract: call lockstep::torch::init() once per process (it starts the
+// process-wide engine from the environment: `lockstep run`, mpirun, or a
+// single process). Every rank must issue the same named operations (in any
+// order); an empty name is replaced by "<op>.<n>" with a per-op counter, so
+// unnamed calls must then be issued in the same order on every rank.
+// Tensors must live on the CPU; non-contiguous ones are copied. Supported
+// dtypes: f16, bf16, f32, f64, i8, u8, i32, i64 (others: InvalidArgument).
+//
+// Async calls return a TensorHandle that keeps its tensors alive; the input
+// must not be modified until wait() returns. Errors (PeerFailure,
+// MismatchError, TimeoutError...) surface from wait().
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/comm/types.h"
+#include "lockstep/engine/handle.h"
+
+namespace lockstep::torch {
+
+using comm::ReduceOp;
+
+// Starts the engine (unless already started) and applies the CPU placement
+// (threads, affinity, malloc thresholds: lockstep/torch/placement.h).
+// Idempotent.
+void init();
+// Stops the engine; collective over all ranks. Idempotent.
+void shutdown();
+bool is_initialized();
+// Before init(): 0 and 1 (a single process), so code runs unchanged.
+int rank();
+int size();
+int local_rank();
+int local_size();
+
+class TensorHandle {
+ public:
+  TensorHandle() = default;
+  // `finish` runs once, on the waiting thread, after the operation succeeded
+  // (copies results back into non-contiguous outputs, decompresses...).
+  TensorHandle(engine::Handle handle, std::shared_ptr<::torch::Tensor> result,
+               std::vector<::torch::Tensor> keep_alive, std::function<void()> finish = {});
+
+  bool valid() const { return handle_.valid(); }
+  bool poll() const;
+  // Blocks, rethrows the operation's error, then runs the finish step.
+  void wait();
+  // wait(), then the result tensor.
+  ::torch::Tensor result();
+
+ private:
+  engine::Handle handle_;
+  std::shared_ptr<::torch::Tensor> result_;
+  std::vector<::torch::Tensor> keep_alive_;
+  std::function<void()> finish_;
+  bool finished_ = false;
+};
+
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::kAverage;
+  double prescale = 1.0;   // applied to each input before reducing
+  double postscale = 1.0;  // applied to the result
+  int process_set = 0;
+};
+
+// Out of place: returns a new tensor with the reduction.
+TensorHandle allreduce_async(const ::torch::Tensor& tensor, std::string name = {},
+                             AllreduceOptions options = {});
+::torch::Tensor allreduce(const ::torch::Tensor& tensor, std::string name = {},
+                          AllreduceOptions options = {});
+// In place: `tensor` holds the reduction once the handle completes.
+TensorHandle allreduce_async_(::torch::Tensor& tensor, std::string name = {},
+                              AllreduceOptions options = {});
+void allreduce_(::torch::Tensor& tensor, std::string name = {}, AllreduceOptions options = {});
+
+// Concatenation of every rank's tensor along dim 0 (sizes may differ in dim 0).
+TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name = {},
+                             int process_set = 0);
+::torch::Tensor allgather(const ::torch::Tensor& tensor, std::string name = {},
+                          int process_set = 0);
+
+// In place: every rank's `tensor` holds root's values afterwards.
+TensorHandle broadcast_async_(::torch::Tensor& tensor, int root, std::string name = {},
+                              int process_set = 0);
+void broadcast_(::torch::Tensor& tensor, int root, std::string name = {}, int process_set = 0);
+// Out of place copy of root's tensor.
+::torch::Tensor broadcast(const ::torch::Tensor& tensor, int root, std::string name = {},
+                          int process_set = 0);
+
+// splits[r] rows of dim 0 go to rank r (empty: split evenly). Returns the
+// rows received, concatenated in rank order.
+TensorHandle alltoall_async(const ::torch::Tensor& tensor, std::vector<int64_t> splits = {},
+                            std::string name = {}, int process_set = 0);
+::torch::Tensor alltoall(const ::torch::Tensor& tensor, std::vector<int64_t> splits = {},
+                         std::string name = {}, int process_set = 0);
+
+void barrier();
+
+// Maps between LibTorch and lockstep element types; throws InvalidArgument
+// naming the dtype for unsupported ones.
+comm::DataType to_comm_dtype(::torch::ScalarType type);
+
+}  // namespace lockstep::torch

@@ -1,0 +1,95 @@
+// DistributedOptimizer: wraps any torch::optim::Optimizer so that gradients
+// are averaged (or summed) across ranks before each step, with the allreduce
+// of each gradient starting as soon as backward has produced it.
+//
+// How: a post-hook on each parameter's gradient accumulator fires once the
+// gradient is in param.grad(); on the last of `backward_passes_per_step`
+// passes it submits the allreduce to the engine, which fuses and runs it on
+// its background thread while backward goes on. step() waits only for what is
+// still in flight, then calls the wrapped optimizer's step().
+//
+// Parameters that got no gradient in a step (unused branch, frozen on this
+// rank only) contribute zeros: synchronize() gives them a zero gradient and
+// allreduces it, so no rank waits for a tensor another rank never sends. A
+// parameter that no rank used therefore ends up with a zero (not undefined)
+// gradient.
+//
+// Gradients of several backward passes are summed, as plain LibTorch does;
+// scale the loss by 1/backward_passes_per_step for the mean.
+//
+// Every rank must construct the optimizer over the same parameters in the
+// same order (names are derived from the module's parameter names). Not
+// thread-safe: drive it from the training thread.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lockstep/comm/types.h"
+#include "lockstep/torch/collectives.h"
+
+namespace lockstep::torch {
+
+enum class Compression {
+  kNone,
+  kFp16,  // IEEE half on the wire; gradients divided before casting
+  kBf16,  // bfloat16 on the wire
+};
+
+struct DistributedOptimizerOptions {
+  ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum
+  int backward_passes_per_step = 1;  // allreduce only on the last pass
+  Compression compression = Compression::kNone;
+  // Average only: divide by this before the reduction and by size()/factor
+  // after (>1 keeps large sums of small ranks in range).
+  double gradient_predivide_factor = 1.0;
+  std::string name_prefix = "grad";  // tensor names: <prefix>.<parameter name>
+};
+
+class DistributedOptimizer {
+ public:
+  using NamedParameters = std::vector<std::pair<std::string, ::torch::Tensor>>;
+
+  // `optimizer` must outlive this object; every parameter of `named` must be
+  // one the optimizer updates.
+  DistributedOptimizer(::torch::optim::Optimizer& optimizer, NamedParameters named,
+                       DistributedOptimizerOptions options = {});
+  // Names taken from module.named_parameters().
+  DistributedOptimizer(::torch::optim::Optimizer& optimizer, const ::torch::nn::Module& module,
+                       DistributedOptimizerOptions options = {});
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+  ~DistributedOptimizer();
+
+  // Waits for every gradient's allreduce (submitting zeros for parameters
+  // with none) and writes the results into param.grad(). Call it yourself
+  // before gradient clipping; step() then does not reduce again.
+  void synchronize();
+  // synchronize() unless already done since the last zero_grad(), then the
+  // wrapped optimizer's step(). Call it once per backward_passes_per_step
+  // backward passes.
+  void step();
+  void zero_grad();
+
+  ::torch::optim::Optimizer& optimizer() { return optimizer_; }
+  const DistributedOptimizerOptions& options() const { return options_; }
+
+  struct Slot;
+
+ private:
+  void add_slot(std::string name, const ::torch::Tensor& param);
+  void on_gradient_ready(Slot& slot);
+  void submit(Slot& slot);
+  void finish(Slot& slot);
+
+  ::torch::optim::Optimizer& optimizer_;
+  DistributedOptimizerOptions options_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  bool synchronized_ = false;
+};
+
+}  // namespace lockstep::torch

@@ -1,0 +1,50 @@
+// Where a worker computes: device, intra-op threads and CPU affinity, derived
+// from the worker's local rank and the number of workers on the host.
+//
+// LOCKSTEP_BIND_TO = core | none | auto (docs/torch.md):
+//   core: worker i of n gets the i-th contiguous block of the allowed CPUs
+//         (cores/n each) and that many intra-op threads;
+//   none: no affinity; threads = cores/n;
+//   auto: core when the workers fit on the cores (n <= cores), else none.
+// LOCKSTEP_INTRA_OP_THREADS (0 = auto: cores/n, at least 1) overrides the count.
+//
+// The Device seam: today only the CPU. A CUDA/NCCL path would add a device
+// kind here (local_rank -> GPU index) and a transport in comm.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace lockstep::torch {
+
+enum class DeviceKind { kCpu };
+
+struct Placement {
+  DeviceKind device = DeviceKind::kCpu;
+  int intra_op_threads = 1;
+  std::vector<int> cpus;  // empty: no affinity set
+  std::string describe() const;
+  ::torch::Device torch_device() const { return ::torch::kCPU; }
+};
+
+enum class BindTo { kCore, kNone, kAuto };
+BindTo parse_bind_to(const std::string& text);  // throws InvalidArgument naming the knob
+
+// Pure: the placement for worker local_rank of local_size over allowed_cpus.
+Placement plan_placement(int local_rank, int local_size, const std::vector<int>& allowed_cpus,
+                         BindTo bind_to, int intra_op_threads = 0);
+// The CPUs this process may run on (sched_getaffinity).
+std::vector<int> allowed_cpus();
+// From the knobs and the process's world; applies it (threads, affinity).
+Placement place_this_worker(int local_rank, int local_size);
+void apply_placement(const Placement& placement);
+
+// glibc: raise M_TRIM_THRESHOLD and M_MMAP_THRESHOLD together so freed
+// activation buffers are reused instead of being returned to the kernel and
+// page-faulted back every step (setting only the trim threshold would freeze
+// the mmap threshold at 128 KiB). Idempotent.
+void tune_malloc();
+
+}  // namespace lockstep::torch

@@ -1,0 +1,84 @@
+// DistributedSampler: which dataset indices each rank visits in each epoch.
+// Needs no LibTorch; deterministic across platforms (own shuffle on
+// std::mt19937_64, not std::shuffle).
+//
+// Scheme kPartition (default, the usual one): every epoch all ranks shuffle
+// the whole index range with the shared seed (seed, epoch), then rank r takes
+// positions r, r+size, r+2*size... Every rank gets exactly num_samples()
+// indices, hence the same number of batches, so no rank waits for a
+// collective the others never issue:
+//   - pad (default): ceil(N/size) each; the shortfall is filled by wrapping
+//     around to the start of the shuffled order (a few samples seen twice);
+//   - drop_last: floor(N/size) each; the N % size last shuffled indices are
+//     skipped this epoch (different ones each epoch).
+// Ranks' indices are disjoint (apart from the padding) and cover the dataset.
+//
+// Scheme kIndependent: every rank draws its own random permutation of the
+// whole dataset from a per-rank stream (seed, epoch, rank) and takes
+// num_samples() of it. Ranks may overlap within an epoch; useful when the
+// data is replicated and partitioning is not wanted (and for elastic jobs).
+//
+// State (epoch, position within the epoch) can be saved and restored so a
+// resumed job continues with the next unseen batch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lockstep::torch {
+
+enum class SamplingScheme { kPartition, kIndependent };
+
+struct DistributedSamplerOptions {
+  int64_t dataset_size = 0;
+  int rank = 0;
+  int size = 1;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;  // kPartition: drop instead of pad
+  SamplingScheme scheme = SamplingScheme::kPartition;
+};
+
+struct SamplerState {
+  int64_t epoch = 0;
+  int64_t position = 0;  // indices of this epoch already handed out
+};
+
+class DistributedSampler {
+ public:
+  // Throws InvalidArgument for rank/size/dataset_size out of range.
+  explicit DistributedSampler(DistributedSamplerOptions options);
+
+  // Starts epoch `epoch` from its beginning (reshuffles).
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const { return state_.epoch; }
+
+  // Indices per rank per epoch (the same on every rank).
+  int64_t num_samples() const { return num_samples_; }
+  // Batches per epoch for batch_size (the last one partial unless drop_last_batch).
+  int64_t num_batches(int64_t batch_size, bool drop_last_batch = false) const;
+
+  // All of this rank's indices for the current epoch.
+  const std::vector<int64_t>& indices() const { return indices_; }
+  // The next up to batch_size indices of this epoch; empty at its end.
+  std::vector<int64_t> next_batch(int64_t batch_size);
+
+  SamplerState state() const { return state_; }
+  void restore(const SamplerState& state);
+  // "epoch position" text, for checkpoints.
+  std::string save() const;
+  void load(const std::string& text);
+
+  const DistributedSamplerOptions& options() const { return options_; }
+
+ private:
+  void build_epoch();
+
+  DistributedSamplerOptions options_;
+  int64_t num_samples_ = 0;
+  SamplerState state_;
+  std::vector<int64_t> indices_;
+};
+
+}  // namespace lockstep::torch

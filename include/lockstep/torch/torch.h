@@ -1,0 +1,11 @@
+// lockstep::torch: data-parallel training for LibTorch (Horovod's torch API).
+#pragma once
+
+#include "lockstep/torch/checkpoint.h"
+#include "lockstep/torch/collectives.h"
+#include "lockstep/torch/distributed_optimizer.h"
+#include "lockstep/torch/metrics.h"
+#include "lockstep/torch/objects.h"
+#include "lockstep/torch/placement.h"
+#include "lockstep/torch/sampler.h"
+#include "lockstep/torch/sync_batch_norm.h"

@@ -1,0 +1,219 @@
+// The one file that talks to the engine: every torch-level collective goes
+// through here (the seam to swap the transport behind lockstep::torch).
+#include "lockstep/torch/collectives.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "lockstep/base/error.h"
+#include "lockstep/engine/engine.h"
+#include "lockstep/torch/placement.h"
+
+namespace lockstep::torch {
+namespace {
+
+engine::Engine& eng() {
+  if (!engine::is_initialized())
+    throw InvalidArgument("lockstep::torch: call lockstep::torch::init() before collectives");
+  return engine::global();
+}
+
+std::string auto_name(std::string name, const char* op) {
+  if (!name.empty()) return name;
+  static std::mutex mutex;
+  static std::map<std::string, uint64_t> counters;
+  std::lock_guard lock(mutex);
+  return fmt::format("{}.{}", op, counters[op]++);
+}
+
+engine::Shape shape_of(const ::torch::Tensor& t) {
+  return engine::Shape(t.sizes().begin(), t.sizes().end());
+}
+
+// The tensor the engine reads: CPU, contiguous (a copy when needed).
+::torch::Tensor engine_input(const ::torch::Tensor& t, const char* op) {
+  if (!t.defined()) throw InvalidArgument(fmt::format("lockstep::torch::{}: undefined tensor", op));
+  if (!t.device().is_cpu())
+    throw InvalidArgument(fmt::format(
+        "lockstep::torch::{}: tensor is on {}; only CPU tensors are supported (call .cpu())", op,
+        t.device().str()));
+  to_comm_dtype(t.scalar_type());
+  return t.contiguous();
+}
+
+engine::Allocator tensor_allocator(std::shared_ptr<::torch::Tensor> out, ::torch::ScalarType type) {
+  return [out, type](const engine::Shape& shape, engine::DataType) -> void* {
+    *out = ::torch::empty(shape, ::torch::TensorOptions().dtype(type));
+    return out->data_ptr();
+  };
+}
+
+// In-place operations on a tensor the engine cannot write directly copy back.
+std::function<void()> copy_back(::torch::Tensor target, ::torch::Tensor buffer) {
+  if (target.data_ptr() == buffer.data_ptr()) return {};
+  return [target, buffer]() mutable {
+    ::torch::NoGradGuard no_grad;
+    target.copy_(buffer);
+  };
+}
+
+}  // namespace
+
+comm::DataType to_comm_dtype(::torch::ScalarType type) {
+  switch (type) {
+    case ::torch::kFloat16: return comm::DataType::kFloat16;
+    case ::torch::kBFloat16: return comm::DataType::kBFloat16;
+    case ::torch::kFloat32: return comm::DataType::kFloat32;
+    case ::torch::kFloat64: return comm::DataType::kFloat64;
+    case ::torch::kInt8: return comm::DataType::kInt8;
+    case ::torch::kUInt8: return comm::DataType::kUInt8;
+    case ::torch::kInt32: return comm::DataType::kInt32;
+    case ::torch::kInt64: return comm::DataType::kInt64;
+    default:
+      throw InvalidArgument(fmt::format(
+          "lockstep::torch: dtype {} is not supported by collectives (use f16, bf16, f32, f64, "
+          "i8, u8, i32 or i64)", c10::toString(type)));
+  }
+}
+
+void init() {
+  tune_malloc();
+  if (!engine::is_initialized()) engine::init();
+  place_this_worker(engine::local_rank(), engine::local_size());
+}
+
+void shutdown() {
+  if (engine::is_initialized()) engine::shutdown();
+}
+
+bool is_initialized() { return engine::is_initialized(); }
+int rank() { return engine::is_initialized() ? engine::rank() : 0; }
+int size() { return engine::is_initialized() ? engine::size() : 1; }
+int local_rank() { return engine::is_initialized() ? engine::local_rank() : 0; }
+int local_size() { return engine::is_initialized() ? engine::local_size() : 1; }
+
+// ---- TensorHandle
+
+TensorHandle::TensorHandle(engine::Handle handle, std::shared_ptr<::torch::Tensor> result,
+                           std::vector<::torch::Tensor> keep_alive, std::function<void()> finish)
+    : handle_(std::move(handle)),
+      result_(std::move(result)),
+      keep_alive_(std::move(keep_alive)),
+      finish_(std::move(finish)) {}
+
+bool TensorHandle::poll() const { return handle_.poll(); }
+
+void TensorHandle::wait() {
+  if (finished_) return;
+  handle_.wait();
+  if (finish_) finish_();
+  finished_ = true;
+  keep_alive_.clear();
+}
+
+::torch::Tensor TensorHandle::result() {
+  wait();
+  return result_ ? *result_ : ::torch::Tensor();
+}
+
+// ---- allreduce
+
+TensorHandle allreduce_async_(::torch::Tensor& tensor, std::string name, AllreduceOptions options) {
+  ::torch::Tensor buffer = engine_input(tensor, "allreduce");
+  engine::OpOptions op_options;
+  op_options.process_set = options.process_set;
+  engine::Handle handle = eng().allreduce_async(
+      auto_name(std::move(name), "allreduce"), buffer.data_ptr(), buffer.data_ptr(),
+      shape_of(buffer), to_comm_dtype(buffer.scalar_type()), options.op, options.prescale,
+      options.postscale, op_options);
+  return TensorHandle(std::move(handle), std::make_shared<::torch::Tensor>(tensor), {buffer},
+                      copy_back(tensor, buffer));
+}
+
+void allreduce_(::torch::Tensor& tensor, std::string name, AllreduceOptions options) {
+  allreduce_async_(tensor, std::move(name), options).wait();
+}
+
+TensorHandle allreduce_async(const ::torch::Tensor& tensor, std::string name,
+                             AllreduceOptions options) {
+  ::torch::Tensor copy = engine_input(tensor, "allreduce").clone();
+  return allreduce_async_(copy, std::move(name), options);
+}
+
+::torch::Tensor allreduce(const ::torch::Tensor& tensor, std::string name,
+                          AllreduceOptions options) {
+  return allreduce_async(tensor, std::move(name), options).result();
+}
+
+// ---- allgather
+
+TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name, int process_set) {
+  ::torch::Tensor input = engine_input(tensor, "allgather");
+  if (input.dim() == 0) input = input.reshape({1});
+  auto out = std::make_shared<::torch::Tensor>();
+  engine::OpOptions op_options;
+  op_options.process_set = process_set;
+  engine::Handle handle = eng().allgather_async(
+      auto_name(std::move(name), "allgather"), input.data_ptr(), shape_of(input),
+      to_comm_dtype(input.scalar_type()), tensor_allocator(out, input.scalar_type()), op_options);
+  return TensorHandle(std::move(handle), out, {input});
+}
+
+::torch::Tensor allgather(const ::torch::Tensor& tensor, std::string name, int process_set) {
+  return allgather_async(tensor, std::move(name), process_set).result();
+}
+
+// ---- broadcast
+
+TensorHandle broadcast_async_(::torch::Tensor& tensor, int root, std::string name,
+                              int process_set) {
+  ::torch::Tensor buffer = engine_input(tensor, "broadcast");
+  engine::OpOptions op_options;
+  op_options.process_set = process_set;
+  engine::Handle handle = eng().broadcast_async(auto_name(std::move(name), "broadcast"),
+                                                buffer.data_ptr(), shape_of(buffer),
+                                                to_comm_dtype(buffer.scalar_type()), root,
+                                                op_options);
+  return TensorHandle(std::move(handle), std::make_shared<::torch::Tensor>(tensor), {buffer},
+                      copy_back(tensor, buffer));
+}
+
+void broadcast_(::torch::Tensor& tensor, int root, std::string name, int process_set) {
+  broadcast_async_(tensor, root, std::move(name), process_set).wait();
+}
+
+::torch::Tensor broadcast(const ::torch::Tensor& tensor, int root, std::string name,
+                          int process_set) {
+  ::torch::Tensor copy = engine_input(tensor, "broadcast").clone();
+  broadcast_(copy, root, std::move(name), process_set);
+  return copy;
+}
+
+// ---- alltoall
+
+TensorHandle alltoall_async(const ::torch::Tensor& tensor, std::vector<int64_t> splits,
+                            std::string name, int process_set) {
+  ::torch::Tensor input = engine_input(tensor, "alltoall");
+  auto out = std::make_shared<::torch::Tensor>();
+  engine::OpOptions op_options;
+  op_options.process_set = process_set;
+  engine::Handle handle = eng().alltoall_async(
+      auto_name(std::move(name), "alltoall"), input.data_ptr(), shape_of(input),
+      to_comm_dtype(input.scalar_type()), std::move(splits),
+      tensor_allocator(out, input.scalar_type()), op_options);
+  return TensorHandle(std::move(handle), out, {input});
+}
+
+::torch::Tensor alltoall(const ::torch::Tensor& tensor, std::vector<int64_t> splits,
+                         std::string name, int process_set) {
+  return alltoall_async(tensor, std::move(splits), std::move(name), process_set).result();
+}
+
+void barrier() {
+  if (engine::is_initialized()) eng().barrier();
+}
+
+}  // namespace lockstep::torch

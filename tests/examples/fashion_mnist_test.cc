@@ -1,0 +1,108 @@
+// The main job as a user runs it: the binary, a subprocess, its metrics file.
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string bin(const std::string& name) {
+  const char* dir = std::getenv("LOCKSTEP_BIN_DIR");
+  return (fs::path(dir ? dir : ".") / name).string();
+}
+
+bool have_dataset() { return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); }
+
+fs::path scratch(const std::string& name) {
+  auto dir = fs::temp_directory_path() / fmt::format("lockstep-example-{}-{}", getpid(), name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<nlohmann::json> read_metrics(const fs::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// A quick run: 2 epochs over 6000 samples (~190 steps), evaluated on 2000.
+const char* kQuick = "--train-subset 6000 --test-subset 2000 --epochs 2 --batch-size 64";
+
+TEST(FashionMnist, QuickRunLearns) {
+  if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
+  auto dir = scratch("quick");
+  auto cmd = fmt::format("'{}' {} --metrics '{}' 2>'{}'", bin("lockstep-fashion-mnist"), kQuick,
+                         (dir / "m.jsonl").string(), (dir / "err.txt").string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto lines = read_metrics(dir / "m.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  // Chance is 10%; this subset reaches ~83% after 2 epochs.
+  EXPECT_GT(lines[1]["test_accuracy"].get<double>(), 0.75);
+  EXPECT_LT(lines[1]["train_loss"].get<double>(), lines[0]["train_loss"].get<double>());
+}
+
+TEST(FashionMnist, ResumeContinuesFromCheckpoint) {
+  if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
+  auto dir = scratch("resume");
+  auto base = fmt::format("'{}' --train-subset 2000 --test-subset 500 --batch-size 64 "
+                          "--checkpoint-dir '{}' --metrics '{}' 2>>'{}'",
+                          bin("lockstep-fashion-mnist"), (dir / "ckpt").string(),
+                          (dir / "m.jsonl").string(), (dir / "err.txt").string());
+  ASSERT_EQ(std::system((base + " --epochs 1").c_str()), 0);
+  ASSERT_TRUE(fs::exists(dir / "ckpt" / "checkpoint.pt"));
+  ASSERT_EQ(std::system((base + " --epochs 2 --resume").c_str()), 0);
+  auto lines = read_metrics(dir / "m.jsonl");
+  ASSERT_EQ(lines.size(), 2u);  // the resumed run trained only epoch 2
+  EXPECT_EQ(lines[1]["epoch"].get<int>(), 2);
+  EXPECT_EQ(lines[1]["step"].get<int>(), 2 * lines[0]["step"].get<int>());
+}
+
+TEST(FashionMnist, MissingDataNamesThePackage) {
+  auto dir = scratch("missing");
+  auto cmd = fmt::format("'{}' --data /nonexistent/fashion 2>'{}'", bin("lockstep-fashion-mnist"),
+                         (dir / "err.txt").string());
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::ifstream in(dir / "err.txt");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("dataset-fashion-mnist"), std::string::npos) << text;
+}
+
+TEST(FashionMnist, TwoWorkersViaLauncher) {
+  if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
+  if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep launcher is not built";
+  auto dir = scratch("np2");
+  auto cmd = fmt::format("'{}' run -np 2 '{}' {} --metrics '{}' 2>'{}'", bin("lockstep"),
+                         bin("lockstep-fashion-mnist"), kQuick, (dir / "m.jsonl").string(),
+                         (dir / "err.txt").string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto lines = read_metrics(dir / "m.jsonl");
+  ASSERT_EQ(lines.size(), 2u);  // rank 0 only
+  EXPECT_EQ(lines[1]["workers"].get<int>(), 2);
+  EXPECT_GT(lines[1]["test_accuracy"].get<double>(), 0.7);
+}
+
+TEST(FashionMnist, TwoWorkersSyncBatchNormAndTimeline) {
+  if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
+  if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep launcher is not built";
+  auto dir = scratch("sbn");
+  auto cmd = fmt::format("'{}' run -np 2 '{}' --train-subset 3000 --test-subset 1000 --epochs 1 "
+                         "--sync-batch-norm --timeline '{}' --metrics '{}' 2>'{}'",
+                         bin("lockstep"), bin("lockstep-fashion-mnist"),
+                         (dir / "timeline.json").string(), (dir / "m.jsonl").string(),
+                         (dir / "err.txt").string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto lines = read_metrics(dir / "m.jsonl");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_GT(lines[0]["test_accuracy"].get<double>(), 0.6);
+  EXPECT_GT(fs::file_size(dir / "timeline.json"), 0u);
+}
+
+}  // namespace

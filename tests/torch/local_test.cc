@@ -1,0 +1,228 @@
+// Single-process tests: sampler, checkpoints, placement. References are
+// computed another way (sets, an uninterrupted run, hand-worked plans).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "lockstep/base/error.h"
+#include "lockstep/torch/torch.h"
+
+namespace lockstep::torch {
+namespace {
+
+std::vector<DistributedSampler> samplers(int64_t n, int size, bool drop_last = false,
+                                         SamplingScheme scheme = SamplingScheme::kPartition) {
+  std::vector<DistributedSampler> out;
+  for (int r = 0; r < size; ++r)
+    out.emplace_back(DistributedSamplerOptions{.dataset_size = n, .rank = r, .size = size,
+                                               .seed = 5, .drop_last = drop_last,
+                                               .scheme = scheme});
+  return out;
+}
+
+TEST(Sampler, PartitionIsDisjointAndCovering) {
+  auto ranks = samplers(12, 3);
+  std::multiset<int64_t> seen;
+  for (auto& s : ranks) seen.insert(s.indices().begin(), s.indices().end());
+  std::multiset<int64_t> expected;
+  for (int64_t i = 0; i < 12; ++i) expected.insert(i);
+  EXPECT_EQ(seen, expected);
+}
+
+TEST(Sampler, PaddingGivesEqualBatchCountsAndCoversAll) {
+  for (int64_t n : {10, 11, 13, 1001}) {
+    auto ranks = samplers(n, 4);
+    std::set<int64_t> seen;
+    for (auto& s : ranks) {
+      EXPECT_EQ(s.num_samples(), (n + 3) / 4);
+      EXPECT_EQ(s.num_batches(3), ranks[0].num_batches(3));
+      seen.insert(s.indices().begin(), s.indices().end());
+    }
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), n);  // padding only repeats
+  }
+}
+
+TEST(Sampler, DropLastGivesEqualCountsWithoutRepeats) {
+  auto ranks = samplers(11, 4, /*drop_last=*/true);
+  std::set<int64_t> seen;
+  for (auto& s : ranks) {
+    EXPECT_EQ(s.num_samples(), 2);
+    seen.insert(s.indices().begin(), s.indices().end());
+  }
+  EXPECT_EQ(seen.size(), 8u);
+}
+
+TEST(Sampler, ReshufflesPerEpochDeterministically) {
+  auto a = samplers(100, 2)[0];
+  auto b = samplers(100, 2)[0];
+  auto epoch0 = a.indices();
+  a.set_epoch(1);
+  b.set_epoch(1);
+  EXPECT_NE(a.indices(), epoch0);
+  EXPECT_EQ(a.indices(), b.indices());
+}
+
+TEST(Sampler, IndependentSchemeDiffersPerRank) {
+  auto ranks = samplers(100, 2, false, SamplingScheme::kIndependent);
+  EXPECT_EQ(ranks[0].num_samples(), 50);
+  EXPECT_NE(ranks[0].indices(), ranks[1].indices());
+  std::set<int64_t> unique(ranks[0].indices().begin(), ranks[0].indices().end());
+  EXPECT_EQ(unique.size(), 50u);  // a permutation's prefix: no repeats within a rank
+}
+
+TEST(Sampler, SaveAndRestoreContinuesWithTheNextBatch) {
+  auto a = samplers(50, 2)[1];
+  a.set_epoch(3);
+  a.next_batch(4);
+  auto saved = a.save();
+  auto expected = a.next_batch(4);
+  auto b = samplers(50, 2)[1];
+  b.load(saved);
+  EXPECT_EQ(b.epoch(), 3);
+  EXPECT_EQ(b.next_batch(4), expected);
+}
+
+TEST(Sampler, RejectsBadRank) {
+  EXPECT_THROW(DistributedSampler({.dataset_size = 5, .rank = 2, .size = 2}), InvalidArgument);
+}
+
+// ---- checkpoints
+
+struct TrainingRun {
+  ::torch::nn::Sequential model;
+  std::unique_ptr<::torch::optim::Adam> adam;
+  DistributedSampler sampler{{.dataset_size = 40, .seed = 9}};
+  ::torch::Tensor data = ::torch::arange(40 * 6, ::torch::kFloat32).view({40, 6}).sin();
+  int64_t step = 0;
+
+  TrainingRun() {
+    ::torch::manual_seed(1);
+    model = ::torch::nn::Sequential(::torch::nn::Linear(6, 8), ::torch::nn::Dropout(0.3),
+                                    ::torch::nn::ReLU(), ::torch::nn::Linear(8, 1));
+    adam = std::make_unique<::torch::optim::Adam>(model->parameters(),
+                                                  ::torch::optim::AdamOptions(0.01));
+  }
+
+  // One step; the next epoch starts when this one is used up.
+  float train_step() {
+    auto batch = sampler.next_batch(8);
+    if (batch.empty()) {
+      sampler.set_epoch(sampler.epoch() + 1);
+      batch = sampler.next_batch(8);
+    }
+    auto x = data.index_select(0, ::torch::tensor(batch));
+    adam->zero_grad();
+    auto loss = (model->forward(x) - x.sum(1, true)).pow(2).mean();  // dropout draws from the RNG
+    loss.backward();
+    adam->step();
+    ++step;
+    return loss.item<float>();
+  }
+  TrainingProgress progress() const {
+    return {.epoch = sampler.epoch(), .step = step, .sampler = sampler.save(), .user = "u"};
+  }
+};
+
+std::string temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("lockstep-ckpt-" + std::to_string(::getpid()) + "-" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+TEST(Checkpoint, ResumedRunContinuesBitwise) {
+  ::torch::set_num_threads(1);
+  const std::string path = temp_dir() + "/ckpt.pt";
+  std::vector<float> uninterrupted, resumed;
+  {
+    TrainingRun run;
+    for (int i = 0; i < 12; ++i) {
+      if (i == 7) save_checkpoint(path, *run.model, *run.adam, run.progress());
+      float loss = run.train_step();
+      if (i >= 7) uninterrupted.push_back(loss);
+    }
+  }
+  {
+    ::torch::manual_seed(12345);  // whatever the RNG did meanwhile
+    TrainingRun run;
+    run.adam->param_groups()[0].options().set_lr(0.5);  // must come back as 0.01
+    TrainingProgress progress;
+    ASSERT_TRUE(load_checkpoint(path, *run.model, *run.adam, progress));
+    EXPECT_DOUBLE_EQ(run.adam->param_groups()[0].options().get_lr(), 0.01);
+    EXPECT_EQ(progress.step, 7);
+    EXPECT_EQ(progress.user, "u");
+    run.sampler.load(progress.sampler);
+    run.step = progress.step;
+    for (int i = 7; i < 12; ++i) resumed.push_back(run.train_step());
+  }
+  EXPECT_EQ(resumed, uninterrupted);
+}
+
+TEST(Checkpoint, MissingFileReturnsFalseAndCorruptThrows) {
+  TrainingRun run;
+  TrainingProgress p;
+  const std::string dir = temp_dir();
+  EXPECT_FALSE(load_checkpoint(dir + "/none.pt", *run.model, *run.adam, p));
+  write_file_atomically(dir + "/bad.pt", "not a checkpoint");
+  EXPECT_THROW(load_checkpoint(dir + "/bad.pt", *run.model, *run.adam, p), Error);
+}
+
+// A writer killed at random points never leaves a torn checkpoint: the file
+// is always a complete old or new version.
+TEST(Checkpoint, KillDuringWriteLeavesPreviousLoadable) {
+  ::torch::set_num_threads(1);
+  const std::string path = temp_dir() + "/ckpt.pt";
+  auto big = ::torch::nn::Linear(1500, 1500);  // ~9 MB per checkpoint
+  ::torch::optim::SGD sgd(big->parameters(), 0.1);
+  save_checkpoint(path, *big, sgd, {.step = 1, .sampler = {}, .user = {}});
+  for (int delay_ms : {1, 5, 20, 60}) {
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      for (int64_t step = 2;; ++step) save_checkpoint(path, *big, sgd, {.step = step, .sampler = {}, .user = {}});
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    auto fresh = ::torch::nn::Linear(1500, 1500);
+    ::torch::optim::SGD fresh_sgd(fresh->parameters(), 0.1);
+    TrainingProgress progress;
+    ASSERT_TRUE(load_checkpoint(path, *fresh, fresh_sgd, progress)) << delay_ms;
+    EXPECT_GE(progress.step, 1);
+    EXPECT_TRUE(::torch::equal(fresh->weight, big->weight));
+  }
+}
+
+// ---- placement
+
+TEST(Placement, CoreBindingSplitsCpusIntoBlocks) {
+  std::vector<int> cpus{0, 1, 2, 3};
+  auto p0 = plan_placement(0, 2, cpus, BindTo::kCore);
+  auto p1 = plan_placement(1, 2, cpus, BindTo::kCore);
+  EXPECT_EQ(p0.cpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(p1.cpus, (std::vector<int>{2, 3}));
+  EXPECT_EQ(p1.intra_op_threads, 2);
+}
+
+TEST(Placement, AutoBindsOnlyWhenWorkersFit) {
+  std::vector<int> cpus{0, 1};
+  EXPECT_EQ(plan_placement(1, 2, cpus, BindTo::kAuto).cpus, (std::vector<int>{1}));
+  EXPECT_TRUE(plan_placement(0, 1, cpus, BindTo::kAuto).cpus.empty());
+  auto over = plan_placement(2, 3, cpus, BindTo::kAuto);
+  EXPECT_TRUE(over.cpus.empty());
+  EXPECT_EQ(over.intra_op_threads, 1);
+  EXPECT_EQ(plan_placement(0, 1, cpus, BindTo::kNone, 3).intra_op_threads, 3);
+  EXPECT_THROW(parse_bind_to("socket"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace lockstep::torch

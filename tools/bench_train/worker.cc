@@ -1,0 +1,101 @@
+#include "worker.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/fashion_cnn.h"
+#include "lockstep/torch/torch.h"
+
+namespace lockstep::bench_train {
+namespace {
+
+namespace lt = lockstep::torch;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct Window {
+  double seconds = 0, wait_seconds = 0;
+};
+
+// The same step as lockstep-fashion-mnist; `dist` is null for plain LibTorch.
+class Stepper {
+ public:
+  Stepper(int64_t batch_size, bool distributed)
+      : model_(examples::FashionCnn()),
+        adam_(model_->parameters(), ::torch::optim::AdamOptions(1e-3)),
+        x_(::torch::randn({batch_size, 1, 28, 28})),
+        y_(::torch::randint(0, 10, {batch_size}, ::torch::kInt64)) {
+    if (distributed) {
+      dist_ = std::make_unique<lt::DistributedOptimizer>(adam_, *model_);
+      lt::broadcast_parameters(*model_, 0);
+    }
+  }
+
+  // Returns the seconds spent waiting for gradients' allreduces.
+  double step() {
+    if (!dist_) {
+      adam_.zero_grad();
+      ::torch::nn::functional::cross_entropy(model_->forward(x_), y_).backward();
+      adam_.step();
+      return 0;
+    }
+    dist_->zero_grad();
+    ::torch::nn::functional::cross_entropy(model_->forward(x_), y_).backward();
+    auto wait_start = Clock::now();
+    dist_->synchronize();
+    double waited = seconds_since(wait_start);
+    dist_->step();
+    return waited;
+  }
+
+  Window window(int steps) {
+    Window w;
+    auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) w.wait_seconds += step();
+    w.seconds = seconds_since(start);
+    return w;
+  }
+
+ private:
+  examples::FashionCnn model_;
+  ::torch::optim::Adam adam_;
+  ::torch::Tensor x_, y_;
+  std::unique_ptr<lt::DistributedOptimizer> dist_;
+};
+
+}  // namespace
+
+WorkerResult run_worker(const WorkerConfig& config) {
+  const bool distributed = config.variant == "lockstep";
+  if (distributed) {
+    lt::init();
+    if (config.threads > 0) ::torch::set_num_threads(config.threads);
+  } else {
+    if (config.variant == "plain-malloc") lt::tune_malloc();  // isolates that one effect
+    ::torch::set_num_threads(std::max(1, config.threads));
+  }
+  ::torch::manual_seed(0);
+  Stepper stepper(config.batch_size, distributed);
+  stepper.window(config.warmup_steps);
+  std::vector<Window> windows;
+  for (int i = 0; i < config.windows; ++i) windows.push_back(stepper.window(config.window_steps));
+  // The slowest rank sets the pace: windows are timed between the same steps.
+  std::sort(windows.begin(), windows.end(),
+            [](const Window& a, const Window& b) { return a.seconds < b.seconds; });
+  const Window& median = windows[windows.size() / 2];
+  WorkerResult r;
+  r.workers = lt::size();
+  r.threads = ::torch::get_num_threads();
+  r.step_ms = 1e3 * median.seconds / config.window_steps;
+  r.samples_per_s = config.window_steps * config.batch_size * r.workers / median.seconds;
+  r.comm_wait_share = median.seconds > 0 ? median.wait_seconds / median.seconds : 0;
+  if (distributed) lt::shutdown();
+  return r;
+}
+
+}  // namespace lockstep::bench_train
