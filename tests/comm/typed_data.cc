@@ -134,6 +134,7 @@ std::vector<uint8_t> reference_reduce(DataType dtype, ReduceOp op, size_t begin,
 long first_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
                       size_t elem_size) {
   if (a.size() != b.size()) return 0;
+  if (a.empty()) return -1;
   if (std::memcmp(a.data(), b.data(), a.size()) == 0) return -1;
   for (size_t i = 0; i < a.size(); i += elem_size)
     if (std::memcmp(a.data() + i, b.data() + i, elem_size) != 0)

@@ -1,11 +1,25 @@
 // `lockstep run`: starts the workers of a job and supervises them.
+//
+// The workers get their identity (LOCKSTEP_RANK, _SIZE, _LOCAL_*, _CROSS_*,
+// _JOB_ID), the address of the job's authenticated rendezvous store
+// (LOCKSTEP_RENDEZVOUS, LOCKSTEP_SECRET; see lockstep/rendezvous/store.h) and
+// the knobs set by flags through their environment. The full contract (flags,
+// output relaying, signal forwarding, teardown, shared-memory cleanup) is in
+// docs/launcher.md.
 #pragma once
 
 namespace lockstep::launcher {
 
-// Entry point of `lockstep run`; argv[0] is "run". Returns the exit status the
-// `lockstep` process should exit with: 0 when every worker exited 0, 2 for bad
-// usage, otherwise the first failing worker's code (128 + signal if killed).
+// Entry point of `lockstep run`; argv[0] is "run". Blocks until every worker
+// is gone and the job's /dev/shm/lockstep-<JOB_ID>* entries are removed.
+// Returns the exit status the `lockstep` process should exit with: 0 when
+// every worker exited 0; the first failing worker's code (128 + signal if it
+// was killed); 128 + signal when the launcher was interrupted by SIGINT,
+// SIGTERM or SIGHUP; 2 for bad usage; 127 when the program cannot be found.
+//
+// Not reentrant: it blocks SIGINT/SIGTERM/SIGHUP/SIGCHLD in the calling
+// thread and reads them through a signalfd, so call it from the main thread
+// of a process that has no other children.
 int run_main(int argc, char** argv);
 
 }  // namespace lockstep::launcher

@@ -1,0 +1,334 @@
+// Supervises the workers with one poll loop over a signalfd (SIGCHLD and the
+// signals to forward) and the workers' output pipes.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "launcher/job.h"
+#include "launcher/output_relay.h"
+#include "launcher/spawn.h"
+#include "launcher/spec.h"
+#include "lockstep/base/error.h"
+#include "lockstep/rendezvous/store.h"
+
+namespace lockstep::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After SIGTERM (forwarded or on failure) workers get this long before SIGKILL,
+// which keeps a whole job's teardown well within 5 s.
+constexpr auto kTermGrace = std::chrono::seconds(3);
+// After one worker fails, the others first get this long to exit on their
+// own: lockstep workers notice a dead peer within milliseconds and print
+// their own error (naming the rank they lost), which a SIGTERM would cut off.
+// 1 s + kTermGrace keeps the teardown under 5 s.
+constexpr auto kPeerGrace = std::chrono::seconds(1);
+// After the last worker is reaped, output still buffered in pipes held by
+// processes outside its group gets this long to arrive.
+constexpr auto kDrainGrace = std::chrono::seconds(1);
+
+template <typename... Args>
+void say(fmt::format_string<Args...> format, Args&&... args) {
+  std::string line = "lockstep run: " + fmt::format(format, std::forward<Args>(args)...) + "\n";
+  write_fully(STDERR_FILENO, line);
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+struct Stream {
+  int fd = -1;
+  OutputRelay relay;
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int wait_status = 0;
+  std::vector<Stream> streams;  // stdout, stderr
+};
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchSpec& spec, JobIdentity job, int signal_fd)
+      : spec_(spec), job_(std::move(job)), signal_fd_(signal_fd) {}
+  ~Supervisor();
+  void start(const std::string& path);
+  void run();
+  int exit_status() const;
+
+ private:
+  void spawn(int rank, const std::string& path, int null_fd);
+  void on_signal();
+  void reap();
+  void on_exit(Worker& w);
+  void signal_all(int sig);
+  void on_deadlines();
+  void read_stream(Stream& s);
+  bool any_running() const;
+  bool any_stream_open() const;
+
+  const LaunchSpec& spec_;
+  JobIdentity job_;
+  int signal_fd_;
+  std::vector<Worker> workers_;
+  std::optional<int> first_failure_code_;
+  int interrupted_by_ = 0;
+  std::optional<Clock::time_point> term_at_;
+  std::optional<Clock::time_point> kill_at_;
+  std::optional<Clock::time_point> drain_until_;
+};
+
+Supervisor::~Supervisor() {
+  signal_all(SIGKILL);  // only when run() did not finish: it reaps everyone
+  for (auto& w : workers_)
+    for (auto& s : w.streams)
+      if (s.fd >= 0) ::close(s.fd);
+}
+
+void Supervisor::start(const std::string& path) {
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  workers_.reserve(spec_.num_proc);
+  for (int rank = 0; rank < spec_.num_proc && !interrupted_by_ && !first_failure_code_; ++rank)
+    spawn(rank, path, null_fd);
+  if (null_fd >= 0) ::close(null_fd);
+}
+
+void Supervisor::spawn(int rank, const std::string& path, int null_fd) {
+  SpawnedWorker child = spawn_worker(
+      ExecImage(path, spec_.program, worker_environment(spec_, job_, rank)), null_fd, rank);
+  Worker w;
+  w.rank = rank;
+  w.pid = child.pid;
+  w.running = true;
+  w.streams.push_back({child.stdout_fd, OutputRelay(STDOUT_FILENO, rank, spec_.prefix_output)});
+  w.streams.push_back({child.stderr_fd, OutputRelay(STDERR_FILENO, rank, spec_.prefix_output)});
+  workers_.push_back(std::move(w));
+  if (spec_.verbose) say("rank {} started as pid {}", rank, child.pid);
+}
+
+void Supervisor::signal_all(int sig) {
+  for (const auto& w : workers_)
+    if (w.running) ::kill(-w.pid, sig);
+}
+
+void Supervisor::on_signal() {
+  signalfd_siginfo info;
+  while (::read(signal_fd_, &info, sizeof info) == sizeof info) {
+    int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) {
+      reap();
+    } else if (!interrupted_by_) {
+      interrupted_by_ = sig;
+      say("received {}; forwarding it to the workers", signal_name(sig));
+      signal_all(sig);
+      if (!kill_at_) kill_at_ = Clock::now() + kTermGrace;
+    } else {
+      say("received {} again; killing the workers", signal_name(sig));
+      signal_all(SIGKILL);
+    }
+  }
+}
+
+void Supervisor::reap() {
+  for (auto& w : workers_) {
+    if (!w.running) continue;
+    int status = 0;
+    pid_t r = ::waitpid(w.pid, &status, WNOHANG);
+    if (r == w.pid) {
+      w.running = false;
+      w.wait_status = status;
+      on_exit(w);
+    }
+  }
+}
+
+void Supervisor::on_exit(Worker& w) {
+  int status = w.wait_status;
+  bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  std::string how = WIFEXITED(status)
+                        ? fmt::format("exited with code {}", WEXITSTATUS(status))
+                        : fmt::format("was killed by signal {} ({})", WTERMSIG(status),
+                                      signal_name(WTERMSIG(status)));
+  // Leftovers of a finished worker's group (background children) go with it.
+  ::kill(-w.pid, SIGKILL);
+  bool first_failure = !ok && !interrupted_by_ && !first_failure_code_;
+  if (!first_failure) {
+    if (spec_.verbose) say("rank {} (pid {}) {}", w.rank, w.pid, how);
+    return;
+  }
+  first_failure_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  say("rank {} (pid {}) {}; stopping the other workers", w.rank, w.pid, how);
+  term_at_ = Clock::now() + kPeerGrace;
+}
+
+void Supervisor::on_deadlines() {
+  auto now = Clock::now();
+  if (term_at_ && now >= *term_at_) {
+    term_at_.reset();
+    if (any_running()) {
+      signal_all(SIGTERM);
+      if (!kill_at_) kill_at_ = now + kTermGrace;
+    }
+  }
+  if (kill_at_ && now >= *kill_at_) {
+    kill_at_.reset();
+    if (any_running()) {
+      say("workers still running {} s after being signalled; sending SIGKILL",
+          std::chrono::duration_cast<std::chrono::seconds>(kTermGrace).count());
+      signal_all(SIGKILL);
+    }
+  }
+}
+
+void Supervisor::read_stream(Stream& s) {
+  char buf[64 << 10];
+  ssize_t n = ::read(s.fd, buf, sizeof buf);
+  if (n > 0) {
+    s.relay.feed(std::string_view(buf, static_cast<size_t>(n)));
+  } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+    s.relay.finish();
+    ::close(s.fd);
+    s.fd = -1;
+  }
+}
+
+bool Supervisor::any_running() const {
+  for (const auto& w : workers_)
+    if (w.running) return true;
+  return false;
+}
+
+bool Supervisor::any_stream_open() const {
+  for (const auto& w : workers_)
+    for (const auto& s : w.streams)
+      if (s.fd >= 0) return true;
+  return false;
+}
+
+void Supervisor::run() {
+  std::vector<pollfd> fds;
+  std::vector<Stream*> polled;
+  while (any_running() || (any_stream_open() && drain_until_ && Clock::now() < *drain_until_)) {
+    fds.assign(1, pollfd{signal_fd_, POLLIN, 0});
+    polled.clear();
+    for (auto& w : workers_)
+      for (auto& s : w.streams)
+        if (s.fd >= 0) {
+          fds.push_back({s.fd, POLLIN, 0});
+          polled.push_back(&s);
+        }
+    std::optional<Clock::time_point> deadline = kill_at_;
+    if (term_at_ && (!deadline || *term_at_ < *deadline)) deadline = term_at_;
+    if (drain_until_ && (!deadline || *drain_until_ < *deadline)) deadline = drain_until_;
+    int timeout = -1;
+    if (deadline) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now()).count();
+      timeout = ms <= 0 ? 0 : static_cast<int>(ms) + 1;
+    }
+    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR)
+      throw Error(fmt::format("lockstep run: poll failed: {}", std::strerror(errno)));
+    if (fds[0].revents & POLLIN) on_signal();
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents) read_stream(*polled[i - 1]);
+    on_deadlines();
+    if (!any_running() && !drain_until_) drain_until_ = Clock::now() + kDrainGrace;
+  }
+  for (auto& w : workers_)
+    for (auto& s : w.streams)
+      if (s.fd >= 0) {
+        s.relay.finish();
+        ::close(s.fd);
+        s.fd = -1;
+      }
+}
+
+int Supervisor::exit_status() const {
+  if (first_failure_code_) return *first_failure_code_;
+  if (interrupted_by_) return 128 + interrupted_by_;
+  return 0;
+}
+
+// Blocks the signals the loop reads from a signalfd. Done before the
+// rendezvous thread starts so that thread inherits the mask and never takes
+// them.
+int block_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (fd < 0) throw Error(fmt::format("lockstep run: signalfd failed: {}", std::strerror(errno)));
+  return fd;
+}
+
+int supervise_job(const LaunchSpec& spec, const std::string& path) {
+  int signal_fd = block_signals();
+  JobIdentity job{new_job_id(), "", rendezvous::random_secret_hex()};
+  rendezvous::StoreServer::Options store_options;
+  store_options.secret = rendezvous::decode_secret_hex(job.secret_hex);
+  rendezvous::StoreServer store(std::move(store_options));
+  store.start();
+  job.rendezvous = store.address();
+  if (spec.verbose)
+    say("job {}: starting {} worker(s) of '{}'; rendezvous at {}", job.job_id, spec.num_proc,
+        spec.program[0], job.rendezvous);
+  int status = 0;
+  {
+    Supervisor supervisor(spec, job, signal_fd);
+    try {
+      supervisor.start(path);
+      supervisor.run();
+    } catch (...) {
+      // Never leave workers behind: they die with us through PDEATHSIG anyway,
+      // but shared memory does not.
+      remove_job_shared_memory(job.job_id);
+      throw;
+    }
+    status = supervisor.exit_status();
+  }
+  store.stop();
+  int removed = remove_job_shared_memory(job.job_id);
+  if (spec.verbose) {
+    if (removed) say("removed {} shared-memory segment(s) left by job {}", removed, job.job_id);
+    say("job {} finished with exit status {}", job.job_id, status);
+  }
+  ::close(signal_fd);
+  return status;
+}
+
+}  // namespace
+
+int supervise(const LaunchSpec& spec) {
+  std::string path = resolve_program(spec.program[0]);
+  if (path.empty()) {
+    say("cannot find or execute '{}'; give a path or check PATH", spec.program[0]);
+    return kProgramNotFound;
+  }
+  try {
+    return supervise_job(spec, path);
+  } catch (const std::exception& e) {
+    say("{}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace lockstep::launcher

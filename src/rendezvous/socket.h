@@ -1,0 +1,54 @@
+// Small POSIX socket helpers for the rendezvous store. Internal.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace lockstep::rendezvous::net {
+
+using Clock = std::chrono::steady_clock;
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+// Parses "host:port" (IPv4 dotted quad or "localhost"); throws InvalidArgument.
+HostPort parse_address(std::string_view address);
+
+// An owned file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept;
+  int get() const { return fd_; }
+  int release();
+  void reset();
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// A non-blocking listening socket bound to host:port (port 0 = ephemeral).
+Fd listen_tcp(const HostPort& where, int backlog);
+uint16_t local_port(int fd);
+std::string peer_name(int fd);  // "a.b.c.d:port"
+
+// Connects, retrying refused connections until `deadline` (the server may not
+// be up yet). Returns a blocking socket with TCP_NODELAY.
+Fd connect_tcp(const HostPort& where, Clock::time_point deadline);
+
+// Blocking I/O on `fd` that gives up at `deadline`. read_exact returns false on
+// a clean EOF before the first byte; both throw Error/TimeoutError otherwise.
+void write_all(int fd, std::string_view data, Clock::time_point deadline, std::string_view what);
+bool read_exact(int fd, char* out, size_t n, Clock::time_point deadline, std::string_view what);
+
+// Milliseconds until `deadline` for poll(): 0 when past, capped at INT_MAX.
+int poll_timeout_ms(Clock::time_point deadline);
+
+}  // namespace lockstep::rendezvous::net

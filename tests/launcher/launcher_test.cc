@@ -1,0 +1,308 @@
+// End-to-end behaviour of `lockstep run`: exit codes, failure teardown,
+// signal forwarding, the worker environment, output prefixing, flag errors and
+// shared-memory cleanup.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "launcher/launch_helper.h"
+
+namespace lockstep::testing {
+namespace {
+
+using Args = std::vector<std::string>;
+
+Args sh_job(int np, const std::string& script, Args flags = {}) {
+  Args args{"run", "-np", std::to_string(np)};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.insert(args.end(), {"--", "/bin/sh", "-c", script});
+  return args;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::string describe(const Finished& f) {
+  return "status " + std::to_string(f.status) + "\n--- stdout\n" + f.out + "\n--- stderr\n" + f.err;
+}
+
+std::vector<std::string> shm_entries(const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    std::string name = entry.path().filename();
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  return out;
+}
+
+TEST(LauncherTest, ExitsZeroWhenEveryWorkerSucceeds) {
+  Finished f = run_lockstep(sh_job(3, "exit 0"));
+  EXPECT_EQ(f.status, 0) << describe(f);
+}
+
+TEST(LauncherTest, NonZeroExitIsPropagatedNamingTheRankAndStopsTheOthers) {
+  Finished f = run_lockstep(sh_job(3, "if [ \"$LOCKSTEP_RANK\" = 2 ]; then exit 3; fi; sleep 60"));
+  EXPECT_EQ(f.status, 3) << describe(f);
+  EXPECT_TRUE(contains(f.err, "lockstep run: rank 2 (pid ")) << describe(f);
+  EXPECT_TRUE(contains(f.err, "exited with code 3")) << describe(f);
+  EXPECT_LT(f.seconds, 5.0) << describe(f);
+}
+
+TEST(LauncherTest, WorkerKilledBySigkillGives137AndTheJobIsDownWithinFiveSeconds) {
+  Finished f = run_lockstep(sh_job(3, "if [ \"$LOCKSTEP_RANK\" = 1 ]; then kill -9 $$; fi; sleep 60"));
+  EXPECT_EQ(f.status, 137) << describe(f);
+  EXPECT_TRUE(contains(f.err, "rank 1 (pid ")) << describe(f);
+  EXPECT_TRUE(contains(f.err, "was killed by signal 9 (SIGKILL)")) << describe(f);
+  EXPECT_LT(f.seconds, 5.0) << describe(f);
+}
+
+TEST(LauncherTest, WorkersIgnoringSigtermAreKilledWithinFiveSeconds) {
+  // Rank 0 fails only once rank 1 ignores SIGTERM; the fifo orders the two.
+  std::string fifo = ::testing::TempDir() + "lockstep_fifo_" + std::to_string(::getpid());
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Finished f = run_lockstep(sh_job(
+      2, "if [ \"$LOCKSTEP_RANK\" = 0 ]; then read x < " + fifo + "; exit 1; fi; "
+         "trap '' TERM; echo armed > " + fifo + "; sleep 60"));
+  std::filesystem::remove(fifo);
+  EXPECT_EQ(f.status, 1) << describe(f);
+  EXPECT_TRUE(contains(f.err, "sending SIGKILL")) << describe(f);
+  EXPECT_LT(f.seconds, 5.0) << describe(f);
+}
+
+class SignalForwardingTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SignalForwardingTest, EveryWorkerReceivesTheSignal) {
+  int sig = GetParam();
+  std::string dir = ::testing::TempDir() + "lockstep_signal_" + std::to_string(::getpid()) + "_" +
+                    std::to_string(sig);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  Launch l = start_lockstep(sh_job(
+      2, "trap 'echo got > " + dir + "/rank$LOCKSTEP_RANK; exit 0' TERM INT; echo ready; sleep 60 & wait"));
+  ASSERT_TRUE(wait_for_output(l, "ready", 2)) << l.out << l.err;
+  ASSERT_EQ(::kill(l.pid, sig), 0);
+  Finished f = finish(l);
+  EXPECT_EQ(f.status, 128 + sig) << describe(f);
+  EXPECT_TRUE(contains(f.err, "forwarding it to the workers")) << describe(f);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/rank0")) << describe(f);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/rank1")) << describe(f);
+  EXPECT_LT(f.seconds, 30.0);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(TermAndInt, SignalForwardingTest, ::testing::Values(SIGTERM, SIGINT),
+                         [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
+
+TEST(LauncherTest, SecondInterruptKillsWorkersThatIgnoreTheFirst) {
+  Launch l = start_lockstep(sh_job(2, "trap '' INT TERM; echo ready; sleep 60"));
+  ASSERT_TRUE(wait_for_output(l, "ready", 2)) << l.out << l.err;
+  ASSERT_EQ(::kill(l.pid, SIGINT), 0);
+  ASSERT_TRUE(wait_for_error_output(l, "forwarding it to the workers")) << l.err;
+  ASSERT_EQ(::kill(l.pid, SIGINT), 0);
+  Finished f = finish(l);
+  EXPECT_EQ(f.status, 130) << describe(f);
+  EXPECT_TRUE(contains(f.err, "received SIGINT again; killing the workers")) << describe(f);
+  EXPECT_LT(f.seconds, 5.0) << describe(f);
+}
+
+TEST(LauncherTest, EveryRankGetsItsIdentity) {
+  Finished f = run_lockstep(sh_job(
+      3, "echo \"$LOCKSTEP_RANK $LOCKSTEP_SIZE $LOCKSTEP_LOCAL_RANK $LOCKSTEP_LOCAL_SIZE "
+         "$LOCKSTEP_CROSS_RANK $LOCKSTEP_CROSS_SIZE $LOCKSTEP_JOB_ID $LOCKSTEP_RENDEZVOUS "
+         "$LOCKSTEP_SECRET\""));
+  ASSERT_EQ(f.status, 0) << describe(f);
+  std::map<int, std::vector<std::string>> by_rank;
+  std::istringstream lines(f.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line.substr(line.find(": ") + 2));
+    std::vector<std::string> v;
+    for (std::string s; fields >> s;) v.push_back(s);
+    ASSERT_EQ(v.size(), 9u) << line;
+    EXPECT_EQ(line.substr(0, line.find(": ")), "[" + v[0] + "]");
+    by_rank[std::stoi(v[0])] = v;
+  }
+  ASSERT_EQ(by_rank.size(), 3u) << describe(f);
+  for (auto& [rank, v] : by_rank) {
+    EXPECT_EQ(v[1], "3");
+    EXPECT_EQ(v[2], std::to_string(rank));
+    EXPECT_EQ(v[3], "3");
+    EXPECT_EQ(v[4], "0");
+    EXPECT_EQ(v[5], "1");
+    EXPECT_EQ(v[6], by_rank[0][6]) << "one job id for the whole job";
+    EXPECT_TRUE(v[6].find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz") == std::string::npos);
+    EXPECT_FALSE(v[6].empty());
+    EXPECT_EQ(v[7].rfind("127.0.0.1:", 0), 0u) << v[7];
+    EXPECT_EQ(v[8].size(), 64u);
+    EXPECT_TRUE(v[8].find_first_not_of("0123456789abcdef") == std::string::npos);
+    EXPECT_EQ(v[8], by_rank[0][8]);
+    EXPECT_FALSE(contains(f.err, v[8])) << "the launcher must never print the secret";
+  }
+}
+
+TEST(LauncherTest, EachJobGetsAFreshIdAndSecret) {
+  Finished a = run_lockstep(sh_job(1, "echo $LOCKSTEP_JOB_ID $LOCKSTEP_SECRET"));
+  Finished b = run_lockstep(sh_job(1, "echo $LOCKSTEP_JOB_ID $LOCKSTEP_SECRET"));
+  ASSERT_EQ(a.status, 0);
+  ASSERT_EQ(b.status, 0);
+  EXPECT_NE(a.out, b.out);
+}
+
+TEST(LauncherTest, KnobFlagsAndExtraEnvironmentReachTheWorkers) {
+  ::setenv("LOCKSTEP_TEST_PASSTHROUGH", "from-launcher", 1);
+  ::setenv("PASS_ME", "passed", 1);
+  Finished f = run_lockstep(sh_job(
+      1, "echo \"$LOCKSTEP_BACKEND $LOCKSTEP_TIMEOUT $LOCKSTEP_TIMELINE $LOCKSTEP_BIND_TO "
+         "$LOCKSTEP_LOG_LEVEL $FOO $PASS_ME\"",
+      {"--backend", "gloo", "--timeout", "7", "--timeline", "/tmp/t.json", "--bind-to", "core",
+       "--log-level", "debug", "-x", "FOO=a=b", "--env", "PASS_ME"}));
+  ASSERT_EQ(f.status, 0) << describe(f);
+  EXPECT_EQ(f.out, "gloo 7 /tmp/t.json core debug a=b passed\n") << describe(f);
+}
+
+// The lines of `text` that start with `prefix`, in order.
+std::string lines_with_prefix(const std::string& text, const std::string& prefix) {
+  std::string out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(prefix, 0) == 0) out += line + "\n";
+  return out;
+}
+
+TEST(LauncherTest, OutputLinesArePrefixedWithTheRankAndPartialLinesFlushed) {
+  Finished f = run_lockstep(sh_job(2, "printf 'one\\ntwo\\npartial'; echo oops >&2"));
+  ASSERT_EQ(f.status, 0) << describe(f);
+  EXPECT_TRUE(f.out.ends_with("\n")) << describe(f);
+  for (std::string r : {"0", "1"}) {
+    std::string p = "[" + r + "]: ";
+    EXPECT_EQ(lines_with_prefix(f.out, p), p + "one\n" + p + "two\n" + p + "partial\n") << describe(f);
+    EXPECT_EQ(lines_with_prefix(f.err, p), p + "oops\n") << describe(f);
+  }
+}
+
+TEST(LauncherTest, NoPrefixOutputPassesBytesThrough) {
+  Finished f = run_lockstep(sh_job(2, "printf 'raw\\001\\377'", {"--no-prefix-output"}));
+  ASSERT_EQ(f.status, 0) << describe(f);
+  EXPECT_EQ(f.out, std::string("raw\001\377raw\001\377"));
+}
+
+TEST(LauncherTest, SingleWorkerOutputIsNotPrefixedByDefault) {
+  Finished f = run_lockstep(sh_job(1, "echo hello"));
+  EXPECT_EQ(f.out, "hello\n") << describe(f);
+  Finished g = run_lockstep(sh_job(1, "echo hello", {"--prefix-output"}));
+  EXPECT_EQ(g.out, "[0]: hello\n") << describe(g);
+}
+
+TEST(LauncherTest, LargeOutputIsNotLost) {
+  Finished f = run_lockstep(sh_job(2, "i=0; while [ $i -lt 5000 ]; do echo line$i; i=$((i+1)); done"));
+  ASSERT_EQ(f.status, 0) << describe(f);
+  std::istringstream lines(f.out);
+  int count = 0;
+  for (std::string line; std::getline(lines, line);) ++count;
+  EXPECT_EQ(count, 10000);
+  EXPECT_TRUE(contains(f.out, "[1]: line4999\n"));
+}
+
+TEST(LauncherTest, BadUsageExitsTwoWithAMessage) {
+  for (const Args& args : std::vector<Args>{
+           {"run", "-np", "2", "--bogus", "--", "true"},
+           {"run", "-np", "0", "--", "true"},
+           {"run", "-np", "2"},
+           {"run", "-np", "2", "--"},
+           {"run", "--", "true"},
+           {"run", "-np", "two", "--", "true"},
+           {"run", "-np", "2", "--backend", "carrier-pigeon", "--", "true"},
+           {"run", "-np", "2", "--bind-to", "socket", "--", "true"},
+           {"run", "-np", "2", "--timeout", "-1", "--", "true"},
+           {"run", "-np", "2", "-x", "NOEQUALS_AND_UNSET_1234", "--", "true"},
+           {"run", "-np", "2", "-x", "LOCKSTEP_TYPO=1", "--", "true"},
+           {"run", "-np", "2", "-x", "LOCKSTEP_RANK=5", "--", "true"},
+       }) {
+    Finished f = run_lockstep(args);
+    std::string cmd;
+    for (const auto& a : args) cmd += a + " ";
+    EXPECT_EQ(f.status, 2) << cmd << describe(f);
+    EXPECT_TRUE(contains(f.err, "lockstep run: ")) << cmd << describe(f);
+  }
+}
+
+TEST(LauncherTest, HelpDocumentsEveryFlag) {
+  Finished f = run_lockstep({"run", "--help"});
+  EXPECT_EQ(f.status, 0);
+  for (const char* flag : {"-np", "--num-proc", "--prefix-output", "--no-prefix-output", "--backend",
+                           "--timeout", "--timeline", "--bind-to", "-x", "--env", "--log-level",
+                           "--verbose"})
+    EXPECT_TRUE(contains(f.out, flag)) << flag << "\n" << f.out;
+}
+
+TEST(LauncherTest, MissingProgramIsReported) {
+  Finished f = run_lockstep({"run", "-np", "2", "--", "/nonexistent/lockstep-no-such-program"});
+  EXPECT_EQ(f.status, 127) << describe(f);
+  EXPECT_TRUE(contains(f.err, "lockstep-no-such-program")) << describe(f);
+}
+
+TEST(LauncherTest, ProgramMayFollowTheFlagsWithoutSeparator) {
+  Finished f = run_lockstep({"run", "-np", "2", "/bin/sh", "-c", "echo $LOCKSTEP_RANK"});
+  EXPECT_EQ(f.status, 0) << describe(f);
+  EXPECT_TRUE(contains(f.out, "[1]: 1\n")) << describe(f);
+}
+
+std::string job_id_from(const std::string& out) {
+  auto colon = out.find(": ");
+  std::string id = out.substr(colon + 2, out.find('\n') - colon - 2);
+  return id;
+}
+
+TEST(LauncherTest, SharedMemoryOfAKilledJobIsRemoved) {
+  Finished f = run_lockstep(sh_job(
+      2, "touch /dev/shm/lockstep-$LOCKSTEP_JOB_ID-x$LOCKSTEP_RANK; echo $LOCKSTEP_JOB_ID; kill -9 $$"));
+  EXPECT_EQ(f.status, 137) << describe(f);
+  std::string id = job_id_from(f.out);
+  ASSERT_FALSE(id.empty()) << describe(f);
+  EXPECT_TRUE(shm_entries("lockstep-" + id).empty());
+}
+
+TEST(LauncherTest, SharedMemoryOfAFinishedJobIsRemovedAndOthersKept) {
+  std::string other = "/dev/shm/lockstep-launchertest-other-" + std::to_string(::getpid());
+  { std::FILE* keep = std::fopen(other.c_str(), "w"); ASSERT_NE(keep, nullptr); std::fclose(keep); }
+  Finished f = run_lockstep(
+      sh_job(2, "touch /dev/shm/lockstep-$LOCKSTEP_JOB_ID-x$LOCKSTEP_RANK; echo $LOCKSTEP_JOB_ID"));
+  EXPECT_EQ(f.status, 0) << describe(f);
+  std::string id = job_id_from(f.out);
+  ASSERT_FALSE(id.empty());
+  EXPECT_TRUE(shm_entries("lockstep-" + id).empty());
+  EXPECT_TRUE(std::filesystem::exists(other)) << "another job's segment was removed";
+  std::filesystem::remove(other);
+}
+
+TEST(LauncherTest, WorkersMeetThroughTheAuthenticatedRendezvousStore) {
+  std::string worker = std::string(std::getenv("LOCKSTEP_BIN_DIR") ? std::getenv("LOCKSTEP_BIN_DIR") : ".") +
+                       "/lockstep-test-rendezvous-worker";
+  Finished f = run_lockstep({"run", "-np", "4", "--", worker});
+  ASSERT_EQ(f.status, 0) << describe(f);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_TRUE(contains(f.out, "[" + std::to_string(r) + "]: rank " + std::to_string(r) + " saw ")) << describe(f);
+}
+
+TEST(LauncherTest, WorkerWithAWrongSecretIsRefusedAndTheRefusalLogged) {
+  std::string worker = std::string(std::getenv("LOCKSTEP_BIN_DIR") ? std::getenv("LOCKSTEP_BIN_DIR") : ".") +
+                       "/lockstep-test-rendezvous-worker";
+  Finished f = run_lockstep(sh_job(1, "LOCKSTEP_SECRET=00112233 " + worker));
+  EXPECT_EQ(f.status, 1) << describe(f);
+  EXPECT_TRUE(contains(f.err, "lockstep run: refused rendezvous connection from 127.0.0.1:")) << describe(f);
+  EXPECT_TRUE(contains(f.err, ": bad authentication\n")) << describe(f);
+  EXPECT_TRUE(contains(f.err, "LOCKSTEP_SECRET")) << "the worker is told what to check\n" << describe(f);
+}
+
+}  // namespace
+}  // namespace lockstep::testing
