@@ -1,260 +1,47 @@
-// The collective matrix: every collective x dtype x op x world size
-// {1,2,3,4,5 (oversubscribed on 2 cores)} x element counts {0,1,7,1000,1M+3},
-// in real worker processes, against the scalar reference in typed_data.h
-// (bitwise: the contract fixes the reduction order).
+// The collective matrix (tests/support/collective_matrix.h): every
+// collective x dtype x op x world size {1,2,3,4,5 (oversubscribed on 2
+// cores)} x element counts {0,1,7,1000,1M+3}, in real worker processes,
+// against the scalar reference in typed_data.h. Bitwise: the shm transport
+// reduces in rank order, which the reference reproduces exactly.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstring>
-#include <numeric>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include "comm/typed_data.h"
+#include "support/collective_matrix.h"
 #include "support/multiproc.h"
 
 namespace lockstep::testing {
 namespace {
 
 using comm::Communicator;
-
-constexpr std::array kDTypes = {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                                DataType::kFloat64, DataType::kInt8,     DataType::kUInt8,
-                                DataType::kInt32,   DataType::kInt64};
-constexpr std::array kOps = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
-                             ReduceOp::kProduct};
-constexpr std::array<size_t, 5> kCounts = {0, 1, 7, 1000, 1'000'003};
-
-void expect_same(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DataType dtype,
-                 const std::string& what) {
-  size_t es = comm::dtype_size(dtype);
-  ASSERT_EQ(got.size(), want.size()) << what;
-  long i = first_difference(got, want, es);
-  EXPECT_EQ(i, -1) << what << ": element " << i << " is "
-                   << (i >= 0 ? describe_element(dtype, got.data() + i * es) : "")
-                   << ", reference "
-                   << (i >= 0 ? describe_element(dtype, want.data() + i * es) : "");
-}
-
-std::string label(const char* op, DataType dtype, size_t count) {
-  return fmt::format("{} {} count={}", op, comm::dtype_name(dtype), count);
-}
-
-std::vector<uint8_t> concat_inputs(DataType dtype, const std::vector<size_t>& counts, int salt) {
-  std::vector<uint8_t> all;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    auto part = make_input(dtype, ReduceOp::kSum, counts[r], static_cast<int>(r), salt);
-    all.insert(all.end(), part.begin(), part.end());
-  }
-  return all;
-}
+using comm::DataType;
+using comm::ReduceOp;
 
 class Collectives : public ::testing::TestWithParam<int> {
  protected:
   int size() const { return GetParam(); }
   void run(const std::function<void(Communicator&)>& body) {
-    expect_all_ok(run_workers(size(), body));
+    expect_all_ok(run_workers(size(), [&](Communicator& c) {
+      matrix::require_bitwise_reductions(true);
+      body(c);
+    }));
     // Rank 0 unlinks the segment once all ranks attach: nothing may remain.
     EXPECT_EQ(shm_leftovers(fmt::format("t{}x", getpid())), std::vector<std::string>{});
   }
 };
 
-TEST_P(Collectives, AllreduceEveryDtypeOpAndCount) {
-  run([](Communicator& c) {
-    int salt = 0;
-    for (DataType dt : kDTypes)
-      for (ReduceOp op : kOps)
-        for (size_t count : kCounts) {
-          ++salt;
-          auto in = make_input(dt, op, count, c.rank(), salt);
-          auto want = reference_reduce(dt, op, 0, count, count, c.size(), salt);
-          auto what = label("allreduce", dt, count) + " op=" + std::string(comm::reduce_op_name(op));
-          if (salt % 2) {  // in place
-            c.allreduce(in.data(), count, dt, op);
-            expect_same(in, want, dt, what + " in-place");
-          } else {
-            std::vector<uint8_t> out(in.size());
-            c.allreduce(in.data(), out.data(), count, dt, op);
-            expect_same(out, want, dt, what);
-          }
-        }
-  });
-}
-
-TEST_P(Collectives, ReduceToEveryRoot) {
-  run([](Communicator& c) {
-    int salt = 1000;
-    for (int root = 0; root < c.size(); ++root)
-      for (DataType dt : kDTypes)
-        for (ReduceOp op : kOps)
-          for (size_t count : kCounts) {
-            if (count > 1000 && op != ReduceOp::kSum && root != 0) continue;  // bound run time
-            ++salt;
-            auto in = make_input(dt, op, count, c.rank(), salt);
-            std::vector<uint8_t> out(in.size(), 0xAB);
-            c.reduce(in.data(), c.rank() == root ? out.data() : nullptr, count, dt, op, root);
-            if (c.rank() == root)
-              expect_same(out, reference_reduce(dt, op, 0, count, count, c.size(), salt), dt,
-                          label("reduce", dt, count) + fmt::format(" root={}", root));
-          }
-  });
-}
-
-TEST_P(Collectives, BroadcastFromEveryRoot) {
-  run([](Communicator& c) {
-    int salt = 2000;
-    for (int root = 0; root < c.size(); ++root)
-      for (DataType dt : kDTypes)
-        for (size_t count : kCounts) {
-          ++salt;
-          auto want = make_input(dt, ReduceOp::kSum, count, root, salt);
-          auto buf = c.rank() == root ? want : std::vector<uint8_t>(want.size(), 0x5A);
-          c.broadcast(buf.data(), count, dt, root);
-          expect_same(buf, want, dt, label("broadcast", dt, count) + fmt::format(" root={}", root));
-        }
-  });
-}
-
-TEST_P(Collectives, AllgatherAndAllgatherv) {
-  run([](Communicator& c) {
-    int salt = 3000;
-    for (DataType dt : kDTypes)
-      for (size_t count : kCounts) {
-        ++salt;
-        std::vector<size_t> equal(c.size(), count);
-        auto mine = make_input(dt, ReduceOp::kSum, count, c.rank(), salt);
-        std::vector<uint8_t> out(mine.size() * c.size());
-        c.allgather(mine.data(), out.data(), count, dt);
-        expect_same(out, concat_inputs(dt, equal, salt), dt, label("allgather", dt, count));
-        // Uneven: rank r contributes (count + r * 3) % (count + 1), zero included.
-        std::vector<size_t> uneven(c.size());
-        for (int r = 0; r < c.size(); ++r) uneven[r] = (count + r * 3) % (count + 1);
-        auto part = make_input(dt, ReduceOp::kSum, uneven[c.rank()], c.rank(), salt);
-        std::vector<uint8_t> outv(std::accumulate(uneven.begin(), uneven.end(), size_t{0}) *
-                                  comm::dtype_size(dt));
-        c.allgatherv(part.data(), outv.data(), uneven, dt);
-        expect_same(outv, concat_inputs(dt, uneven, salt), dt, label("allgatherv", dt, count));
-      }
-  });
-}
-
-TEST_P(Collectives, GatherAndScatterEveryRoot) {
-  run([](Communicator& c) {
-    int salt = 4000;
-    for (int root = 0; root < c.size(); ++root)
-      for (DataType dt : kDTypes)
-        for (size_t count : kCounts) {
-          if (count > 1000 && root != c.size() - 1) continue;  // one large case per size
-          ++salt;
-          std::vector<size_t> equal(c.size(), count);
-          auto all = concat_inputs(dt, equal, salt);
-          auto mine = make_input(dt, ReduceOp::kSum, count, c.rank(), salt);
-          std::vector<uint8_t> gathered(all.size(), 0x11);
-          c.gather(mine.data(), c.rank() == root ? gathered.data() : nullptr, count, dt, root);
-          if (c.rank() == root)
-            expect_same(gathered, all, dt, label("gather", dt, count) + fmt::format(" root={}", root));
-          std::vector<uint8_t> piece(mine.size(), 0x22);
-          c.scatter(c.rank() == root ? all.data() : nullptr, piece.data(), count, dt, root);
-          expect_same(piece, mine, dt, label("scatter", dt, count) + fmt::format(" root={}", root));
-        }
-  });
-}
-
-TEST_P(Collectives, ReduceScatterEveryDtypeAndOp) {
-  run([](Communicator& c) {
-    int salt = 5000;
-    for (DataType dt : kDTypes)
-      for (ReduceOp op : kOps)
-        for (size_t count : kCounts) {
-          ++salt;
-          size_t block = count > 1000 ? count / c.size() + 1 : count;
-          size_t full = block * c.size();
-          auto in = make_input(dt, op, full, c.rank(), salt);
-          std::vector<uint8_t> out(block * comm::dtype_size(dt));
-          c.reduce_scatter(in.data(), out.data(), block, dt, op);
-          expect_same(out, reference_reduce(dt, op, block * c.rank(), block, full, c.size(), salt),
-                      dt, label("reduce_scatter", dt, block) + " op=" +
-                              std::string(comm::reduce_op_name(op)));
-        }
-  });
-}
-
-TEST_P(Collectives, AlltoallAndAlltoallv) {
-  run([](Communicator& c) {
-    int salt = 6000;
-    int n = c.size();
-    for (DataType dt : kDTypes)
-      for (size_t count : kCounts) {
-        ++salt;
-        size_t es = comm::dtype_size(dt);
-        size_t per = count > 1000 ? count / n : count;
-        // Rank r's block for rank j is elements of make_input(r) at [j*per, (j+1)*per).
-        auto mine = make_input(dt, ReduceOp::kSum, per * n, c.rank(), salt);
-        std::vector<uint8_t> out(per * n * es);
-        c.alltoall(mine.data(), out.data(), per, dt);
-        std::vector<uint8_t> want;
-        for (int r = 0; r < n; ++r) {
-          auto theirs = make_input(dt, ReduceOp::kSum, per * n, r, salt);
-          want.insert(want.end(), theirs.begin() + c.rank() * per * es,
-                      theirs.begin() + (c.rank() + 1) * per * es);
-        }
-        expect_same(out, want, dt, label("alltoall", dt, per));
-        // alltoallv: rank i sends (i + 2j + count) % 5 * (per + 1) elements to rank j.
-        auto amount = [&](int i, int j) { return ((i + 2 * j + count) % 5) * (per / 4 + 1); };
-        std::vector<size_t> sc(n), rc(n);
-        for (int j = 0; j < n; ++j) {
-          sc[j] = amount(c.rank(), j);
-          rc[j] = amount(j, c.rank());
-        }
-        size_t total_send = std::accumulate(sc.begin(), sc.end(), size_t{0});
-        auto src = make_input(dt, ReduceOp::kSum, total_send, c.rank(), salt + 7);
-        std::vector<uint8_t> dst(std::accumulate(rc.begin(), rc.end(), size_t{0}) * es);
-        c.alltoallv(src.data(), sc, dst.data(), rc, dt);
-        std::vector<uint8_t> wantv;
-        for (int i = 0; i < n; ++i) {
-          size_t before = 0, total = 0;
-          for (int j = 0; j < n; ++j) {
-            if (j < c.rank()) before += amount(i, j);
-            total += amount(i, j);
-          }
-          auto theirs = make_input(dt, ReduceOp::kSum, total, i, salt + 7);
-          wantv.insert(wantv.end(), theirs.begin() + before * es,
-                       theirs.begin() + (before + amount(i, c.rank())) * es);
-        }
-        expect_same(dst, wantv, dt, label("alltoallv", dt, per));
-      }
-  });
-}
-
-TEST_P(Collectives, SendRecvRingAndBarrier) {
-  run([](Communicator& c) {
-    int n = c.size();
-    if (n == 1) {
-      c.barrier();
-      return;
-    }
-    int salt = 7000;
-    for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{300'001}}) {
-      ++salt;
-      int next = (c.rank() + 1) % n, prev = (c.rank() + n - 1) % n;
-      auto mine = make_input(DataType::kFloat32, ReduceOp::kSum, count, c.rank(), salt);
-      std::vector<uint8_t> got(mine.size());
-      // Even ranks send first so the ring cannot deadlock on bounded mailboxes.
-      if (c.rank() % 2 == 0) {
-        c.send(mine.data(), count, DataType::kFloat32, next, salt);
-        c.recv(got.data(), count, DataType::kFloat32, prev, salt);
-      } else {
-        c.recv(got.data(), count, DataType::kFloat32, prev, salt);
-        c.send(mine.data(), count, DataType::kFloat32, next, salt);
-      }
-      expect_same(got, make_input(DataType::kFloat32, ReduceOp::kSum, count, prev, salt),
-                  DataType::kFloat32, fmt::format("send/recv count={}", count));
-      c.barrier();
-    }
-  });
-}
+TEST_P(Collectives, AllreduceEveryDtypeOpAndCount) { run(matrix::allreduce_every_dtype_op_and_count); }
+TEST_P(Collectives, ReduceToEveryRoot) { run(matrix::reduce_to_every_root); }
+TEST_P(Collectives, BroadcastFromEveryRoot) { run(matrix::broadcast_from_every_root); }
+TEST_P(Collectives, AllgatherAndAllgatherv) { run(matrix::allgather_and_allgatherv); }
+TEST_P(Collectives, GatherAndScatterEveryRoot) { run(matrix::gather_and_scatter_every_root); }
+TEST_P(Collectives, ReduceScatterEveryDtypeAndOp) { run(matrix::reduce_scatter_every_dtype_and_op); }
+TEST_P(Collectives, AlltoallAndAlltoallv) { run(matrix::alltoall_and_alltoallv); }
+TEST_P(Collectives, SendRecvRingAndBarrier) { run(matrix::send_recv_ring_and_barrier); }
 
 TEST_P(Collectives, SubsetCommunicatorFromSplit) {
   run([](Communicator& c) {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "comm/kernels/reduce.h"
-#include "comm/typed_data.h"
+#include "support/typed_data.h"
 
 namespace lockstep::testing {
 namespace {

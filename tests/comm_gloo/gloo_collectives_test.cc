@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "comm_mpi/backend_matrix.h"
+#include "support/collective_matrix.h"
 #include "lockstep/base/error.h"
 #ifdef LOCKSTEP_TEST_RENDEZVOUS
 #include "lockstep/rendezvous/store.h"
@@ -154,7 +154,13 @@ TEST_F(GlooTest, SigkillDuringLargeAllreduceIsReportedByEverySurvivorWithinFiveS
 
 TEST_F(GlooTest, RankThatNeverJoinsTimesOutNamingOpAndRank) {
   options_.env["LOCKSTEP_TIMEOUT"] = "1";
-  expect_all_ok(run_workers(3, [](Communicator& c) {
+  // The first rank to time out aborts its connections, so the other may see
+  // its peer go away (PeerFailure) before its own deadline: at least one rank
+  // must report the timeout, naming the op and the absent rank.
+  auto* timeouts = static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>),
+      PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  new (timeouts) std::atomic<int>(0);
+  expect_all_ok(run_workers(3, [&](Communicator& c) {
     if (c.rank() == 2) {
       std::this_thread::sleep_for(std::chrono::seconds(4));
       return;
@@ -164,11 +170,15 @@ TEST_F(GlooTest, RankThatNeverJoinsTimesOutNamingOpAndRank) {
       c.allreduce(&x, 1, DataType::kFloat64, ReduceOp::kSum);
       ADD_FAILURE() << "allreduce without rank 2 returned";
     } catch (const TimeoutError& e) {
+      timeouts->fetch_add(1);
       std::string what = e.what();
       EXPECT_NE(what.find("allreduce"), std::string::npos) << what;
       EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
+    } catch (const PeerFailure&) {
     }
   }, options_));
+  EXPECT_GE(timeouts->load(), 1);
+  munmap(timeouts, sizeof(std::atomic<int>));
 }
 
 TEST_F(GlooTest, VerifyOpsReportsMismatchedCountsAndStaysUsable) {

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "comm/backend_factory.h"
-#include "comm_mpi/backend_matrix.h"
+#include "support/collective_matrix.h"
 #include "lockstep/base/error.h"
 #include "lockstep/comm/communicator.h"
 

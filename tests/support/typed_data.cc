@@ -1,4 +1,4 @@
-#include "comm/typed_data.h"
+#include "support/typed_data.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "comm_mpi/backend_matrix.h"
+#include "support/collective_matrix.h"
 
 #include <gtest/gtest.h>
 
@@ -11,11 +11,13 @@
 
 #include <fmt/format.h>
 
-#include "comm/typed_data.h"
+#include "support/typed_data.h"
 #include "lockstep/comm/half.h"
 
 namespace lockstep::testing::matrix {
 namespace {
+
+bool g_bitwise = false;
 
 using comm::Communicator;
 
@@ -60,7 +62,8 @@ double tolerance(DataType dtype) {
 
 void expect_reduced(ReduceOp op, const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
                     DataType dtype, const std::string& what) {
-  bool exact = !comm::is_floating(dtype) || op == ReduceOp::kMin || op == ReduceOp::kMax;
+  bool exact =
+      g_bitwise || !comm::is_floating(dtype) || op == ReduceOp::kMin || op == ReduceOp::kMax;
   if (exact) return expect_same(got, want, dtype, what);
   size_t es = comm::dtype_size(dtype);
   ASSERT_EQ(got.size(), want.size()) << what;
@@ -267,6 +270,8 @@ void send_recv_ring_and_barrier(Communicator& c) {
     c.barrier();
   }
 }
+
+void require_bitwise_reductions(bool on) { g_bitwise = on; }
 
 void run_all(Communicator& c) {
   allreduce_every_dtype_op_and_count(c);

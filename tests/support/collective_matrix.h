@@ -1,6 +1,6 @@
-// The collective matrix of tests/comm/collectives_test.cc as plain functions
-// over a Communicator, shared by the MPI, Gloo and hierarchical test binaries
-// (which create their communicators differently: mpirun, forked workers).
+// The collective matrix as plain functions over a Communicator, shared by the
+// shm, MPI, Gloo and hierarchical test binaries (which create their
+// communicators differently: forked workers, mpirun).
 //
 // Results are compared with typed_data.h's scalar reference: bitwise for
 // integers, min/max and data movement; within a dtype-scaled tolerance for
@@ -20,6 +20,10 @@ void gather_and_scatter_every_root(comm::Communicator& c);
 void reduce_scatter_every_dtype_and_op(comm::Communicator& c);
 void alltoall_and_alltoallv(comm::Communicator& c);
 void send_recv_ring_and_barrier(comm::Communicator& c);
+
+// Transports that reduce in rank order (shm) must match the reference
+// bitwise; others (MPI, Gloo) within a dtype-scaled tolerance (the default).
+void require_bitwise_reductions(bool on);
 
 // Runs all of the above.
 void run_all(comm::Communicator& c);
