@@ -65,7 +65,9 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--checkpoint-dir", f.checkpoint_dir, "write checkpoint.pt there each epoch");
   app.add_flag("--resume", f.resume, "continue from --checkpoint-dir/checkpoint.pt if present");
   app.add_option("--timeline", f.timeline, "write a Chrome-trace timeline of the collectives");
-  app.add_option("--data", f.data, "folder with the Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--data", f.data,
+                 "folder with the Fashion-MNIST IDX files, or with record shards written by "
+                 "`lockstep convert idx --split train|t10k --out DIR`")->capture_default_str();
   app.add_option("--train-subset", f.train_subset, "use the first N training samples (0: all)");
   app.add_option("--test-subset", f.test_subset, "use the first N test samples (0: all)");
   app.add_option("--max-steps", f.max_steps, "stop after this many optimizer steps (0: none)");

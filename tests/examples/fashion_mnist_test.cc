@@ -49,6 +49,27 @@ TEST(FashionMnist, QuickRunLearns) {
   EXPECT_LT(lines[1]["train_loss"].get<double>(), lines[0]["train_loss"].get<double>());
 }
 
+// --data may name a folder of record shards instead of the IDX files; the
+// same subset run must learn just as well from them.
+TEST(FashionMnist, TrainsFromRecordShards) {
+  if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
+  auto dir = scratch("shards");
+  for (const char* split : {"train", "t10k"}) {
+    auto convert = fmt::format("'{}' convert idx --mnist-dir /usr/share/datasets/fashion-mnist "
+                               "--split {} --out '{}' --shards 3 2>>'{}'",
+                               bin("lockstep"), split, (dir / "shards").string(),
+                               (dir / "err.txt").string());
+    ASSERT_EQ(std::system(convert.c_str()), 0) << convert;
+  }
+  auto cmd = fmt::format("'{}' {} --data '{}' --metrics '{}' 2>>'{}'",
+                         bin("lockstep-fashion-mnist"), kQuick, (dir / "shards").string(),
+                         (dir / "m.jsonl").string(), (dir / "err.txt").string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto lines = read_metrics(dir / "m.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_GT(lines[1]["test_accuracy"].get<double>(), 0.75);
+}
+
 TEST(FashionMnist, ResumeContinuesFromCheckpoint) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   auto dir = scratch("resume");
