@@ -63,7 +63,7 @@ constexpr std::array kKnobs = {
          "1: bitwise-identical results whatever the fusion threshold or algorithm"},
     Knob{"LOCKSTEP_STALL_WARNING", "10",
          "seconds before rank 0 logs which ranks have not submitted a tensor"},
-    Knob{"LOCKSTEP_STALL_TIMEOUT", "60",
+    Knob{"LOCKSTEP_STALL_TIMEOUT", "300",
          "seconds before pending tensors that some ranks never submitted fail"},
     Knob{"LOCKSTEP_TIMELINE", "", "path of a Chrome-trace timeline to write"},
     Knob{"LOCKSTEP_AUTOTUNE", "0", "1: tune the fusion threshold online"},
