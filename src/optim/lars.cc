@@ -47,7 +47,9 @@ void LarsParamState::serialize(::torch::serialize::InputArchive& archive) {
 
 Lars::Lars(std::vector<::torch::optim::OptimizerParamGroup> groups, LarsOptions defaults)
     : Optimizer(std::move(groups), std::make_unique<LarsOptions>(defaults)) {
+  // Groups may carry their own options; each must be valid, not just the defaults.
   defaults.validate();
+  for (auto& group : param_groups_) static_cast<LarsOptions&>(group.options()).validate();
 }
 
 ::torch::Tensor Lars::step(LossClosure closure) {
