@@ -113,6 +113,7 @@ TEST_F(GlooTest, HierarchicalAllreduceOnFakedHosts) {
 struct SharedClock {
   std::atomic<int64_t> killed_at_ns{0};
   std::atomic<int64_t> detected_ns[8];
+  std::atomic<int> reported{0};
 };
 
 int64_t now_ns() {
@@ -141,6 +142,13 @@ TEST_F(GlooTest, SigkillDuringLargeAllreduceIsReportedByEverySurvivorWithinFiveS
       EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
       EXPECT_NE(what.find("died"), std::string::npos) << what;
     }
+    // Known limitation (docs/backends.md): Gloo names the dead peer by
+    // checking liveness when a connection closes, so a survivor that already
+    // exited after its own error could be blamed. Survivors stay up until
+    // both have reported, as the processes of a real job would.
+    clock->reported.fetch_add(1);
+    for (int i = 0; i < 500 && clock->reported.load() < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }, options_);
   ASSERT_EQ(results.size(), 3u);
   EXPECT_EQ(results[2].signal, SIGKILL) << results[2].describe();
