@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <random>
 #include <thread>
 
 #include <fmt/format.h>
@@ -61,8 +62,12 @@ std::string ChildResult::describe() const {
   return fmt::format("rank {} killed by signal {} ({})", rank, signal, strsignal(signal));
 }
 
+// Pids recycle across test processes (and sanitizer builds run the suite
+// again), so a random suffix keeps a stale segment of an earlier crashed job
+// from colliding with a new one.
 std::string unique_job_id() {
-  return fmt::format("t{}x{}", getpid(), g_counter.fetch_add(1));
+  static const uint32_t salt = std::random_device{}();
+  return fmt::format("t{}x{}r{:08x}", getpid(), g_counter.fetch_add(1), salt);
 }
 
 comm::WorldInfo local_world(int rank, int size, const std::string& job_id) {
