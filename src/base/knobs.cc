@@ -24,6 +24,7 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_LOCAL_SIZE", "1", "number of workers on this host"},
     Knob{"LOCKSTEP_CROSS_RANK", "0", "index of this host among the job's hosts"},
     Knob{"LOCKSTEP_CROSS_SIZE", "1", "number of hosts in the job"},
+    Knob{"LOCKSTEP_HOST", "", "this worker's host as the launcher names it (-H); empty = host name"},
     Knob{"LOCKSTEP_JOB_ID", "", "unique job id; names the job's shared-memory segments"},
     Knob{"LOCKSTEP_RENDEZVOUS", "", "host:port of the launcher's rendezvous store"},
     Knob{"LOCKSTEP_SECRET", "", "per-job secret authenticating rendezvous traffic (hex)"},
@@ -51,8 +52,8 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_GLOO_FILE_STORE", "",
          "gloo: rendezvous through this shared directory instead of the launcher's store"},
     Knob{"LOCKSTEP_NETWORK_INTERFACE", "",
-         "gloo: network interface (e.g. eth0) for TCP between hosts; empty = the one for the "
-         "host name"},
+         "gloo: network interface (e.g. eth0) for TCP between hosts; empty = the one that "
+         "routes to the launcher's rendezvous store"},
     Knob{"LOCKSTEP_VERIFY_OPS", "0",
          "mpi/gloo: 1 = compare every collective's descriptor across ranks first (one small "
          "allgather) so mismatches fail cleanly"},

@@ -112,7 +112,11 @@ std::string resolve_backend(std::string_view requested, const WorldInfo& world) 
 
 bool use_hierarchical(const WorldInfo& world) {
   std::string mode = knob_string("LOCKSTEP_HIERARCHICAL");
-  if (mode == "auto") return world.cross_size > 1 && world.local_size > 1;
+  // Ranks may disagree on their layout (uneven hosts: under mpirun each
+  // derives the host count from its own host's size), so auto always takes
+  // the hierarchical path, which allgathers the layout and falls back to flat
+  // everywhere at once when it does not pay (see make_backend).
+  if (mode == "auto") return world.size > 1;
   if (mode == "1" || mode == "on" || mode == "true") return world.cross_size > 1 || world.local_size > 1;
   if (mode == "0" || mode == "off" || mode == "false") return false;
   throw InvalidArgument(fmt::format("LOCKSTEP_HIERARCHICAL='{}': use auto, 0 or 1", mode));
@@ -134,7 +138,8 @@ std::unique_ptr<Backend> make_backend(std::string_view requested, const WorldInf
   if ((kind == "mpi" && !kHaveMpi) || (kind == "gloo" && !kHaveGloo)) unavailable(kind);
 #if defined(LOCKSTEP_HAVE_MPI) || defined(LOCKSTEP_HAVE_GLOO)
   if (world.size > 1 && use_hierarchical(world))
-    return hierarchical::make_backend(world, tag, cross_transport(kind));
+    return hierarchical::make_backend(world, tag, cross_transport(kind),
+                                      knob_string("LOCKSTEP_HIERARCHICAL") == "auto");
 #endif
   return make_flat(kind, world, tag);
 }

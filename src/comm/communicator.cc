@@ -78,6 +78,29 @@ std::unique_ptr<Communicator> Communicator::from_environment() {
 Communicator::Communicator(WorldInfo world, std::unique_ptr<Backend> backend)
     : world_(std::move(world)), backend_(std::move(backend)) {}
 
+namespace {
+
+// After a peer failure or timeout the backend must not wait for its peers
+// again (a goodbye barrier at destruction would hold this rank for its whole
+// timeout before the error reaches the user).
+template <typename Call>
+void guarded(Backend& backend, Call call) {
+  try {
+    call();
+  } catch (const PeerFailure&) {
+    backend.abandon();
+    throw;
+  } catch (const Aborted&) {
+    backend.abandon();
+    throw;
+  } catch (const TimeoutError&) {
+    backend.abandon();
+    throw;
+  }
+}
+
+}  // namespace
+
 Communicator::~Communicator() = default;
 
 void Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype,
@@ -86,7 +109,7 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
   check_op("allreduce", op);
   check_buffer("allreduce", "send", send, count);
   check_buffer("allreduce", "recv", recv, count);
-  backend_->allreduce(send, recv, count, dtype, op);
+  guarded(*backend_, [&] { backend_->allreduce(send, recv, count, dtype, op); });
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
@@ -96,14 +119,14 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType d
   check_root("reduce", root, size());
   check_buffer("reduce", "send", send, count);
   if (rank() == root) check_buffer("reduce", "recv", recv, count);
-  backend_->reduce(send, recv, count, dtype, op, root);
+  guarded(*backend_, [&] { backend_->reduce(send, recv, count, dtype, op, root); });
 }
 
 void Communicator::broadcast(void* buffer, size_t count, DataType dtype, int root) {
   check_dtype("broadcast", dtype);
   check_root("broadcast", root, size());
   check_buffer("broadcast", "data", buffer, count);
-  backend_->broadcast(buffer, count, dtype, root);
+  guarded(*backend_, [&] { backend_->broadcast(buffer, count, dtype, root); });
 }
 
 void Communicator::allgather(const void* send, void* recv, size_t count, DataType dtype) {
@@ -117,7 +140,7 @@ void Communicator::allgatherv(const void* send, void* recv, std::span<const size
   check_counts("allgather", "recv_counts", recv_counts, size());
   check_buffer("allgather", "send", send, recv_counts[rank()]);
   check_buffer("allgather", "recv", recv, sum(recv_counts));
-  backend_->allgatherv(send, recv, recv_counts, dtype);
+  guarded(*backend_, [&] { backend_->allgatherv(send, recv, recv_counts, dtype); });
 }
 
 void Communicator::gather(const void* send, void* recv, size_t count, DataType dtype, int root) {
@@ -126,7 +149,7 @@ void Communicator::gather(const void* send, void* recv, size_t count, DataType d
   check_buffer("gather", "send", send, count);
   if (rank() == root) check_buffer("gather", "recv", recv, count * size());
   std::vector<size_t> counts(size(), count);
-  backend_->gatherv(send, recv, counts, dtype, root);
+  guarded(*backend_, [&] { backend_->gatherv(send, recv, counts, dtype, root); });
 }
 
 void Communicator::scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
@@ -134,7 +157,7 @@ void Communicator::scatter(const void* send, void* recv, size_t count, DataType 
   check_root("scatter", root, size());
   if (rank() == root) check_buffer("scatter", "send", send, count * size());
   check_buffer("scatter", "recv", recv, count);
-  backend_->scatter(send, recv, count, dtype, root);
+  guarded(*backend_, [&] { backend_->scatter(send, recv, count, dtype, root); });
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
@@ -143,7 +166,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   check_op("reduce_scatter", op);
   check_buffer("reduce_scatter", "send", send, recv_count * size());
   check_buffer("reduce_scatter", "recv", recv, recv_count);
-  backend_->reduce_scatter(send, recv, recv_count, dtype, op);
+  guarded(*backend_, [&] { backend_->reduce_scatter(send, recv, recv_count, dtype, op); });
 }
 
 void Communicator::alltoall(const void* send, void* recv, size_t count, DataType dtype) {
@@ -164,23 +187,25 @@ void Communicator::alltoallv(const void* send, std::span<const size_t> send_coun
         send_counts[rank()], recv_counts[rank()]));
   if (send == recv && sum(send_counts) > 0)
     throw InvalidArgument("alltoall: send and recv must not be the same buffer");
-  backend_->alltoallv(send, send_counts, recv, recv_counts, dtype);
+  guarded(*backend_, [&] { backend_->alltoallv(send, send_counts, recv, recv_counts, dtype); });
 }
 
-void Communicator::barrier() { backend_->barrier(); }
+void Communicator::barrier() {
+  guarded(*backend_, [&] { backend_->barrier(); });
+}
 
 void Communicator::send(const void* buffer, size_t count, DataType dtype, int dst, int tag) {
   check_dtype("send", dtype);
   check_peer("send", dst, rank(), size());
   check_buffer("send", "data", buffer, count);
-  backend_->send(buffer, count, dtype, dst, tag);
+  guarded(*backend_, [&] { backend_->send(buffer, count, dtype, dst, tag); });
 }
 
 void Communicator::recv(void* buffer, size_t count, DataType dtype, int src, int tag) {
   check_dtype("recv", dtype);
   check_peer("recv", src, rank(), size());
   check_buffer("recv", "data", buffer, count);
-  backend_->recv(buffer, count, dtype, src, tag);
+  guarded(*backend_, [&] { backend_->recv(buffer, count, dtype, src, tag); });
 }
 
 std::unique_ptr<Communicator> Communicator::split(std::span<const int> ranks,

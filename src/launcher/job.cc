@@ -31,24 +31,30 @@ std::string new_job_id() {
   return id;
 }
 
-std::vector<std::string> worker_environment(const LaunchSpec& spec, const JobIdentity& job, int rank) {
+std::vector<std::pair<std::string, std::string>> worker_environment(
+    const LaunchSpec& spec, const JobIdentity& job, int rank, const Placement& where) {
   std::map<std::string, std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string entry(*e);
     auto eq = entry.find('=');
-    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    if (eq == std::string::npos) continue;
+    if (where.local || entry.starts_with("LOCKSTEP_")) env[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   for (const auto& [name, value] : spec.env) env[name] = value;
-  std::string size = std::to_string(spec.num_proc);
   env["LOCKSTEP_RANK"] = std::to_string(rank);
-  env["LOCKSTEP_SIZE"] = size;
-  env["LOCKSTEP_LOCAL_RANK"] = std::to_string(rank);
-  env["LOCKSTEP_LOCAL_SIZE"] = size;
-  env["LOCKSTEP_CROSS_RANK"] = "0";
-  env["LOCKSTEP_CROSS_SIZE"] = "1";
+  env["LOCKSTEP_SIZE"] = std::to_string(spec.num_proc);
+  env["LOCKSTEP_LOCAL_RANK"] = std::to_string(where.local_rank);
+  env["LOCKSTEP_LOCAL_SIZE"] = std::to_string(where.local_size);
+  env["LOCKSTEP_CROSS_RANK"] = std::to_string(where.cross_rank);
+  env["LOCKSTEP_CROSS_SIZE"] = std::to_string(where.cross_size);
+  env["LOCKSTEP_HOST"] = where.host;
   env["LOCKSTEP_JOB_ID"] = job.job_id;
   env["LOCKSTEP_RENDEZVOUS"] = job.rendezvous;
   env["LOCKSTEP_SECRET"] = job.secret_hex;
+  return {env.begin(), env.end()};
+}
+
+std::vector<std::string> as_env_strings(const std::vector<std::pair<std::string, std::string>>& env) {
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [name, value] : env) out.push_back(name + "=" + value);

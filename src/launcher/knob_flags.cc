@@ -27,6 +27,8 @@ const std::vector<KnobFlag>& knob_flags() {
         {"--timeline", "LOCKSTEP_TIMELINE", "", "FILE", false},
         {"--bind-to", "LOCKSTEP_BIND_TO", "core|none|auto", "POLICY", false},
         {"--log-level", "LOCKSTEP_LOG_LEVEL", "error|warning|info|debug", "LEVEL", false},
+        {"--network-interface", "LOCKSTEP_NETWORK_INTERFACE", "", "IFACE", false},
+        {"--hierarchical", "LOCKSTEP_HIERARCHICAL", "auto|0|1", "MODE", false},
     };
     for (const auto& f : table)
       if (!find_knob(f.knob))
@@ -57,10 +59,10 @@ std::vector<std::string> knob_flag_choices(const KnobFlag& flag) {
 bool is_declared_knob(std::string_view name) { return find_knob(name) != nullptr; }
 
 bool is_launcher_owned(std::string_view name) {
-  static constexpr std::array<std::string_view, 9> kOwned = {
+  static constexpr std::array<std::string_view, 10> kOwned = {
       "LOCKSTEP_RANK",       "LOCKSTEP_SIZE",       "LOCKSTEP_LOCAL_RANK", "LOCKSTEP_LOCAL_SIZE",
       "LOCKSTEP_CROSS_RANK", "LOCKSTEP_CROSS_SIZE", "LOCKSTEP_JOB_ID",     "LOCKSTEP_RENDEZVOUS",
-      "LOCKSTEP_SECRET"};
+      "LOCKSTEP_SECRET",     "LOCKSTEP_HOST"};
   return std::find(kOwned.begin(), kOwned.end(), name) != kOwned.end();
 }
 

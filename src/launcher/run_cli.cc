@@ -8,7 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "launcher/hosts.h"
 #include "launcher/knob_flags.h"
+#include "launcher/mpirun.h"
 #include "launcher/spec.h"
 #include "lockstep/base/error.h"
 #include "lockstep/launcher/launcher.h"
@@ -53,6 +55,8 @@ std::pair<std::string, std::string> parse_env_flag(const std::string& text) {
 
 struct Parsed {
   LaunchSpec spec;
+  std::string host_list, hostfile;
+  int start_timeout_s = 120;
   std::vector<std::string> knob_values;  // parallel to knob_flags()
   std::vector<std::string> env_flags;
 };
@@ -60,8 +64,28 @@ struct Parsed {
 void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
   app.add_option("--num-proc", p.spec.num_proc,
                  "-np N, --num-proc N: number of worker processes to start on this host")
-      ->option_text("N")
-      ->required();
+      ->option_text("N");
+  app.add_option("-H,--hosts", p.host_list,
+                 "HOST:N,...: run on these hosts, N slots each (default: -np ranks on this host); "
+                 "ranks fill each host's slots in order")
+      ->option_text("LIST");
+  app.add_option("--hostfile", p.hostfile, "FILE of 'HOST slots=N' lines (as for mpirun); "
+                 "instead of -H")
+      ->option_text("FILE");
+  app.add_option("--remote-exec", p.spec.remote_exec,
+                 "command that runs a command on a host; {host} is replaced by the host, or the "
+                 "host is appended (e.g. 'ip netns exec {host}')")
+      ->option_text("COMMAND")
+      ->capture_default_str();
+  app.add_option("--start-timeout", p.start_timeout_s,
+                 "seconds remote workers may take to start and reach the launcher")
+      ->option_text("SECONDS")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--rendezvous-addr", p.spec.rendezvous_addr,
+                 "IP address of this machine that every host can reach (default: 127.0.0.1 on "
+                 "one host, else the route towards the first remote host)")
+      ->option_text("IP");
   prefix_option = app.add_flag("--prefix-output,!--no-prefix-output", p.spec.prefix_output,
                                "prefix each line of worker output with '[rank]: ' (default: on "
                                "when -np > 1)");
@@ -88,6 +112,31 @@ void collect_env(Parsed& p) {
   for (const auto& text : p.env_flags) p.spec.env.push_back(parse_env_flag(text));
 }
 
+// The backend the workers will be asked for (--backend, -x, or inherited).
+std::string requested_backend(const LaunchSpec& spec) {
+  std::string backend;
+  if (const char* inherited = std::getenv("LOCKSTEP_BACKEND")) backend = inherited;
+  for (const auto& [name, value] : spec.env)
+    if (name == "LOCKSTEP_BACKEND") backend = value;
+  return backend;
+}
+
+// -H / --hostfile; -np defaults to every slot they offer.
+void resolve_hosts(Parsed& p) {
+  if (!p.host_list.empty() && !p.hostfile.empty())
+    throw InvalidArgument("give either -H or --hostfile, not both");
+  if (!p.host_list.empty()) p.spec.hosts = parse_host_list(p.host_list);
+  if (!p.hostfile.empty()) p.spec.hosts = read_hostfile(p.hostfile);
+  p.spec.start_timeout = std::chrono::seconds(p.start_timeout_s);
+  if (p.spec.hosts.empty()) {
+    if (p.spec.num_proc == 0) throw InvalidArgument("-np N is required (or -H / --hostfile)");
+    return;
+  }
+  if (p.spec.num_proc == 0)
+    for (const auto& h : p.spec.hosts) p.spec.num_proc += h.slots;
+  place_ranks(p.spec.hosts, p.spec.num_proc);  // checks that the slots suffice
+}
+
 }  // namespace
 
 int run_main(int argc, char** argv) {
@@ -102,7 +151,8 @@ int run_main(int argc, char** argv) {
   args = normalise(std::move(args));
 
   CLI::App app{"Start N workers of PROGRAM on this host and supervise them.\n"
-               "usage: lockstep run -np N [options] -- PROGRAM [ARGS...]"};
+               "usage: lockstep run -np N [options] -- PROGRAM [ARGS...]\n"
+               "       lockstep run -H HOST:N,HOST:N [options] -- PROGRAM [ARGS...]"};
   app.name("lockstep run");
   app.prefix_command();  // the program may follow the flags without "--"
   Parsed parsed;
@@ -123,6 +173,11 @@ int run_main(int argc, char** argv) {
   if (!rest.empty() && (has_separator || rest[0].rfind('-', 0) == 0))
     return usage_error(fmt::format("unknown flag or argument '{}'", rest[0]));
   if (!has_separator) program = rest;
+  try {
+    resolve_hosts(parsed);
+  } catch (const Error& e) {
+    return usage_error(e.what());
+  }
   if (parsed.spec.num_proc < 1)
     return usage_error(fmt::format("-np must be at least 1 (got {})", parsed.spec.num_proc));
   if (program.empty()) return usage_error("no program to run: write -- PROGRAM [ARGS...]");
@@ -133,6 +188,13 @@ int run_main(int argc, char** argv) {
   }
   parsed.spec.program = std::move(program);
   if (prefix_option->count() == 0) parsed.spec.prefix_output = parsed.spec.num_proc > 1;
+  if (requested_backend(parsed.spec) == "mpi") {
+    try {
+      return exec_mpirun(parsed.spec);
+    } catch (const Error& e) {
+      return usage_error(e.what());
+    }
+  }
   return supervise(parsed.spec);
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -41,6 +42,17 @@ ExecImage::ExecImage(std::string path, std::vector<std::string> args, std::vecto
   argv_.push_back(nullptr);
   for (auto& e : env_) envp_.push_back(e.data());
   envp_.push_back(nullptr);
+}
+
+int block_supervision_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (fd < 0) throw Error(fmt::format("lockstep: signalfd failed: {}", std::strerror(errno)));
+  return fd;
 }
 
 SpawnedWorker spawn_worker(const ExecImage& image, int null_fd, int rank) {

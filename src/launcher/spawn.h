@@ -37,6 +37,12 @@ struct SpawnedWorker {
   int stderr_fd = -1;
 };
 
+// Blocks SIGINT, SIGTERM, SIGHUP and SIGCHLD in the calling thread (threads
+// started later inherit the mask), ignores SIGPIPE, and returns a
+// non-blocking signalfd that reads them: supervisors poll it beside their
+// children's pipes. Throws lockstep::Error if signalfd fails.
+int block_supervision_signals();
+
 // Forks and execs `image` with stdin from `null_fd` and stdout/stderr on new
 // pipes. Throws lockstep::Error naming `rank` when pipes or fork fail.
 SpawnedWorker spawn_worker(const ExecImage& image, int null_fd, int rank);

@@ -11,18 +11,25 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "launcher/hosts.h"
 #include "launcher/job.h"
 #include "launcher/output_relay.h"
+#include "launcher/remote.h"
 #include "launcher/spawn.h"
 #include "launcher/spec.h"
 #include "lockstep/base/error.h"
 #include "lockstep/rendezvous/store.h"
+
+extern char** environ;
 
 namespace lockstep::launcher {
 namespace {
@@ -31,12 +38,14 @@ using Clock = std::chrono::steady_clock;
 
 // After SIGTERM (forwarded or on failure) workers get this long before SIGKILL,
 // which keeps a whole job's teardown well within 5 s.
-constexpr auto kTermGrace = std::chrono::seconds(3);
+constexpr auto kTermGrace = std::chrono::seconds(2);
 // After one worker fails, the others first get this long to exit on their
 // own: lockstep workers notice a dead peer within milliseconds and print
 // their own error (naming the rank they lost), which a SIGTERM would cut off.
-// 1 s + kTermGrace keeps the teardown under 5 s.
-constexpr auto kPeerGrace = std::chrono::seconds(1);
+// Across hosts a survivor may first wait on a live peer that is itself
+// unwinding (measured: up to ~1 s over veth), hence 2 s; 2 s + kTermGrace
+// keeps the teardown under 5 s.
+constexpr auto kPeerGrace = std::chrono::seconds(2);
 // After the last worker is reaped, output still buffered in pipes held by
 // processes outside its group gets this long to arrive.
 constexpr auto kDrainGrace = std::chrono::seconds(1);
@@ -59,16 +68,42 @@ struct Stream {
 
 struct Worker {
   int rank = 0;
+  Placement where;
   pid_t pid = -1;
   bool running = false;
+  bool started = true;  // remote: checked in with the store
   int wait_status = 0;
+  int launch_fd = -1;   // remote: write end of the shim's stdin, open while it runs
   std::vector<Stream> streams;  // stdout, stderr
 };
 
+// Only multi-host jobs name hosts in messages.
+std::string rank_label(const Worker& w, bool multi_host) {
+  return multi_host ? fmt::format("rank {} on host {}", w.rank, w.where.host)
+                    : fmt::format("rank {}", w.rank);
+}
+
+std::vector<std::string> launcher_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  return env;
+}
+
+std::string self_executable() {
+  char path[4096];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) throw Error("lockstep run: cannot read /proc/self/exe to start remote workers");
+  return std::string(path, static_cast<size_t>(n));
+}
+
 class Supervisor {
  public:
-  Supervisor(const LaunchSpec& spec, JobIdentity job, int signal_fd)
-      : spec_(spec), job_(std::move(job)), signal_fd_(signal_fd) {}
+  Supervisor(const LaunchSpec& spec, std::vector<Placement> placements, JobIdentity job,
+             int signal_fd)
+      : spec_(spec), placements_(std::move(placements)), job_(std::move(job)),
+        signal_fd_(signal_fd) {
+    for (const auto& p : placements_) multi_host_ |= p.cross_size > 1 || !p.local;
+  }
   ~Supervisor();
   void start(const std::string& path);
   void run();
@@ -76,6 +111,9 @@ class Supervisor {
 
  private:
   void spawn(int rank, const std::string& path, int null_fd);
+  SpawnedWorker spawn_remote(Worker& w);
+  void check_started();
+  void close_launch_fd(Worker& w);
   void on_signal();
   void reap();
   void on_exit(Worker& w);
@@ -86,7 +124,11 @@ class Supervisor {
   bool any_stream_open() const;
 
   const LaunchSpec& spec_;
+  std::vector<Placement> placements_;
+  bool multi_host_ = false;
   JobIdentity job_;
+  std::optional<rendezvous::StoreClient> store_client_;  // set when remote ranks must check in
+  std::optional<Clock::time_point> start_deadline_, next_start_check_;
   int signal_fd_;
   std::vector<Worker> workers_;
   std::optional<int> first_failure_code_;
@@ -98,9 +140,16 @@ class Supervisor {
 
 Supervisor::~Supervisor() {
   signal_all(SIGKILL);  // only when run() did not finish: it reaps everyone
-  for (auto& w : workers_)
+  for (auto& w : workers_) {
+    close_launch_fd(w);
     for (auto& s : w.streams)
       if (s.fd >= 0) ::close(s.fd);
+  }
+}
+
+void Supervisor::close_launch_fd(Worker& w) {
+  if (w.launch_fd >= 0) ::close(w.launch_fd);
+  w.launch_fd = -1;
 }
 
 void Supervisor::start(const std::string& path) {
@@ -109,24 +158,113 @@ void Supervisor::start(const std::string& path) {
   for (int rank = 0; rank < spec_.num_proc && !interrupted_by_ && !first_failure_code_; ++rank)
     spawn(rank, path, null_fd);
   if (null_fd >= 0) ::close(null_fd);
+  bool any_remote = std::any_of(workers_.begin(), workers_.end(),
+                                [](const Worker& w) { return !w.started; });
+  if (any_remote) {
+    rendezvous::StoreClient::Options options;
+    options.connect_timeout = std::chrono::seconds(10);
+    store_client_.emplace(job_.rendezvous, rendezvous::decode_secret_hex(job_.secret_hex), options);
+    start_deadline_ = Clock::now() + spec_.start_timeout;
+    next_start_check_ = Clock::now();
+  }
+}
+
+SpawnedWorker Supervisor::spawn_remote(Worker& w) {
+  std::vector<std::string> argv = remote_command(spec_.remote_exec, w.where.host, self_executable());
+  std::string exec_path = resolve_program(argv[0]);
+  if (exec_path.empty())
+    throw Error(fmt::format("lockstep run: cannot find the remote-exec command '{}' (--remote-exec)",
+                            argv[0]));
+  LaunchBlock block;
+  block.host = w.where.host;
+  block.rank = w.rank;
+  char cwd[4096];
+  if (::getcwd(cwd, sizeof cwd)) block.cwd = cwd;
+  block.start_timeout = spec_.start_timeout;
+  block.argv = spec_.program;
+  block.env = worker_environment(spec_, job_, w.rank, w.where);
+  int launch[2];
+  if (::pipe2(launch, O_CLOEXEC) != 0)
+    throw Error(fmt::format("lockstep run: cannot create a pipe for rank {}: {}", w.rank,
+                            std::strerror(errno)));
+  SpawnedWorker child;
+  try {
+    // The remote-exec command itself gets the launcher's environment: the
+    // job's identity and secret travel only in the launch block.
+    child = spawn_worker(ExecImage(exec_path, argv, launcher_environment()),
+                         launch[0], w.rank);
+  } catch (...) {
+    ::close(launch[0]);
+    ::close(launch[1]);
+    throw;
+  }
+  ::close(launch[0]);
+  // Small (LOCKSTEP_* variables and argv): fits the pipe, so this never blocks.
+  write_fully(launch[1], encode_launch_block(block));
+  w.launch_fd = launch[1];
+  w.started = false;
+  return child;
 }
 
 void Supervisor::spawn(int rank, const std::string& path, int null_fd) {
-  SpawnedWorker child = spawn_worker(
-      ExecImage(path, spec_.program, worker_environment(spec_, job_, rank)), null_fd, rank);
   Worker w;
   w.rank = rank;
+  w.where = placements_[rank];
+  SpawnedWorker child =
+      w.where.local
+          ? spawn_worker(ExecImage(path, spec_.program,
+                                   as_env_strings(worker_environment(spec_, job_, rank, w.where))),
+                         null_fd, rank)
+          : spawn_remote(w);
   w.pid = child.pid;
   w.running = true;
   w.streams.push_back({child.stdout_fd, OutputRelay(STDOUT_FILENO, rank, spec_.prefix_output)});
   w.streams.push_back({child.stderr_fd, OutputRelay(STDERR_FILENO, rank, spec_.prefix_output)});
   workers_.push_back(std::move(w));
-  if (spec_.verbose) say("rank {} started as pid {}", rank, child.pid);
+  if (spec_.verbose) say("{} started as pid {}", rank_label(workers_.back(), multi_host_), child.pid);
+}
+
+// Remote ranks prove they reached the store; at --start-timeout the hosts
+// that have not are named and the job is stopped.
+void Supervisor::check_started() {
+  if (!start_deadline_ || Clock::now() < *next_start_check_) return;
+  std::vector<Worker*> pending;
+  for (auto& w : workers_)
+    if (!w.started && w.running) pending.push_back(&w);
+  for (auto* w : pending) {
+    std::string key = started_key(w->rank);
+    w->started = store_client_->check(std::span<const std::string>(&key, 1));
+  }
+  std::erase_if(pending, [](Worker* w) { return w->started; });
+  if (pending.empty() || first_failure_code_ || interrupted_by_) {
+    start_deadline_.reset();
+    return;
+  }
+  next_start_check_ = Clock::now() + std::chrono::milliseconds(200);
+  if (Clock::now() < *start_deadline_) return;
+  std::map<std::string, std::vector<int>> by_host;
+  for (auto* w : pending) by_host[w->where.host].push_back(w->rank);
+  std::string missing;
+  for (const auto& [host, ranks] : by_host)
+    missing += fmt::format("{}{} (ranks {})", missing.empty() ? "" : ", ", host,
+                           fmt::join(ranks, ","));
+  say("host(s) {} did not start and reach the rendezvous store at {} within {} s "
+      "(--start-timeout); check the remote-exec command ('{}'), that lockstep is installed at the "
+      "same path there, and that those hosts can reach this address; stopping the job",
+      missing, job_.rendezvous, spec_.start_timeout.count(), spec_.remote_exec);
+  start_deadline_.reset();
+  first_failure_code_ = 1;
+  term_at_ = Clock::now();
 }
 
 void Supervisor::signal_all(int sig) {
-  for (const auto& w : workers_)
-    if (w.running) ::kill(-w.pid, sig);
+  for (auto& w : workers_) {
+    if (!w.running) continue;
+    ::kill(-w.pid, sig);
+    // A remote shim stops its worker when its stdin closes, even where the
+    // signal only reached the local end of an ssh.
+    close_launch_fd(w);
+  }
 }
 
 void Supervisor::on_signal() {
@@ -169,13 +307,16 @@ void Supervisor::on_exit(Worker& w) {
                                       signal_name(WTERMSIG(status)));
   // Leftovers of a finished worker's group (background children) go with it.
   ::kill(-w.pid, SIGKILL);
+  close_launch_fd(w);
+  std::string who = rank_label(w, multi_host_);
   bool first_failure = !ok && !interrupted_by_ && !first_failure_code_;
   if (!first_failure) {
-    if (spec_.verbose) say("rank {} (pid {}) {}", w.rank, w.pid, how);
+    if (spec_.verbose) say("{} (pid {}) {}", who, w.pid, how);
     return;
   }
   first_failure_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  say("rank {} (pid {}) {}; stopping the other workers", w.rank, w.pid, how);
+  say("{} (pid {}) {}; stopping the other workers{}", who, w.pid, how,
+      multi_host_ ? " on every host" : "");
   term_at_ = Clock::now() + kPeerGrace;
 }
 
@@ -238,6 +379,7 @@ void Supervisor::run() {
     std::optional<Clock::time_point> deadline = kill_at_;
     if (term_at_ && (!deadline || *term_at_ < *deadline)) deadline = term_at_;
     if (drain_until_ && (!deadline || *drain_until_ < *deadline)) deadline = drain_until_;
+    if (start_deadline_ && (!deadline || *next_start_check_ < *deadline)) deadline = next_start_check_;
     int timeout = -1;
     if (deadline) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now()).count();
@@ -248,6 +390,7 @@ void Supervisor::run() {
     if (fds[0].revents & POLLIN) on_signal();
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents) read_stream(*polled[i - 1]);
+    check_started();
     on_deadlines();
     if (!any_running() && !drain_until_) drain_until_ = Clock::now() + kDrainGrace;
   }
@@ -266,24 +409,21 @@ int Supervisor::exit_status() const {
   return 0;
 }
 
-// Blocks the signals the loop reads from a signalfd. Done before the
-// rendezvous thread starts so that thread inherits the mask and never takes
-// them.
-int block_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
-  ::sigprocmask(SIG_BLOCK, &set, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-  int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (fd < 0) throw Error(fmt::format("lockstep run: signalfd failed: {}", std::strerror(errno)));
-  return fd;
+std::vector<Placement> placements_of(const LaunchSpec& spec) {
+  if (!spec.hosts.empty()) return place_ranks(spec.hosts, spec.num_proc);
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return place_ranks({{name, spec.num_proc}}, spec.num_proc);
 }
 
 int supervise_job(const LaunchSpec& spec, const std::string& path) {
-  int signal_fd = block_signals();
+  std::vector<Placement> placements = placements_of(spec);
+  // Before the rendezvous thread starts, so that thread inherits the mask
+  // and never takes the signals.
+  int signal_fd = block_supervision_signals();
   JobIdentity job{new_job_id(), "", rendezvous::random_secret_hex()};
   rendezvous::StoreServer::Options store_options;
+  store_options.host = choose_rendezvous_host(spec.rendezvous_addr, placements);
   store_options.secret = rendezvous::decode_secret_hex(job.secret_hex);
   rendezvous::StoreServer store(std::move(store_options));
   store.start();
@@ -293,7 +433,7 @@ int supervise_job(const LaunchSpec& spec, const std::string& path) {
         spec.program[0], job.rendezvous);
   int status = 0;
   {
-    Supervisor supervisor(spec, job, signal_fd);
+    Supervisor supervisor(spec, std::move(placements), job, signal_fd);
     try {
       supervisor.start(path);
       supervisor.run();

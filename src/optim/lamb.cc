@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "optim/param_state.h"
 
 namespace lockstep::optim {
 
@@ -54,6 +55,19 @@ void LambParamState::serialize(::torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(::torch::Tensor, exp_avg_sq);
 }
 
+namespace {
+
+// ‖x‖/‖u‖ (1 when a norm is 0), capped: a 0-dim tensor on x's device, so
+// the step needs no host sync per parameter.
+::torch::Tensor trust_ratio(const ::torch::Tensor& x, const ::torch::Tensor& u,
+                            const LambOptions& o) {
+  auto xn = x.norm(), un = u.norm();
+  auto trust = ::torch::where(detail::both_positive(xn, un), xn / un, ::torch::ones_like(xn));
+  return o.max_trust_ratio() > 0 ? trust.clamp_max(o.max_trust_ratio()) : trust;
+}
+
+}  // namespace
+
 Lamb::Lamb(std::vector<::torch::optim::OptimizerParamGroup> groups, LambOptions defaults)
     : Optimizer(std::move(groups), std::make_unique<LambOptions>(defaults)) {
   // Groups may carry their own options; each must be valid, not just the defaults.
@@ -63,23 +77,15 @@ Lamb::Lamb(std::vector<::torch::optim::OptimizerParamGroup> groups, LambOptions 
 
 ::torch::Tensor Lamb::step(LossClosure closure) {
   ::torch::NoGradGuard no_grad;
-  ::torch::Tensor loss;
-  if (closure) {
-    ::torch::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
+  ::torch::Tensor loss = detail::evaluate_closure(closure);
   for (auto& group : param_groups_) {
     auto& o = static_cast<LambOptions&>(group.options());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       const auto& g = p.grad();
-      auto& slot = state_[c10::guts::to_string(p.unsafeGetTensorImpl())];
-      if (!slot) {
-        auto s = std::make_unique<LambParamState>();
-        s->exp_avg(::torch::zeros_like(p)).exp_avg_sq(::torch::zeros_like(p));
-        slot = std::move(s);
-      }
-      auto& s = static_cast<LambParamState&>(*slot);
+      auto& s = detail::param_state<LambParamState>(*this, p, [&](LambParamState& fresh) {
+        fresh.exp_avg(::torch::zeros_like(p)).exp_avg_sq(::torch::zeros_like(p));
+      });
       s.step(s.step() + 1);
       s.exp_avg().mul_(o.beta1()).add_(g, 1 - o.beta1());
       s.exp_avg_sq().mul_(o.beta2()).addcmul_(g, g, 1 - o.beta2());
@@ -90,10 +96,7 @@ Lamb::Lamb(std::vector<::torch::optim::OptimizerParamGroup> groups, LambOptions 
       }
       auto update = (s.exp_avg() / c1) / ((s.exp_avg_sq() / c2).sqrt() + o.eps());
       if (o.weight_decay() != 0) update.add_(p, o.weight_decay());
-      double wn = p.norm().item<double>(), un = update.norm().item<double>();
-      double trust = wn > 0 && un > 0 ? wn / un : 1.0;
-      if (o.max_trust_ratio() > 0) trust = std::min(trust, o.max_trust_ratio());
-      p.sub_(update, o.lr() * trust);
+      p.sub_(update.mul_(trust_ratio(p, update, o)), o.lr());
     }
   }
   return loss;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "optim/param_state.h"
 
 namespace lockstep::optim {
 
@@ -45,6 +46,22 @@ void LarsParamState::serialize(::torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(::torch::Tensor, momentum_buffer);
 }
 
+namespace {
+
+// λ·(g + βw), λ = η‖w‖/(‖g‖ + β‖w‖), or 1 when a norm is 0. Tensor ops
+// only: no .item(), so no host sync per parameter on a GPU.
+::torch::Tensor adapted_gradient(const ::torch::Tensor& p, const ::torch::Tensor& g,
+                                 const LarsOptions& o) {
+  auto wn = p.norm(), gn = g.norm();
+  auto local = ::torch::where(detail::both_positive(wn, gn),
+                              o.trust_coefficient() * wn / (gn + o.weight_decay() * wn),
+                              ::torch::ones_like(wn));
+  auto decayed = o.weight_decay() != 0 ? g.add(p, o.weight_decay()) : g;
+  return decayed * local;
+}
+
+}  // namespace
+
 Lars::Lars(std::vector<::torch::optim::OptimizerParamGroup> groups, LarsOptions defaults)
     : Optimizer(std::move(groups), std::make_unique<LarsOptions>(defaults)) {
   // Groups may carry their own options; each must be valid, not just the defaults.
@@ -54,33 +71,17 @@ Lars::Lars(std::vector<::torch::optim::OptimizerParamGroup> groups, LarsOptions 
 
 ::torch::Tensor Lars::step(LossClosure closure) {
   ::torch::NoGradGuard no_grad;
-  ::torch::Tensor loss;
-  if (closure) {
-    ::torch::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
+  ::torch::Tensor loss = detail::evaluate_closure(closure);
   for (auto& group : param_groups_) {
     auto& o = static_cast<LarsOptions&>(group.options());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
+      auto& s = detail::param_state<LarsParamState>(
+          *this, p, [&](LarsParamState& fresh) { fresh.momentum_buffer(::torch::zeros_like(p)); });
       ::torch::Tensor g = p.grad();
-      bool adapt = !(o.exclude_1d() && p.dim() <= 1);
-      double local = 1.0;
-      if (adapt) {
-        double wn = p.norm().item<double>(), gn = g.norm().item<double>();
-        if (wn > 0 && gn > 0) local = o.trust_coefficient() * wn / (gn + o.weight_decay() * wn);
-        if (o.weight_decay() != 0) g = g.add(p, o.weight_decay());
-      }
-      auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
-      auto& slot = state_[key];
-      if (!slot) {
-        auto s = std::make_unique<LarsParamState>();
-        s->momentum_buffer(::torch::zeros_like(p));
-        slot = std::move(s);
-      }
-      auto& v = static_cast<LarsParamState&>(*slot).momentum_buffer();
-      v.mul_(o.momentum()).add_(g, o.lr() * local);
-      p.sub_(v);
+      if (!o.exclude_1d() || p.dim() > 1) g = adapted_gradient(p, g, o);
+      s.momentum_buffer().mul_(o.momentum()).add_(g, o.lr());
+      p.sub_(s.momentum_buffer());
     }
   }
   return loss;

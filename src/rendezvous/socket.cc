@@ -107,19 +107,47 @@ std::string peer_name(int fd) {
   return fmt::format("{}:{}", host, ntohs(addr.sin_port));
 }
 
+namespace {
+
+// One non-blocking connect attempt bounded by `deadline` (a blocking connect
+// to a host that drops SYNs would wait minutes, past any deadline). Returns 0
+// or the errno of the failure.
+int connect_once(int fd, const sockaddr_in& addr, Clock::time_point deadline) {
+  int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int err = 0;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int ready = ::poll(&p, 1, poll_timeout_ms(deadline));
+      socklen_t len = sizeof err;
+      if (ready <= 0) err = ETIMEDOUT;
+      else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    }
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return err;
+}
+
+}  // namespace
+
 Fd connect_tcp(const HostPort& where, Clock::time_point deadline) {
   sockaddr_in addr = to_sockaddr(where);
   auto backoff = std::chrono::milliseconds(10);
   for (;;) {
     Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) throw Error(fmt::format("rendezvous: socket() failed: {}", std::strerror(errno)));
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    int err = connect_once(fd.get(), addr, deadline);
+    if (err == 0) {
       int one = 1;
       ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       return fd;
     }
-    int err = errno;
-    bool retryable = err == ECONNREFUSED || err == EINTR || err == ETIMEDOUT || err == EAGAIN;
+    // A remote host's network may still be coming up: unreachable is retried
+    // like refused, until the deadline.
+    bool retryable = err == ECONNREFUSED || err == EINTR || err == ETIMEDOUT || err == EAGAIN ||
+                     err == ENETUNREACH || err == EHOSTUNREACH;
     if (!retryable || Clock::now() + backoff >= deadline)
       throw Error(fmt::format(
           "rendezvous: cannot connect to {}:{}: {}; check LOCKSTEP_RENDEZVOUS and that the "

@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   }
   std::string command = argv[1];
   if (command == "run") return lockstep::launcher::run_main(argc - 1, argv + 1);
+  if (command == "remote-worker") return lockstep::launcher::remote_worker_main(argc - 1, argv + 1);
   if (command == "config") return lockstep::cli::config_main(argc - 1, argv + 1);
   if (command == "bench") {
     if (argc < 3 || argv[2][0] == '-') {

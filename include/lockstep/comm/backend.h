@@ -23,6 +23,10 @@ class Backend {
   virtual std::string_view name() const = 0;  // "shm", "mpi", "gloo", ...
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // A collective on a backend sharing this job failed (hierarchical stages):
+  // this one must not wait for its peers any more, e.g. in a goodbye barrier
+  // at destruction, since they may be gone. Later calls may fail.
+  virtual void abandon() {}
 
   // `send == recv` means in place everywhere it is allowed.
   virtual void allreduce(const void* send, void* recv, size_t count, DataType dtype,

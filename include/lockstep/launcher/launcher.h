@@ -22,4 +22,9 @@ namespace lockstep::launcher {
 // of a process that has no other children.
 int run_main(int argc, char** argv);
 
+// Entry point of `lockstep remote-worker`, which `lockstep run` starts on
+// every remote host through its remote-exec command (see docs/launcher.md);
+// not meant to be run by hand. Returns the worker's exit status.
+int remote_worker_main(int argc, char** argv);
+
 }  // namespace lockstep::launcher

@@ -1,6 +1,9 @@
 #include "comm/transport/gloo/gloo_backend.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -40,6 +43,40 @@ void ignore_sigpipe() {
     signal(SIGPIPE, SIG_IGN);
 }
 
+// This host's address on the route to the launcher's rendezvous store: the
+// network every rank of the job can reach. (The host name is a poor default:
+// Debian maps it to 127.0.1.1, and network namespaces share it.) "" when the
+// store is not a TCP address.
+std::string address_towards_rendezvous() {
+  std::string rendezvous = knob_string("LOCKSTEP_RENDEZVOUS");
+  auto colon = rendezvous.rfind(':');
+  if (rendezvous.empty() || colon == std::string::npos) return "";
+  sockaddr_in peer{};
+  peer.sin_family = AF_INET;
+  peer.sin_port = htons(9);
+  if (::inet_pton(AF_INET, rendezvous.substr(0, colon).c_str(), &peer.sin_addr) != 1) return "";
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  std::string result;
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  char text[INET_ADDRSTRLEN] = {};
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&peer), sizeof peer) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+      ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
+    result = text;
+  ::close(fd);
+  return result;
+}
+
+std::string host_label() {
+  std::string host = knob_string("LOCKSTEP_HOST");
+  if (!host.empty()) return host;
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
 // One TCP device (and its event-loop thread) per process and interface.
 std::shared_ptr<::gloo::transport::Device> device() {
   static std::mutex mutex;
@@ -50,8 +87,11 @@ std::shared_ptr<::gloo::transport::Device> device() {
   std::string iface = knob_string("LOCKSTEP_NETWORK_INTERFACE");
   if (dev && dev_iface == iface) return dev;
   ::gloo::transport::tcp::attr attr;
+  std::string towards_store = iface.empty() ? address_towards_rendezvous() : "";
   if (!iface.empty()) {
     attr.iface = iface;
+  } else if (!towards_store.empty()) {
+    attr.hostname = towards_store;
   } else {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -63,7 +103,10 @@ std::shared_ptr<::gloo::transport::Device> device() {
     throw InvalidArgument(fmt::format(
         "gloo backend: cannot open a TCP device on {} ({}); set LOCKSTEP_NETWORK_INTERFACE (or "
         "lockstep run --network-interface) to an interface that exists, e.g. eth0",
-        iface.empty() ? "the address of this host's name" : "interface " + iface, e.what()));
+        !iface.empty()           ? "interface " + iface
+        : towards_store.empty() ? std::string("the address of this host's name")
+                                : "address " + towards_store,
+        e.what()));
   }
   dev_iface = iface;
   return dev;
@@ -71,9 +114,7 @@ std::shared_ptr<::gloo::transport::Device> device() {
 
 std::vector<PeerInfo> exchange_peers(::gloo::rendezvous::Store& store, const WorldInfo& world,
                                      std::chrono::milliseconds timeout) {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  std::string mine = fmt::format("{}\n{}", host, getpid());
+  std::string mine = fmt::format("{}\n{}", host_label(), getpid());
   store.set(fmt::format("peer/{}", world.rank), std::vector<char>(mine.begin(), mine.end()));
   std::vector<PeerInfo> peers(world.size);
   for (int r = 0; r < world.size; ++r) {

@@ -38,6 +38,9 @@ class GlooBackend final : public Backend {
   std::string_view name() const override { return "gloo"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  void abandon() override {
+    if (broken_.empty()) broken_ = "abandoned after a failure in another part of the job";
+  }
 
   void allreduce(const void* send, void* recv, size_t count, DataType dtype,
                  ReduceOp op) override;

@@ -10,11 +10,13 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/kernels/reduce.h"
 #include "comm/transport/hierarchical/hierarchical_comm.h"
 #include "comm/transport/shm/shm_backend.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
 
 namespace lockstep::comm::hierarchical {
@@ -70,9 +72,28 @@ std::optional<Layout> layout_from_hosts(const std::vector<int64_t>& all, int siz
   return mine;
 }
 
+// The launcher's name for the host when it gave one: network namespaces (and
+// containers) on one machine share the kernel's host name.
+// Where rank r sits: its declared layout, or (when the declared one was
+// inconsistent and `mine` was derived from host names) the derived one.
+Layout layout_of(const std::vector<int64_t>& all, int r, const WorldInfo& world,
+                 const Layout& mine) {
+  if (layout_problem(all, world.size).empty()) {
+    const int64_t* v = &all[kFields * r];
+    return {static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]),
+            static_cast<int>(v[3])};
+  }
+  auto derived = layout_from_hosts(all, world.size, r);
+  return derived ? *derived : mine;
+}
+
 int64_t host_hash() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
+  std::string host = knob_string("LOCKSTEP_HOST");
+  if (host.empty()) {
+    char name[256] = {};
+    gethostname(name, sizeof name - 1);
+    host = name;
+  }
   return static_cast<int64_t>(std::hash<std::string>{}(host) >> 1);
 }
 
@@ -87,7 +108,7 @@ std::string shared_job_id(Backend& flat, const WorldInfo& world) {
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag,
-                                      CrossTransport cross) {
+                                      CrossTransport cross, bool only_if_useful) {
   std::unique_ptr<Backend> flat = cross.make_world(world, tag);
   int64_t mine[kFields] = {world.cross_rank, world.local_rank, world.local_size,
                            world.cross_size, host_hash()};
@@ -97,13 +118,14 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
   if (std::string problem = layout_problem(all, world.size); !problem.empty()) {
     auto derived = layout_from_hosts(all, world.size, world.rank);
     if (!derived) {
-      if (world.rank == 0)
+      if (world.rank == 0 && !only_if_useful)
         log(LogLevel::kWarning, "hierarchical allreduce disabled, using flat {}: {}, and the "
             "hosts hold different numbers of ranks", cross.kind, problem);
       return flat;
     }
     layout = *derived;
   }
+  if (only_if_useful && (layout.local_size == 1 || layout.cross_size == 1)) return flat;
   std::string job = shared_job_id(*flat, world);
   WorldInfo host;
   host.rank = host.local_rank = layout.local_rank;
@@ -118,8 +140,15 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
   group.local_size = 1;
   auto across = cross.make_group(*flat, layout.local_rank, layout.cross_rank, group,
                                  fmt::format("{}x{}", tag, layout.local_rank));
+  std::vector<int> local_ranks(layout.local_size, -1), cross_ranks(layout.cross_size, -1);
+  for (int r = 0; r < world.size; ++r) {
+    auto r_layout = layout_of(all, r, world, layout);
+    if (r_layout.cross_rank == layout.cross_rank) local_ranks[r_layout.local_rank] = r;
+    if (r_layout.local_rank == layout.local_rank) cross_ranks[r_layout.cross_rank] = r;
+  }
   return std::make_unique<HierarchicalBackend>("hierarchical-" + cross.kind, std::move(flat),
-                                               std::move(local), std::move(across));
+                                               std::move(local), std::move(across),
+                                               std::move(local_ranks), std::move(cross_ranks));
 }
 
 Backend& flat_backend(Backend& b) {
@@ -130,9 +159,35 @@ Backend& flat_backend(Backend& b) {
 
 HierarchicalBackend::HierarchicalBackend(std::string name, std::unique_ptr<Backend> flat,
                                          std::unique_ptr<Backend> local,
-                                         std::unique_ptr<Backend> cross)
+                                         std::unique_ptr<Backend> cross,
+                                         std::vector<int> local_ranks,
+                                         std::vector<int> cross_ranks)
     : name_(std::move(name)), flat_(std::move(flat)), local_(std::move(local)),
-      cross_(std::move(cross)) {}
+      cross_(std::move(cross)), local_ranks_(std::move(local_ranks)),
+      cross_ranks_(std::move(cross_ranks)) {}
+
+// The stages' backends number their ranks within the host or the cross
+// group; a failure there is re-raised naming the global rank. After any
+// failure no part waits for peers again (the flat backend's goodbye barrier
+// would hold a failing rank for its whole timeout).
+
+template <typename Stage>
+void HierarchicalBackend::run_stage(const char* what, Backend& group,
+                                    const std::vector<int>& global, Stage stage) {
+  try {
+    stage(group);
+  } catch (const PeerFailure& e) {
+    abandon();
+    int lost = e.rank() >= 0 && e.rank() < static_cast<int>(global.size()) ? global[e.rank()] : -1;
+    std::vector<std::string> map;
+    for (size_t i = 0; i < global.size(); ++i) map.push_back(fmt::format("{}={}", i, global[i]));
+    throw PeerFailure(lost, fmt::format("{} [{} stage of the hierarchical allreduce; its ranks "
+                                        "are global ranks {}{}]",
+                                        e.what(), what, fmt::join(map, ", "),
+                                        lost >= 0 ? fmt::format(": global rank {} failed", lost)
+                                                  : std::string()));
+  }
+}
 
 void HierarchicalBackend::allreduce(const void* send, void* recv, size_t count, DataType dtype,
                                     ReduceOp op) {
@@ -151,14 +206,20 @@ void HierarchicalBackend::allreduce(const void* send, void* recv, size_t count, 
   }
   slice_.resize(block * es);
   ReduceOp sum_or_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
-  local_->reduce_scatter(input, slice_.data(), block, dtype, sum_or_op);
-  cross_->allreduce(slice_.data(), slice_.data(), block, dtype, sum_or_op);
+  run_stage("shared-memory reduce-scatter", *local_, local_ranks_, [&](Backend& b) {
+    b.reduce_scatter(input, slice_.data(), block, dtype, sum_or_op);
+  });
+  run_stage("cross-host allreduce", *cross_, cross_ranks_, [&](Backend& b) {
+    b.allreduce(slice_.data(), slice_.data(), block, dtype, sum_or_op);
+  });
   if (op == ReduceOp::kAverage) {
     const void* in[1] = {slice_.data()};
     kernels::reduce(dtype, ReduceOp::kAverage, in, 1, slice_.data(), block, size());
   }
   void* gathered = exact ? recv : padded_.data();
-  local_->allgatherv(slice_.data(), gathered, std::vector<size_t>(hosts_ranks, block), dtype);
+  run_stage("shared-memory allgather", *local_, local_ranks_, [&](Backend& b) {
+    b.allgatherv(slice_.data(), gathered, std::vector<size_t>(hosts_ranks, block), dtype);
+  });
   if (!exact) std::memcpy(recv, padded_.data(), count * es);
 }
 

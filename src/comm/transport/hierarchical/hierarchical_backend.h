@@ -39,8 +39,11 @@ struct CrossTransport {
       make_group;
 };
 
+// With `only_if_useful` (LOCKSTEP_HIERARCHICAL=auto) the flat backend is
+// returned, on every rank alike, when the agreed layout has one host or one
+// rank per host.
 std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag,
-                                      CrossTransport cross);
+                                      CrossTransport cross, bool only_if_useful = false);
 
 // The flat world backend inside a hierarchical one (split() builds subsets
 // from it). Throws InvalidArgument for another kind of backend.

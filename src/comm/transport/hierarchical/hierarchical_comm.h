@@ -12,13 +12,21 @@ namespace lockstep::comm::hierarchical {
 
 class HierarchicalBackend final : public Backend {
  public:
+  // local_ranks / cross_ranks: the global rank of each rank of `local` and
+  // `cross`, so that their errors name global ranks.
   HierarchicalBackend(std::string name, std::unique_ptr<Backend> flat,
-                      std::unique_ptr<Backend> local, std::unique_ptr<Backend> cross);
+                      std::unique_ptr<Backend> local, std::unique_ptr<Backend> cross,
+                      std::vector<int> local_ranks, std::vector<int> cross_ranks);
 
   std::string_view name() const override { return name_; }
   int rank() const override { return flat_->rank(); }
   int size() const override { return flat_->size(); }
   Backend& flat() { return *flat_; }
+  void abandon() override {
+    flat_->abandon();
+    local_->abandon();
+    cross_->abandon();
+  }
 
   void allreduce(const void* send, void* recv, size_t count, DataType dtype,
                  ReduceOp op) override;
@@ -57,10 +65,13 @@ class HierarchicalBackend final : public Backend {
   }
 
  private:
+  template <typename Stage>
+  void run_stage(const char* what, Backend& group, const std::vector<int>& global, Stage stage);
   std::string name_;
   std::unique_ptr<Backend> flat_;
   std::unique_ptr<Backend> local_;   // this host's ranks, shared memory
   std::unique_ptr<Backend> cross_;   // one rank per host, same local rank
+  std::vector<int> local_ranks_, cross_ranks_;
   std::vector<std::byte> padded_;    // reused staging buffers
   std::vector<std::byte> slice_;
 };

@@ -132,7 +132,8 @@ void Waiter::fail_dead(int peer, std::string_view what) {
   bool left = segment_.rank_line(peer).state.load() == kLeft;
   std::string msg =
       left ? fmt::format("{}: rank {} (pid {}) shut down its communicator while rank {} waited "
-                         "for it: ranks called different collectives",
+                         "for it: it failed (see its own error) or ranks called different "
+                         "collectives",
                          what, peer, pids_[peer], rank_)
            : fmt::format("{}: rank {} (pid {}) died; rank {} cannot complete the collective",
                          what, peer, pids_[peer], rank_);
