@@ -102,6 +102,7 @@ void Timeline::record(const std::string& tensor, Phase phase, Clock::time_point 
       return;
     }
     queue_.push_back(Event{tensor, std::move(detail), phase, begin, end});
+    if (queue_.size() != kWakeBatch) return;
   }
   cv_.notify_one();
 }
@@ -135,7 +136,7 @@ void Timeline::writer_loop() {
     bool last = false;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait_for(lock, kFlushPeriod, [&] { return stopping_ || queue_.size() >= kWakeBatch; });
       batch.swap(queue_);
       last = stopping_;
     }

@@ -32,6 +32,11 @@ class Timeline {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr size_t kQueueCapacity = 1 << 16;
+  // The writer wakes for a full batch or on this period, never per event: a
+  // wake-up per event (~800 per ResNet-50 step) cost ~10% of the step on two
+  // busy cores; batching brought it to the noise.
+  static constexpr size_t kWakeBatch = 4096;
+  static constexpr std::chrono::milliseconds kFlushPeriod{100};
 
   Timeline() = default;
   ~Timeline() { stop(); }

@@ -82,6 +82,9 @@ int orchestrate(const Options& o) {
       {"plain 1 proc x 1 thread", self + worker_args(o, "plain", 1)},
       {fmt::format("plain 1 proc x {} threads", o.np), self + worker_args(o, "plain", o.np)},
       {"plain 1x1 + malloc tuning", self + worker_args(o, "plain-malloc", 1)},
+      // The fair baseline for N workers: one process using all N cores, with
+      // the same allocator settings lockstep applies.
+      {fmt::format("plain 1x{} + malloc tuning", o.np), self + worker_args(o, "plain-malloc", o.np)},
       {"lockstep 1 worker x 1 thread", self + worker_args(o, "lockstep", 1)},
       {fmt::format("lockstep {} workers", o.np), multi_worker_command(o)},
   };
@@ -117,7 +120,8 @@ int orchestrate(const Options& o) {
     std::printf("%s\n", r.dump().c_str());
   }
   const auto& multi = results.back();
-  const auto& single = results[3];
+  const auto& single = results[variants.size() - 2];
+  const auto& plain_n_tuned = results[3];
   if (multi && base > 0)
     fmt::print("scaling efficiency, {} workers vs {} x plain 1x1: {:.1f}%\n", o.np, o.np,
                100 * (*multi)["samples_per_s"].get<double>() / (o.np * base));
@@ -125,6 +129,10 @@ int orchestrate(const Options& o) {
     fmt::print("scaling efficiency, {} workers vs {} x lockstep 1 worker: {:.1f}%\n", o.np, o.np,
                100 * (*multi)["samples_per_s"].get<double>() /
                    (o.np * (*single)["samples_per_s"].get<double>()));
+  if (multi && plain_n_tuned)
+    fmt::print("{} workers vs plain 1x{} + malloc tuning (same cores): {:.2f}x\n", o.np, o.np,
+               (*multi)["samples_per_s"].get<double>() /
+                   (*plain_n_tuned)["samples_per_s"].get<double>());
   if (json) std::fclose(json);
   return multi ? 0 : 1;
 }
