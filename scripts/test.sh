@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole test suite: the main build's ctest, then
-# ASan+UBSan builds of the non-LibTorch layers and a TSan build of the engine.
+# ASan+UBSan builds of the non-LibTorch layers, a TSan build of the engine and
+# 30 s of each libFuzzer target (scripts/fuzz.sh).
 #
 #   bash scripts/test.sh            everything
 #   bash scripts/test.sh --quick    main build's tests only
@@ -36,3 +37,6 @@ ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 ctest --test-dir build-asan --outpu
   -j"$jobs" --timeout 900 -L mpi
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 sanitized build-tsan thread -L engine
+
+echo "== fuzz: 30 s per target"
+bash scripts/fuzz.sh 30
