@@ -28,6 +28,9 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_JOB_ID", "", "unique job id; names the job's shared-memory segments"},
     Knob{"LOCKSTEP_RENDEZVOUS", "", "host:port of the launcher's rendezvous store"},
     Knob{"LOCKSTEP_SECRET", "", "per-job secret authenticating rendezvous traffic (hex)"},
+    Knob{"LOCKSTEP_OVERLAP", "auto",
+         "auto|on|off: allreduce gradients during backward (on) or fused once per step (off); "
+         "auto = on across hosts or with a spare core"},
     Knob{"LOCKSTEP_BIND_TO", "auto", "core|none|auto: CPU affinity per worker, applied by the torch layer"},
     Knob{"LOCKSTEP_INTRA_OP_THREADS", "0",
          "LibTorch intra-op threads per worker; 0 = cores / workers on this host"},

@@ -26,6 +26,7 @@ const std::vector<KnobFlag>& knob_flags() {
         {"--timeout", "LOCKSTEP_TIMEOUT", "", "SECONDS", true},
         {"--timeline", "LOCKSTEP_TIMELINE", "", "FILE", false},
         {"--bind-to", "LOCKSTEP_BIND_TO", "core|none|auto", "POLICY", false},
+        {"--overlap", "LOCKSTEP_OVERLAP", "auto|on|off", "MODE", false},
         {"--log-level", "LOCKSTEP_LOG_LEVEL", "error|warning|info|debug", "LEVEL", false},
         {"--network-interface", "LOCKSTEP_NETWORK_INTERFACE", "", "IFACE", false},
         {"--hierarchical", "LOCKSTEP_HIERARCHICAL", "auto|0|1", "MODE", false},

@@ -133,6 +133,44 @@ TensorHandle allreduce_async_(::torch::Tensor& tensor, std::string name, Allredu
                       copy_back(tensor, buffer));
 }
 
+TensorHandle grouped_allreduce_async_(std::vector<::torch::Tensor>& tensors,
+                                      std::vector<std::string> names, AllreduceOptions options) {
+  if (tensors.size() != names.size())
+    throw InvalidArgument(fmt::format(
+        "lockstep::torch::grouped_allreduce_async_: {} tensors but {} names", tensors.size(),
+        names.size()));
+  if (tensors.empty())
+    throw InvalidArgument("lockstep::torch::grouped_allreduce_async_: no tensors");
+  std::vector<::torch::Tensor> buffers;
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  std::vector<engine::Shape> shapes;
+  std::vector<std::function<void()>> copies;
+  for (auto& tensor : tensors) {
+    buffers.push_back(engine_input(tensor, "grouped_allreduce"));
+    if (buffers.back().scalar_type() != buffers.front().scalar_type())
+      throw InvalidArgument(fmt::format(
+          "lockstep::torch::grouped_allreduce_async_: '{}' is {} but '{}' is {}; a group has one "
+          "dtype", names[buffers.size() - 1], c10::toString(buffers.back().scalar_type()),
+          names.front(), c10::toString(buffers.front().scalar_type())));
+    inputs.push_back(buffers.back().data_ptr());
+    outputs.push_back(buffers.back().data_ptr());
+    shapes.push_back(shape_of(buffers.back()));
+    if (auto copy = copy_back(tensor, buffers.back())) copies.push_back(std::move(copy));
+  }
+  engine::OpOptions op_options;
+  op_options.process_set = options.process_set;
+  engine::Handle handle = eng().grouped_allreduce_async(
+      names, inputs, outputs, shapes, to_comm_dtype(buffers.front().scalar_type()), options.op,
+      options.prescale, options.postscale, op_options);
+  std::function<void()> finish;
+  if (!copies.empty())
+    finish = [copies = std::move(copies)] {
+      for (const auto& copy : copies) copy();
+    };
+  return TensorHandle(std::move(handle), nullptr, std::move(buffers), std::move(finish));
+}
+
 void allreduce_(::torch::Tensor& tensor, std::string name, AllreduceOptions options) {
   allreduce_async_(tensor, std::move(name), options).wait();
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <atomic>
 #include <mutex>
 
 #include "lockstep/base/error.h"
@@ -16,6 +17,10 @@
 #include "lockstep/base/log.h"
 
 namespace lockstep::torch {
+
+namespace {
+std::atomic<bool> bound_by_placement{false};
+}  // namespace
 
 std::string Placement::describe() const {
   return fmt::format("cpu, {} intra-op thread(s), cpus [{}]", intra_op_threads,
@@ -69,6 +74,8 @@ void apply_placement(const Placement& p) {
   if (sched_setaffinity(0, sizeof(set), &set) != 0)
     log(LogLevel::kWarning, "could not bind to cpus {}: {}", fmt::join(p.cpus, ","),
         std::strerror(errno));
+  else
+    bound_by_placement = true;
 }
 
 Placement place_this_worker(int local_rank, int local_size) {
@@ -78,6 +85,16 @@ Placement place_this_worker(int local_rank, int local_size) {
   apply_placement(p);
   log(LogLevel::kInfo, "placement: {}", p.describe());
   return p;
+}
+
+int worker_cpu_count(int local_size) {
+  const int allowed = std::max<int>(1, static_cast<int>(allowed_cpus().size()));
+  if (bound_by_placement.load()) return allowed;  // the set is this worker's own
+  return std::max(1, allowed / std::max(1, local_size));
+}
+
+bool overlap_pays(bool one_host, int worker_cpus, int intra_op_threads) {
+  return !one_host || worker_cpus > intra_op_threads;
 }
 
 void tune_malloc() {

@@ -2,7 +2,9 @@
 // reference computed without communication (the same computation on the
 // concatenated batch in one process).
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 
+#include "lockstep/base/error.h"
 #include "torch/helpers.h"
 
 namespace lockstep::torch {
@@ -22,6 +24,7 @@ struct EquivalenceCase {
   Compression compression = Compression::kNone;
   double tolerance = 1e-5;
   double predivide = 1.0;
+  Overlap overlap = Overlap::kAuto;
 };
 
 std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const std::string& kind,
@@ -59,7 +62,11 @@ std::pair<::torch::Tensor, ::torch::Tensor> global_batch(int step) {
   options.backward_passes_per_step = c.passes;
   options.compression = c.compression;
   options.gradient_predivide_factor = c.predivide;
+  options.overlap = c.overlap;
   DistributedOptimizer dist(*opt, *model, options);
+  if (c.overlap != Overlap::kAuto) {
+    EXPECT_EQ(dist.overlaps_backward(), c.overlap == Overlap::kOn);
+  }
   const int64_t chunk = kBatch / c.passes;
   for (int s = 0; s < kSteps; ++s) {
     auto [x, y] = global_batch(s);
@@ -86,10 +93,39 @@ void expect_equivalent(const EquivalenceCase& c, std::map<std::string, std::stri
       std::move(env));
 }
 
-TEST(DistributedOptimizer, SgdTwoRanksEqualsDoubleBatch) { expect_equivalent({.optimizer = "sgd"}); }
+TEST(DistributedOptimizer, SgdTwoRanksEqualsDoubleBatch) {
+  expect_equivalent({.optimizer = "sgd", .overlap = Overlap::kOn});
+  expect_equivalent({.optimizer = "sgd", .overlap = Overlap::kOff});
+}
 
 TEST(DistributedOptimizer, AdamTwoRanksEqualsDoubleBatch) {
-  expect_equivalent({.optimizer = "adam"});
+  expect_equivalent({.optimizer = "adam", .overlap = Overlap::kOn});
+  expect_equivalent({.optimizer = "adam", .overlap = Overlap::kOff});
+}
+
+// One rank overlapping and the other not still agree: negotiation is by name.
+TEST(DistributedOptimizer, RanksMayDifferInOverlap) {
+  expect_equivalent({.optimizer = "adam"}, {{"LOCKSTEP_OVERLAP", "on"}});
+  run_torch_workers(2, [] {
+    ::setenv("LOCKSTEP_OVERLAP", rank() == 0 ? "on" : "off", 1);
+    EquivalenceCase c{.optimizer = "adam"};
+    auto error = (distributed_parameters(c) - reference_parameters(c)).abs().max().item<double>();
+    EXPECT_LE(error, c.tolerance);
+  });
+}
+
+TEST(DistributedOptimizer, OverlapKnobIsValidated) {
+  run_torch_workers(2, [] {
+    ::setenv("LOCKSTEP_OVERLAP", "sometimes", 1);
+    auto model = make_mlp(7);
+    ::torch::optim::SGD sgd(model->parameters(), ::torch::optim::SGDOptions(0.1));
+    try {
+      DistributedOptimizer dist(sgd, *model);
+      ADD_FAILURE() << "LOCKSTEP_OVERLAP=sometimes was accepted";
+    } catch (const lockstep::InvalidArgument& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("LOCKSTEP_OVERLAP='sometimes'"));
+    }
+  });
 }
 
 TEST(DistributedOptimizer, WithoutFusion) {
@@ -101,15 +137,18 @@ TEST(DistributedOptimizer, GradientPredivideFactor) {
 }
 
 TEST(DistributedOptimizer, BackwardPassesPerStep) {
-  expect_equivalent({.optimizer = "sgd", .passes = 2});
-  expect_equivalent({.optimizer = "adam", .passes = 2});
+  expect_equivalent({.optimizer = "sgd", .passes = 2, .overlap = Overlap::kOn});
+  expect_equivalent({.optimizer = "adam", .passes = 2, .overlap = Overlap::kOff});
 }
 
 // Half precision on the wire: each gradient element is rounded once to 11
 // (fp16) or 8 (bf16) significant bits; over 4 SGD steps with lr 0.1 the
 // parameters stay within 1e-3 (fp16) and 1e-2 (bf16) of the exact run.
 TEST(DistributedOptimizer, Fp16Compression) {
-  expect_equivalent({.optimizer = "sgd", .compression = Compression::kFp16, .tolerance = 1e-3});
+  expect_equivalent({.optimizer = "sgd", .compression = Compression::kFp16, .tolerance = 1e-3,
+                     .overlap = Overlap::kOn});
+  expect_equivalent({.optimizer = "sgd", .compression = Compression::kFp16, .tolerance = 1e-3,
+                     .overlap = Overlap::kOff});
 }
 
 TEST(DistributedOptimizer, Bf16Compression) {
@@ -174,6 +213,29 @@ TEST(Collectives, TensorLevel) {
     EXPECT_TRUE(::torch::equal(received, expected));
     auto async = allreduce_async(t, "t.async", {.op = ReduceOp::kMax});
     EXPECT_TRUE(::torch::equal(async.result(), ::torch::full({4}, 2.f)));
+  });
+}
+
+// Group members of one dtype, one of them non-contiguous (reduced in a copy
+// and written back), compared with per-tensor sums computed locally.
+TEST(Collectives, GroupedAllreduceInPlace) {
+  run_torch_workers(2, [] {
+    const float r = static_cast<float>(rank() + 1);
+    std::vector<::torch::Tensor> tensors = {
+        ::torch::full({3}, r), ::torch::arange(6, ::torch::kFloat32).view({2, 3}).t() * r,
+        ::torch::full({1000}, 2 * r)};
+    ASSERT_FALSE(tensors[1].is_contiguous());
+    grouped_allreduce_async_(tensors, {"g.a", "g.b", "g.c"}, {.op = ReduceOp::kSum}).wait();
+    EXPECT_TRUE(::torch::equal(tensors[0], ::torch::full({3}, 3.f)));
+    EXPECT_TRUE(::torch::equal(tensors[1], ::torch::arange(6, ::torch::kFloat32).view({2, 3}).t() * 3));
+    EXPECT_TRUE(::torch::equal(tensors[2], ::torch::full({1000}, 6.f)));
+    std::vector<::torch::Tensor> mixed = {::torch::ones({2}), ::torch::ones({2}, ::torch::kInt32)};
+    try {
+      grouped_allreduce_async_(mixed, {"m.f", "m.i"});
+      ADD_FAILURE() << "a group of two dtypes was accepted";
+    } catch (const lockstep::InvalidArgument& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("'m.i' is Int but 'm.f' is Float"));
+    }
   });
 }
 

@@ -213,6 +213,14 @@ TEST(Placement, CoreBindingSplitsCpusIntoBlocks) {
   EXPECT_EQ(p1.intra_op_threads, 2);
 }
 
+// Overlap only where the transfer does not take a computing core.
+TEST(Placement, OverlapPaysAcrossHostsOrWithASpareCore) {
+  EXPECT_TRUE(overlap_pays(/*one_host=*/false, 1, 1));
+  EXPECT_FALSE(overlap_pays(/*one_host=*/true, 1, 1));
+  EXPECT_FALSE(overlap_pays(/*one_host=*/true, 4, 4));
+  EXPECT_TRUE(overlap_pays(/*one_host=*/true, 4, 3));
+}
+
 TEST(Placement, AutoBindsOnlyWhenWorkersFit) {
   std::vector<int> cpus{0, 1};
   EXPECT_EQ(plan_placement(1, 2, cpus, BindTo::kAuto).cpus, (std::vector<int>{1}));

@@ -5,8 +5,12 @@
 //        (separates that effect from the rest),
 //   (b)  lockstep, 1 worker, 1 thread,
 //   (c)  lockstep, N workers (via `lockstep run -np N`, or a direct spawn with
-//        the same LOCKSTEP_* environment when the launcher is not built),
-// each in its own process, one after the other, so they use the same cores.
+//        the same LOCKSTEP_* environment when the launcher is not built), with
+//        LOCKSTEP_OVERLAP=on and with the default (auto),
+//   (d)  N independent plain 1x1 + malloc processes at once, no communication:
+//        their summed samples/s is what these cores deliver to N processes at
+//        all (shared caches, memory bandwidth, clock), the ceiling for (c),
+// each variant on its own, one after the other, so they use the same cores.
 // Prints a table, the scaling efficiency (c) / (N * (a)) and the share of step
 // time spent waiting for gradients, and one JSON line per variant.
 #include <CLI/CLI.hpp>
@@ -43,30 +47,50 @@ std::string worker_args(const Options& o, const std::string& variant, int thread
 }
 
 // The launcher when it is there; else the same environment by hand.
-std::string multi_worker_command(const Options& o) {
+std::string multi_worker_command(const Options& o, const std::string& overlap) {
   const std::string self = self_path();
   const auto launcher = std::filesystem::path(self).parent_path() / "lockstep";
   const std::string args = worker_args(o, "lockstep", 0);
   if (std::filesystem::exists(launcher))
-    return fmt::format("'{}' run -np {} '{}' {}", launcher.string(), o.np, self, args);
+    return fmt::format("'{}' run -np {} --overlap {} '{}' {}", launcher.string(), o.np, overlap,
+                       self, args);
   std::string job = fmt::format("bench-train-{}", getpid());
   std::string cmd;
   for (int r = 0; r < o.np; ++r)
     cmd += fmt::format("LOCKSTEP_RANK={0} LOCKSTEP_SIZE={1} LOCKSTEP_LOCAL_RANK={0} "
-                       "LOCKSTEP_LOCAL_SIZE={1} LOCKSTEP_JOB_ID={2} '{3}' {4} & ",
-                       r, o.np, job, self, args);
+                       "LOCKSTEP_LOCAL_SIZE={1} LOCKSTEP_JOB_ID={2} LOCKSTEP_OVERLAP={5} "
+                       "'{3}' {4} & ",
+                       r, o.np, job, self, args, overlap);
   return cmd + "wait";
 }
 
-// Runs `command`, returns the first JSON object it prints (only rank 0 prints).
+// N copies of one worker at the same time, for variant (d).
+std::string concurrent_command(const std::string& one, int n) {
+  std::string cmd;
+  for (int i = 0; i < n; ++i) cmd += one + " & ";
+  return cmd + "wait";
+}
+
+// Runs `command` and returns the JSON object it prints (only rank 0 of a
+// lockstep job prints); independent processes each print one, and their
+// samples/s add up.
 std::optional<nlohmann::json> run_variant(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return std::nullopt;
   std::optional<nlohmann::json> result;
   char line[4096];
   while (std::fgets(line, sizeof line, pipe)) {
-    const char* json = std::strchr(line, '{');  // the launcher prefixes "[rank]: "
-    if (json && !result) result = nlohmann::json::parse(json, nullptr, false);
+    const char* text = std::strchr(line, '{');  // the launcher prefixes "[rank]: "
+    if (!text) continue;
+    auto json = nlohmann::json::parse(text, nullptr, false);
+    if (json.is_discarded()) continue;
+    if (!result) {
+      result = json;
+    } else {
+      (*result)["samples_per_s"] =
+          (*result)["samples_per_s"].get<double>() + json["samples_per_s"].get<double>();
+      (*result)["processes"] = (*result).value("processes", 1) + 1;
+    }
   }
   int status = pclose(pipe);
   if (status != 0 || !result || result->is_discarded()) return std::nullopt;
@@ -86,7 +110,10 @@ int orchestrate(const Options& o) {
       // the same allocator settings lockstep applies.
       {fmt::format("plain 1x{} + malloc tuning", o.np), self + worker_args(o, "plain-malloc", o.np)},
       {"lockstep 1 worker x 1 thread", self + worker_args(o, "lockstep", 1)},
-      {fmt::format("lockstep {} workers", o.np), multi_worker_command(o)},
+      {fmt::format("{} x plain 1x1 + malloc, no comm", o.np),
+       concurrent_command(self + worker_args(o, "plain-malloc", 1), o.np)},
+      {fmt::format("lockstep {} workers, overlap on", o.np), multi_worker_command(o, "on")},
+      {fmt::format("lockstep {} workers", o.np), multi_worker_command(o, "auto")},
   };
   // Rounds interleave the variants so a burst of load elsewhere hits them
   // alike; each variant keeps its best round.
@@ -120,7 +147,8 @@ int orchestrate(const Options& o) {
     std::printf("%s\n", r.dump().c_str());
   }
   const auto& multi = results.back();
-  const auto& single = results[variants.size() - 2];
+  const auto& single = results[4];
+  const auto& ceiling = results[5];
   const auto& plain_n_tuned = results[3];
   if (multi && base > 0)
     fmt::print("scaling efficiency, {} workers vs {} x plain 1x1: {:.1f}%\n", o.np, o.np,
@@ -133,6 +161,11 @@ int orchestrate(const Options& o) {
     fmt::print("{} workers vs plain 1x{} + malloc tuning (same cores): {:.2f}x\n", o.np, o.np,
                (*multi)["samples_per_s"].get<double>() /
                    (*plain_n_tuned)["samples_per_s"].get<double>());
+  if (multi && ceiling)
+    fmt::print("{} workers vs {} independent plain 1x1 processes (hardware ceiling): {:.1f}%\n",
+               o.np, o.np,
+               100 * (*multi)["samples_per_s"].get<double>() /
+                   (*ceiling)["samples_per_s"].get<double>());
   if (json) std::fclose(json);
   return multi ? 0 : 1;
 }

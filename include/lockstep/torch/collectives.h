@@ -79,6 +79,11 @@ TensorHandle allreduce_async(const ::torch::Tensor& tensor, std::string name = {
 TensorHandle allreduce_async_(::torch::Tensor& tensor, std::string name = {},
                               AllreduceOptions options = {});
 void allreduce_(::torch::Tensor& tensor, std::string name = {}, AllreduceOptions options = {});
+// In place on several tensors of one dtype, negotiated and fused as one group
+// (one handle; result() is undefined, the tensors hold the results).
+TensorHandle grouped_allreduce_async_(std::vector<::torch::Tensor>& tensors,
+                                      std::vector<std::string> names,
+                                      AllreduceOptions options = {});
 
 // Concatenation of every rank's tensor along dim 0 (sizes may differ in dim 0).
 TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name = {},

@@ -6,7 +6,8 @@
 // gradient is in param.grad(); on the last of `backward_passes_per_step`
 // passes it submits the allreduce to the engine, which fuses and runs it on
 // its background thread while backward goes on. step() waits only for what is
-// still in flight, then calls the wrapped optimizer's step().
+// still in flight, then calls the wrapped optimizer's step(). Without
+// overlap (options.overlap), step() submits every gradient as one group.
 //
 // Parameters that got no gradient in a step (unused branch, frozen on this
 // rank only) contribute zeros: synchronize() gives them a zero gradient and
@@ -40,6 +41,13 @@ enum class Compression {
   kBf16,  // bfloat16 on the wire
 };
 
+// Whether gradients are allreduced as backward produces them (overlap) or
+// all at once, fused, when step()/synchronize() is called. kAuto follows
+// LOCKSTEP_OVERLAP (auto|on|off); its auto is on across hosts or with a
+// spare core, off when shared memory would compete with backward for the
+// worker's only cores (see overlap_pays in placement.h).
+enum class Overlap { kAuto, kOn, kOff };
+
 struct DistributedOptimizerOptions {
   ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum
   int backward_passes_per_step = 1;  // allreduce only on the last pass
@@ -48,6 +56,7 @@ struct DistributedOptimizerOptions {
   // after (>1 keeps large sums of small ranks in range).
   double gradient_predivide_factor = 1.0;
   std::string name_prefix = "grad";  // tensor names: <prefix>.<parameter name>
+  Overlap overlap = Overlap::kAuto;
 };
 
 class DistributedOptimizer {
@@ -77,18 +86,24 @@ class DistributedOptimizer {
 
   ::torch::optim::Optimizer& optimizer() { return optimizer_; }
   const DistributedOptimizerOptions& options() const { return options_; }
+  bool overlaps_backward() const { return overlap_; }
 
   struct Slot;
 
  private:
   void add_slot(std::string name, const ::torch::Tensor& param);
   void on_gradient_ready(Slot& slot);
+  ::torch::Tensor& wire_tensor(Slot& slot);
+  AllreduceOptions wire_options() const;
   void submit(Slot& slot);
+  void submit_together(const std::vector<Slot*>& slots);
   void finish(Slot& slot);
 
   ::torch::optim::Optimizer& optimizer_;
   DistributedOptimizerOptions options_;
+  bool overlap_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<TensorHandle> group_handles_;
   bool synchronized_ = false;
 };
 

@@ -41,6 +41,14 @@ std::vector<int> allowed_cpus();
 Placement place_this_worker(int local_rank, int local_size);
 void apply_placement(const Placement& placement);
 
+// CPUs this worker computes on: its affinity set when apply_placement bound
+// it, else an equal share of the allowed CPUs among the host's workers.
+int worker_cpu_count(int local_size);
+// Pure: whether overlapping gradient allreduce with backward can pay. Across
+// hosts, yes (the network works while the cores compute); on one host the
+// shared-memory transfer is CPU work, so only when a core is left over.
+bool overlap_pays(bool one_host, int worker_cpus, int intra_op_threads);
+
 // glibc: raise M_TRIM_THRESHOLD and M_MMAP_THRESHOLD together so freed
 // activation buffers are reused instead of being returned to the kernel and
 // page-faulted back every step (setting only the trim threshold would freeze
