@@ -27,6 +27,9 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_HOST", "", "this worker's host as the launcher names it (-H); empty = host name"},
     Knob{"LOCKSTEP_JOB_ID", "", "unique job id; names the job's shared-memory segments"},
     Knob{"LOCKSTEP_RENDEZVOUS", "", "host:port of the launcher's rendezvous store"},
+    Knob{"LOCKSTEP_ELASTIC", "0", "1 in workers of an elastic job (lockstep run --min-np/--max-np)"},
+    Knob{"LOCKSTEP_WORKER_ID", "", "elastic: this worker's stable id (its world rank changes)"},
+    Knob{"LOCKSTEP_ELASTIC_GENERATION", "0", "elastic: the generation of the world this worker starts in"},
     Knob{"LOCKSTEP_SECRET", "", "per-job secret authenticating rendezvous traffic (hex)"},
     Knob{"LOCKSTEP_OVERLAP", "auto",
          "auto|on|off: allreduce gradients during backward (on) or fused once per step (off); "

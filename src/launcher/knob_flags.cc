@@ -60,10 +60,11 @@ std::vector<std::string> knob_flag_choices(const KnobFlag& flag) {
 bool is_declared_knob(std::string_view name) { return find_knob(name) != nullptr; }
 
 bool is_launcher_owned(std::string_view name) {
-  static constexpr std::array<std::string_view, 10> kOwned = {
+  static constexpr std::array<std::string_view, 13> kOwned = {
       "LOCKSTEP_RANK",       "LOCKSTEP_SIZE",       "LOCKSTEP_LOCAL_RANK", "LOCKSTEP_LOCAL_SIZE",
       "LOCKSTEP_CROSS_RANK", "LOCKSTEP_CROSS_SIZE", "LOCKSTEP_JOB_ID",     "LOCKSTEP_RENDEZVOUS",
-      "LOCKSTEP_SECRET",     "LOCKSTEP_HOST"};
+      "LOCKSTEP_SECRET",     "LOCKSTEP_HOST",       "LOCKSTEP_ELASTIC",    "LOCKSTEP_WORKER_ID",
+      "LOCKSTEP_ELASTIC_GENERATION"};
   return std::find(kOwned.begin(), kOwned.end(), name) != kOwned.end();
 }
 

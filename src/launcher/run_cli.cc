@@ -57,6 +57,7 @@ struct Parsed {
   LaunchSpec spec;
   std::string host_list, hostfile;
   int start_timeout_s = 120;
+  double discovery_interval_s = 2;
   std::vector<std::string> knob_values;  // parallel to knob_flags()
   std::vector<std::string> env_flags;
 };
@@ -102,6 +103,35 @@ void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
                  "worker; repeatable")
       ->option_text("NAME=VALUE");
   app.add_flag("--verbose", p.spec.verbose, "print the job id, rendezvous address and worker pids");
+  auto& e = p.spec.elastic;
+  app.add_option("--min-np", e.min_np,
+                 "elastic: keep going while at least this many workers live (docs/elastic.md)");
+  app.add_option("--max-np", e.max_np, "elastic: never run more workers than this (default -np)");
+  app.add_option("--reset-limit", e.reset_limit,
+                 "elastic: stop after this many re-formations (default: no limit)");
+  app.add_option("--host-discovery-script", e.discovery_script,
+                 "elastic: command printing the available 'HOST:SLOTS' lines; polled to add "
+                 "workers");
+  app.add_option("--discovery-interval", p.discovery_interval_s,
+                 "elastic: seconds between runs of the discovery script")
+      ->capture_default_str();
+}
+
+// The elastic flags, checked against -np.
+void resolve_elastic(Parsed& p) {
+  auto& e = p.spec.elastic;
+  e.discovery_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(p.discovery_interval_s * 1000));
+  if (!e.enabled()) return;
+  if (e.min_np == 0) e.min_np = 1;
+  if (e.max_np == 0) e.max_np = std::max(p.spec.num_proc, e.min_np);
+  if (e.min_np < 1 || e.min_np > p.spec.num_proc)
+    throw InvalidArgument(fmt::format("--min-np {} must be between 1 and -np {}", e.min_np,
+                                      p.spec.num_proc));
+  if (e.max_np < p.spec.num_proc)
+    throw InvalidArgument(fmt::format("--max-np {} is below -np {}", e.max_np, p.spec.num_proc));
+  if (e.reset_limit < -1) throw InvalidArgument("--reset-limit must be >= 0");
+  if (p.discovery_interval_s <= 0) throw InvalidArgument("--discovery-interval must be > 0");
 }
 
 // Fills spec.env from the knob flags (in table order) and then -x.
@@ -182,6 +212,7 @@ int run_main(int argc, char** argv) {
     return usage_error(fmt::format("-np must be at least 1 (got {})", parsed.spec.num_proc));
   if (program.empty()) return usage_error("no program to run: write -- PROGRAM [ARGS...]");
   try {
+    resolve_elastic(parsed);
     collect_env(parsed);
   } catch (const Error& e) {
     return usage_error(e.what());
@@ -189,6 +220,8 @@ int run_main(int argc, char** argv) {
   parsed.spec.program = std::move(program);
   if (prefix_option->count() == 0) parsed.spec.prefix_output = parsed.spec.num_proc > 1;
   if (requested_backend(parsed.spec) == "mpi") {
+    if (parsed.spec.elastic.enabled())
+      return usage_error("elastic mode (--min-np/--max-np) needs the shm or gloo backend, not mpi");
     try {
       return exec_mpirun(parsed.spec);
     } catch (const Error& e) {

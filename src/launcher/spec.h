@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "launcher/elastic.h"
 #include "launcher/hosts.h"
 
 namespace lockstep::launcher {
@@ -24,6 +25,8 @@ struct LaunchSpec {
   std::chrono::seconds start_timeout{120};
   // Address the store binds and workers connect to; empty: chosen (hosts.cc).
   std::string rendezvous_addr;
+  // --min-np/--max-np/--host-discovery-script: keep going when workers fail.
+  ElasticOptions elastic;
 };
 
 // Starts and supervises the job; returns the launcher's exit status.

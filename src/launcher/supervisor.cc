@@ -49,6 +49,8 @@ constexpr auto kPeerGrace = std::chrono::seconds(2);
 // After the last worker is reaped, output still buffered in pipes held by
 // processes outside its group gets this long to arrive.
 constexpr auto kDrainGrace = std::chrono::seconds(1);
+// Elastic: failures this close together re-form the job once.
+constexpr auto kReformDebounce = std::chrono::milliseconds(300);
 
 template <typename... Args>
 void say(fmt::format_string<Args...> format, Args&&... args) {
@@ -67,7 +69,8 @@ struct Stream {
 };
 
 struct Worker {
-  int rank = 0;
+  int index = 0;  // stable: output prefix, elastic worker id "w<index>"
+  int rank = 0;   // in the current generation (elastic jobs re-rank survivors)
   Placement where;
   pid_t pid = -1;
   bool running = false;
@@ -82,6 +85,8 @@ std::string rank_label(const Worker& w, bool multi_host) {
   return multi_host ? fmt::format("rank {} on host {}", w.rank, w.where.host)
                     : fmt::format("rank {}", w.rank);
 }
+
+std::string elastic_id(int index) { return fmt::format("w{}", index); }
 
 std::vector<std::string> launcher_environment() {
   std::vector<std::string> env;
@@ -110,7 +115,15 @@ class Supervisor {
   int exit_status() const;
 
  private:
-  void spawn(int rank, const std::string& path, int null_fd);
+  void spawn(int index, const Placement& where, int null_fd);
+  std::vector<std::pair<std::string, std::string>> environment_of(const Worker& w) const;
+  // Elastic mode (elastic.h): publish generations, survive failures, scale up.
+  void start_elastic();
+  void on_elastic_failure(Worker& w, const std::string& how);
+  void reform();
+  void stop_elastic_job(const std::string& reason, int code);
+  void publish_generation(const std::vector<Worker*>& newcomers);
+  void scale_up();
   SpawnedWorker spawn_remote(Worker& w);
   void check_started();
   void close_launch_fd(Worker& w);
@@ -136,6 +149,10 @@ class Supervisor {
   std::optional<Clock::time_point> term_at_;
   std::optional<Clock::time_point> kill_at_;
   std::optional<Clock::time_point> drain_until_;
+  std::string path_;
+  std::optional<ElasticController> elastic_;
+  std::optional<Clock::time_point> reform_at_;
+  int last_failure_code_ = 1;
 };
 
 Supervisor::~Supervisor() {
@@ -153,17 +170,21 @@ void Supervisor::close_launch_fd(Worker& w) {
 }
 
 void Supervisor::start(const std::string& path) {
+  path_ = path;
+  if (spec_.elastic.enabled()) start_elastic();
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   workers_.reserve(spec_.num_proc);
   for (int rank = 0; rank < spec_.num_proc && !interrupted_by_ && !first_failure_code_; ++rank)
-    spawn(rank, path, null_fd);
+    spawn(rank, placements_[rank], null_fd);
   if (null_fd >= 0) ::close(null_fd);
   bool any_remote = std::any_of(workers_.begin(), workers_.end(),
                                 [](const Worker& w) { return !w.started; });
   if (any_remote) {
     rendezvous::StoreClient::Options options;
     options.connect_timeout = std::chrono::seconds(10);
-    store_client_.emplace(job_.rendezvous, rendezvous::decode_secret_hex(job_.secret_hex), options);
+    if (!store_client_)
+      store_client_.emplace(job_.rendezvous, rendezvous::decode_secret_hex(job_.secret_hex),
+                            options);
     start_deadline_ = Clock::now() + spec_.start_timeout;
     next_start_check_ = Clock::now();
   }
@@ -177,12 +198,12 @@ SpawnedWorker Supervisor::spawn_remote(Worker& w) {
                             argv[0]));
   LaunchBlock block;
   block.host = w.where.host;
-  block.rank = w.rank;
+  block.rank = w.index;
   char cwd[4096];
   if (::getcwd(cwd, sizeof cwd)) block.cwd = cwd;
   block.start_timeout = spec_.start_timeout;
   block.argv = spec_.program;
-  block.env = worker_environment(spec_, job_, w.rank, w.where);
+  block.env = environment_of(w);
   int launch[2];
   if (::pipe2(launch, O_CLOEXEC) != 0)
     throw Error(fmt::format("lockstep run: cannot create a pipe for rank {}: {}", w.rank,
@@ -192,7 +213,7 @@ SpawnedWorker Supervisor::spawn_remote(Worker& w) {
     // The remote-exec command itself gets the launcher's environment: the
     // job's identity and secret travel only in the launch block.
     child = spawn_worker(ExecImage(exec_path, argv, launcher_environment()),
-                         launch[0], w.rank);
+                         launch[0], w.index);
   } catch (...) {
     ::close(launch[0]);
     ::close(launch[1]);
@@ -206,20 +227,45 @@ SpawnedWorker Supervisor::spawn_remote(Worker& w) {
   return child;
 }
 
-void Supervisor::spawn(int rank, const std::string& path, int null_fd) {
+// The worker's identity in its first generation: an elastic worker's rank
+// comes from the generation the launcher last published.
+std::vector<std::pair<std::string, std::string>> Supervisor::environment_of(const Worker& w) const {
+  auto env = worker_environment(spec_, job_, w.rank, w.where);
+  if (!elastic_) return env;
+  std::map<std::string, std::string> map(env.begin(), env.end());
+  const std::string id = elastic_id(w.index);
+  for (const auto& [member, a] : elastic_->current())
+    if (member.id == id) {
+      map["LOCKSTEP_RANK"] = std::to_string(a.rank);
+      map["LOCKSTEP_SIZE"] = std::to_string(a.size);
+      map["LOCKSTEP_LOCAL_RANK"] = std::to_string(a.local_rank);
+      map["LOCKSTEP_LOCAL_SIZE"] = std::to_string(a.local_size);
+      map["LOCKSTEP_CROSS_RANK"] = std::to_string(a.cross_rank);
+      map["LOCKSTEP_CROSS_SIZE"] = std::to_string(a.cross_size);
+    }
+  map["LOCKSTEP_ELASTIC"] = "1";
+  map["LOCKSTEP_WORKER_ID"] = id;
+  map["LOCKSTEP_ELASTIC_GENERATION"] = std::to_string(elastic_->generation());
+  return {map.begin(), map.end()};
+}
+
+void Supervisor::spawn(int index, const Placement& where, int null_fd) {
   Worker w;
-  w.rank = rank;
-  w.where = placements_[rank];
+  w.index = index;
+  w.rank = index;
+  w.where = where;
+  if (elastic_)
+    for (const auto& [member, a] : elastic_->current())
+      if (member.id == elastic_id(index)) w.rank = a.rank;
   SpawnedWorker child =
       w.where.local
-          ? spawn_worker(ExecImage(path, spec_.program,
-                                   as_env_strings(worker_environment(spec_, job_, rank, w.where))),
-                         null_fd, rank)
+          ? spawn_worker(ExecImage(path_, spec_.program, as_env_strings(environment_of(w))),
+                         null_fd, index)
           : spawn_remote(w);
   w.pid = child.pid;
   w.running = true;
-  w.streams.push_back({child.stdout_fd, OutputRelay(STDOUT_FILENO, rank, spec_.prefix_output)});
-  w.streams.push_back({child.stderr_fd, OutputRelay(STDERR_FILENO, rank, spec_.prefix_output)});
+  w.streams.push_back({child.stdout_fd, OutputRelay(STDOUT_FILENO, index, spec_.prefix_output)});
+  w.streams.push_back({child.stderr_fd, OutputRelay(STDERR_FILENO, index, spec_.prefix_output)});
   workers_.push_back(std::move(w));
   if (spec_.verbose) say("{} started as pid {}", rank_label(workers_.back(), multi_host_), child.pid);
 }
@@ -232,7 +278,7 @@ void Supervisor::check_started() {
   for (auto& w : workers_)
     if (!w.started && w.running) pending.push_back(&w);
   for (auto* w : pending) {
-    std::string key = started_key(w->rank);
+    std::string key = started_key(w->index);
     w->started = store_client_->check(std::span<const std::string>(&key, 1));
   }
   std::erase_if(pending, [](Worker* w) { return w->started; });
@@ -310,6 +356,7 @@ void Supervisor::on_exit(Worker& w) {
   close_launch_fd(w);
   std::string who = rank_label(w, multi_host_);
   bool first_failure = !ok && !interrupted_by_ && !first_failure_code_;
+  if (first_failure && elastic_) return on_elastic_failure(w, how);
   if (!first_failure) {
     if (spec_.verbose) say("{} (pid {}) {}", who, w.pid, how);
     return;
@@ -318,6 +365,131 @@ void Supervisor::on_exit(Worker& w) {
   say("{} (pid {}) {}; stopping the other workers{}", who, w.pid, how,
       multi_host_ ? " on every host" : "");
   term_at_ = Clock::now() + kPeerGrace;
+}
+
+// ---- elastic mode
+
+void Supervisor::start_elastic() {
+  rendezvous::StoreClient::Options options;
+  options.connect_timeout = std::chrono::seconds(10);
+  store_client_.emplace(job_.rendezvous, rendezvous::decode_secret_hex(job_.secret_hex), options);
+  elastic_.emplace(spec_.elastic);
+  std::vector<ElasticMember> members;
+  for (int i = 0; i < spec_.num_proc; ++i)
+    members.push_back({elastic_id(i), placements_[i].host, i});
+  elastic_->publish(*store_client_, members);
+}
+
+// A lost worker. Re-forming waits kReformDebounce so that workers dying
+// together (a whole host) cost one re-formation, and no generation names a
+// worker that is already dead but not yet reaped.
+void Supervisor::on_elastic_failure(Worker& w, const std::string& how) {
+  say("{} (pid {}) {}", rank_label(w, multi_host_), w.pid, how);
+  if (elastic_->record_failure(w.where.host))
+    say("host {} failed {} times; leaving it out for {} s", w.where.host,
+        spec_.elastic.host_failure_limit, spec_.elastic.cooldown.count());
+  last_failure_code_ =
+      WIFEXITED(w.wait_status) ? WEXITSTATUS(w.wait_status) : 128 + WTERMSIG(w.wait_status);
+  if (!reform_at_) reform_at_ = Clock::now() + kReformDebounce;
+}
+
+// Re-form with the survivors, unless that breaks a limit.
+void Supervisor::reform() {
+  reform_at_.reset();
+  int survivors = 0;
+  for (const auto& other : workers_) survivors += other.running;
+  const int limit = spec_.elastic.reset_limit;
+  if (limit >= 0 && elastic_->reformations() >= limit)
+    return stop_elastic_job(
+        fmt::format("the job already re-formed {} time(s), the --reset-limit; stopping", limit),
+        last_failure_code_);
+  if (survivors < spec_.elastic.min_np)
+    return stop_elastic_job(fmt::format("{} worker(s) left, fewer than --min-np {}; stopping",
+                                        survivors, spec_.elastic.min_np),
+                            last_failure_code_);
+  elastic_->count_reformation();
+  say("re-forming the job with the {} remaining worker(s)", survivors);
+  publish_generation({});
+}
+
+void Supervisor::stop_elastic_job(const std::string& reason, int code) {
+  say("{}", reason);
+  try {
+    elastic_->fail(*store_client_, reason);
+  } catch (const std::exception& e) {
+    say("could not tell the workers why: {}", e.what());
+  }
+  first_failure_code_ = code == 0 ? 1 : code;
+  term_at_ = Clock::now() + kPeerGrace;
+}
+
+// The running workers (survivors keep their order) plus `newcomers`.
+void Supervisor::publish_generation(const std::vector<Worker*>& newcomers) {
+  std::vector<ElasticMember> members;
+  for (const auto& w : workers_)
+    if (w.running && std::find(newcomers.begin(), newcomers.end(), &w) == newcomers.end())
+      members.push_back({elastic_id(w.index), w.where.host, w.rank});
+  for (const Worker* w : newcomers) members.push_back({elastic_id(w->index), w->where.host, {}});
+  const int g = elastic_->publish(*store_client_, members);
+  std::vector<std::string> ranks;
+  for (const auto& [member, a] : elastic_->current())
+    for (auto& w : workers_)
+      if (elastic_id(w.index) == member.id) {
+        w.rank = a.rank;
+        ranks.push_back(fmt::format("{}->{}", member.id, a.rank));
+      }
+  say("generation {}: {} worker(s) ({})", g, members.size(), fmt::join(ranks, " "));
+}
+
+// Discovery found free slots: start workers there; they join the running
+// ones at their next commit (docs/elastic.md).
+void Supervisor::scale_up() {
+  auto discovered = elastic_->discover();
+  if (!discovered) return;
+  std::map<std::string, int> running_per_host;
+  int running = 0;
+  for (const auto& w : workers_)
+    if (w.running) {
+      ++running_per_host[w.where.host];
+      ++running;
+    }
+  const int max_np = spec_.elastic.max_np;
+  auto hosts = hosts_for_new_workers(*discovered, running_per_host, elastic_->cooling_down(),
+                                     max_np - running);
+  if (hosts.empty()) return;
+  // Indices first, so the generation names them before they start.
+  std::vector<Worker> staged;
+  for (const auto& host : hosts) {
+    Worker w;
+    w.index = static_cast<int>(workers_.size() + staged.size());
+    w.where.host = host;
+    w.where.local = is_local_host(host);
+    staged.push_back(std::move(w));
+  }
+  say("discovered {} free slot(s) ({}); starting new worker(s)", hosts.size(),
+      fmt::join(hosts, ","));
+  std::vector<ElasticMember> members;
+  for (const auto& w : workers_)
+    if (w.running) members.push_back({elastic_id(w.index), w.where.host, w.rank});
+  for (const auto& w : staged) members.push_back({elastic_id(w.index), w.where.host, {}});
+  elastic_->count_reformation();
+  const int g = elastic_->publish(*store_client_, members);
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  for (auto& w : staged) {
+    for (const auto& [member, a] : elastic_->current())
+      if (member.id == elastic_id(w.index)) {
+        w.where.local_rank = a.local_rank;
+        w.where.local_size = a.local_size;
+        w.where.cross_rank = a.cross_rank;
+        w.where.cross_size = a.cross_size;
+      }
+    spawn(w.index, w.where, null_fd);
+  }
+  if (null_fd >= 0) ::close(null_fd);
+  for (auto& w : workers_)
+    for (const auto& [member, a] : elastic_->current())
+      if (elastic_id(w.index) == member.id) w.rank = a.rank;
+  say("generation {}: {} worker(s); the new ones join at the next commit", g, members.size());
 }
 
 void Supervisor::on_deadlines() {
@@ -380,6 +552,11 @@ void Supervisor::run() {
     if (term_at_ && (!deadline || *term_at_ < *deadline)) deadline = term_at_;
     if (drain_until_ && (!deadline || *drain_until_ < *deadline)) deadline = drain_until_;
     if (start_deadline_ && (!deadline || *next_start_check_ < *deadline)) deadline = next_start_check_;
+    if (elastic_ && !first_failure_code_) {
+      if (auto next = elastic_->next_discovery(); next && (!deadline || *next < *deadline))
+        deadline = next;
+      if (reform_at_ && (!deadline || *reform_at_ < *deadline)) deadline = reform_at_;
+    }
     int timeout = -1;
     if (deadline) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now()).count();
@@ -392,6 +569,10 @@ void Supervisor::run() {
       if (fds[i].revents) read_stream(*polled[i - 1]);
     check_started();
     on_deadlines();
+    if (elastic_ && !first_failure_code_ && !interrupted_by_) {
+      if (reform_at_ && Clock::now() >= *reform_at_) reform();
+      if (!reform_at_ && !first_failure_code_) scale_up();
+    }
     if (!any_running() && !drain_until_) drain_until_ = Clock::now() + kDrainGrace;
   }
   for (auto& w : workers_)

@@ -101,6 +101,22 @@ check "no worker left in $NS1" test -z "$(ip netns pids $NS1)"
 check "no worker left in $NS2" test -z "$(ip netns pids $NS2)"
 check "no shared memory left" test -z "$(ls /dev/shm | grep "^lockstep-" | grep -f <(grep -o 'job=[0-9a-f]*' $tmp/kill | cut -d= -f2) 2>/dev/null)"
 
+echo "== elastic: losing a whole host re-forms the job on the other one"
+ELASTIC=$BIN/lockstep-test-elastic-engine-worker
+timeout 120 "$LOCKSTEP" run --remote-exec 'ip netns exec {host}' --rendezvous-addr $LAUNCHER_IP \
+  -H $NS1:2,$NS2:2 --min-np 2 -x ELASTIC_TEST_STEPS=100 -x ELASTIC_TEST_STEP_MS=50 \
+  -- "$ELASTIC" >$tmp/elastic 2>&1 &
+elastic_pid=$!
+sleep 2.5
+ip netns pids $NS2 | xargs -r kill -9
+wait $elastic_pid
+status=$?
+sed 's/^/    | /' $tmp/elastic | tail -n 25
+check "elastic job survives the host and exits 0" test $status -eq 0
+check "launcher re-forms once with the 2 survivors" grep -q "re-forming the job with the 2 remaining worker(s)" $tmp/elastic
+check "survivors finish every step together" grep -Eq "done generation=1 size=2 steps=100 .* agree=1" $tmp/elastic
+grep -o "formed [0-9]* ms after the error" $tmp/elastic | sed 's/^/    recovery: /'
+
 echo "== a host that never comes up is named at --start-timeout"
 cat >$tmp/remote.sh <<EOS
 #!/bin/sh

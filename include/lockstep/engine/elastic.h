@@ -1,0 +1,74 @@
+// Elastic mode, worker side: how a worker learns which world it belongs to
+// while `lockstep run --min-np A --max-np B` re-forms the job around lost or
+// added workers (docs/elastic.md).
+//
+// The launcher publishes every generation of the world in the job's
+// authenticated rendezvous store, and nothing else: workers read only
+// integers and fixed-format text from it (keys in elastic_keys below).
+// Generation g's shared-memory segments are named after "<job id>-g<g>", so
+// a re-formed world never touches the segments of the broken one.
+//
+// Identity: LOCKSTEP_WORKER_ID (stable for the life of the process) and
+// LOCKSTEP_ELASTIC_GENERATION (the generation the process was started into),
+// both set by the launcher with LOCKSTEP_ELASTIC=1.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "lockstep/base/error.h"
+#include "lockstep/comm/world.h"
+#include "lockstep/rendezvous/elastic_protocol.h"
+
+namespace lockstep::engine {
+
+// Raised on every rank, at the same commit point, when the launcher has
+// published a newer generation (workers joining). Not an error: the elastic
+// run loop re-forms the world and goes on.
+class WorldChanged : public Error {
+ public:
+  explicit WorldChanged(int generation)
+      : Error("the elastic world changed (generation " + std::to_string(generation) + ")"),
+        generation_(generation) {}
+  int generation() const { return generation_; }
+
+ private:
+  int generation_;
+};
+
+// The launcher gave up (fewer than --min-np workers left, --reset-limit
+// exceeded, ...); what() is the launcher's message. Not recoverable.
+class ElasticJobFailed : public Error {
+ public:
+  using Error::Error;
+};
+
+// The store's keys and the assignment format (shared with the launcher).
+namespace elastic_keys {
+inline constexpr const char* kLatest = rendezvous::elastic::kLatestKey;
+inline constexpr const char* kFailed = rendezvous::elastic::kFailedKey;
+using rendezvous::elastic::member_key;
+}  // namespace elastic_keys
+using rendezvous::elastic::Assignment;
+
+bool elastic_enabled();        // LOCKSTEP_ELASTIC=1
+std::string worker_id();       // LOCKSTEP_WORKER_ID
+int start_generation();        // LOCKSTEP_ELASTIC_GENERATION
+
+struct ElasticWorld {
+  comm::WorldInfo world;
+  int generation = 0;
+};
+
+// Blocks until the launcher has published a generation >= min_generation,
+// and returns this worker's world in the newest one. Polls the store every
+// 20 ms. Throws ElasticJobFailed with the launcher's reason when it stops the
+// job, ElasticJobFailed when this worker is not a member of that generation,
+// TimeoutError after `timeout`.
+ElasticWorld wait_for_world(int min_generation, std::chrono::milliseconds timeout);
+
+// Whether the launcher has published a generation newer than `generation`
+// (one store round trip; call it on one rank and broadcast the answer).
+bool newer_generation_published(int generation);
+
+}  // namespace lockstep::engine

@@ -1,0 +1,85 @@
+// The elastic launcher's pure planning and the store protocol's text format.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "launcher/elastic.h"
+#include "lockstep/base/error.h"
+
+namespace lockstep::launcher {
+namespace {
+
+namespace el = rendezvous::elastic;
+
+std::vector<std::string> ids_in_rank_order(
+    const std::vector<std::pair<ElasticMember, el::Assignment>>& plan) {
+  std::vector<std::string> out;
+  for (const auto& [m, a] : plan) out.push_back(m.id);
+  return out;
+}
+
+TEST(ElasticPlan, SurvivorsKeepOrderAndRankZeroIsTheLowestSurvivor) {
+  // w0 died; w3 is new on host a; hosts ordered by their lowest survivor.
+  auto plan = plan_generation({{"w3", "a", {}}, {"w2", "b", 2}, {"w1", "a", 1}, {"w4", "c", {}}});
+  EXPECT_EQ(ids_in_rank_order(plan), (std::vector<std::string>{"w1", "w3", "w2", "w4"}));
+  const auto& a = plan[0].second;
+  EXPECT_EQ(a.rank, 0);
+  EXPECT_EQ(a.size, 4);
+  EXPECT_EQ(a.local_size, 2);
+  EXPECT_EQ(a.cross_size, 3);
+  EXPECT_EQ(plan[1].second.local_rank, 1);
+  EXPECT_EQ(plan[1].second.cross_rank, 0);
+  EXPECT_EQ(plan[2].second.cross_rank, 1);
+  EXPECT_EQ(plan[3].second.cross_rank, 2);
+  EXPECT_EQ(plan[3].second.local_rank, 0);
+}
+
+TEST(ElasticPlan, NewWorkersGoWhereSlotsAreFreeAndNotToCoolingHosts) {
+  std::vector<HostSlots> found = {{"a", 2}, {"b", 2}, {"c", 4}};
+  std::map<std::string, int> running = {{"a", 2}, {"b", 1}};
+  EXPECT_EQ(hosts_for_new_workers(found, running, {"c"}, 5), (std::vector<std::string>{"b"}));
+  EXPECT_EQ(hosts_for_new_workers(found, running, {}, 2), (std::vector<std::string>{"b", "c"}));
+  EXPECT_TRUE(hosts_for_new_workers(found, running, {}, 0).empty());
+}
+
+TEST(ElasticPlan, DiscoveryOutputFormats) {
+  auto hosts = parse_discovery_output("a:2\nb slots=3\n# comment\nc\n");
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0].slots, 2);
+  EXPECT_EQ(hosts[1].slots, 3);
+  EXPECT_EQ(hosts[2].slots, 1);
+  EXPECT_THROW(parse_discovery_output("a:zero\n"), InvalidArgument);
+}
+
+TEST(ElasticProtocol, AssignmentRoundTripsAndRejectsBadText) {
+  el::Assignment a{.rank = 3, .size = 4, .local_rank = 1, .local_size = 2, .cross_rank = 1,
+                   .cross_size = 2};
+  auto b = el::Assignment::decode(a.encode());
+  EXPECT_EQ(b.rank, 3);
+  EXPECT_EQ(b.cross_size, 2);
+  for (const char* bad : {"", "1 2 3", "4 4 0 1 0 1", "0 1 0 1 0 1 extra", "x 1 0 1 0 1",
+                          "0 1 0 1 -1 1"}) {
+    try {
+      el::Assignment::decode(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("assignment"));
+    }
+  }
+  EXPECT_EQ(el::parse_generation("12"), 12);
+  EXPECT_THROW(el::parse_generation("12x"), InvalidArgument);
+  EXPECT_THROW(el::parse_generation("-1"), InvalidArgument);
+  EXPECT_THROW(el::parse_generation(""), InvalidArgument);
+}
+
+TEST(ElasticController, HostCoolsDownAfterRepeatedFailures) {
+  ElasticOptions options;
+  options.host_failure_limit = 2;
+  ElasticController c(options);
+  EXPECT_FALSE(c.record_failure("a"));
+  EXPECT_TRUE(c.cooling_down().empty());
+  EXPECT_TRUE(c.record_failure("a"));
+  EXPECT_EQ(c.cooling_down(), (std::vector<std::string>{"a"}));
+}
+
+}  // namespace
+}  // namespace lockstep::launcher
