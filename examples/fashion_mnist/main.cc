@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -20,6 +22,8 @@
 #include "common/progress.h"
 #include "lockstep/base/error.h"
 #include "lockstep/engine/engine.h"
+#include "lockstep/engine/elastic.h"
+#include "lockstep/torch/elastic.h"
 #include "lockstep/torch/torch.h"
 
 namespace lt = lockstep::torch;
@@ -47,6 +51,9 @@ struct Flags {
   std::string metrics;
   bool sync_batch_norm = false;
   int64_t channels1 = 16, channels2 = 32;
+  int64_t commit_every = 10;     // elastic: steps between in-memory commits
+  std::string sample_log;        // append "epoch index" per committed sample to FILE.<worker>
+  std::string inject_kill;       // "WORKER:STEP": that worker SIGKILLs itself (testing)
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -75,6 +82,15 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--sync-batch-norm", f.sync_batch_norm, "batch statistics over all workers");
   app.add_option("--channels1", f.channels1, "width of the first conv")->capture_default_str();
   app.add_option("--channels2", f.channels2, "width of the second conv")->capture_default_str();
+  app.add_option("--commit-every", f.commit_every,
+                 "elastic jobs (lockstep run --min-np): steps between in-memory commits; a lost "
+                 "worker costs at most this many steps")->capture_default_str();
+  app.add_option("--sample-log", f.sample_log,
+                 "append 'epoch index' for every committed sample to FILE.<worker id> (to check "
+                 "that no sample is trained twice across a re-formation)")->group("Testing");
+  app.add_option("--inject-kill", f.inject_kill,
+                 "WORKER:STEP: the elastic worker with that id (w0, w1...) kills itself with "
+                 "SIGKILL before that step")->group("Testing");
 }
 
 double lr_scale(const std::string& scaling, int workers) {
@@ -83,12 +99,14 @@ double lr_scale(const std::string& scaling, int workers) {
   return 1.0;
 }
 
-// Warm-up from the base lr to the scaled one (Goyal et al.), then cosine or constant.
-double lr_at(const Flags& f, double peak, int64_t step, int64_t warmup_steps, int64_t total) {
-  if (step < warmup_steps)
-    return f.lr + (peak - f.lr) * static_cast<double>(step + 1) / warmup_steps;
-  if (f.schedule == "constant" || total <= warmup_steps) return peak;
-  const double progress = static_cast<double>(step - warmup_steps) / (total - warmup_steps);
+// Warm-up from the base lr to the scaled one (Goyal et al.), then cosine or
+// constant. Positions are in epochs (fractional), not steps, so the schedule
+// stays the same when an elastic job changes its number of workers.
+double lr_at(const Flags& f, double peak, double epochs_done, double total_epochs) {
+  if (epochs_done < f.warmup_epochs)
+    return f.lr + (peak - f.lr) * std::min(1.0, epochs_done / f.warmup_epochs);
+  if (f.schedule == "constant" || total_epochs <= f.warmup_epochs) return peak;
+  const double progress = (epochs_done - f.warmup_epochs) / (total_epochs - f.warmup_epochs);
   return peak * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress)));
 }
 
@@ -133,15 +151,15 @@ class Trainer {
         model_(make_model()), optimizer_(make_optimizer(f_, model_)),
         distributed_(*optimizer_, *model_),
         sampler_({.dataset_size = train_.size(), .rank = lt::rank(), .size = lt::size(),
-                  .seed = f_.seed}) {
-    steps_per_epoch_ = sampler_.num_batches(f_.batch_size);
-    total_steps_ = steps_per_epoch_ * f_.epochs;
-    if (f_.max_steps > 0) total_steps_ = std::min(total_steps_, f_.max_steps);
-    warmup_steps_ = static_cast<int64_t>(f_.warmup_epochs * steps_per_epoch_);
-    peak_lr_ = f_.lr * lr_scale(f_.lr_scaling, lt::size());
-    // Same starting point everywhere, whatever each rank's init was.
-    lt::broadcast_parameters(*model_, 0);
-    lt::broadcast_optimizer_state(*optimizer_, 0);
+                  .seed = f_.seed}),
+        state_(*model_, *optimizer_, &sampler_, &distributed_),
+        elastic_(lockstep::engine::elastic_enabled()) {
+    total_epochs_ = f_.epochs;
+    if (f_.max_steps > 0)
+      total_epochs_ = std::min<double>(
+          f_.epochs, static_cast<double>(f_.max_steps) / sampler_.num_batches(f_.batch_size));
+    // The same starting point everywhere, whatever each rank's init was, is
+    // the first thing run_elastic() does (ElasticState::sync).
   }
 
   void maybe_resume() {
@@ -149,24 +167,23 @@ class Trainer {
     lt::TrainingProgress progress;
     if (!lt::load_checkpoint(checkpoint_path(), *model_, *optimizer_, progress)) return;
     sampler_.load(progress.sampler);
-    if (sampler_.state().position >= sampler_.num_samples()) sampler_.set_epoch(progress.epoch + 1);
-    step_ = progress.step;
+    state_.epoch = progress.epoch;
+    if (sampler_.state().position >= sampler_.num_samples()) {
+      sampler_.set_epoch(progress.epoch + 1);
+      state_.epoch = progress.epoch + 1;
+    }
+    state_.step = progress.step;
     if (lt::rank() == 0)
       fmt::print(stderr, "resumed from {} at epoch {} step {}\n", checkpoint_path(),
-                 progress.epoch + 1, step_);
+                 progress.epoch + 1, state_.step);
   }
 
+  // In an elastic job (lockstep run --min-np) this survives lost and added
+  // workers: run_elastic re-forms the world, restores the last commit and
+  // calls train() again, which continues from state_.epoch and the sampler.
   void run() {
-    const auto start = std::chrono::steady_clock::now();
-    for (int64_t epoch = sampler_.epoch(); epoch < f_.epochs && !done(); ++epoch) {
-      if (epoch != sampler_.epoch()) sampler_.set_epoch(epoch);
-      EpochStats stats = train_epoch(epoch);
-      const double test_accuracy = evaluate(model_, test_, 1000);
-      const double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      report(epoch, stats, test_accuracy, elapsed);
-      save(epoch);
-    }
+    start_ = std::chrono::steady_clock::now();
+    lt::run_elastic(state_, [this](lt::ElasticState&) { train(); });
   }
 
  private:
@@ -178,7 +195,48 @@ class Trainer {
     return FashionCnn(options);
   }
 
-  bool done() const { return f_.max_steps > 0 && step_ >= f_.max_steps; }
+  void train() {
+    peak_lr_ = f_.lr * lr_scale(f_.lr_scaling, lt::size());  // the world may have changed
+    uncommitted_.clear();
+    for (int64_t epoch = state_.epoch; epoch < f_.epochs && !done(); ++epoch) {
+      if (epoch != sampler_.epoch()) sampler_.set_epoch(epoch);
+      state_.epoch = epoch;
+      EpochStats stats = train_epoch(epoch);
+      const double test_accuracy = evaluate(model_, test_, 1000);
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      report(epoch, stats, test_accuracy, elapsed);
+      state_.epoch = epoch + 1;
+      commit();
+      save(epoch);
+    }
+  }
+
+  // Elastic jobs only: a snapshot in memory, and the sample log of what it
+  // made permanent (batches after the last commit are redone after a loss).
+  void commit() {
+    if (!elastic_) return;
+    if (!f_.sample_log.empty() && !uncommitted_.empty()) {
+      std::ofstream log(fmt::format("{}.{}", f_.sample_log, lockstep::engine::worker_id()),
+                        std::ios::app);
+      for (auto index : uncommitted_) log << sampler_.epoch() << " " << index << "\n";
+    }
+    uncommitted_.clear();
+    state_.commit();
+  }
+
+  void maybe_inject_kill() const {
+    if (f_.inject_kill.empty() || !elastic_) return;
+    if (f_.inject_kill == fmt::format("{}:{}", lockstep::engine::worker_id(), state_.step))
+      ::raise(SIGKILL);
+  }
+
+  double epochs_done() const {
+    return static_cast<double>(sampler_.epoch()) +
+           static_cast<double>(sampler_.global_position()) / static_cast<double>(train_.size());
+  }
+
+  bool done() const { return f_.max_steps > 0 && state_.step >= f_.max_steps; }
   std::string checkpoint_path() const { return f_.checkpoint_dir + "/checkpoint.pt"; }
 
   EpochStats train_epoch(int64_t epoch) {
@@ -190,19 +248,22 @@ class Trainer {
     const auto start = std::chrono::steady_clock::now();
     int64_t done_steps = sampler_.state().position / f_.batch_size;
     while (!done()) {
+      maybe_inject_kill();
+      set_lr(*optimizer_, lr_at(f_, peak_lr_, epochs_done(), total_epochs_));
       auto batch = sampler_.next_batch(f_.batch_size);
       if (batch.empty()) break;
       auto index = torch::tensor(batch, torch::kInt64);
       auto x = train_.images.index_select(0, index);
       auto y = train_.labels.index_select(0, index);
-      set_lr(*optimizer_, lr_at(f_, peak_lr_, step_, warmup_steps_, total_steps_));
       distributed_.zero_grad();
       auto logits = model_->forward(x);
       auto loss = torch::nn::functional::cross_entropy(logits, y);
       loss.backward();
       distributed_.step();
-      ++step_;
+      ++state_.step;
       ++done_steps;
+      if (!f_.sample_log.empty()) uncommitted_.insert(uncommitted_.end(), batch.begin(), batch.end());
+      if (f_.commit_every > 0 && state_.step % f_.commit_every == 0) commit();
       const auto n = static_cast<double>(batch.size());
       loss_sum += loss.item<double>() * n;
       correct += logits.argmax(1).eq(y).sum().item<double>();
@@ -225,12 +286,12 @@ class Trainer {
                epoch + 1, f_.epochs, s.loss, 100 * s.accuracy, 100 * test_accuracy,
                s.samples_per_s, elapsed);
     if (f_.metrics.empty()) return;
-    nlohmann::json line = {{"epoch", epoch + 1}, {"step", step_},
+    nlohmann::json line = {{"epoch", epoch + 1}, {"step", state_.step},
                            {"train_loss", s.loss}, {"train_accuracy", s.accuracy},
                            {"test_accuracy", test_accuracy}, {"samples_per_s", s.samples_per_s},
                            {"epoch_seconds", s.seconds}, {"elapsed_s", elapsed},
                            {"workers", lt::size()}, {"batch_size", f_.batch_size},
-                           {"lr", peak_lr_}};
+                           {"lr", peak_lr_}, {"reformations", state_.reformations()}};
     std::ofstream(f_.metrics, std::ios::app) << line.dump() << "\n";
   }
 
@@ -238,7 +299,8 @@ class Trainer {
     if (f_.checkpoint_dir.empty()) return;
     std::filesystem::create_directories(f_.checkpoint_dir);
     lt::save_checkpoint(checkpoint_path(), *model_, *optimizer_,
-                        {.epoch = epoch, .step = step_, .sampler = sampler_.save(), .user = {}});
+                        {.epoch = epoch, .step = state_.step, .sampler = sampler_.save(),
+                         .user = {}});
   }
 
   const Flags& f_;
@@ -247,8 +309,11 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   lt::DistributedOptimizer distributed_;
   lt::DistributedSampler sampler_;
-  int64_t steps_per_epoch_ = 0, total_steps_ = 0, warmup_steps_ = 0, step_ = 0;
-  double peak_lr_ = 0;
+  lt::ElasticState state_;
+  const bool elastic_;
+  double total_epochs_ = 0, peak_lr_ = 0;
+  std::vector<int64_t> uncommitted_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 int run(const Flags& flags) {

@@ -9,7 +9,9 @@
 #include <mutex>
 
 #include "lockstep/base/error.h"
+#include "lockstep/engine/elastic.h"
 #include "lockstep/engine/engine.h"
+#include "lockstep/torch/elastic.h"
 #include "lockstep/torch/placement.h"
 
 namespace lockstep::torch {
@@ -81,7 +83,13 @@ comm::DataType to_comm_dtype(::torch::ScalarType type) {
 
 void init() {
   tune_malloc();
-  if (!engine::is_initialized()) engine::init();
+  if (!engine::is_initialized()) {
+    // Elastic workers take their world from the launcher's store, not the environment.
+    if (engine::elastic_enabled())
+      init_elastic_world();
+    else
+      engine::init();
+  }
   place_this_worker(engine::local_rank(), engine::local_size());
 }
 

@@ -109,23 +109,38 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
     if (item.value().requires_grad()) add_slot(item.key(), item.value());
 }
 
+namespace {
+
+// Errors are the caller's to handle elsewhere: here we only need the engine to
+// be done with the tensors the operation reads and writes.
+void wait_ignoring_errors(TensorHandle& handle) noexcept {
+  if (!handle.valid()) return;
+  try {
+    handle.wait();
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
 DistributedOptimizer::~DistributedOptimizer() {
-  for (auto& slot : slots_) {
+  for (auto& slot : slots_)
     if (slot->accumulator) slot->accumulator->del_post_hook(slot->hook_key);
-    // Never leave an operation reading a gradient that may be freed.
-    if (slot->submitted && slot->handle.valid()) {
-      try {
-        slot->handle.wait();
-      } catch (...) {
-      }
-    }
+  // Never leave an operation reading a gradient that may be freed.
+  reset();
+}
+
+void DistributedOptimizer::reset() noexcept {
+  for (auto& handle : group_handles_) wait_ignoring_errors(handle);
+  group_handles_.clear();
+  for (auto& slot : slots_) {
+    wait_ignoring_errors(slot->handle);
+    slot->handle = TensorHandle();
+    slot->wire = ::torch::Tensor();
+    slot->submitted = false;
+    slot->passes = 0;
   }
-  for (auto& handle : group_handles_) {
-    try {
-      handle.wait();
-    } catch (...) {
-    }
-  }
+  synchronized_ = false;
 }
 
 void DistributedOptimizer::add_slot(std::string name, const ::torch::Tensor& param) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -38,27 +39,37 @@ std::vector<int64_t> permutation(int64_t n, bool shuffled, uint64_t seed) {
   return order;
 }
 
+// Every epoch must give each rank at least one index, or a fresh epoch would
+// leave some rank with no batches at all.
+void check_world(const DistributedSamplerOptions& o, int rank, int size) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw InvalidArgument(fmt::format("DistributedSampler: rank {} is not in [0, size={})", rank,
+                                      size));
+  if (o.dataset_size <= 0)
+    throw InvalidArgument(fmt::format("DistributedSampler: dataset_size {} must be positive",
+                                      o.dataset_size));
+  if (o.drop_last && o.dataset_size < size)
+    throw InvalidArgument(fmt::format(
+        "DistributedSampler: drop_last with {} samples over {} ranks leaves none per rank",
+        o.dataset_size, size));
+}
+
 }  // namespace
 
 DistributedSampler::DistributedSampler(DistributedSamplerOptions options)
     : options_(options) {
-  if (options_.size < 1 || options_.rank < 0 || options_.rank >= options_.size)
-    throw InvalidArgument(fmt::format("DistributedSampler: rank {} is not in [0, size={})",
-                                      options_.rank, options_.size));
-  if (options_.dataset_size <= 0)
-    throw InvalidArgument(fmt::format("DistributedSampler: dataset_size {} must be positive",
-                                      options_.dataset_size));
-  const int64_t n = options_.dataset_size, s = options_.size;
-  num_samples_ = options_.drop_last ? n / s : (n + s - 1) / s;
-  if (num_samples_ == 0)
-    throw InvalidArgument(fmt::format(
-        "DistributedSampler: drop_last with {} samples over {} ranks leaves none per rank", n, s));
+  check_world(options_, options_.rank, options_.size);
   build_epoch();
 }
 
 void DistributedSampler::set_epoch(int64_t epoch) {
-  state_ = {epoch, 0};
+  state_ = {epoch, 0, 0};
   build_epoch();
+}
+
+int64_t DistributedSampler::share_of(int64_t remaining) const {
+  const int64_t s = options_.size;
+  return options_.drop_last ? remaining / s : (remaining + s - 1) / s;
 }
 
 int64_t DistributedSampler::num_batches(int64_t batch_size, bool drop_last_batch) const {
@@ -69,6 +80,7 @@ int64_t DistributedSampler::num_batches(int64_t batch_size, bool drop_last_batch
 void DistributedSampler::build_epoch() {
   const int64_t n = options_.dataset_size;
   const uint64_t epoch_seed = mix(options_.seed, static_cast<uint64_t>(state_.epoch));
+  num_samples_ = share_of(n - state_.offset);
   indices_.clear();
   indices_.reserve(static_cast<size_t>(num_samples_));
   if (options_.scheme == SamplingScheme::kIndependent) {
@@ -78,9 +90,9 @@ void DistributedSampler::build_epoch() {
     return;
   }
   auto order = permutation(n, options_.shuffle, epoch_seed);
-  // Padding wraps to the start of the shuffled order.
+  // Padding wraps to the start of the shuffled order (already-seen samples).
   for (int64_t i = 0; i < num_samples_; ++i) {
-    int64_t position = options_.rank + i * options_.size;
+    int64_t position = state_.offset + options_.rank + i * options_.size;
     indices_.push_back(order[position % n]);
   }
 }
@@ -94,24 +106,59 @@ std::vector<int64_t> DistributedSampler::next_batch(int64_t batch_size) {
 }
 
 void DistributedSampler::restore(const SamplerState& state) {
-  if (state.position < 0 || state.position > num_samples_)
+  const int64_t n = options_.dataset_size;
+  const bool partition = options_.scheme == SamplingScheme::kPartition;
+  if (state.offset < 0 || state.offset > n || (!partition && state.offset != 0))
+    throw InvalidArgument(fmt::format(
+        "DistributedSampler: offset {} is outside [0, {}] (and must be 0 for kIndependent)",
+        state.offset, partition ? n : 0));
+  const int64_t available = share_of(n - state.offset);
+  if (state.position < 0 || state.position > available)
     throw InvalidArgument(fmt::format("DistributedSampler: position {} is outside [0, {}]",
-                                      state.position, num_samples_));
-  state_.epoch = state.epoch;
+                                      state.position, available));
+  state_ = state;
   build_epoch();
-  state_.position = state.position;
 }
 
 std::string DistributedSampler::save() const {
-  return fmt::format("{} {}", state_.epoch, state_.position);
+  return fmt::format("{} {} {}", state_.epoch, state_.position, state_.offset);
 }
 
 void DistributedSampler::load(const std::string& text) {
   std::istringstream in(text);
   SamplerState s;
   if (!(in >> s.epoch >> s.position))
-    throw InvalidArgument(fmt::format("DistributedSampler: bad saved state '{}'", text));
+    throw InvalidArgument(fmt::format(
+        "DistributedSampler: bad saved state '{}' (expected 'epoch position [offset]')", text));
+  // Checkpoints written before offset existed have two fields: offset 0.
+  if (!(in >> s.offset)) s.offset = 0;
   restore(s);
+}
+
+int64_t DistributedSampler::global_position() const {
+  const int64_t consumed = state_.offset + state_.position * options_.size;
+  return std::min(consumed, options_.dataset_size);  // padding is not progress
+}
+
+void DistributedSampler::resume(int64_t epoch, int64_t global_position, int rank, int size) {
+  if (epoch < 0)
+    throw InvalidArgument(fmt::format("DistributedSampler::resume: epoch {} is negative", epoch));
+  if (global_position < 0 || global_position > options_.dataset_size)
+    throw InvalidArgument(fmt::format(
+        "DistributedSampler::resume: global_position {} is outside [0, dataset_size={}]",
+        global_position, options_.dataset_size));
+  check_world(options_, rank, size);
+  options_.rank = rank;
+  options_.size = size;
+  if (options_.scheme == SamplingScheme::kPartition) {
+    state_ = {epoch, 0, global_position};
+    build_epoch();
+    return;
+  }
+  // kIndependent: no shared order to skip into; keep the share already done.
+  state_ = {epoch, 0, 0};
+  build_epoch();
+  state_.position = std::min(num_samples_, (global_position + size - 1) / size);
 }
 
 }  // namespace lockstep::torch

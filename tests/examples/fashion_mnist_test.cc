@@ -126,4 +126,41 @@ TEST(FashionMnist, TwoWorkersSyncBatchNormAndTimeline) {
   EXPECT_GT(fs::file_size(dir / "timeline.json"), 0u);
 }
 
+// Elastic main job: 4 workers, w2 SIGKILLs itself at step 24 of 48; the
+// other 3 re-form and finish the epoch. 24 steps x 4 x 64 = 6144 samples are
+// committed before the loss and the other 6144 split evenly over 3, so the
+// sample log must hold every index of the epoch exactly once.
+TEST(FashionMnist, ElasticJobSurvivesAKilledWorkerWithoutRepeatingSamples) {
+  if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
+  if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep launcher is not built";
+  auto dir = scratch("elastic");
+  const int64_t n = 12288;
+  auto cmd = fmt::format(
+      "'{}' run -np 4 --min-np 2 '{}' --train-subset {} --test-subset 1000 --epochs 1 "
+      "--commit-every 4 --inject-kill w2:24 --sample-log '{}' --metrics '{}' 2>'{}'",
+      bin("lockstep"), bin("lockstep-fashion-mnist"), n, (dir / "samples").string(),
+      (dir / "m.jsonl").string(), (dir / "err.txt").string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream err(dir / "err.txt");
+  std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("re-forming the job with the 3 remaining worker(s)"), std::string::npos)
+      << text;
+  auto lines = read_metrics(dir / "m.jsonl");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["workers"].get<int>(), 3);
+  EXPECT_EQ(lines[0]["reformations"].get<int>(), 1);
+  EXPECT_GT(lines[0]["test_accuracy"].get<double>(), 0.6);
+  std::vector<int> seen(n, 0);
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().starts_with("samples.")) {
+      std::ifstream log(entry.path());
+      for (int64_t epoch, index; log >> epoch >> index;) {
+        ASSERT_EQ(epoch, 0);
+        ASSERT_TRUE(index >= 0 && index < n) << index;
+        ++seen[index];
+      }
+    }
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "sample " << i;
+}
+
 }  // namespace

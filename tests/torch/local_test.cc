@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -90,6 +91,137 @@ TEST(Sampler, SaveAndRestoreContinuesWithTheNextBatch) {
 
 TEST(Sampler, RejectsBadRank) {
   EXPECT_THROW(DistributedSampler({.dataset_size = 5, .rank = 2, .size = 2}), InvalidArgument);
+}
+
+// Every rank of a world consumes `batches` batches of `batch` indices of
+// epoch `epoch`; returns what they consumed and their (common) global position.
+std::pair<std::multiset<int64_t>, int64_t> consume(std::vector<DistributedSampler>& ranks,
+                                                   int64_t epoch, int batches, int64_t batch) {
+  std::multiset<int64_t> seen;
+  for (auto& s : ranks) {
+    s.set_epoch(epoch);
+    for (int b = 0; b < batches; ++b) {
+      auto indices = s.next_batch(batch);
+      seen.insert(indices.begin(), indices.end());
+    }
+    EXPECT_EQ(s.global_position(), ranks[0].global_position());
+  }
+  return {seen, ranks[0].global_position()};
+}
+
+// The rest of the epoch in a world of `size` ranks; checks equal counts.
+std::multiset<int64_t> resume_rest(int64_t n, int64_t epoch, int64_t global_position, int size,
+                                   SamplingScheme scheme = SamplingScheme::kPartition) {
+  std::multiset<int64_t> seen;
+  int64_t count = -1;
+  for (auto& s : samplers(n, 1, false, scheme)) {
+    for (int r = 0; r < size; ++r) {
+      s.resume(epoch, global_position, r, size);
+      if (count < 0) count = s.num_samples();
+      EXPECT_EQ(s.num_samples(), count) << "rank " << r << " of " << size;
+      int64_t got = 0;
+      for (auto b = s.next_batch(7); !b.empty(); b = s.next_batch(7)) {
+        seen.insert(b.begin(), b.end());
+        got += static_cast<int64_t>(b.size());
+      }
+      EXPECT_EQ(got, count);
+    }
+  }
+  return seen;
+}
+
+TEST(Sampler, ResumeInAnotherWorldSizeVisitsEveryIndexExactlyOnce) {
+  const int64_t n = 180;  // divisible by 4, and the remainder 120 by 3 and 5
+  for (int new_size : {3, 5}) {
+    auto old_world = samplers(n, 4);
+    auto [seen, position] = consume(old_world, 2, 3, 5);
+    EXPECT_EQ(position, 60);
+    auto rest = resume_rest(n, 2, position, new_size);
+    EXPECT_EQ(static_cast<int64_t>(rest.size()), n - 60);
+    seen.insert(rest.begin(), rest.end());
+    std::multiset<int64_t> expected;
+    for (int64_t i = 0; i < n; ++i) expected.insert(i);
+    EXPECT_EQ(seen, expected) << "resumed with " << new_size << " ranks";
+  }
+}
+
+TEST(Sampler, ResumeWithPaddingCoversTheRestWithEqualCounts) {
+  const int64_t n = 182;
+  auto old_world = samplers(n, 4);
+  auto [seen, position] = consume(old_world, 1, 2, 5);
+  auto rest = resume_rest(n, 1, position, 3);  // 142 left: 48 each, 2 of them padding
+  std::set<int64_t> all(seen.begin(), seen.end());
+  all.insert(rest.begin(), rest.end());
+  EXPECT_EQ(static_cast<int64_t>(all.size()), n);
+  EXPECT_EQ(static_cast<int64_t>(rest.size()), 144);
+}
+
+TEST(Sampler, ResumeAtZeroEqualsAFreshSampler) {
+  for (auto scheme : {SamplingScheme::kPartition, SamplingScheme::kIndependent}) {
+    for (bool drop_last : {false, true}) {
+      auto fresh = samplers(50, 3, drop_last, scheme)[1];
+      fresh.set_epoch(4);
+      auto resumed = samplers(50, 2, drop_last, scheme)[0];
+      resumed.resume(4, 0, 1, 3);
+      EXPECT_EQ(resumed.num_samples(), fresh.num_samples());
+      EXPECT_EQ(resumed.indices(), fresh.indices());
+      EXPECT_EQ(resumed.next_batch(4), fresh.next_batch(4));
+    }
+  }
+}
+
+TEST(Sampler, ResumeInTheSameWorldEqualsRestore) {
+  auto a = samplers(50, 3)[2];
+  a.set_epoch(1);
+  a.next_batch(4);
+  auto b = samplers(50, 3)[2];
+  b.resume(1, a.global_position(), 2, 3);
+  EXPECT_EQ(b.next_batch(100), a.next_batch(100));
+}
+
+TEST(Sampler, IndependentResumeKeepsTheShareDone) {
+  auto ranks = samplers(50, 2, false, SamplingScheme::kIndependent);
+  ranks[0].next_batch(10);
+  EXPECT_EQ(ranks[0].global_position(), 20);
+  ranks[0].resume(0, 20, 3, 4);
+  EXPECT_EQ(ranks[0].num_samples(), 13);
+  EXPECT_EQ(ranks[0].state().position, 5);
+}
+
+TEST(Sampler, SaveAndLoadKeepTheOffsetAndReadTheOldFormat) {
+  auto a = samplers(50, 3)[1];
+  a.resume(2, 9, 1, 3);
+  a.next_batch(2);
+  auto b = samplers(50, 3)[1];
+  b.load(a.save());
+  EXPECT_EQ(b.state().offset, 9);
+  EXPECT_EQ(b.global_position(), a.global_position());
+  EXPECT_EQ(b.next_batch(5), a.next_batch(5));
+  b.load("3 2");  // before offset existed
+  EXPECT_EQ(b.state().offset, 0);
+  EXPECT_EQ(b.state().position, 2);
+  b.set_epoch(4);
+  EXPECT_EQ(b.state().offset, 0);
+}
+
+void expect_invalid_naming(const std::function<void()>& call, const std::string& field) {
+  try {
+    call();
+    ADD_FAILURE() << "no InvalidArgument naming " << field;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sampler, ResumeRejectsBadArgumentsNamingTheField) {
+  auto s = samplers(10, 2, /*drop_last=*/true)[0];
+  expect_invalid_naming([&] { s.resume(-1, 0, 0, 2); }, "epoch");
+  expect_invalid_naming([&] { s.resume(0, -1, 0, 2); }, "global_position");
+  expect_invalid_naming([&] { s.resume(0, 11, 0, 2); }, "global_position");
+  expect_invalid_naming([&] { s.resume(0, 0, 2, 2); }, "rank");
+  expect_invalid_naming([&] { s.resume(0, 0, 0, 0); }, "size");
+  expect_invalid_naming([&] { s.resume(0, 0, 0, 11); }, "drop_last");
+  expect_invalid_naming([&] { s.load("1 0 -3"); }, "offset");
 }
 
 // ---- checkpoints

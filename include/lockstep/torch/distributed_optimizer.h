@@ -83,6 +83,12 @@ class DistributedOptimizer {
   // backward passes.
   void step();
   void zero_grad();
+  // Drops everything in flight after a failed step (handles failed with
+  // PeerFailure/Aborted, or an engine that was shut down): waits each handle
+  // ignoring its error and forgets submitted gradients, so this object works
+  // again on a new engine. Never throws. Gradients are left as they are
+  // (possibly half-reduced): zero them before the next backward.
+  void reset() noexcept;
 
   ::torch::optim::Optimizer& optimizer() { return optimizer_; }
   const DistributedOptimizerOptions& options() const { return options_; }

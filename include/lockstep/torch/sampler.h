@@ -20,6 +20,16 @@
 //
 // State (epoch, position within the epoch) can be saved and restored so a
 // resumed job continues with the next unseen batch.
+//
+// Resuming in a world of another size (elastic jobs): global_position() is
+// how many entries of the epoch's shuffled order all ranks together have
+// consumed. resume(epoch, global_position, rank, size) rebuilds that order,
+// skips those entries and partitions the remainder among the new ranks (rank
+// r takes remaining positions r, r+size, ...), with the pad/drop_last rule
+// applied to the remainder, so every rank again gets the same count and,
+// without padding, every index of the epoch is visited exactly once across
+// the old and the new world. offset (in SamplerState) is where this world's
+// partition starts in the shuffled order; set_epoch() resets it to 0.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +52,8 @@ struct DistributedSamplerOptions {
 
 struct SamplerState {
   int64_t epoch = 0;
-  int64_t position = 0;  // indices of this epoch already handed out
+  int64_t position = 0;  // indices of this epoch already handed out by this rank
+  int64_t offset = 0;    // kPartition: entries of the shuffled order before this partition
 };
 
 class DistributedSampler {
@@ -54,7 +65,8 @@ class DistributedSampler {
   void set_epoch(int64_t epoch);
   int64_t epoch() const { return state_.epoch; }
 
-  // Indices per rank per epoch (the same on every rank).
+  // Indices per rank in this epoch (the same on every rank). After resume()
+  // with a nonzero global position: the share of the remainder of the epoch.
   int64_t num_samples() const { return num_samples_; }
   // Batches per epoch for batch_size (the last one partial unless drop_last_batch).
   int64_t num_batches(int64_t batch_size, bool drop_last_batch = false) const;
@@ -65,15 +77,35 @@ class DistributedSampler {
   std::vector<int64_t> next_batch(int64_t batch_size);
 
   SamplerState state() const { return state_; }
+  // Same rank and size as when `state` was taken (otherwise use resume()).
   void restore(const SamplerState& state);
-  // "epoch position" text, for checkpoints.
+  // "epoch position offset" text, for checkpoints; load() also accepts the
+  // older "epoch position".
   std::string save() const;
   void load(const std::string& text);
+
+  // Samples of this epoch consumed by all ranks together, assuming every
+  // rank is at the same position (true at a step boundary): kPartition
+  // offset + position * size, capped at dataset_size (padding is not
+  // counted); kIndependent position * size, capped likewise.
+  int64_t global_position() const;
+  // Continues epoch `epoch` after `global_position` samples, as rank `rank`
+  // of `size` (which become this sampler's rank and size). kPartition: see
+  // the top of this file; resume(e, 0, r, s) equals a fresh sampler of rank
+  // r of s at set_epoch(e). kIndependent: there is no shared order to skip
+  // into, so each rank redraws its own (seed, epoch, new rank) permutation
+  // and starts at position ceil(global_position / size), keeping the share
+  // of the epoch already done. Throws InvalidArgument naming the field for
+  // epoch < 0, global_position outside [0, dataset_size], rank/size out of
+  // range, or drop_last with dataset_size < size.
+  void resume(int64_t epoch, int64_t global_position, int rank, int size);
 
   const DistributedSamplerOptions& options() const { return options_; }
 
  private:
   void build_epoch();
+  // Indices per rank when `remaining` entries of the shuffled order are left.
+  int64_t share_of(int64_t remaining) const;
 
   DistributedSamplerOptions options_;
   int64_t num_samples_ = 0;

@@ -4,6 +4,7 @@
 #include "lockstep/torch/checkpoint.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/distributed_optimizer.h"
+#include "lockstep/torch/elastic.h"
 #include "lockstep/torch/metrics.h"
 #include "lockstep/torch/objects.h"
 #include "lockstep/torch/placement.h"
