@@ -117,6 +117,17 @@ check "launcher re-forms once with the 2 survivors" grep -q "re-forming the job 
 check "survivors finish every step together" grep -Eq "done generation=1 size=2 steps=100 .* agree=1" $tmp/elastic
 grep -o "formed [0-9]* ms after the error" $tmp/elastic | sed 's/^/    recovery: /'
 
+echo "== elastic: a host added by the discovery script joins the job"
+timeout 120 "$LOCKSTEP" run --remote-exec 'ip netns exec {host}' --rendezvous-addr $LAUNCHER_IP \
+  -H $NS1:2 --min-np 2 --max-np 4 --host-discovery-script "printf '$NS1:2\\n$NS2:2\\n'" \
+  --discovery-interval 1 -x ELASTIC_TEST_STEPS=100 -x ELASTIC_TEST_STEP_MS=50 \
+  -- "$ELASTIC" >$tmp/grow 2>&1
+status=$?
+sed 's/^/    | /' $tmp/grow | tail -n 12
+check "grown job exits 0" test $status -eq 0
+check "launcher starts 2 workers on the new host" grep -q "discovered 2 free slot(s) ($NS2,$NS2)" $tmp/grow
+check "all 4 finish every step together" grep -Eq "done generation=1 size=4 steps=100 .* reformations=1 agree=1" $tmp/grow
+
 echo "== a host that never comes up is named at --start-timeout"
 cat >$tmp/remote.sh <<EOS
 #!/bin/sh
