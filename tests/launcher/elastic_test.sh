@@ -3,7 +3,8 @@
 #   1. kill -9 one of 4 workers mid-run: the job re-forms on 3 and completes;
 #   2. falling below --min-np stops the job with a clear error, no hang;
 #   3. exceeding --reset-limit stops the job with a clear error;
-#   4. the discovery script offers a slot: a new worker joins at a commit.
+#   4. the discovery script offers a slot: a new worker joins at a commit;
+#   5. a new worker that crashes at start-up does not stall the others.
 # usage: elastic_test.sh BIN_DIR
 set -u
 bin=$1
@@ -14,7 +15,7 @@ failures=0
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 check() {  # check NAME FILE REGEX: FILE must match
-  grep -Eq "$3" "$2" || { fail "$1: expected /$3/ in the output:"; sed 's/^/    /' "$2" | tail -30; }
+  grep -Eq "$3" "$2" || { fail "$1: expected /$3/ in the output:"; sed "s/^/    /" "$2" | tail -30; }
 }
 
 run_case() {  # run_case NAME EXPECTED_STATUS MAX_SECONDS ENV... -- LOCKSTEP_RUN_ARGS...
@@ -55,6 +56,13 @@ run_case scale_up 0 60 ELASTIC_TEST_STEPS=60 -- -np 2 --max-np 3 --min-np 1 \
   --host-discovery-script "echo $(hostname):3" --discovery-interval 1
 check scale_up "$out/scale_up.log" "discovered 1 free slot\(s\)"
 check scale_up "$out/scale_up.log" "elastic-worker: done generation=1 size=3 steps=60 total=[0-9]+ reformations=1 agree=1"
+
+# 5. A new worker crashes at start-up: the running ones, waiting for it to
+#    arrive, move on to the next generation instead of waiting for a timeout.
+run_case crash_on_join 0 60 ELASTIC_TEST_STEPS=80 ELASTIC_TEST_KILL=w2:-1 -- -np 2 --max-np 3 \
+  --min-np 1 --host-discovery-script "echo $(hostname):3" --discovery-interval 1
+check crash_on_join "$out/crash_on_join.log" "rank 2 \(pid [0-9]+\) was killed by signal 9 \(SIGKILL\)"
+check crash_on_join "$out/crash_on_join.log" "elastic-worker: done generation=[0-9]+ size=[23] steps=80 total=[0-9]+ reformations=[0-9]+ agree=1"
 
 # No shared memory left behind by any generation.
 if ls /dev/shm | grep -q "^lockstep-"; then

@@ -4,7 +4,8 @@
 // Each step allreduces 1.0 (so every rank learns the world size), adds the
 // result to a running total and commits (step, total) in memory. A rank
 // whose worker id is $ELASTIC_TEST_KILL_WORKER SIGKILLs itself at global step
-// $ELASTIC_TEST_KILL_STEP (several "id:step" pairs, comma-separated). After a
+// $ELASTIC_TEST_KILL_STEP (several "id:step" pairs, comma-separated; step -1
+// means at start-up, before joining the world). After a
 // lost peer or a newer generation it re-forms: shutdown, wait for the next
 // generation, init, restore the commit, take rank 0's by broadcast. At the
 // end every rank checks that all agree and rank 0 prints
@@ -78,6 +79,7 @@ int main() {
   const int steps = env_int("ELASTIC_TEST_STEPS", 40);
   const auto step_sleep = std::chrono::milliseconds(env_int("ELASTIC_TEST_STEP_MS", 50));
   const std::string id = en::worker_id();
+  if (kill_now(id, -1)) ::raise(SIGKILL);  // "w2:-1": crashes at start-up
   auto world = en::wait_for_world(en::start_generation(), std::chrono::seconds(60));
   en::init(world.world);
   Committed committed;
