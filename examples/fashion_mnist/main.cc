@@ -343,6 +343,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     return run(flags);
+  } catch (const lockstep::engine::RemovedFromWorld& e) {
+    fmt::print(stderr, "lockstep-fashion-mnist: leaving the job: {}\n", e.what());
+    return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "lockstep-fashion-mnist: error: {}\n", e.what());
     return 1;

@@ -87,8 +87,9 @@ ElasticWorld wait_for_world(int min_generation, std::chrono::milliseconds timeou
     if (latest && *latest >= min_generation && *latest != joining) {
       const std::string key = elastic_keys::member_key(*latest, id);
       if (!exists(key))
-        throw ElasticJobFailed(fmt::format(
-            "elastic: worker {} is not a member of generation {}", id, *latest));
+        throw RemovedFromWorld(fmt::format(
+            "elastic: worker {} is not a member of generation {}: the launcher removed it from "
+            "the job (its host is no longer offered by the discovery script)", id, *latest));
       assignment = Assignment::decode(store().get(key, std::chrono::seconds(5)));
       joining = *latest;
       store().set(ready_key(joining, assignment.rank), id);

@@ -69,6 +69,23 @@ std::vector<std::string> hosts_for_new_workers(const std::vector<HostSlots>& dis
   return out;
 }
 
+std::vector<int> workers_to_remove(const std::vector<HostSlots>& discovered,
+                                   const std::vector<std::pair<int, std::string>>& running) {
+  std::map<std::string, int> room;
+  for (const auto& h : discovered) room[h.host] += h.slots;
+  std::vector<int> out;
+  // The lowest ranks on a host stay: walk in rank order, spend its room.
+  for (const auto& [index, host] : running) {
+    int& left = room[host];
+    if (left > 0) {
+      --left;
+    } else {
+      out.push_back(index);
+    }
+  }
+  return out;
+}
+
 int ElasticController::publish(rendezvous::StoreClient& store,
                                const std::vector<ElasticMember>& members) {
   current_ = plan_generation(members);

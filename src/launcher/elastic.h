@@ -61,6 +61,12 @@ std::vector<std::string> hosts_for_new_workers(const std::vector<HostSlots>& dis
                                                const std::vector<std::string>& cooling_down,
                                                int room);
 
+// Running workers the discovery output no longer has room for: on each
+// host, the highest-ranked ones beyond its listed slots (all of them on a
+// host that is not listed). `running` is (worker index, host) in rank order.
+std::vector<int> workers_to_remove(const std::vector<HostSlots>& discovered,
+                                   const std::vector<std::pair<int, std::string>>& running);
+
 class ElasticController {
  public:
   using Clock = std::chrono::steady_clock;

@@ -75,6 +75,7 @@ struct Worker {
   pid_t pid = -1;
   bool running = false;
   bool started = true;  // remote: checked in with the store
+  bool removing = false;  // elastic: left out by discovery; its exit is not a failure
   int wait_status = 0;
   int launch_fd = -1;   // remote: write end of the shim's stdin, open while it runs
   std::vector<Stream> streams;  // stdout, stderr
@@ -124,6 +125,7 @@ class Supervisor {
   void stop_elastic_job(const std::string& reason, int code);
   void publish_generation(const std::vector<Worker*>& newcomers);
   void scale_up();
+  bool scale_down(const std::vector<HostSlots>& discovered);
   SpawnedWorker spawn_remote(Worker& w);
   void check_started();
   void close_launch_fd(Worker& w);
@@ -355,6 +357,10 @@ void Supervisor::on_exit(Worker& w) {
   ::kill(-w.pid, SIGKILL);
   close_launch_fd(w);
   std::string who = rank_label(w, multi_host_);
+  if (w.removing) {
+    say("{} (pid {}), removed from the job, {}", who, w.pid, how);
+    return;
+  }
   bool first_failure = !ok && !interrupted_by_ && !first_failure_code_;
   if (first_failure && elastic_) return on_elastic_failure(w, how);
   if (!first_failure) {
@@ -397,7 +403,7 @@ void Supervisor::on_elastic_failure(Worker& w, const std::string& how) {
 void Supervisor::reform() {
   reform_at_.reset();
   int survivors = 0;
-  for (const auto& other : workers_) survivors += other.running;
+  for (const auto& other : workers_) survivors += other.running && !other.removing;
   const int limit = spec_.elastic.reset_limit;
   if (limit >= 0 && elastic_->reformations() >= limit)
     return stop_elastic_job(
@@ -423,11 +429,44 @@ void Supervisor::stop_elastic_job(const std::string& reason, int code) {
   term_at_ = Clock::now() + kPeerGrace;
 }
 
+// Discovery no longer offers room for some workers (a host left the list):
+// publish a generation without them; they leave at the next commit, and
+// their exit is not counted as a failure. Additions wait for the next round.
+bool Supervisor::scale_down(const std::vector<HostSlots>& discovered) {
+  std::vector<Worker*> running;
+  for (auto& w : workers_)
+    if (w.running && !w.removing) running.push_back(&w);
+  std::sort(running.begin(), running.end(),
+            [](const Worker* a, const Worker* b) { return a->rank < b->rank; });
+  std::vector<std::pair<int, std::string>> by_rank;
+  for (const Worker* w : running) by_rank.emplace_back(w->index, w->where.host);
+  auto leaving = workers_to_remove(discovered, by_rank);
+  if (leaving.empty()) return false;
+  const int staying = static_cast<int>(running.size() - leaving.size());
+  if (staying < spec_.elastic.min_np) {
+    say("the discovery script offers room for only {} of the {} running worker(s); keeping them "
+        "all (--min-np {})", staying, running.size(), spec_.elastic.min_np);
+    return false;
+  }
+  std::vector<std::string> who;
+  for (auto& w : workers_)
+    if (std::find(leaving.begin(), leaving.end(), w.index) != leaving.end()) {
+      w.removing = true;
+      who.push_back(fmt::format("{} on {}", elastic_id(w.index), w.where.host));
+    }
+  say("the discovery script no longer offers room for {}; removing them at the next commit",
+      fmt::join(who, ", "));
+  elastic_->count_reformation();
+  publish_generation({});
+  return true;
+}
+
 // The running workers (survivors keep their order) plus `newcomers`.
 void Supervisor::publish_generation(const std::vector<Worker*>& newcomers) {
   std::vector<ElasticMember> members;
   for (const auto& w : workers_)
-    if (w.running && std::find(newcomers.begin(), newcomers.end(), &w) == newcomers.end())
+    if (w.running && !w.removing &&
+        std::find(newcomers.begin(), newcomers.end(), &w) == newcomers.end())
       members.push_back({elastic_id(w.index), w.where.host, w.rank});
   for (const Worker* w : newcomers) members.push_back({elastic_id(w->index), w->where.host, {}});
   const int g = elastic_->publish(*store_client_, members);
@@ -445,11 +484,11 @@ void Supervisor::publish_generation(const std::vector<Worker*>& newcomers) {
 // ones at their next commit (docs/elastic.md).
 void Supervisor::scale_up() {
   auto discovered = elastic_->discover();
-  if (!discovered) return;
+  if (!discovered || scale_down(*discovered)) return;
   std::map<std::string, int> running_per_host;
   int running = 0;
   for (const auto& w : workers_)
-    if (w.running) {
+    if (w.running && !w.removing) {
       ++running_per_host[w.where.host];
       ++running;
     }
@@ -470,7 +509,7 @@ void Supervisor::scale_up() {
       fmt::join(hosts, ","));
   std::vector<ElasticMember> members;
   for (const auto& w : workers_)
-    if (w.running) members.push_back({elastic_id(w.index), w.where.host, w.rank});
+    if (w.running && !w.removing) members.push_back({elastic_id(w.index), w.where.host, w.rank});
   for (const auto& w : staged) members.push_back({elastic_id(w.index), w.where.host, {}});
   elastic_->count_reformation();
   const int g = elastic_->publish(*store_client_, members);

@@ -41,6 +41,14 @@ TEST(ElasticPlan, NewWorkersGoWhereSlotsAreFreeAndNotToCoolingHosts) {
   EXPECT_TRUE(hosts_for_new_workers(found, running, {}, 0).empty());
 }
 
+TEST(ElasticPlan, HostsDroppedOrShrunkByDiscoveryLoseTheirHighestRanks) {
+  std::vector<std::pair<int, std::string>> running = {{0, "a"}, {1, "a"}, {2, "b"}, {3, "b"}};
+  EXPECT_EQ(workers_to_remove({{"a", 2}}, running), (std::vector<int>{2, 3}));
+  EXPECT_EQ(workers_to_remove({{"a", 1}, {"b", 2}}, running), (std::vector<int>{1}));
+  EXPECT_TRUE(workers_to_remove({{"a", 2}, {"b", 4}}, running).empty());
+  EXPECT_EQ(workers_to_remove({}, running), (std::vector<int>{0, 1, 2, 3}));
+}
+
 TEST(ElasticPlan, DiscoveryOutputFormats) {
   auto hosts = parse_discovery_output("a:2\nb slots=3\n# comment\nc\n");
   ASSERT_EQ(hosts.size(), 3u);

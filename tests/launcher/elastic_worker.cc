@@ -111,6 +111,9 @@ int main() {
     } catch (const en::ElasticJobFailed& e) {
       std::fprintf(stderr, "elastic-worker %s: job failed: %s\n", id.c_str(), e.what());
       return 3;
+    } catch (const en::RemovedFromWorld& e) {
+      std::fprintf(stderr, "elastic-worker %s: leaving: %s\n", id.c_str(), e.what());
+      return 0;
     }
     en::init(world.world);
     ++reformations;

@@ -128,6 +128,21 @@ check "grown job exits 0" test $status -eq 0
 check "launcher starts 2 workers on the new host" grep -q "discovered 2 free slot(s) ($NS2,$NS2)" $tmp/grow
 check "all 4 finish every step together" grep -Eq "done generation=1 size=4 steps=100 .* reformations=1 agree=1" $tmp/grow
 
+echo "== elastic: a host the discovery script stops listing leaves the job"
+printf '%s:2\n%s:2\n' $NS1 $NS2 >$tmp/hosts
+timeout 120 "$LOCKSTEP" run --remote-exec 'ip netns exec {host}' --rendezvous-addr $LAUNCHER_IP \
+  -H $NS1:2,$NS2:2 --min-np 2 --host-discovery-script "cat $tmp/hosts" --discovery-interval 0.5 \
+  -x ELASTIC_TEST_STEPS=100 -x ELASTIC_TEST_STEP_MS=50 -- "$ELASTIC" >$tmp/shrink 2>&1 &
+shrink_pid=$!
+sleep 2
+printf '%s:2\n' $NS1 >$tmp/hosts
+wait $shrink_pid
+status=$?
+sed 's/^/    | /' $tmp/shrink | tail -n 10
+check "shrunk job exits 0" test $status -eq 0
+check "launcher removes the 2 workers of $NS2" grep -q "no longer offers room for w2 on $NS2, w3 on $NS2" $tmp/shrink
+check "the other 2 finish every step together" grep -Eq "done generation=1 size=2 steps=100 .* agree=1" $tmp/shrink
+
 echo "== a host that never comes up is named at --start-timeout"
 cat >$tmp/remote.sh <<EOS
 #!/bin/sh

@@ -36,6 +36,14 @@ class WorldChanged : public Error {
   int generation_;
 };
 
+// The launcher left this worker out of the newest generation (its host is no
+// longer offered by the discovery script). Not a failure: the launcher does
+// not count this worker's exit; the program should just end.
+class RemovedFromWorld : public Error {
+ public:
+  using Error::Error;
+};
+
 // The launcher gave up (fewer than --min-np workers left, --reset-limit
 // exceeded, ...); what() is the launcher's message. Not recoverable.
 class ElasticJobFailed : public Error {
@@ -63,7 +71,7 @@ struct ElasticWorld {
 // Blocks until the launcher has published a generation >= min_generation,
 // and returns this worker's world in the newest one. Polls the store every
 // 20 ms. Throws ElasticJobFailed with the launcher's reason when it stops the
-// job, ElasticJobFailed when this worker is not a member of that generation,
+// job, RemovedFromWorld when this worker is not a member of that generation,
 // TimeoutError after `timeout`.
 ElasticWorld wait_for_world(int min_generation, std::chrono::milliseconds timeout);
 
