@@ -96,6 +96,12 @@ int ElasticController::publish(rendezvous::StoreClient& store,
   return generation_;
 }
 
+std::optional<el::Assignment> ElasticController::assignment_of(const std::string& id) const {
+  for (const auto& [member, assignment] : current_)
+    if (member.id == id) return assignment;
+  return std::nullopt;
+}
+
 void ElasticController::fail(rendezvous::StoreClient& store, const std::string& reason) {
   store.set(el::kFailedKey, reason);
 }

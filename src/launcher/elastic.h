@@ -81,9 +81,8 @@ class ElasticController {
   // Workers waiting for a generation get `reason` as their error.
   void fail(rendezvous::StoreClient& store, const std::string& reason);
   int generation() const { return generation_; }
-  const std::vector<std::pair<ElasticMember, rendezvous::elastic::Assignment>>& current() const {
-    return current_;
-  }
+  // This worker's place in the current generation, if it is a member.
+  std::optional<rendezvous::elastic::Assignment> assignment_of(const std::string& id) const;
 
   // Counts a failure on `host`; returns true when it starts a cool-down.
   bool record_failure(const std::string& host);

@@ -123,7 +123,7 @@ class Supervisor {
   void on_elastic_failure(Worker& w, const std::string& how);
   void reform();
   void stop_elastic_job(const std::string& reason, int code);
-  void publish_generation(const std::vector<Worker*>& newcomers);
+  void publish_generation(const std::vector<ElasticMember>& newcomers);
   void scale_up();
   bool scale_down(const std::vector<HostSlots>& discovered);
   SpawnedWorker spawn_remote(Worker& w);
@@ -236,15 +236,14 @@ std::vector<std::pair<std::string, std::string>> Supervisor::environment_of(cons
   if (!elastic_) return env;
   std::map<std::string, std::string> map(env.begin(), env.end());
   const std::string id = elastic_id(w.index);
-  for (const auto& [member, a] : elastic_->current())
-    if (member.id == id) {
-      map["LOCKSTEP_RANK"] = std::to_string(a.rank);
-      map["LOCKSTEP_SIZE"] = std::to_string(a.size);
-      map["LOCKSTEP_LOCAL_RANK"] = std::to_string(a.local_rank);
-      map["LOCKSTEP_LOCAL_SIZE"] = std::to_string(a.local_size);
-      map["LOCKSTEP_CROSS_RANK"] = std::to_string(a.cross_rank);
-      map["LOCKSTEP_CROSS_SIZE"] = std::to_string(a.cross_size);
-    }
+  if (auto a = elastic_->assignment_of(id)) {
+    map["LOCKSTEP_RANK"] = std::to_string(a->rank);
+    map["LOCKSTEP_SIZE"] = std::to_string(a->size);
+    map["LOCKSTEP_LOCAL_RANK"] = std::to_string(a->local_rank);
+    map["LOCKSTEP_LOCAL_SIZE"] = std::to_string(a->local_size);
+    map["LOCKSTEP_CROSS_RANK"] = std::to_string(a->cross_rank);
+    map["LOCKSTEP_CROSS_SIZE"] = std::to_string(a->cross_size);
+  }
   map["LOCKSTEP_ELASTIC"] = "1";
   map["LOCKSTEP_WORKER_ID"] = id;
   map["LOCKSTEP_ELASTIC_GENERATION"] = std::to_string(elastic_->generation());
@@ -257,8 +256,7 @@ void Supervisor::spawn(int index, const Placement& where, int null_fd) {
   w.rank = index;
   w.where = where;
   if (elastic_)
-    for (const auto& [member, a] : elastic_->current())
-      if (member.id == elastic_id(index)) w.rank = a.rank;
+    if (auto a = elastic_->assignment_of(elastic_id(index))) w.rank = a->rank;
   SpawnedWorker child =
       w.where.local
           ? spawn_worker(ExecImage(path_, spec_.program, as_env_strings(environment_of(w))),
@@ -461,22 +459,22 @@ bool Supervisor::scale_down(const std::vector<HostSlots>& discovered) {
   return true;
 }
 
-// The running workers (survivors keep their order) plus `newcomers`.
-void Supervisor::publish_generation(const std::vector<Worker*>& newcomers) {
+// The running workers (survivors keep their order) plus `newcomers`, which
+// the caller starts afterwards.
+void Supervisor::publish_generation(const std::vector<ElasticMember>& newcomers) {
   std::vector<ElasticMember> members;
   for (const auto& w : workers_)
-    if (w.running && !w.removing &&
-        std::find(newcomers.begin(), newcomers.end(), &w) == newcomers.end())
-      members.push_back({elastic_id(w.index), w.where.host, w.rank});
-  for (const Worker* w : newcomers) members.push_back({elastic_id(w->index), w->where.host, {}});
+    if (w.running && !w.removing) members.push_back({elastic_id(w.index), w.where.host, w.rank});
+  members.insert(members.end(), newcomers.begin(), newcomers.end());
   const int g = elastic_->publish(*store_client_, members);
   std::vector<std::string> ranks;
-  for (const auto& [member, a] : elastic_->current())
-    for (auto& w : workers_)
-      if (elastic_id(w.index) == member.id) {
-        w.rank = a.rank;
-        ranks.push_back(fmt::format("{}->{}", member.id, a.rank));
-      }
+  for (auto& w : workers_)
+    if (auto a = elastic_->assignment_of(elastic_id(w.index))) {
+      w.rank = a->rank;
+      ranks.push_back(fmt::format("{}->{}", elastic_id(w.index), a->rank));
+    }
+  for (const auto& m : newcomers)
+    ranks.push_back(fmt::format("{}->{} (new)", m.id, elastic_->assignment_of(m.id)->rank));
   say("generation {}: {} worker(s) ({})", g, members.size(), fmt::join(ranks, " "));
 }
 
@@ -492,43 +490,25 @@ void Supervisor::scale_up() {
       ++running_per_host[w.where.host];
       ++running;
     }
-  const int max_np = spec_.elastic.max_np;
   auto hosts = hosts_for_new_workers(*discovered, running_per_host, elastic_->cooling_down(),
-                                     max_np - running);
+                                     spec_.elastic.max_np - running);
   if (hosts.empty()) return;
-  // Indices first, so the generation names them before they start.
-  std::vector<Worker> staged;
-  for (const auto& host : hosts) {
-    Worker w;
-    w.index = static_cast<int>(workers_.size() + staged.size());
-    w.where.host = host;
-    w.where.local = is_local_host(host);
-    staged.push_back(std::move(w));
-  }
-  say("discovered {} free slot(s) ({}); starting new worker(s)", hosts.size(),
-      fmt::join(hosts, ","));
-  std::vector<ElasticMember> members;
-  for (const auto& w : workers_)
-    if (w.running && !w.removing) members.push_back({elastic_id(w.index), w.where.host, w.rank});
-  for (const auto& w : staged) members.push_back({elastic_id(w.index), w.where.host, {}});
+  say("discovered {} free slot(s) ({}); starting new worker(s) that join at the next commit",
+      hosts.size(), fmt::join(hosts, ","));
+  // The generation names the new workers before they start.
+  std::vector<ElasticMember> newcomers;
+  for (const auto& host : hosts)
+    newcomers.push_back({elastic_id(static_cast<int>(workers_.size() + newcomers.size())), host, {}});
   elastic_->count_reformation();
-  const int g = elastic_->publish(*store_client_, members);
+  publish_generation(newcomers);
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  for (auto& w : staged) {
-    for (const auto& [member, a] : elastic_->current())
-      if (member.id == elastic_id(w.index)) {
-        w.where.local_rank = a.local_rank;
-        w.where.local_size = a.local_size;
-        w.where.cross_rank = a.cross_rank;
-        w.where.cross_size = a.cross_size;
-      }
-    spawn(w.index, w.where, null_fd);
+  for (const auto& m : newcomers) {
+    Placement where;  // local/cross ranks come from the generation (environment_of)
+    where.host = m.host;
+    where.local = is_local_host(m.host);
+    spawn(static_cast<int>(workers_.size()), where, null_fd);
   }
   if (null_fd >= 0) ::close(null_fd);
-  for (auto& w : workers_)
-    for (const auto& [member, a] : elastic_->current())
-      if (elastic_id(w.index) == member.id) w.rank = a.rank;
-  say("generation {}: {} worker(s); the new ones join at the next commit", g, members.size());
 }
 
 void Supervisor::on_deadlines() {
