@@ -20,6 +20,7 @@
 #include "common/fashion_cnn.h"
 #include "common/fashion_data.h"
 #include "common/progress.h"
+#include "fashion_mnist/run_dir_flag.h"
 #include "lockstep/base/error.h"
 #include "lockstep/engine/engine.h"
 #include "lockstep/engine/elastic.h"
@@ -340,8 +341,11 @@ int main(int argc, char** argv) {
                "lockstep-fashion-mnist)"};
   Flags flags;
   add_flags(app, flags);
+  std::string run_dir;
+  lockstep::examples::add_run_dir_flag(app, run_dir);
   CLI11_PARSE(app, argc, argv);
   try {
+    lockstep::examples::apply_run_dir(run_dir, flags.metrics, flags.timeline, argc, argv);
     return run(flags);
   } catch (const lockstep::engine::RemovedFromWorld& e) {
     fmt::print(stderr, "lockstep-fashion-mnist: leaving the job: {}\n", e.what());

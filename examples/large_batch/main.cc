@@ -13,9 +13,15 @@
 //   lars-warmup   LARS, lars-lr · sqrt(B/B_ref), warm-up        (then cosine)
 //   lamb-warmup   LAMB, lamb-lr · sqrt(B/B_ref), warm-up        (then cosine)
 //
-// Prints a table and JSON lines; writes an SVG plot (accuracy against batch,
-// one line per rule).
+// Every (seed, batch, rule) cell is one training run. Prints a JSON line per
+// cell and a table per (batch, rule) over the seeds: the mean with the best
+// and worst seed dropped (as MLPerf drops the fastest and slowest of its
+// runs), min and max. With --run-dir the cells go to DIR/results.jsonl as
+// they finish and a second start skips the cells already there, so a long
+// study survives being killed; --shard I/N splits the cells between
+// processes that share one DIR. `lockstep report DIR` plots it.
 #include <CLI/CLI.hpp>
+#include <malloc.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -31,6 +37,7 @@
 
 #include "common/fashion_cnn.h"
 #include "common/fashion_data.h"
+#include "common/run_dir.h"
 #include "lockstep/optim/apply_schedule.h"
 #include "lockstep/optim/lamb.h"
 #include "lockstep/optim/lars.h"
@@ -57,16 +64,18 @@ struct Flags {
   int64_t train_subset = 12288;
   int64_t test_subset = 2000;
   int threads = 2;
-  uint64_t seed = 1;
+  std::vector<uint64_t> seeds = {1};
   std::string data = lockstep::data::kFashionMnistDir;
-  std::string svg = "large_batch.svg";
   std::string json;
+  std::string run_dir;
+  std::string shard = "0/1";
   int64_t channels1 = 8, channels2 = 16;
 };
 
 struct Result {
   int64_t batch;
   std::string rule;
+  uint64_t seed;
   double accuracy, final_loss, seconds, peak_lr;
   int64_t steps;
 };
@@ -140,8 +149,8 @@ double global_step(FashionCnn& model, torch::optim::Optimizer& opt, const Fashio
 }
 
 Result run_one(const Flags& f, const FashionSplit& train, const FashionSplit& test,
-               int64_t batch, const std::string& rule) {
-  torch::manual_seed(f.seed);  // same initialisation for every run
+               int64_t batch, const std::string& rule, uint64_t seed) {
+  torch::manual_seed(seed);  // same initialisation for every cell of a seed
   FashionCnn model(lockstep::examples::FashionCnnOptions{f.channels1, f.channels2, {}});
   auto opt = make_optimizer(f, rule, model);
   const int64_t steps_per_epoch = train.size() / batch;  // drop the ragged tail
@@ -150,7 +159,7 @@ Result run_one(const Flags& f, const FashionSplit& train, const FashionSplit& te
                                                 train.size()));
   const int64_t total = steps_per_epoch * f.epochs;
   auto schedule = make_schedule(f, rule, batch, steps_per_epoch, total);
-  auto shuffle = at::detail::createCPUGenerator(f.seed);
+  auto shuffle = at::detail::createCPUGenerator(seed);
   const auto start = std::chrono::steady_clock::now();
   double loss = 0;
   int64_t step = 0;
@@ -163,56 +172,8 @@ Result run_one(const Flags& f, const FashionSplit& train, const FashionSplit& te
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return {batch, rule, evaluate(model, test), loss, seconds, peak_lr(f, rule, batch).first, total};
-}
-
-// Accuracy against log2(batch), one polyline per rule, by hand.
-std::string svg_plot(const std::vector<Result>& results, const Flags& f) {
-  const double w = 640, h = 420, left = 60, right = 170, top = 30, bottom = 50;
-  const double x0 = std::log2(static_cast<double>(f.batches.front()));
-  const double x1 = std::log2(static_cast<double>(f.batches.back()));
-  auto px = [&](int64_t b) {
-    double span = x1 > x0 ? x1 - x0 : 1;
-    return left + (std::log2(static_cast<double>(b)) - x0) / span * (w - left - right);
-  };
-  auto py = [&](double acc) { return top + (1 - acc) * (h - top - bottom); };
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
-  std::ostringstream s;
-  s << fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-                   "font-family=\"sans-serif\" font-size=\"12\">\n", w, h);
-  s << fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", w, h);
-  s << fmt::format("<text x=\"{}\" y=\"18\" font-size=\"14\">Fashion-MNIST test accuracy after "
-                   "{} epochs</text>\n", left, f.epochs);
-  for (int tick = 0; tick <= 10; tick += 2) {
-    double y = py(tick / 10.0);
-    s << fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>"
-                     "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.1f}</text>\n",
-                     left, y, w - right, y, left - 6, y + 4, tick / 10.0);
-  }
-  for (int64_t b : f.batches)
-    s << fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(b),
-                     h - bottom + 18, b);
-  s << fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">global batch "
-                   "(log scale)</text>\n", (left + w - right) / 2, h - 12);
-  for (size_t r = 0; r < f.rules.size(); ++r) {
-    const char* color = colors[r % 6];
-    std::string points;
-    for (const auto& res : results)
-      if (res.rule == f.rules[r]) {
-        points += fmt::format("{:.1f},{:.1f} ", px(res.batch), py(res.accuracy));
-        s << fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n",
-                         px(res.batch), py(res.accuracy), color);
-      }
-    s << fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n",
-                     points, color);
-    const double ly = top + 20 + 20.0 * static_cast<double>(r);
-    s << fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" "
-                     "stroke-width=\"2\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
-                     w - right + 10, ly, w - right + 30, ly, color, w - right + 36, ly + 4,
-                     f.rules[r]);
-  }
-  s << "</svg>\n";
-  return s.str();
+  return {batch, rule, seed, evaluate(model, test), loss, seconds, peak_lr(f, rule, batch).first,
+          total};
 }
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -237,43 +198,176 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--test-subset", f.test_subset, "first N test samples (0: all)")
       ->capture_default_str();
   app.add_option("--threads", f.threads, "torch intra-op threads")->capture_default_str();
-  app.add_option("--seed", f.seed)->capture_default_str();
+  app.add_option("--seeds", f.seeds, "one run per seed for every cell (init and shuffling)")
+      ->delimiter(',')->capture_default_str();
   app.add_option("--data", f.data, "Fashion-MNIST folder")->capture_default_str();
-  app.add_option("--svg", f.svg, "plot file ('' for none)")->capture_default_str();
   app.add_option("--json", f.json, "also append the JSON lines to FILE");
+  app.add_option("--run-dir", f.run_dir,
+                 "write run.json and results.jsonl there for `lockstep report`; cells already "
+                 "in results.jsonl are not run again (resume)");
+  app.add_option("--shard", f.shard, "I/N: run only cells I, I+N, I+2N... (processes sharing a "
+                 "--run-dir)")->capture_default_str();
   app.add_option("--channels1", f.channels1)->capture_default_str();
   app.add_option("--channels2", f.channels2)->capture_default_str();
 }
 
-int run(Flags f) {
-  std::sort(f.batches.begin(), f.batches.end());  // the plot's x axis
+struct Cell {
+  uint64_t seed;
+  int64_t batch;
+  std::string rule;
+};
+
+// At the reference batch "linear" is "none" step for step (k = 1, no
+// warm-up): the same run, so it is copied instead of trained again.
+bool is_copy_of_none(const Flags& f, const std::string& rule, int64_t batch) {
+  return rule == "linear" && batch == f.reference_batch &&
+         std::find(f.rules.begin(), f.rules.end(), "none") != f.rules.end();
+}
+
+// Seed-major order, so a study stopped early has whole seeds of every cell.
+std::vector<Cell> cells_of(const Flags& f) {
+  std::vector<Cell> cells;
+  for (uint64_t seed : f.seeds)
+    for (int64_t batch : f.batches)
+      for (const auto& rule : f.rules)
+        if (!is_copy_of_none(f, rule, batch)) cells.push_back({seed, batch, rule});
+  return cells;
+}
+
+std::pair<int, int> parse_shard(const std::string& text) {
+  int index = -1, count = 0;
+  char slash = 0;
+  std::istringstream in(text);
+  in >> index >> slash >> count;
+  if (!in || slash != '/' || count < 1 || index < 0 || index >= count || !in.eof())
+    throw lockstep::InvalidArgument(
+        fmt::format("--shard '{}': expected I/N with 0 <= I < N, e.g. 0/2", text));
+  return {index, count};
+}
+
+nlohmann::json to_json(const Result& r, const Flags& f, int64_t train_samples) {
+  return {{"batch", r.batch},         {"rule", r.rule},   {"seed", r.seed},
+          {"accuracy", r.accuracy},   {"loss", r.final_loss}, {"steps", r.steps},
+          {"peak_lr", r.peak_lr},     {"seconds", r.seconds}, {"epochs", f.epochs},
+          {"train_samples", train_samples}};
+}
+
+// Results of an earlier start with the same budget; a different budget in
+// the same directory would mix incomparable numbers, so it is refused.
+std::vector<Result> load_done(const lockstep::examples::RunDir& dir, const Flags& f,
+                              int64_t train_samples) {
+  std::vector<Result> done;
+  for (const auto& j : dir.read_lines("results.jsonl")) {
+    if (j.value("epochs", -1) != f.epochs || j.value("train_samples", int64_t{-1}) != train_samples)
+      throw lockstep::InvalidArgument(fmt::format(
+          "--run-dir {} holds results for {} epochs on {} samples, not {} on {}; use another "
+          "directory", dir.dir(), j.value("epochs", -1), j.value("train_samples", int64_t{-1}),
+          f.epochs, train_samples));
+    done.push_back({j.at("batch").get<int64_t>(), j.at("rule").get<std::string>(),
+                    j.at("seed").get<uint64_t>(), j.at("accuracy").get<double>(),
+                    j.value("loss", 0.0), j.value("seconds", 0.0), j.value("peak_lr", 0.0),
+                    j.value("steps", int64_t{0})});
+  }
+  return done;
+}
+
+bool is_done(const std::vector<Result>& done, const Cell& c) {
+  return std::any_of(done.begin(), done.end(), [&](const Result& r) {
+    return r.seed == c.seed && r.batch == c.batch && r.rule == c.rule;
+  });
+}
+
+// Mean without the best and the worst seed (with 3 or more seeds).
+double trimmed_mean(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  if (v.size() >= 3) v = std::vector<double>(v.begin() + 1, v.end() - 1);
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
+
+void print_table(const Flags& f, const std::vector<Result>& results) {
+  fmt::print("\n{:>6}  {:<14} {:>5} {:>9} {:>8} {:>8} {:>6} {:>8}  {}\n", "batch", "rule", "seeds",
+             "trimmed", "min", "max", "steps", "peak lr", "accuracy per seed");
+  for (int64_t batch : f.batches)
+    for (const auto& rule : f.rules) {
+      std::vector<double> acc;
+      std::string per_seed;
+      int64_t steps = 0;
+      double peak = 0;
+      for (const auto& r : results)
+        if (r.batch == batch && r.rule == rule) {
+          acc.push_back(r.accuracy);
+          per_seed += fmt::format("{}:{:.4f} ", r.seed, r.accuracy);
+          steps = r.steps;
+          peak = r.peak_lr;
+        }
+      if (acc.empty()) continue;
+      fmt::print("{:>6}  {:<14} {:>5} {:>9.4f} {:>8.4f} {:>8.4f} {:>6} {:>8.4g}  {}\n", batch, rule,
+                 acc.size(), trimmed_mean(acc), *std::min_element(acc.begin(), acc.end()),
+                 *std::max_element(acc.begin(), acc.end()), steps, peak, per_seed);
+    }
+  fmt::print("trimmed: mean accuracy without the best and worst seed (3+ seeds)\n");
+}
+
+// The "linear" results at the reference batch, copied from "none".
+void add_copies(const Flags& f, std::vector<Result>& results, const lockstep::examples::RunDir& dir,
+                std::ofstream& json_file, int64_t train_samples) {
+  for (size_t i = 0, n = results.size(); i < n; ++i) {
+    Result r = results[i];
+    if (r.rule != "none" || !is_copy_of_none(f, "linear", r.batch) ||
+        is_done(results, {r.seed, r.batch, "linear"}))
+      continue;
+    r.rule = "linear";
+    r.seconds = 0;
+    results.push_back(r);
+    auto line = to_json(r, f, train_samples);
+    line["same_as"] = "none";
+    fmt::print("{}\n", line.dump());
+    if (json_file) json_file << line.dump() << "\n" << std::flush;
+    dir.append("results.jsonl", line);
+  }
+}
+
+int run(Flags f, int argc, char** argv) {
+  // glibc's heap trimming and mmap'd activations cost ~30% of each step in
+  // system time here (measured: 3.9 s of sys per epoch without, 0.3 s with).
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  std::sort(f.batches.begin(), f.batches.end());
+  const auto [shard, shards] = parse_shard(f.shard);
   torch::set_num_threads(f.threads);
   FashionSplit train = lockstep::examples::load_fashion_split(f.data, "train", f.train_subset);
   FashionSplit test = lockstep::examples::load_fashion_split(f.data, "t10k", f.test_subset);
-  std::vector<Result> results;
+  lockstep::examples::RunDir dir(f.run_dir, "large-batch", argc, argv,
+                                 {{"epochs", f.epochs}, {"train_samples", train.size()},
+                                  {"test_samples", test.size()}});
+  std::vector<Result> results = load_done(dir, f, train.size());
   std::ofstream json_file;
   if (!f.json.empty()) json_file.open(f.json, std::ios::app);
-  for (int64_t batch : f.batches)
-    for (const auto& rule : f.rules) {
-      results.push_back(run_one(f, train, test, batch, rule));
-      const auto& r = results.back();
-      nlohmann::json line = {{"batch", r.batch},   {"rule", r.rule},   {"accuracy", r.accuracy},
-                             {"loss", r.final_loss}, {"steps", r.steps}, {"peak_lr", r.peak_lr},
-                             {"seconds", r.seconds}, {"epochs", f.epochs},
-                             {"train_samples", train.size()}};
-      fmt::print("{}\n", line.dump());
-      if (json_file) json_file << line.dump() << "\n";
-      std::fflush(stdout);
-    }
-  fmt::print("\n{:>6}  {:<14} {:>9} {:>6} {:>8} {:>10} {:>7}\n", "batch", "rule", "accuracy",
-             "steps", "peak lr", "final loss", "sec");
-  for (const auto& r : results)
-    fmt::print("{:>6}  {:<14} {:>9.4f} {:>6} {:>8.4g} {:>10.4f} {:>7.1f}\n", r.batch, r.rule,
-               r.accuracy, r.steps, r.peak_lr, r.final_loss, r.seconds);
-  if (!f.svg.empty()) {
-    std::ofstream(f.svg) << svg_plot(results, f);
-    fmt::print("plot: {}\n", f.svg);
+  const auto cells = cells_of(f);
+  size_t todo = 0;
+  for (size_t i = 0; i < cells.size(); ++i)
+    todo += (static_cast<int>(i % shards) == shard && !is_done(results, cells[i]));
+  if (!results.empty())
+    fmt::print(stderr, "lockstep-large-batch: {} cell(s) already in {}, {} to run in shard {}/{}\n",
+               results.size(), dir.path("results.jsonl"), todo, shard, shards);
+  size_t ran = 0;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const Cell& c = cells[i];
+    if (static_cast<int>(i % shards) != shard || is_done(results, c)) continue;
+    results.push_back(run_one(f, train, test, c.batch, c.rule, c.seed));
+    const auto line = to_json(results.back(), f, train.size());
+    fmt::print("[{}/{}] {}\n", ++ran, todo, line.dump());
+    if (json_file) json_file << line.dump() << "\n" << std::flush;
+    dir.append("results.jsonl", line);
+    std::fflush(stdout);
   }
+  // Other shards may have finished cells meanwhile: the table shows them all.
+  if (dir.enabled()) results = load_done(dir, f, train.size());
+  add_copies(f, results, dir, json_file, train.size());
+  print_table(f, results);
+  if (dir.enabled()) fmt::print("plot: lockstep report {} -o report.html\n", dir.dir());
   return 0;
 }
 
@@ -285,7 +379,7 @@ int main(int argc, char** argv) {
   add_flags(app, flags);
   CLI11_PARSE(app, argc, argv);
   try {
-    return run(flags);
+    return run(flags, argc, argv);
   } catch (const std::exception& e) {
     fmt::print(stderr, "lockstep-large-batch: {}\n", e.what());
     return 1;

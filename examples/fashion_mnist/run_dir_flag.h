@@ -1,0 +1,37 @@
+// `--run-dir DIR` for the main job: one flag that fills in what
+// `lockstep report` reads (docs/report.md). Rank 0 writes DIR/run.json
+// (kind "train", the command line); --metrics defaults to DIR/metrics.jsonl
+// and --timeline to DIR/timeline.json unless given explicitly. Kept apart
+// from main.cc so the training program stays about training.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common/run_dir.h"
+
+namespace lockstep::examples {
+
+inline void add_run_dir_flag(CLI::App& app, std::string& dir) {
+  app.add_option("--run-dir", dir,
+                 "write run.json, metrics.jsonl and timeline.json there for `lockstep report` "
+                 "(--metrics/--timeline override the last two)");
+}
+
+// Call after parsing, before training. Only rank 0 records the run: every
+// rank computes the same paths, and rank 0 is the one that writes them.
+inline void apply_run_dir(const std::string& dir, std::string& metrics, std::string& timeline,
+                          int argc, char** argv) {
+  if (dir.empty()) return;
+  if (metrics.empty()) metrics = dir + "/metrics.jsonl";
+  if (timeline.empty()) timeline = dir + "/timeline.json";
+  const char* rank = std::getenv("LOCKSTEP_RANK");
+  const char* size = std::getenv("LOCKSTEP_SIZE");
+  if (rank != nullptr && std::string(rank) != "0") return;
+  RunDir(dir, "train", argc, argv,
+         {{"metrics", metrics}, {"timeline", timeline}, {"workers", size ? std::atoi(size) : 1}});
+}
+
+}  // namespace lockstep::examples
