@@ -36,7 +36,8 @@ constexpr std::array kKnobs = {
          "auto = on across hosts or with a spare core"},
     Knob{"LOCKSTEP_BIND_TO", "auto", "core|none|auto: CPU affinity per worker, applied by the torch layer"},
     Knob{"LOCKSTEP_INTRA_OP_THREADS", "0",
-         "LibTorch intra-op threads per worker; 0 = cores / workers on this host"},
+         "LibTorch intra-op threads per worker; 0 = cores / workers on this host (a process no "
+         "launcher placed: the CPUs other processes leave idle)"},
     // --- comm
     Knob{"LOCKSTEP_BACKEND", "auto", "auto|shm|mpi|gloo: transport between workers"},
     Knob{"LOCKSTEP_TIMEOUT", "300",

@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <atomic>
 #include <mutex>
+#include <optional>
+
+#include "torch/cpu_load.h"
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
@@ -20,10 +23,38 @@ namespace lockstep::torch {
 
 namespace {
 std::atomic<bool> bound_by_placement{false};
+
+std::mutex applied_mutex;
+std::optional<Placement> applied;  // guarded by applied_mutex; set by place_this_worker
+
+// Alone on the host and not placed by `lockstep run` (started by hand, or by
+// srun/mpirun with one task per node): nothing else decided how many CPUs
+// this process may use, so other processes' load must be taken into account.
+bool placed_by_nobody(int local_size) {
+  return local_size == 1 && std::getenv("LOCKSTEP_JOB_ID") == nullptr;
+}
+
+// One intra-op thread per CPU that other processes leave idle (cpu_load.h
+// says why spinning OpenMP threads on busy CPUs cost 4x).
+void fit_threads_to_idle_cpus(Placement& p, const std::vector<int>& cpus) {
+  constexpr int kWindowMs = 100;
+  const double idle = detail::measure_idle_cpus(cpus, kWindowMs);
+  if (idle < 0) return;
+  const int threads = detail::threads_for_idle_cpus(idle, p.intra_op_threads);
+  if (threads >= p.intra_op_threads) return;
+  log(LogLevel::kWarning,
+      "placement: other processes keep {:.1f} of this process's {} CPUs busy; using {} intra-op "
+      "thread(s) instead of {}, because OpenMP threads sharing busy CPUs make every step several "
+      "times slower (set LOCKSTEP_INTRA_OP_THREADS to choose)",
+      static_cast<double>(cpus.size()) - idle, cpus.size(), threads, p.intra_op_threads);
+  p.reason = fmt::format("{} of {} CPUs idle when init() ran", threads, cpus.size());
+  p.intra_op_threads = threads;
+}
 }  // namespace
 
 std::string Placement::describe() const {
-  return fmt::format("cpu, {} intra-op thread(s), cpus [{}]", intra_op_threads,
+  return fmt::format("cpu, {} intra-op thread(s){}, cpus [{}]", intra_op_threads,
+                     reason.empty() ? "" : " (" + reason + ")",
                      cpus.empty() ? std::string("any") : fmt::format("{}", fmt::join(cpus, ",")));
 }
 
@@ -81,9 +112,25 @@ void apply_placement(const Placement& p) {
 Placement place_this_worker(int local_rank, int local_size) {
   BindTo bind_to = parse_bind_to(knob_string("LOCKSTEP_BIND_TO"));
   int threads = static_cast<int>(knob_int("LOCKSTEP_INTRA_OP_THREADS"));
-  Placement p = plan_placement(local_rank, local_size, allowed_cpus(), bind_to, threads);
+  const std::vector<int> cpus = allowed_cpus();
+  Placement p = plan_placement(local_rank, local_size, cpus, bind_to, threads);
+  p.reason = threads > 0 ? fmt::format("LOCKSTEP_INTRA_OP_THREADS={}", threads)
+                         : fmt::format("{} CPUs / {} worker(s) on this host",
+                                       std::max<size_t>(1, cpus.size()), local_size);
+  if (threads == 0 && placed_by_nobody(local_size)) fit_threads_to_idle_cpus(p, cpus);
   apply_placement(p);
   log(LogLevel::kInfo, "placement: {}", p.describe());
+  std::lock_guard lock(applied_mutex);
+  applied = p;
+  return p;
+}
+
+Placement placement() {
+  std::lock_guard lock(applied_mutex);
+  if (applied) return *applied;
+  Placement p;
+  p.intra_op_threads = at::get_num_threads();
+  p.reason = "not placed: init() has not run";
   return p;
 }
 

@@ -2,6 +2,7 @@
 // computed another way (sets, an uninterrupted run, hand-worked plans).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <torch/torch.h>
@@ -13,6 +14,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/torch/torch.h"
+#include "torch/cpu_load.h"
 
 namespace lockstep::torch {
 namespace {
@@ -362,6 +364,67 @@ TEST(Placement, AutoBindsOnlyWhenWorkersFit) {
   EXPECT_EQ(over.intra_op_threads, 1);
   EXPECT_EQ(plan_placement(0, 1, cpus, BindTo::kNone, 3).intra_op_threads, 3);
   EXPECT_THROW(parse_bind_to("socket"), InvalidArgument);
+}
+
+TEST(Placement, IdleCpusAreMeasuredFromProcStatPerAllowedCpu) {
+  // cpu0 idle 50 of 100 jiffies, cpu1 idle 100 of 100 (iowait counts as idle), cpu2 not allowed.
+  auto before = detail::parse_proc_stat(
+      "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 100 0 0 100 0 0 0 0 0 0\ncpu1 0 0 0 100 0 0 0 0 0 0\n"
+      "cpu2 0 0 0 0 0 0 0 0 0 0\nintr 1 2 3\n");
+  auto after = detail::parse_proc_stat(
+      "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 150 0 0 150 0 0 0 0 0 0\ncpu1 0 0 0 180 20 0 0 0 0 0\n"
+      "cpu2 0 0 0 100 0 0 0 0 0 0\n");
+  ASSERT_EQ(before.size(), 3u);
+  EXPECT_DOUBLE_EQ(detail::idle_cpus_between(before, after, {0, 1}), 1.5);
+  EXPECT_DOUBLE_EQ(detail::idle_cpus_between(before, after, {0}), 0.5);
+}
+
+// Issue 16.9: a process started without `lockstep run` took 2 intra-op
+// threads on 2 CPUs and ran 4x slower than with 1 when the machine was busy.
+TEST(Placement, SingleProcessOnBusyCpusGetsOneThreadPerIdleCpu) {
+  EXPECT_EQ(detail::threads_for_idle_cpus(1.0, 2), 1);
+  EXPECT_EQ(detail::threads_for_idle_cpus(0.1, 2), 1);
+  EXPECT_EQ(detail::threads_for_idle_cpus(1.9, 2), 2);
+  EXPECT_EQ(detail::threads_for_idle_cpus(3.4, 8), 3);
+  EXPECT_EQ(detail::threads_for_idle_cpus(9.0, 8), 8);
+}
+
+TEST(Placement, ProcessStartedWithoutTheLauncherUsesOneThreadWhenItsOtherCpuIsBusy) {
+  std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs";
+  ::unsetenv("LOCKSTEP_JOB_ID");
+  ::unsetenv("LOCKSTEP_INTRA_OP_THREADS");
+  cpu_set_t two;
+  CPU_ZERO(&two);
+  CPU_SET(cpus[0], &two);
+  CPU_SET(cpus[1], &two);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof two, &two), 0);
+  pid_t spinner = ::fork();
+  if (spinner == 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[0], &one);
+    ::sched_setaffinity(0, sizeof one, &one);
+    for (;;) asm volatile("" ::: "memory");  // spin, never optimised away
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Placement applied = place_this_worker(0, 1);
+  ::kill(spinner, SIGKILL);
+  ::waitpid(spinner, nullptr, 0);
+  EXPECT_EQ(applied.intra_op_threads, 1) << applied.describe();
+  EXPECT_EQ(placement().intra_op_threads, 1);
+  EXPECT_EQ(::at::get_num_threads(), 1);
+  EXPECT_NE(applied.reason.find("idle"), std::string::npos) << applied.describe();
+}
+
+TEST(Placement, PlacementReportsWhatWasApplied) {
+  ::setenv("LOCKSTEP_INTRA_OP_THREADS", "3", 1);
+  Placement applied = place_this_worker(0, 1);
+  ::unsetenv("LOCKSTEP_INTRA_OP_THREADS");
+  EXPECT_EQ(applied.intra_op_threads, 3);
+  EXPECT_EQ(placement().intra_op_threads, 3);
+  EXPECT_EQ(placement().reason, "LOCKSTEP_INTRA_OP_THREADS=3");
+  EXPECT_EQ(::at::get_num_threads(), 3);
 }
 
 }  // namespace

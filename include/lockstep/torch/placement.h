@@ -7,6 +7,10 @@
 //   none: no affinity; threads = cores/n;
 //   auto: core when the workers fit on the cores (n <= cores), else none.
 // LOCKSTEP_INTRA_OP_THREADS (0 = auto: cores/n, at least 1) overrides the count.
+// A process that no launcher placed (started by hand, or alone on its host
+// under srun/mpirun) gets one thread per CPU that other processes leave idle
+// when init() runs (at least 1): OpenMP threads sharing busy CPUs made such a
+// process several times slower than one thread (docs/torch.md).
 //
 // The Device seam: today only the CPU. A CUDA/NCCL path would add a device
 // kind here (local_rank -> GPU index) and a transport in comm.
@@ -25,6 +29,7 @@ struct Placement {
   DeviceKind device = DeviceKind::kCpu;
   int intra_op_threads = 1;
   std::vector<int> cpus;  // empty: no affinity set
+  std::string reason;     // why this thread count, for people reading logs
   std::string describe() const;
   ::torch::Device torch_device() const { return ::torch::kCPU; }
 };
@@ -39,6 +44,9 @@ Placement plan_placement(int local_rank, int local_size, const std::vector<int>&
 std::vector<int> allowed_cpus();
 // From the knobs and the process's world; applies it (threads, affinity).
 Placement place_this_worker(int local_rank, int local_size);
+// The placement init() applied (the last place_this_worker); before init(),
+// LibTorch's current thread count and no affinity. Thread-safe.
+Placement placement();
 void apply_placement(const Placement& placement);
 
 // CPUs this worker computes on: its affinity set when apply_placement bound
