@@ -109,9 +109,7 @@ pid_t start_worker(const LaunchBlock& block, const std::map<std::string, std::st
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != shim) ::_exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    reset_signals_for_exec();
     int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     ::execvpe(argv[0], argv.data(), envp.data());

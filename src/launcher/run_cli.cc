@@ -1,15 +1,18 @@
-// `lockstep run` flag parsing. Everything after the flags is the worker
-// program; supervision lives in supervisor.cc.
+// `lockstep run` flag parsing (command_line.h splits off the program);
+// supervision lives in supervisor.cc.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "launcher/command_line.h"
 #include "launcher/hosts.h"
 #include "launcher/knob_flags.h"
+#include "launcher/local_limits.h"
 #include "launcher/mpirun.h"
 #include "launcher/spec.h"
 #include "lockstep/base/error.h"
@@ -24,14 +27,6 @@ int usage_error(const std::string& message) {
   std::fprintf(stderr, "lockstep run: %s\nRun 'lockstep run --help' for the flags.\n",
                message.c_str());
   return kUsageError;
-}
-
-// CLI11 short options are one character, so the conventional -np is renamed.
-std::vector<std::string> normalise(std::vector<std::string> args) {
-  for (auto& a : args)
-    if (a == "-np") a = "--num-proc";
-    else if (a.rfind("-np=", 0) == 0) a = "--num-proc=" + a.substr(4);
-  return args;
 }
 
 // Parses NAME=VALUE (or NAME, which passes the launcher's own value on).
@@ -53,18 +48,20 @@ std::pair<std::string, std::string> parse_env_flag(const std::string& text) {
   return {name, value};
 }
 
+// Numbers are read as text and checked by command_line.h, so every bad value
+// is reported with the flag's name and its valid range.
 struct Parsed {
   LaunchSpec spec;
   std::string host_list, hostfile;
-  int start_timeout_s = 120;
-  double discovery_interval_s = 2;
+  std::string num_proc, start_timeout = "120", discovery_interval = "2";
+  std::string min_np, max_np, reset_limit;
   std::vector<std::string> knob_values;  // parallel to knob_flags()
   std::vector<std::string> env_flags;
 };
 
 void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
-  app.add_option("--num-proc", p.spec.num_proc,
-                 "-np N, --num-proc N: number of worker processes to start on this host")
+  app.add_option("-n,--num-proc", p.num_proc,
+                 "-np N, -n N, --num-proc N: number of worker processes to start on this host")
       ->option_text("N");
   app.add_option("-H,--hosts", p.host_list,
                  "HOST:N,...: run on these hosts, N slots each (default: -np ranks on this host); "
@@ -78,10 +75,9 @@ void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
                  "host is appended (e.g. 'ip netns exec {host}')")
       ->option_text("COMMAND")
       ->capture_default_str();
-  app.add_option("--start-timeout", p.start_timeout_s,
+  app.add_option("--start-timeout", p.start_timeout,
                  "seconds remote workers may take to start and reach the launcher")
       ->option_text("SECONDS")
-      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--rendezvous-addr", p.spec.rendezvous_addr,
                  "IP address of this machine that every host can reach (default: 127.0.0.1 on "
@@ -96,23 +92,22 @@ void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
     auto* opt = app.add_option(std::string(flags[i].flag), p.knob_values[i], knob_flag_help(flags[i]))
                     ->option_text(std::string(flags[i].value_name));
     if (!flags[i].choices.empty()) opt->check(CLI::IsMember(knob_flag_choices(flags[i])));
-    if (flags[i].positive_number) opt->check(CLI::PositiveNumber);
   }
   app.add_option("-x,--env", p.env_flags,
                  "NAME=VALUE (or NAME: pass the launcher's value on): extra environment for every "
                  "worker; repeatable")
-      ->option_text("NAME=VALUE");
+      ->option_text("NAME=VALUE")
+      ->allow_extra_args(false);  // one value each: the next word may be the program
   app.add_flag("--verbose", p.spec.verbose, "print the job id, rendezvous address and worker pids");
-  auto& e = p.spec.elastic;
-  app.add_option("--min-np", e.min_np,
+  app.add_option("--min-np", p.min_np,
                  "elastic: keep going while at least this many workers live (docs/elastic.md)");
-  app.add_option("--max-np", e.max_np, "elastic: never run more workers than this (default -np)");
-  app.add_option("--reset-limit", e.reset_limit,
+  app.add_option("--max-np", p.max_np, "elastic: never run more workers than this (default -np)");
+  app.add_option("--reset-limit", p.reset_limit,
                  "elastic: stop after this many re-formations (default: no limit)");
-  app.add_option("--host-discovery-script", e.discovery_script,
+  app.add_option("--host-discovery-script", p.spec.elastic.discovery_script,
                  "elastic: command printing the available 'HOST:SLOTS' lines; polled to add "
                  "workers");
-  app.add_option("--discovery-interval", p.discovery_interval_s,
+  app.add_option("--discovery-interval", p.discovery_interval,
                  "elastic: seconds between runs of the discovery script")
       ->capture_default_str();
 }
@@ -120,25 +115,26 @@ void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
 // The elastic flags, checked against -np.
 void resolve_elastic(Parsed& p) {
   auto& e = p.spec.elastic;
-  e.discovery_interval =
-      std::chrono::milliseconds(static_cast<int64_t>(p.discovery_interval_s * 1000));
+  constexpr int kMany = std::numeric_limits<int>::max();
+  e.discovery_interval = std::chrono::milliseconds(static_cast<int64_t>(
+      parse_seconds_flag("--discovery-interval", p.discovery_interval, 3600) * 1000));
+  if (!p.min_np.empty()) e.min_np = parse_int_flag("--min-np", p.min_np, 1, p.spec.num_proc);
+  if (!p.max_np.empty()) e.max_np = parse_int_flag("--max-np", p.max_np, p.spec.num_proc, kMany);
+  if (!p.reset_limit.empty()) e.reset_limit = parse_int_flag("--reset-limit", p.reset_limit, 0, kMany);
   if (!e.enabled()) return;
   if (e.min_np == 0) e.min_np = 1;
   if (e.max_np == 0) e.max_np = std::max(p.spec.num_proc, e.min_np);
-  if (e.min_np < 1 || e.min_np > p.spec.num_proc)
-    throw InvalidArgument(fmt::format("--min-np {} must be between 1 and -np {}", e.min_np,
-                                      p.spec.num_proc));
-  if (e.max_np < p.spec.num_proc)
-    throw InvalidArgument(fmt::format("--max-np {} is below -np {}", e.max_np, p.spec.num_proc));
-  if (e.reset_limit < -1) throw InvalidArgument("--reset-limit must be >= 0");
-  if (p.discovery_interval_s <= 0) throw InvalidArgument("--discovery-interval must be > 0");
 }
 
 // Fills spec.env from the knob flags (in table order) and then -x.
 void collect_env(Parsed& p) {
   const auto& flags = knob_flags();
-  for (size_t i = 0; i < flags.size(); ++i)
-    if (!p.knob_values[i].empty()) p.spec.env.emplace_back(flags[i].knob, p.knob_values[i]);
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (p.knob_values[i].empty()) continue;
+    if (flags[i].positive_number)
+      parse_seconds_flag(flags[i].flag, p.knob_values[i], kMaxTimeoutSeconds);
+    p.spec.env.emplace_back(flags[i].knob, p.knob_values[i]);
+  }
   for (const auto& text : p.env_flags) p.spec.env.push_back(parse_env_flag(text));
 }
 
@@ -151,46 +147,62 @@ std::string requested_backend(const LaunchSpec& spec) {
   return backend;
 }
 
-// -H / --hostfile; -np defaults to every slot they offer.
+// -H / --hostfile; -np defaults to every slot they offer. Then -np is checked
+// against what the hosts (slots) and this host (CPUs, open files) allow.
 void resolve_hosts(Parsed& p) {
   if (!p.host_list.empty() && !p.hostfile.empty())
     throw InvalidArgument("give either -H or --hostfile, not both");
   if (!p.host_list.empty()) p.spec.hosts = parse_host_list(p.host_list);
   if (!p.hostfile.empty()) p.spec.hosts = read_hostfile(p.hostfile);
-  p.spec.start_timeout = std::chrono::seconds(p.start_timeout_s);
+  p.spec.start_timeout =
+      std::chrono::seconds(parse_int_flag("--start-timeout", p.start_timeout, 1, 86400));
+  constexpr int kMany = std::numeric_limits<int>::max();
+  if (!p.num_proc.empty()) p.spec.num_proc = parse_int_flag("-np", p.num_proc, 1, kMany);
   if (p.spec.hosts.empty()) {
-    if (p.spec.num_proc == 0) throw InvalidArgument("-np N is required (or -H / --hostfile)");
+    if (p.spec.num_proc == 0)
+      throw InvalidArgument("-np N is required: the number of workers (or give -H / --hostfile)");
+    check_worker_count(p.spec.num_proc, p.spec.num_proc);
     return;
   }
   if (p.spec.num_proc == 0)
     for (const auto& h : p.spec.hosts) p.spec.num_proc += h.slots;
-  place_ranks(p.spec.hosts, p.spec.num_proc);  // checks that the slots suffice
+  int local = 0;
+  for (const auto& where : place_ranks(p.spec.hosts, p.spec.num_proc))  // checks the slots
+    local += where.local;
+  check_worker_count(local, p.spec.num_proc);
+}
+
+// Every check that needs no worker: exit status 2 with the flag's name.
+void resolve(Parsed& p) {
+  resolve_hosts(p);
+  resolve_elastic(p);
+  collect_env(p);
+}
+
+// Whether a flag given without "=VALUE" takes the next word as its value.
+bool takes_value(CLI::App& app, std::string_view flag) {
+  const CLI::Option* opt = app.get_option_no_throw(std::string(flag));
+  return opt && opt->get_expected_min() > 0;
 }
 
 }  // namespace
 
 int run_main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  std::vector<std::string> program;
-  bool has_separator = false;
-  if (auto it = std::find(args.begin(), args.end(), "--"); it != args.end()) {
-    program.assign(it + 1, args.end());
-    args.erase(it, args.end());
-    has_separator = true;
-  }
-  args = normalise(std::move(args));
-
   CLI::App app{"Start N workers of PROGRAM on this host and supervise them.\n"
-               "usage: lockstep run -np N [options] -- PROGRAM [ARGS...]\n"
-               "       lockstep run -H HOST:N,HOST:N [options] -- PROGRAM [ARGS...]"};
+               "usage: lockstep run -np N [options] [--] PROGRAM [ARGS...]\n"
+               "       lockstep run -H HOST:N,HOST:N [options] [--] PROGRAM [ARGS...]\n"
+               "The program starts at the first word that is not a flag or a flag's value;\n"
+               "everything after it reaches the program unchanged."};
   app.name("lockstep run");
-  app.prefix_command();  // the program may follow the flags without "--"
+  app.allow_extras();  // reported below, in our words
   Parsed parsed;
   CLI::Option* prefix_option = nullptr;
+  CommandLine line;
   try {
     add_flags(app, parsed, prefix_option);
-    std::vector<std::string> reversed(args.rbegin(), args.rend());
-    app.parse(reversed);
+    line = split_command_line(std::vector<std::string>(argv + 1, argv + argc),
+                              [&](std::string_view flag) { return takes_value(app, flag); });
+    app.parse(std::vector<std::string>(line.flags.rbegin(), line.flags.rend()));
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return 0;
@@ -199,25 +211,16 @@ int run_main(int argc, char** argv) {
   } catch (const Error& e) {
     return usage_error(e.what());
   }
-  std::vector<std::string> rest = app.remaining();
-  if (!rest.empty() && (has_separator || rest[0].rfind('-', 0) == 0))
-    return usage_error(fmt::format("unknown flag or argument '{}'", rest[0]));
-  if (!has_separator) program = rest;
+  if (std::vector<std::string> rest = app.remaining(); !rest.empty())
+    return usage_error(fmt::format("unknown flag '{}'", rest[0]));
+  if (line.program.empty())
+    return usage_error("no program to run: write [--] PROGRAM [ARGS...] after the flags");
   try {
-    resolve_hosts(parsed);
+    resolve(parsed);
   } catch (const Error& e) {
     return usage_error(e.what());
   }
-  if (parsed.spec.num_proc < 1)
-    return usage_error(fmt::format("-np must be at least 1 (got {})", parsed.spec.num_proc));
-  if (program.empty()) return usage_error("no program to run: write -- PROGRAM [ARGS...]");
-  try {
-    resolve_elastic(parsed);
-    collect_env(parsed);
-  } catch (const Error& e) {
-    return usage_error(e.what());
-  }
-  parsed.spec.program = std::move(program);
+  parsed.spec.program = std::move(line.program);
   if (prefix_option->count() == 0) parsed.spec.prefix_output = parsed.spec.num_proc > 1;
   if (requested_backend(parsed.spec) == "mpi") {
     if (parsed.spec.elastic.enabled())

@@ -10,9 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/base/error.h"
+
 namespace lockstep::launcher {
 
 inline constexpr int kProgramNotFound = 127;
+inline constexpr int kCannotExecute = 126;  // found, but execve refused it (as POSIX shells)
 
 // argv/envp prepared before fork: the child may only make async-signal-safe
 // calls because the rendezvous thread is already running.
@@ -43,8 +46,27 @@ struct SpawnedWorker {
 // children's pipes. Throws lockstep::Error if signalfd fails.
 int block_supervision_signals();
 
+// The program could not be executed: the message names the path and the
+// errno text; exit_status() is 127 (not found) or 126 (any other reason).
+class ExecFailed : public Error {
+ public:
+  ExecFailed(const std::string& path, int error);
+  int error() const { return error_; }
+  int exit_status() const;
+
+ private:
+  int error_;
+};
+
+// In a forked child before execve: every signal back to its default action
+// and nothing blocked, whatever the launcher inherited or set up.
+// Async-signal-safe.
+void reset_signals_for_exec() noexcept;
+
 // Forks and execs `image` with stdin from `null_fd` and stdout/stderr on new
-// pipes. Throws lockstep::Error naming `rank` when pipes or fork fail.
+// pipes, and returns once the exec has happened. Throws ExecFailed when
+// execve fails (the child is reaped), lockstep::Error naming `rank` when
+// pipes or fork fail.
 SpawnedWorker spawn_worker(const ExecImage& image, int null_fd, int rank);
 
 }  // namespace lockstep::launcher

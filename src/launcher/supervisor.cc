@@ -98,7 +98,7 @@ std::vector<std::string> launcher_environment() {
 std::string self_executable() {
   char path[4096];
   ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) throw Error("lockstep run: cannot read /proc/self/exe to start remote workers");
+  if (n <= 0) throw Error("cannot read /proc/self/exe to start remote workers");
   return std::string(path, static_cast<size_t>(n));
 }
 
@@ -196,8 +196,7 @@ SpawnedWorker Supervisor::spawn_remote(Worker& w) {
   std::vector<std::string> argv = remote_command(spec_.remote_exec, w.where.host, self_executable());
   std::string exec_path = resolve_program(argv[0]);
   if (exec_path.empty())
-    throw Error(fmt::format("lockstep run: cannot find the remote-exec command '{}' (--remote-exec)",
-                            argv[0]));
+    throw Error(fmt::format("cannot find the remote-exec command '{}' (--remote-exec)", argv[0]));
   LaunchBlock block;
   block.host = w.where.host;
   block.rank = w.index;
@@ -208,7 +207,7 @@ SpawnedWorker Supervisor::spawn_remote(Worker& w) {
   block.env = environment_of(w);
   int launch[2];
   if (::pipe2(launch, O_CLOEXEC) != 0)
-    throw Error(fmt::format("lockstep run: cannot create a pipe for rank {}: {}", w.rank,
+    throw Error(fmt::format("cannot create a pipe for rank {}: {}", w.rank,
                             std::strerror(errno)));
   SpawnedWorker child;
   try {
@@ -582,7 +581,7 @@ void Supervisor::run() {
       timeout = ms <= 0 ? 0 : static_cast<int>(ms) + 1;
     }
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR)
-      throw Error(fmt::format("lockstep run: poll failed: {}", std::strerror(errno)));
+      throw Error(fmt::format("poll failed: {}", std::strerror(errno)));
     if (fds[0].revents & POLLIN) on_signal();
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents) read_stream(*polled[i - 1]);
@@ -665,8 +664,13 @@ int supervise(const LaunchSpec& spec) {
   }
   try {
     return supervise_job(spec, path);
-  } catch (const std::exception& e) {
+  } catch (const ExecFailed& e) {
     say("{}", e.what());
+    return e.exit_status();
+  } catch (const std::exception& e) {
+    std::string_view what = e.what();
+    if (what.starts_with("lockstep run: ")) what.remove_prefix(14);  // say() adds it
+    say("{}", what);
     return 1;
   }
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -255,6 +256,98 @@ TEST(LauncherTest, ProgramMayFollowTheFlagsWithoutSeparator) {
   Finished f = run_lockstep({"run", "-np", "2", "/bin/sh", "-c", "echo $LOCKSTEP_RANK"});
   EXPECT_EQ(f.status, 0) << describe(f);
   EXPECT_TRUE(contains(f.out, "[1]: 1\n")) << describe(f);
+}
+
+// Issue 16.1: without "--" the program's own arguments were rewritten
+// (-np became --num-proc) or swallowed by -x.
+TEST(LauncherTest, ProgramArgumentsThatLookLikeLauncherFlagsReachTheProgramUntouched) {
+  Finished f = run_lockstep({"run", "-np", "2", "/bin/echo", "-np", "5", "--verbose", "-x",
+                             "FOO=1", "--", "--timeout", "0", "-np=3"});
+  EXPECT_EQ(f.status, 0) << describe(f);
+  EXPECT_TRUE(contains(f.out, "[0]: -np 5 --verbose -x FOO=1 -- --timeout 0 -np=3\n")) << describe(f);
+  EXPECT_TRUE(contains(f.out, "[1]: -np 5 --verbose -x FOO=1 -- --timeout 0 -np=3\n")) << describe(f);
+  EXPECT_FALSE(contains(f.err, "job ")) << "--verbose reached the launcher\n" << describe(f);
+}
+
+TEST(LauncherTest, EnvFlagTakesOneValueAndNeverSwallowsTheProgram) {
+  Finished f = run_lockstep(
+      {"run", "-np", "2", "-x", "FOO=1", "-x", "BAR=2", "/bin/sh", "-c", "echo $FOO$BAR"});
+  EXPECT_EQ(f.status, 0) << describe(f);
+  EXPECT_TRUE(contains(f.out, "[1]: 12\n")) << describe(f);
+}
+
+// Issue 15.8: every bad value names the flag and what would be accepted.
+TEST(LauncherTest, BadValuesNameTheFlagAndTheValidRange) {
+  struct Case {
+    Args args;
+    std::string expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"run", "-np", "abc", "true"}, "-np 'abc': expected a whole number of at least 1"},
+           {{"run", "-np", "0", "true"}, "-np '0': expected a whole number of at least 1"},
+           {{"run", "-np", "2", "--timeout", "0", "true"},
+            "--timeout '0': expected a number of seconds greater than 0 and at most 604800"},
+           {{"run", "-np", "2", "--timeout", "abc", "true"}, "--timeout 'abc': expected a number"},
+           {{"run", "-np", "2", "--start-timeout", "-3", "true"},
+            "--start-timeout '-3': expected a whole number from 1 to 86400"},
+           {{"run", "-np", "2", "--min-np", "x", "true"}, "--min-np 'x': expected a whole number"},
+           {{"run", "-np", "2", "--discovery-interval", "0", "--min-np", "1", "true"},
+            "--discovery-interval '0'"},
+       }) {
+    Finished f = run_lockstep(c.args);
+    EXPECT_EQ(f.status, 2) << describe(f);
+    EXPECT_TRUE(contains(f.err, "lockstep run: " + c.expected)) << describe(f);
+  }
+}
+
+// Issue 16.3: -np 99999 forked thousands of workers and failed after a minute.
+TEST(LauncherTest, NpBeyondWhatThisHostCanRunFailsBeforeStartingAnyWorker) {
+  Finished f = run_lockstep({"run", "-np", "99999", "/bin/true"});
+  EXPECT_EQ(f.status, 2) << describe(f);
+  EXPECT_TRUE(contains(f.err, "-np 99999: at most ")) << describe(f);
+  EXPECT_EQ(f.err.find("lockstep run: lockstep run:"), std::string::npos) << describe(f);
+  EXPECT_LT(f.seconds, 5.0) << describe(f);
+}
+
+// Issue 15.8: "execve failed for the worker program", naming neither.
+TEST(LauncherTest, ProgramThatCannotBeExecutedIsNamedWithTheReason) {
+  std::string dir = ::testing::TempDir() + "lockstep_noexec_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::string text = dir + "/not-elf";
+  { std::ofstream(text) << "plain text\n"; }
+  std::filesystem::permissions(text, std::filesystem::perms::owner_all);
+  Finished d = run_lockstep({"run", "-np", "2", dir});
+  EXPECT_EQ(d.status, 126) << describe(d);
+  EXPECT_TRUE(contains(d.err, "cannot execute the program '" + dir + "': Permission denied (it is a directory)"))
+      << describe(d);
+  Finished t = run_lockstep({"run", "-np", "2", text});
+  EXPECT_EQ(t.status, 126) << describe(t);
+  EXPECT_TRUE(contains(t.err, "cannot execute the program '" + text + "': Exec format error"))
+      << describe(t);
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 16.2: a launcher started in the background by a script inherits
+// SIGINT ignored; its workers must not, or the forwarded SIGINT does nothing
+// and they are SIGKILLed 2 s later without cleaning up.
+TEST(LauncherTest, WorkersOfALauncherStartedWithSigintIgnoredStillStopOnTheForwardedSigint) {
+  struct sigaction ignore {}, old_int {}, old_quit {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGINT, &ignore, &old_int);
+  ::sigaction(SIGQUIT, &ignore, &old_quit);
+  Launch l = start_lockstep({"run", "--verbose", "-np", "2", "/bin/sh", "-c", "echo ready; exec sleep 60"});
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGQUIT, &old_quit, nullptr);
+  ASSERT_TRUE(wait_for_output(l, "ready", 2)) << l.out << l.err;
+  ASSERT_EQ(::kill(l.pid, SIGINT), 0);
+  Finished f = finish(l);
+  EXPECT_EQ(f.status, 130) << describe(f);
+  size_t by_sigint = 0;
+  for (size_t at = f.err.find("was killed by signal 2 (SIGINT)"); at != std::string::npos;
+       at = f.err.find("was killed by signal 2 (SIGINT)", at + 1))
+    ++by_sigint;
+  EXPECT_EQ(by_sigint, 2u) << describe(f);
+  EXPECT_FALSE(contains(f.err, "killed by signal 9")) << describe(f);
 }
 
 std::string job_id_from(const std::string& out) {

@@ -15,7 +15,8 @@ namespace lockstep::launcher {
 // Returns the exit status the `lockstep` process should exit with: 0 when
 // every worker exited 0; the first failing worker's code (128 + signal if it
 // was killed); 128 + signal when the launcher was interrupted by SIGINT,
-// SIGTERM or SIGHUP; 2 for bad usage; 127 when the program cannot be found.
+// SIGTERM or SIGHUP; 2 for bad usage; 127 when the program cannot be found,
+// 126 when it cannot be executed.
 //
 // Not reentrant: it blocks SIGINT/SIGTERM/SIGHUP/SIGCHLD in the calling
 // thread and reads them through a signalfd, so call it from the main thread
