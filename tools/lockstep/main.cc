@@ -20,6 +20,7 @@ commands:
                                            allgather, reduce_scatter, alltoall, barrier
   bench engine|train|data [options]        engine, training and input-pipeline benchmarks
   convert <format> [options]               write record shards (lockstep convert --help)
+  sweep --space S.json [options] -- CMD    hyper-parameter search (lockstep sweep --help)
   config                                   print every LOCKSTEP_* knob with its value
 
 Run 'lockstep <command> --help' for the options of a command.
