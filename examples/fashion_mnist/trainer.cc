@@ -183,11 +183,14 @@ void Trainer::report_epoch(int64_t epoch, const EpochStats& s, double test_accur
 }
 
 // With a target, one more line ends the metrics file: when it was reached
-// (null fields when it was not).
+// (null fields when it was not). It repeats the last epoch line's "epoch"
+// and "test_accuracy", so readers that follow epochs (lockstep sweep) see a
+// repeated epoch rather than a line without them.
 void Trainer::report_target_line() {
   if (lt::rank() != 0 || o_.metrics.empty() || !evals_.has_target()) return;
   const auto& r = evals_.result();
-  nlohmann::json line = {{"target_accuracy", evals_.target()},
+  nlohmann::json line = {{"epoch", state_.epoch}, {"test_accuracy", last_accuracy_},
+                         {"target_accuracy", evals_.target()},
                          {"target_reached", r.has_value()},
                          {"time_to_target_s", r ? nlohmann::json(r->training_s) : nullptr},
                          {"wall_to_target_s", r ? nlohmann::json(r->wall_s) : nullptr},

@@ -79,6 +79,8 @@ TEST(FashionMnistTarget, StopsAtTheFirstEvaluationAtOrAboveTheTarget) {
   EXPECT_DOUBLE_EQ(epoch_line["epochs_done"].get<double>(), epochs);
   EXPECT_GE(epoch_line["test_accuracy"].get<double>(), 0.7);
   EXPECT_EQ(epoch_line["epoch"].get<int>(), static_cast<int>(std::ceil(epochs)));
+  EXPECT_EQ(last["epoch"], epoch_line["epoch"]);
+  EXPECT_EQ(last["test_accuracy"], epoch_line["test_accuracy"]);
 }
 
 // A target that is not reached trains every epoch, evaluates every quarter,
