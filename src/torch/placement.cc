@@ -8,10 +8,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "torch/cpu_load.h"
 
@@ -96,17 +100,41 @@ std::vector<int> allowed_cpus() {
   return out;
 }
 
+namespace {
+
+// sched_setaffinity(0) binds only the calling thread, and threads inherit
+// the mask only when they start. The engine's background thread (and any
+// timeline writer or OpenMP pool) exists before placement, so each thread
+// of the process is bound by its id. An unbound engine thread wakes on the
+// other worker's core and preempts its computation; binding it cut the
+// held-out program's gap to two independent processes from 12% to 2%
+// (docs/performance.md).
+void bind_other_threads(const cpu_set_t& set) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    const std::string name = entry.path().filename().string();
+    const pid_t tid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
+    // A thread that exited meanwhile is no error.
+    if (tid > 0 && sched_setaffinity(tid, sizeof(set), &set) != 0 && errno != ESRCH)
+      log(LogLevel::kWarning, "could not bind thread {}: {}", tid, std::strerror(errno));
+  }
+}
+
+}  // namespace
+
 void apply_placement(const Placement& p) {
   at::set_num_threads(p.intra_op_threads);
   if (p.cpus.empty()) return;
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int c : p.cpus) CPU_SET(c, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0)
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
     log(LogLevel::kWarning, "could not bind to cpus {}: {}", fmt::join(p.cpus, ","),
         std::strerror(errno));
-  else
-    bound_by_placement = true;
+    return;
+  }
+  bind_other_threads(set);
+  bound_by_placement = true;
 }
 
 Placement place_this_worker(int local_rank, int local_size) {

@@ -1,12 +1,15 @@
 // Single-process tests: sampler, checkpoints, placement. References are
 // computed another way (sets, an uninterrupted run, hand-worked plans).
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <torch/torch.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -353,6 +356,35 @@ TEST(Placement, OverlapPaysAcrossHostsOrWithASpareCore) {
   EXPECT_FALSE(overlap_pays(/*one_host=*/true, 1, 1));
   EXPECT_FALSE(overlap_pays(/*one_host=*/true, 4, 4));
   EXPECT_TRUE(overlap_pays(/*one_host=*/true, 4, 3));
+}
+
+// Regression: apply_placement bound only the calling thread, so the engine's
+// background thread, started earlier, ran on the other workers' cores.
+TEST(Placement, BindsThreadsStartedBeforeIt) {
+  const std::vector<int> allowed = allowed_cpus();
+  ASSERT_FALSE(allowed.empty());
+  std::atomic<pid_t> tid{0};
+  std::atomic<bool> stop{false};
+  std::thread early([&] {
+    tid = static_cast<pid_t>(syscall(SYS_gettid));
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (tid == 0) std::this_thread::yield();
+  Placement p;
+  p.intra_op_threads = ::at::get_num_threads();
+  p.cpus = {allowed.back()};
+  apply_placement(p);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(sched_getaffinity(tid, sizeof(mask), &mask), 0);
+  EXPECT_EQ(CPU_COUNT(&mask), 1);
+  EXPECT_TRUE(CPU_ISSET(allowed.back(), &mask));
+  stop = true;
+  early.join();
+  // Give the rest of the suite its CPUs back.
+  CPU_ZERO(&mask);
+  for (int c : allowed) CPU_SET(c, &mask);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(mask), &mask), 0);
 }
 
 TEST(Placement, AutoBindsOnlyWhenWorkersFit) {

@@ -47,6 +47,9 @@ Placement place_this_worker(int local_rank, int local_size);
 // The placement init() applied (the last place_this_worker); before init(),
 // LibTorch's current thread count and no affinity. Thread-safe.
 Placement placement();
+// Sets the intra-op threads and binds every thread of the process that
+// exists when it runs (the engine's background thread included), not only
+// the caller; threads started later inherit the caller's mask.
 void apply_placement(const Placement& placement);
 
 // CPUs this worker computes on: its affinity set when apply_placement bound
