@@ -1,37 +1,11 @@
 // The main job as a user runs it: the binary, a subprocess, its metrics file.
 #include <gtest/gtest.h>
-#include <fmt/format.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include "examples/example_util.h"
 
 namespace {
 
-namespace fs = std::filesystem;
-
-std::string bin(const std::string& name) {
-  const char* dir = std::getenv("LOCKSTEP_BIN_DIR");
-  return (fs::path(dir ? dir : ".") / name).string();
-}
-
-bool have_dataset() { return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); }
-
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / fmt::format("lockstep-example-{}-{}", getpid(), name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::vector<nlohmann::json> read_metrics(const fs::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
+using namespace lockstep::testing;
 
 // A quick run: 2 epochs over 6000 samples (~190 steps), evaluated on 2000.
 const char* kQuick = "--train-subset 6000 --test-subset 2000 --epochs 2 --batch-size 64";

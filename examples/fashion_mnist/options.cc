@@ -1,0 +1,176 @@
+#include "fashion_mnist/options.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "lockstep/data/idx.h"
+
+namespace lockstep::examples {
+namespace {
+
+// CLI11's Range prints the whole double range ("2.2e-308 to 1.8e308"); these
+// say what is allowed in words. They run on the text before conversion, so a
+// non-number gets its own message here rather than CLI11's conversion code.
+CLI::Validator number_in(double low, double high, bool low_open, std::string what) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(text, &used);
+          if (used != text.size()) throw std::invalid_argument(text);
+        } catch (const std::exception&) {
+          return fmt::format("'{}' is not a number; expected {}", text, what);
+        }
+        const bool low_ok = low_open ? v > low : v >= low;
+        if (!std::isfinite(v) || !low_ok || v > high)
+          return fmt::format("{} is out of range; expected {}", text, what);
+        return {};
+      },
+      "");  // the help text already says what is allowed
+}
+
+CLI::Validator at_least(double low, std::string what) {
+  return number_in(low, std::numeric_limits<double>::max(), false, std::move(what));
+}
+
+// A folder that exists or can be created: a regular file there is refused
+// now, not after the first epoch when the first checkpoint is written.
+const CLI::Validator kDirectoryPath(
+    [](std::string& path) -> std::string {
+      std::error_code ec;
+      auto status = std::filesystem::status(path, ec);
+      if (std::filesystem::exists(status) && !std::filesystem::is_directory(status))
+        return fmt::format("{} exists and is not a directory", path);
+      return {};
+    },
+    "DIR");
+
+const CLI::Validator kDataFolder(
+    [](std::string& path) -> std::string {
+      if (std::filesystem::is_directory(path)) return {};
+      return fmt::format("folder {} does not exist; install the Debian package "
+                         "dataset-fashion-mnist (files in {}) or pass the folder that holds "
+                         "the IDX files or record shards",
+                         path, data::kFashionMnistDir);
+    },
+    "DIR");
+
+}  // namespace
+
+double Options::eval_interval() const {
+  if (eval_every > 0) return eval_every;
+  return target_accuracy > 0 ? 0.25 : 1.0;
+}
+
+void add_recipe_options(CLI::App& app, Options& o) {
+  const char* g = "Recipe";
+  app.add_option("--epochs", o.epochs, "passes over the training set")
+      ->check(at_least(1, "an integer >= 1"))->capture_default_str()->group(g);
+  app.add_option("--batch-size", o.batch_size, "samples per worker per step")
+      ->check(at_least(1, "an integer >= 1"))->capture_default_str()->group(g);
+  app.add_option("--lr", o.lr, "base learning rate (one worker's)")
+      ->check(number_in(0, 10, true, "a learning rate in (0, 10]"))->capture_default_str()
+      ->group(g);
+  app.add_option("--lr-scaling", o.lr_scaling, "lr multiplier by workers: none|linear|sqrt")
+      ->check(CLI::IsMember({"none", "linear", "sqrt"}))->capture_default_str()->group(g);
+  app.add_option("--warmup-epochs", o.warmup_epochs, "ramp from the base to the scaled lr")
+      ->check(at_least(0, "a number of epochs >= 0"))->capture_default_str()->group(g);
+  app.add_option("--schedule", o.schedule, "after warm-up: cosine|constant")
+      ->check(CLI::IsMember({"cosine", "constant"}))->capture_default_str()->group(g);
+  app.add_option("--optimizer", o.optimizer, "sgd|adam")
+      ->check(CLI::IsMember({"sgd", "adam"}))->capture_default_str()->group(g);
+  app.add_option("--seed", o.seed, "model init and shuffling")->capture_default_str()->group(g);
+  app.add_flag("--sync-batch-norm", o.sync_batch_norm, "batch statistics over all workers")
+      ->group(g);
+  app.add_option("--channels1", o.channels1, "width of the first conv")
+      ->check(at_least(1, "an integer >= 1"))->capture_default_str()->group(g);
+  app.add_option("--channels2", o.channels2, "width of the second conv")
+      ->check(at_least(1, "an integer >= 1"))->capture_default_str()->group(g);
+}
+
+void add_evaluation_options(CLI::App& app, Options& o) {
+  const char* g = "Evaluation";
+  app.add_option("--target-accuracy", o.target_accuracy,
+                 "stop at the first evaluation with this test accuracy (a fraction, e.g. 0.9) "
+                 "and print the time it took")
+      ->check(number_in(0, 1, true, "a fraction in (0, 1], e.g. 0.9"))->group(g);
+  app.add_option("--eval-every", o.eval_every,
+                 "evaluate on the test set every this fraction of an epoch (default: 0.25 with "
+                 "--target-accuracy, else 1)")
+      ->check(number_in(0, 1, true, "a fraction of an epoch in (0, 1]"))->group(g);
+}
+
+void add_data_options(CLI::App& app, Options& o) {
+  const char* g = "Data";
+  o.data = data::kFashionMnistDir;
+  app.add_option("--data", o.data,
+                 "folder with the Fashion-MNIST IDX files, or with record shards written by "
+                 "`lockstep convert idx --split train|t10k --out DIR`")
+      ->check(kDataFolder)->capture_default_str()->group(g);
+  app.add_option("--bad-data", o.bad_data,
+                 "a bad record in the shards: fail (name it and stop) or skip (drop it, "
+                 "train on the rest and report how many)")
+      ->check(CLI::IsMember({"fail", "skip"}))->capture_default_str()->group(g);
+  app.add_option("--train-subset", o.train_subset, "use the first N training samples (0: all)")
+      ->check(at_least(0, "an integer >= 0 (0: all)"))->group(g);
+  app.add_option("--test-subset", o.test_subset, "use the first N test samples (0: all)")
+      ->check(at_least(0, "an integer >= 0 (0: all)"))->group(g);
+}
+
+void add_run_options(CLI::App& app, Options& o) {
+  const char* g = "Run";
+  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: none)")
+      ->check(at_least(0, "an integer >= 0 (0: no limit)"))->group(g);
+  app.add_option("--metrics", o.metrics, "append one JSON line per epoch to FILE")->group(g);
+  app.add_option("--timeline", o.timeline, "write a Chrome-trace timeline of the collectives")
+      ->group(g);
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint.pt there each epoch")
+      ->check(kDirectoryPath)->group(g);
+  app.add_flag("--resume", o.resume, "continue from --checkpoint-dir/checkpoint.pt if present")
+      ->group(g);
+  app.add_option("--commit-every", o.commit_every,
+                 "elastic jobs (lockstep run --min-np): steps between in-memory commits; a lost "
+                 "worker costs at most this many steps")
+      ->check(at_least(0, "an integer >= 0 (0: commit at epoch ends only)"))
+      ->capture_default_str()->group(g);
+}
+
+void add_testing_options(CLI::App& app, Options& o) {
+  const char* g = "Testing";
+  app.add_option("--sample-log", o.sample_log,
+                 "append 'epoch index' for every committed sample to FILE.<worker id> (to check "
+                 "that no sample is trained twice across a re-formation)")->group(g);
+  app.add_option("--inject-kill", o.inject_kill,
+                 "WORKER:STEP: the elastic worker with that id (w0, w1...) kills itself with "
+                 "SIGKILL before that step")->group(g);
+}
+
+void add_options(CLI::App& app, Options& o) {
+  add_recipe_options(app, o);
+  add_evaluation_options(app, o);
+  add_data_options(app, o);
+  add_run_options(app, o);
+  add_testing_options(app, o);
+}
+
+int parse_options(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One status for every bad command line, as the launcher uses.
+    fmt::print(stderr, "{}: error: {}\nRun with --help for the flags.\n", app.get_name(),
+               e.what());
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace lockstep::examples

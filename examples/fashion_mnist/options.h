@@ -1,0 +1,64 @@
+// The main job's command line: every flag, its default and its validation.
+//
+// All values are checked while parsing, before any data is loaded or any
+// worker is contacted: a bad value exits with status 2 and a message naming
+// the flag. Flags are added in groups (add_*_options); another feature adds
+// its own group in its own file and calls it from add_options().
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace lockstep::examples {
+
+struct Options {
+  // Recipe
+  int epochs = 4;
+  int64_t batch_size = 64;  // per worker
+  double lr = 2e-3;         // base: one worker's
+  std::string lr_scaling = "sqrt";
+  double warmup_epochs = 0;
+  std::string schedule = "cosine";
+  std::string optimizer = "adam";
+  uint64_t seed = 42;
+  bool sync_batch_norm = false;
+  int64_t channels1 = 16, channels2 = 32;
+  // Evaluation and time to accuracy
+  double target_accuracy = 0;  // 0: train all epochs
+  double eval_every = 0;       // fraction of an epoch; 0: 1/4 with a target, else 1
+  // Data
+  std::string data;
+  std::string bad_data = "fail";
+  int64_t train_subset = 0;
+  int64_t test_subset = 0;
+  // Run control and output
+  int64_t max_steps = 0;
+  std::string metrics;
+  std::string timeline;
+  std::string checkpoint_dir;
+  bool resume = false;
+  int64_t commit_every = 10;  // elastic: steps between in-memory commits
+  // Testing
+  std::string sample_log;   // append "epoch index" per committed sample to FILE.<worker>
+  std::string inject_kill;  // "WORKER:STEP": that worker SIGKILLs itself
+
+  // Evaluations per epoch fraction after defaults are applied.
+  double eval_interval() const;
+};
+
+void add_recipe_options(CLI::App& app, Options& o);
+void add_evaluation_options(CLI::App& app, Options& o);
+void add_data_options(CLI::App& app, Options& o);
+void add_run_options(CLI::App& app, Options& o);
+void add_testing_options(CLI::App& app, Options& o);
+
+// All of the above.
+void add_options(CLI::App& app, Options& o);
+
+// Parses argv; returns the exit status to leave with (0 after --help, 2 with
+// the message printed for any bad flag) or -1 to go on.
+int parse_options(CLI::App& app, int argc, char** argv);
+
+}  // namespace lockstep::examples

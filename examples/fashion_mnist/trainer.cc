@@ -1,0 +1,249 @@
+#include "fashion_mnist/trainer.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/progress.h"
+#include "fashion_mnist/evaluate.h"
+#include "lockstep/engine/elastic.h"
+#include "lockstep/engine/engine.h"
+
+namespace lockstep::examples {
+namespace lt = lockstep::torch;
+namespace {
+
+double lr_scale(const std::string& scaling, int workers) {
+  if (scaling == "linear") return workers;
+  if (scaling == "sqrt") return std::sqrt(static_cast<double>(workers));
+  return 1.0;
+}
+
+std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const Options& o, FashionCnn& model) {
+  if (o.optimizer == "sgd")
+    return std::make_unique<::torch::optim::SGD>(
+        model->parameters(), ::torch::optim::SGDOptions(o.lr).momentum(0.9).nesterov(true));
+  return std::make_unique<::torch::optim::Adam>(model->parameters(), ::torch::optim::AdamOptions(o.lr));
+}
+
+void set_lr(::torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+}  // namespace
+
+Trainer::Trainer(const Options& options, FashionSplit train, FashionSplit test)
+    : o_(options), train_(std::move(train)), test_(std::move(test)),
+      model_(make_model()), optimizer_(make_optimizer(o_, model_)),
+      distributed_(*optimizer_, *model_),
+      sampler_({.dataset_size = train_.size(), .rank = lt::rank(), .size = lt::size(),
+                .seed = o_.seed}),
+      state_(*model_, *optimizer_, &sampler_, &distributed_),
+      elastic_(lockstep::engine::elastic_enabled()),
+      evals_(o_.eval_interval(), o_.target_accuracy) {
+  total_epochs_ = o_.epochs;
+  if (o_.max_steps > 0)
+    total_epochs_ = std::min<double>(
+        o_.epochs, static_cast<double>(o_.max_steps) / sampler_.num_batches(o_.batch_size));
+  // The same starting point everywhere, whatever each rank's init was, is
+  // the first thing run_elastic() does (ElasticState::sync).
+}
+
+FashionCnn Trainer::make_model() const {
+  ::torch::manual_seed(o_.seed + static_cast<uint64_t>(lt::rank()));  // broadcast fixes this
+  FashionCnnOptions options{o_.channels1, o_.channels2, {}};
+  if (o_.sync_batch_norm)
+    options.make_norm = [](int64_t c) { return ::torch::nn::AnyModule(lt::SyncBatchNorm(c)); };
+  return FashionCnn(options);
+}
+
+void Trainer::maybe_resume() {
+  if (!o_.resume || o_.checkpoint_dir.empty()) return;
+  lt::TrainingProgress progress;
+  if (!lt::load_checkpoint(checkpoint_path(), *model_, *optimizer_, progress)) return;
+  sampler_.load(progress.sampler);
+  state_.epoch = progress.epoch;
+  if (sampler_.state().position >= sampler_.num_samples()) {
+    sampler_.set_epoch(progress.epoch + 1);
+    state_.epoch = progress.epoch + 1;
+  }
+  state_.step = progress.step;
+  if (lt::rank() == 0)
+    fmt::print(stderr, "resumed from {} at epoch {} step {}\n", checkpoint_path(),
+               progress.epoch + 1, state_.step);
+}
+
+void Trainer::run() {
+  lt::run_elastic(state_, [this](lt::ElasticState&) { train(); });
+  if (evals_.has_target() && lt::rank() == 0)
+    fmt::print("{}\n", evals_.summary(static_cast<int>(state_.epoch)));
+}
+
+void Trainer::train() {
+  peak_lr_ = o_.lr * lr_scale(o_.lr_scaling, lt::size());  // the world may have changed
+  uncommitted_.clear();
+  for (int64_t epoch = state_.epoch; epoch < o_.epochs && !done(); ++epoch) {
+    if (epoch != sampler_.epoch()) sampler_.set_epoch(epoch);
+    state_.epoch = epoch;
+    EpochStats stats = train_epoch(epoch);
+    // The evaluation that reached the target mid-epoch ends it.
+    if (!reached_) evaluate_now(/*mid_epoch=*/false);
+    report_epoch(epoch, stats, last_accuracy_);
+    state_.epoch = epoch + 1;
+    commit();
+    save(epoch);
+  }
+  report_target_line();
+}
+
+EpochStats Trainer::train_epoch(int64_t epoch) {
+  const int64_t epoch_steps = sampler_.num_batches(o_.batch_size);
+  ProgressBar bar(fmt::format("epoch {}/{}", epoch + 1, o_.epochs), epoch_steps, lt::rank() == 0);
+  EpochStats stats;
+  double loss_sum = 0, correct = 0, seen = 0;
+  const auto start = Clock::now();
+  int64_t done_steps = sampler_.state().position / o_.batch_size;
+  clock_.resume();
+  while (!done()) {
+    maybe_inject_kill();
+    set_lr(*optimizer_, lr_now());
+    auto batch = sampler_.next_batch(o_.batch_size);
+    if (batch.empty()) break;
+    step(batch, loss_sum, correct);
+    ++done_steps;
+    seen += static_cast<double>(batch.size());
+    bar.update(done_steps, loss_sum / seen, correct / seen, seen * lt::size());
+    ++stats.steps;
+    // Mid-epoch evaluations; the one at the epoch's end is the caller's.
+    if (sampler_.state().position < sampler_.num_samples() && evals_.due(epochs_done()) &&
+        evaluate_now(/*mid_epoch=*/true))
+      break;
+  }
+  clock_.pause();
+  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats.loss = seen > 0 ? loss_sum / seen : 0;
+  stats.accuracy = seen > 0 ? correct / seen : 0;
+  stats.samples_per_s = stats.seconds > 0 ? seen * lt::size() / stats.seconds : 0;
+  return stats;
+}
+
+void Trainer::step(const std::vector<int64_t>& batch, double& loss_sum, double& correct) {
+  auto index = ::torch::tensor(batch, ::torch::kInt64);
+  auto x = train_.images.index_select(0, index);
+  auto y = train_.labels.index_select(0, index);
+  distributed_.zero_grad();
+  auto logits = model_->forward(x);
+  auto loss = ::torch::nn::functional::cross_entropy(logits, y);
+  loss.backward();
+  distributed_.step();
+  ++state_.step;
+  if (!o_.sample_log.empty()) uncommitted_.insert(uncommitted_.end(), batch.begin(), batch.end());
+  if (o_.commit_every > 0 && state_.step % o_.commit_every == 0) commit();
+  const auto n = static_cast<double>(batch.size());
+  loss_sum += loss.item<double>() * n;
+  correct += logits.argmax(1).eq(y).sum().item<double>();
+}
+
+bool Trainer::evaluate_now(bool mid_epoch) {
+  clock_.pause();
+  const double epochs = epochs_done();
+  last_accuracy_ = evaluate(*model_, [this](const ::torch::Tensor& x) {
+    return model_->forward(x);
+  }, test_);
+  const bool reached = evals_.record(epochs, last_accuracy_, clock_);
+  if (lt::rank() == 0 && mid_epoch)
+    fmt::print(stderr, "  {:.2f} epochs: test acc {:.2f}% | {:.1f} s training\n", epochs,
+               100 * last_accuracy_, clock_.seconds());
+  reached_ = reached_ || reached;
+  clock_.resume();
+  return reached;
+}
+
+void Trainer::report_epoch(int64_t epoch, const EpochStats& s, double test_accuracy) {
+  if (lt::rank() != 0) return;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - process_start()).count();
+  fmt::print(stderr,
+             "epoch {}/{}: train loss {:.4f} acc {:.2f}% | test acc {:.2f}% | {:.0f} samples/s "
+             "| {:.1f} s\n",
+             epoch + 1, o_.epochs, s.loss, 100 * s.accuracy, 100 * test_accuracy, s.samples_per_s,
+             elapsed);
+  if (o_.metrics.empty()) return;
+  nlohmann::json line = {{"epoch", epoch + 1}, {"step", state_.step},
+                         {"epochs_done", epochs_done()}, {"train_loss", s.loss},
+                         {"train_accuracy", s.accuracy}, {"test_accuracy", test_accuracy},
+                         {"samples_per_s", s.samples_per_s}, {"epoch_seconds", s.seconds},
+                         {"train_s", clock_.seconds()}, {"elapsed_s", elapsed},
+                         {"workers", lt::size()}, {"batch_size", o_.batch_size},
+                         {"lr", peak_lr_}, {"reformations", state_.reformations()}};
+  std::ofstream(o_.metrics, std::ios::app) << line.dump() << "\n";
+}
+
+// With a target, one more line ends the metrics file: when it was reached
+// (null fields when it was not). It repeats the last epoch line's "epoch"
+// and "test_accuracy", so readers that follow epochs (lockstep sweep) see a
+// repeated epoch rather than a line without them.
+void Trainer::report_target_line() {
+  if (lt::rank() != 0 || o_.metrics.empty() || !evals_.has_target()) return;
+  const auto& r = evals_.result();
+  nlohmann::json line = {{"epoch", state_.epoch}, {"test_accuracy", last_accuracy_},
+                         {"target_accuracy", evals_.target()},
+                         {"target_reached", r.has_value()},
+                         {"time_to_target_s", r ? nlohmann::json(r->training_s) : nullptr},
+                         {"wall_to_target_s", r ? nlohmann::json(r->wall_s) : nullptr},
+                         {"epochs_to_target", r ? nlohmann::json(r->epochs) : nullptr},
+                         {"best_test_accuracy", evals_.best_accuracy()},
+                         {"workers", lt::size()}, {"seed", o_.seed}};
+  std::ofstream(o_.metrics, std::ios::app) << line.dump() << "\n";
+}
+
+// Elastic jobs only: a snapshot in memory, and the sample log of what it
+// made permanent (batches after the last commit are redone after a loss).
+void Trainer::commit() {
+  if (!elastic_) return;
+  if (!o_.sample_log.empty() && !uncommitted_.empty()) {
+    std::ofstream log(fmt::format("{}.{}", o_.sample_log, lockstep::engine::worker_id()),
+                      std::ios::app);
+    for (auto index : uncommitted_) log << sampler_.epoch() << " " << index << "\n";
+  }
+  uncommitted_.clear();
+  state_.commit();
+}
+
+void Trainer::save(int64_t epoch) {
+  if (o_.checkpoint_dir.empty()) return;
+  std::filesystem::create_directories(o_.checkpoint_dir);
+  lt::save_checkpoint(checkpoint_path(), *model_, *optimizer_,
+                      {.epoch = epoch, .step = state_.step, .sampler = sampler_.save(), .user = {}});
+}
+
+void Trainer::maybe_inject_kill() const {
+  if (o_.inject_kill.empty() || !elastic_) return;
+  if (o_.inject_kill == fmt::format("{}:{}", lockstep::engine::worker_id(), state_.step))
+    ::raise(SIGKILL);
+}
+
+// Warm-up from the base lr to the scaled one (Goyal et al.), then cosine or
+// constant. Positions are in epochs (fractional), not steps, so the schedule
+// stays the same when an elastic job changes its number of workers.
+double Trainer::lr_now() const {
+  const double t = epochs_done();
+  if (t < o_.warmup_epochs) return o_.lr + (peak_lr_ - o_.lr) * std::min(1.0, t / o_.warmup_epochs);
+  if (o_.schedule == "constant" || total_epochs_ <= o_.warmup_epochs) return peak_lr_;
+  const double progress = (t - o_.warmup_epochs) / (total_epochs_ - o_.warmup_epochs);
+  return peak_lr_ * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress)));
+}
+
+double Trainer::epochs_done() const {
+  return static_cast<double>(sampler_.epoch()) +
+         static_cast<double>(sampler_.global_position()) / static_cast<double>(train_.size());
+}
+
+bool Trainer::done() const {
+  return reached_ || (o_.max_steps > 0 && state_.step >= o_.max_steps);
+}
+
+}  // namespace lockstep::examples

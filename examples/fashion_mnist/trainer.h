@@ -1,0 +1,74 @@
+// The main job's training loop: data-parallel FashionCnn with
+// DistributedOptimizer, evaluation every --eval-every of an epoch, the
+// time-to-target clock, checkpoints and elastic commits.
+//
+// One Trainer per process, used from one thread. It owns the model, the
+// optimizer and the sampler; the data splits are moved in.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "common/fashion_cnn.h"
+#include "common/fashion_data.h"
+#include "fashion_mnist/options.h"
+#include "fashion_mnist/target.h"
+#include "lockstep/torch/torch.h"
+
+namespace lockstep::examples {
+
+struct EpochStats {
+  double loss = 0, accuracy = 0, samples_per_s = 0, seconds = 0;
+  int64_t steps = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Options& options, FashionSplit train, FashionSplit test);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Continues from --checkpoint-dir when --resume is given and one exists.
+  void maybe_resume();
+  // Trains to the end (all epochs, --max-steps or the target). In an elastic
+  // job (lockstep run --min-np) this survives lost and added workers.
+  void run();
+  const EvalSchedule& evals() const { return evals_; }
+
+ private:
+  FashionCnn make_model() const;
+  void train();
+  EpochStats train_epoch(int64_t epoch);
+  void step(const std::vector<int64_t>& batch, double& loss_sum, double& correct);
+  // Evaluates now (the training clock stops meanwhile); true when the
+  // target was reached.
+  bool evaluate_now(bool mid_epoch);
+  void report_epoch(int64_t epoch, const EpochStats& stats, double test_accuracy);
+  void report_target_line();
+  void commit();
+  void save(int64_t epoch);
+  void maybe_inject_kill() const;
+  double lr_now() const;
+  double epochs_done() const;
+  bool done() const;
+  std::string checkpoint_path() const { return o_.checkpoint_dir + "/checkpoint.pt"; }
+
+  const Options& o_;
+  FashionSplit train_, test_;
+  FashionCnn model_;
+  std::unique_ptr<::torch::optim::Optimizer> optimizer_;
+  lockstep::torch::DistributedOptimizer distributed_;
+  lockstep::torch::DistributedSampler sampler_;
+  lockstep::torch::ElasticState state_;
+  const bool elastic_;
+  double total_epochs_ = 0, peak_lr_ = 0;
+  std::vector<int64_t> uncommitted_;
+  TrainingClock clock_;
+  EvalSchedule evals_;
+  double last_accuracy_ = 0;
+  bool reached_ = false;  // the target; training stops
+};
+
+}  // namespace lockstep::examples

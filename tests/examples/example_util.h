@@ -1,0 +1,53 @@
+// Running the example binaries as a user does: subprocesses from
+// ${LOCKSTEP_BIN_DIR}, a scratch folder, their metrics files and stderr.
+#pragma once
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace lockstep::testing {
+
+namespace fs = std::filesystem;
+
+inline std::string bin(const std::string& name) {
+  const char* dir = std::getenv("LOCKSTEP_BIN_DIR");
+  return (fs::path(dir ? dir : ".") / name).string();
+}
+
+inline bool have_dataset() {
+  return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+}
+
+inline fs::path scratch(const std::string& name) {
+  auto dir = fs::temp_directory_path() / fmt::format("lockstep-example-{}-{}", getpid(), name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+inline std::vector<nlohmann::json> read_metrics(const fs::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+inline std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// std::system's status as the program's exit code (-1 when it did not exit).
+inline int exit_code(const std::string& cmd) {
+  int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace lockstep::testing
