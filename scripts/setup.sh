@@ -17,7 +17,10 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler libjpeg62-turbo-dev libpng-dev zlib1g-dev
   dataset-fashion-mnist
   iproute2 clang libclang-rt-14-dev
+  chromium  # lockstep report --png/--check and its test (headless)
 )
+# npm installs the report's charting library; a Node.js already on PATH is kept.
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -45,6 +48,15 @@ blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
 if [[ -n "$blas" && "$blas" != *openblas* ]]; then
   echo "setup: libblas.so.3 resolves to $blas, not OpenBLAS; LibTorch will be slow." >&2
   echo "setup: fix with: update-alternatives --config libblas.so.3-x86_64-linux-gnu" >&2
+fi
+
+# The charting library `lockstep report` inlines into its pages, at the
+# versions pinned in tools/report/web/package-lock.json (license kept in
+# node_modules/echarts and copied into every page).
+if [[ ! -f tools/report/web/node_modules/echarts/dist/echarts.min.js ]] ||
+   [[ tools/report/web/package-lock.json -nt tools/report/web/node_modules/.package-lock.json ]]; then
+  echo "setup: npm ci in tools/report/web (Apache ECharts for lockstep report)"
+  npm ci --prefix tools/report/web --no-audit --no-fund --loglevel=error
 fi
 
 [[ "${1:-}" == "--deps-only" ]] && exit 0

@@ -12,6 +12,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
+
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/comm/communicator.h"
@@ -39,6 +42,7 @@ struct Options {
   int max_iters = 20000;
   bool check = false;
   bool json = false;
+  std::string run_dir;  // rank 0 writes run.json and bench.jsonl there
 };
 
 // nccl-tests' factors: the fraction of the message each rank's link carries.
@@ -138,6 +142,14 @@ std::string human_bytes(size_t b) {
   return fmt::format("{}B", b);
 }
 
+// --run-dir: what `lockstep report` reads (docs/report.md).
+void write_run_json(const Options& o, std::string_view backend, int np) {
+  std::filesystem::create_directories(o.run_dir);
+  nlohmann::json run = {{"kind", "bench"}, {"op", o.collective}, {"backend", std::string(backend)}, {"np", np},
+                        {"dtype", o.dtype}, {"sizes", o.sizes}};
+  std::ofstream(o.run_dir + "/run.json") << run.dump(2) << "\n";
+}
+
 int run_bench(const Options& o) {
   auto dtype = comm::parse_dtype(o.dtype);
   auto op = comm::parse_reduce_op(o.op);
@@ -150,6 +162,7 @@ int run_bench(const Options& o) {
     fmt::print("# lockstep bench {}: backend={} np={} dtype={}\n{:>10} {:>12} {:>12} {:>12} {:>12}{}\n",
                o.collective, comm->backend_name(), comm->size(), o.dtype, "size", "median(us)",
                "p99(us)", "algbw(GB/s)", "busbw(GB/s)", o.check ? "  check" : "");
+  if (lead && !o.run_dir.empty()) write_run_json(o, comm->backend_name(), comm->size());
   bool all_ok = true;
   for (size_t bytes : size_list(o, r.es)) {
     bool ok = !o.check || check_once(r, bytes);
@@ -160,12 +173,13 @@ int run_bench(const Options& o) {
     double algbw = o.collective == "barrier" ? 0 : bytes / (s.median_us * 1e3);
     double busbw = algbw * bus_factor(o.collective, comm->size());
     if (!lead) continue;
+    nlohmann::json j = {{"op", o.collective}, {"backend", comm->backend_name()},
+                        {"np", comm->size()}, {"dtype", o.dtype}, {"bytes", bytes},
+                        {"median_us", s.median_us}, {"p99_us", s.p99_us},
+                        {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
+    if (o.check) j["check"] = bad == 0;
+    if (!o.run_dir.empty()) std::ofstream(o.run_dir + "/bench.jsonl", std::ios::app) << j.dump() << "\n";
     if (o.json) {
-      nlohmann::json j = {{"op", o.collective}, {"backend", comm->backend_name()},
-                          {"np", comm->size()}, {"dtype", o.dtype}, {"bytes", bytes},
-                          {"median_us", s.median_us}, {"p99_us", s.p99_us},
-                          {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
-      if (o.check) j["check"] = bad == 0;
       fmt::print("{}\n", j.dump());
     } else {
       fmt::print("{:>10} {:>12.2f} {:>12.2f} {:>12.3f} {:>12.3f}{}\n", human_bytes(bytes),
@@ -201,6 +215,8 @@ int bench_collective_main(int argc, char** argv) {
   app.add_option("--max-iters", o.max_iters, "iteration cap per size")->capture_default_str();
   app.add_flag("--check", o.check, "verify results (allreduce f32) before timing");
   app.add_flag("--json", o.json, "one JSON object per size (rank 0)");
+  app.add_option("--run-dir", o.run_dir,
+                 "rank 0 also writes run.json and appends bench.jsonl there for `lockstep report`");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,93 @@
+// `lockstep report` on checked-in fixture runs (a 2-worker main-job run with
+// its timeline, an ASHA sweep, large-batch cells, the GD lab, bench lines),
+// opened in headless Chromium: every chart must have drawn, the page must
+// log no error, and a screenshot and per-chart PNGs must come out. Needs the
+// Debian `chromium` and the npm-installed charting library (scripts/setup.sh).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string bin(const std::string& name) {
+  const char* dir = std::getenv("LOCKSTEP_BIN_DIR");
+  return (fs::path(dir ? dir : ".") / name).string();
+}
+
+const fs::path kFixtures = LOCKSTEP_REPORT_FIXTURES;
+const fs::path kArtifacts = LOCKSTEP_REPORT_ARTIFACTS;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool is_png(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, 8);
+  return std::string(magic + 1, 3) == "PNG" && fs::file_size(p) > 2000;
+}
+
+int report(const std::string& args, const fs::path& log) {
+  const auto cmd = fmt::format("'{}' report {} > '{}' 2>&1", bin("lockstep"), args, log.string());
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+TEST(Report, EveryChartDrawsInChromiumWithoutErrors) {
+  fs::remove_all(kArtifacts);
+  fs::create_directories(kArtifacts);
+  const auto html = kArtifacts / "report.html";
+  const auto f = kFixtures;
+  const std::string inputs = fmt::format("'{}' '{}' '{}' '{}' '{}'", (f / "train").string(),
+                                         (f / "sweep").string(), (f / "large_batch").string(),
+                                         (f / "lab_gd").string(), (f / "bench_allreduce.jsonl").string());
+  const auto log = kArtifacts / "report.log";
+  ASSERT_EQ(report(fmt::format("{} -o '{}' --check --screenshot '{}' --png '{}'", inputs, html.string(),
+                               (kArtifacts / "report.png").string(), (kArtifacts / "png").string()),
+                   log), 0) << slurp(log);
+  const std::string out = slurp(log);
+  // One chart of each kind the fixtures call for, each with content.
+  for (const char* chart : {"train-loss", "test-accuracy", "throughput", "comm-share",
+                            "top-collectives-0", "sweep-lr", "sweep-curves-0", "large-batch-0",
+                            "lab-gd-path-0", "lab-gd-loss-time-0", "bench-busbw"}) {
+    EXPECT_NE(out.find(fmt::format("  {} ", chart)), std::string::npos) << chart << "\n" << out;
+    EXPECT_TRUE(is_png(kArtifacts / "png" / (std::string(chart) + ".png"))) << chart;
+  }
+  EXPECT_NE(out.find("0 empty, 0 page error(s)"), std::string::npos) << out;
+  EXPECT_TRUE(is_png(kArtifacts / "report.png"));
+  // Self-contained: the library is inline and nothing is fetched.
+  const std::string page = slurp(html);
+  EXPECT_EQ(page.find("<script src"), std::string::npos);
+  EXPECT_EQ(page.find("http://cdn"), std::string::npos);
+  EXPECT_NE(page.find("Apache License"), std::string::npos) << "the library's license is kept";
+  fmt::print("screenshot: {}\n", (kArtifacts / "report.png").string());
+}
+
+// The check can fail: a run without test accuracy leaves that chart empty.
+TEST(Report, CheckFailsOnAnEmptyChart) {
+  fs::create_directories(kArtifacts);
+  const auto log = kArtifacts / "empty.log";
+  EXPECT_EQ(report(fmt::format("'{}' -o '{}' --check", (kFixtures / "no_accuracy").string(),
+                               (kArtifacts / "empty.html").string()), log), 1) << slurp(log);
+  EXPECT_NE(slurp(log).find("test-accuracy"), std::string::npos);
+  EXPECT_NE(slurp(log).find("EMPTY"), std::string::npos);
+}
+
+TEST(Report, NamesAnInputItCannotRead) {
+  fs::create_directories(kArtifacts);
+  const auto log = kArtifacts / "bad.log";
+  EXPECT_EQ(report(fmt::format("'{}' -o '{}'", kFixtures.string(), (kArtifacts / "bad.html").string()),
+                   log), 2);
+  EXPECT_NE(slurp(log).find("not a run directory"), std::string::npos) << slurp(log);
+}
+
+}  // namespace
