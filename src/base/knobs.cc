@@ -38,6 +38,10 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_INTRA_OP_THREADS", "0",
          "LibTorch intra-op threads per worker; 0 = cores / workers on this host (a process no "
          "launcher placed: the CPUs other processes leave idle)"},
+    Knob{"LOCKSTEP_PROFILE", "",
+         "rank 0 records a step profile for `lockstep plan` into this file (docs/plan.md)"},
+    Knob{"LOCKSTEP_PROFILE_WARMUP", "5", "profile: steps skipped before recording"},
+    Knob{"LOCKSTEP_PROFILE_STEPS", "20", "profile: steps recorded, then the file is written"},
     // --- comm
     Knob{"LOCKSTEP_BACKEND", "auto", "auto|shm|mpi|gloo: transport between workers"},
     Knob{"LOCKSTEP_TIMEOUT", "300",

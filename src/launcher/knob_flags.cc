@@ -30,6 +30,7 @@ const std::vector<KnobFlag>& knob_flags() {
         {"--log-level", "LOCKSTEP_LOG_LEVEL", "error|warning|info|debug", "LEVEL", false},
         {"--network-interface", "LOCKSTEP_NETWORK_INTERFACE", "", "IFACE", false},
         {"--hierarchical", "LOCKSTEP_HIERARCHICAL", "auto|0|1", "MODE", false},
+        {"--profile", "LOCKSTEP_PROFILE", "", "FILE", false},
     };
     for (const auto& f : table)
       if (!find_knob(f.knob))

@@ -13,6 +13,7 @@
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
 #include "lockstep/torch/placement.h"
+#include "torch/step_profiler.h"
 
 namespace lockstep::torch {
 
@@ -25,6 +26,7 @@ struct DistributedOptimizer::Slot {
   bool submitted = false;
   TensorHandle handle;
   ::torch::Tensor wire;    // compressed copy on the wire (compression only)
+  int profile_id = -1;     // LOCKSTEP_PROFILE's index of this gradient
 };
 
 namespace {
@@ -43,6 +45,15 @@ class GradientReadyHook : public ::torch::autograd::FunctionPostHook {
  private:
   std::function<void()> ready_;
 };
+
+const char* profile_dtype(::torch::ScalarType t) {
+  switch (t) {
+    case ::torch::kFloat16: return "f16";
+    case ::torch::kBFloat16: return "bf16";
+    case ::torch::kFloat64: return "f64";
+    default: return "f32";
+  }
+}
 
 ::torch::ScalarType wire_dtype(Compression c) {
   return c == Compression::kFp16 ? ::torch::kFloat16 : ::torch::kBFloat16;
@@ -96,6 +107,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                                            DistributedOptimizerOptions options)
     : optimizer_(optimizer), options_(std::move(options)), overlap_(decide_overlap(options_.overlap)) {
   validate(options_);
+  detail::init_step_profiler();
   for (auto& [name, param] : named)
     if (param.requires_grad()) add_slot(name, param);
 }
@@ -105,6 +117,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                                            DistributedOptimizerOptions options)
     : optimizer_(optimizer), options_(std::move(options)), overlap_(decide_overlap(options_.overlap)) {
   validate(options_);
+  detail::init_step_profiler();
   for (const auto& item : module.named_parameters())
     if (item.value().requires_grad()) add_slot(item.key(), item.value());
 }
@@ -124,6 +137,7 @@ void wait_ignoring_errors(TensorHandle& handle) noexcept {
 }  // namespace
 
 DistributedOptimizer::~DistributedOptimizer() {
+  detail::profile_detach(this);
   for (auto& slot : slots_)
     if (slot->accumulator) slot->accumulator->del_post_hook(slot->hook_key);
   // Never leave an operation reading a gradient that may be freed.
@@ -151,6 +165,8 @@ void DistributedOptimizer::add_slot(std::string name, const ::torch::Tensor& par
   if (!slot->accumulator)
     throw InvalidArgument(fmt::format(
         "DistributedOptimizer: parameter {} is not a leaf tensor requiring grad", name));
+  slot->profile_id = detail::profile_add_gradient(
+      this, slot->name, param.numel() * param.element_size(), profile_dtype(param.scalar_type()));
   Slot* raw = slot.get();
   slot->hook_key = slot->accumulator->add_post_hook(
       std::make_unique<GradientReadyHook>([this, raw] { on_gradient_ready(*raw); }));
@@ -158,6 +174,7 @@ void DistributedOptimizer::add_slot(std::string name, const ::torch::Tensor& par
 }
 
 void DistributedOptimizer::on_gradient_ready(Slot& slot) {
+  detail::profile_gradient_ready(this, slot.profile_id);
   synchronized_ = false;
   if (slot.submitted) {
     throw InvalidArgument(fmt::format(
@@ -222,6 +239,7 @@ void DistributedOptimizer::finish(Slot& slot) {
 }
 
 void DistributedOptimizer::synchronize() {
+  detail::profile_sync_begin(this);
   if (size() > 1) {
     std::vector<Slot*> pending;
     for (auto& slot : slots_)
@@ -236,15 +254,18 @@ void DistributedOptimizer::synchronize() {
     for (auto& slot : slots_) slot->passes = 0;
   }
   synchronized_ = true;
+  detail::profile_sync_end(this);
 }
 
 void DistributedOptimizer::step() {
   if (!synchronized_) synchronize();
   optimizer_.step();
   synchronized_ = false;
+  detail::profile_step_end(this);
 }
 
 void DistributedOptimizer::zero_grad() {
+  detail::profile_zero_grad(this);
   optimizer_.zero_grad();
   synchronized_ = false;
 }

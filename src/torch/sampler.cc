@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "lockstep/base/error.h"
+#include "lockstep/torch/profile.h"
 
 namespace lockstep::torch {
 namespace {
@@ -102,6 +103,7 @@ std::vector<int64_t> DistributedSampler::next_batch(int64_t batch_size) {
   int64_t begin = std::min(state_.position, num_samples_);
   int64_t end = std::min(begin + batch_size, num_samples_);
   state_.position = end;
+  profile_samples(end - begin);  // LOCKSTEP_PROFILE's samples per step
   return {indices_.begin() + begin, indices_.begin() + end};
 }
 

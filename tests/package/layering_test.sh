@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fails when a layer includes a layer above it (docs/architecture.md):
 #   base < rendezvous < comm < engine < torch;  optim, data stand on base
-#   (and LibTorch); launcher on base + rendezvous; tools/examples on top.
+#   (and LibTorch); launcher on base + rendezvous; plan (the planner's
+#   model) on base alone; tools/examples on top.
 set -u
 root=$1
 status=0
@@ -24,6 +25,7 @@ check() {  # check <layer> <forbidden lockstep layers...> [-- notorch]
   fi
 }
 check base rendezvous comm engine launcher torch optim data notorch
+check plan rendezvous comm engine launcher torch optim data notorch
 check rendezvous comm engine launcher torch optim data notorch
 check comm engine launcher torch optim data notorch
 check engine launcher torch optim data notorch

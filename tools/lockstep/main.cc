@@ -19,6 +19,10 @@ commands:
   bench <collective> [options]             collective benchmark: allreduce, broadcast,
                                            allgather, reduce_scatter, alltoall, barrier
   bench engine|train|data [options]        engine, training and input-pipeline benchmarks
+  bench fit --backend shm|gloo|mpi --out F fit the planner's network model (docs/plan.md)
+  profile [options] -- PROGRAM ARGS...     record a step profile of a training program
+  plan --profile P --network N [options]   predict step time and scaling from 1 to 1024 nodes
+  plan validate [options] -- PROGRAM ...   measure here and compare with the prediction
   convert <format> [options]               write record shards (lockstep convert --help)
   sweep --space S.json [options] -- CMD    hyper-parameter search (lockstep sweep --help)
   config                                   print every LOCKSTEP_* knob with its value

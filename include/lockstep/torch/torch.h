@@ -8,5 +8,6 @@
 #include "lockstep/torch/metrics.h"
 #include "lockstep/torch/objects.h"
 #include "lockstep/torch/placement.h"
+#include "lockstep/torch/profile.h"
 #include "lockstep/torch/sampler.h"
 #include "lockstep/torch/sync_batch_norm.h"

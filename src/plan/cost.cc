@@ -1,0 +1,119 @@
+#include "lockstep/plan/cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "lockstep/base/error.h"
+
+namespace lockstep::plan {
+namespace {
+
+double ceil_div(double a, double b) { return std::max(1.0, std::ceil(a / b)); }
+
+// Open MPI's fixed rule: recursive doubling below this many bytes.
+constexpr double kMpiIntermediateBytes = 10000;
+
+}  // namespace
+
+Coefficients shm_one_step(int n, double bytes) {
+  return {1, bytes, (n - 1) * bytes};
+}
+
+Coefficients shm_two_step(int n, double bytes, double slot_bytes) {
+  return {2 * ceil_div(bytes, slot_bytes), (2.0 * n - 1) / n * bytes, double(n - 1) / n * bytes};
+}
+
+Coefficients shm_reduce_scatter(int n, double bytes, double slot_bytes) {
+  // Rounds of slot/n per block (shm_collectives.cc: sub = slot / n).
+  return {ceil_div(bytes / n, slot_bytes / n), double(n - 1) / n * bytes,
+          double(n - 1) / n * bytes};
+}
+
+Coefficients shm_allgather(int n, double bytes, double slot_bytes) {
+  // Stage the own block, copy it and every peer's block out.
+  return {ceil_div(bytes / n, slot_bytes), double(n + 1) / n * bytes, 0};
+}
+
+Coefficients ring(int n, double bytes) {
+  if (n <= 1) return {};
+  return {2.0 * (n - 1), 2.0 * (n - 1) / n * bytes, double(n - 1) / n * bytes};
+}
+
+Coefficients recursive_doubling(int n, double bytes) {
+  if (n <= 1) return {};
+  double rounds = std::ceil(std::log2(double(n)));
+  return {rounds, rounds * bytes, rounds * bytes};
+}
+
+Cost apply(const Coefficients& k, const AlphaBeta& ab, double gamma) {
+  return {k.steps * ab.alpha_s, k.bytes * ab.beta_s_per_byte, k.reduced * gamma};
+}
+
+std::string algorithm_for(const NetworkModel& model, std::string_view transport, int n,
+                          double bytes) {
+  if (transport == "shm") return bytes <= double(model.shm_small_bytes) ? "one_step" : "two_step";
+  if (transport == "mpi") return bytes < kMpiIntermediateBytes ? "recursive_doubling" : "ring";
+  if (transport == "gloo" || transport == "nccl") return "ring";
+  throw InvalidArgument(fmt::format("unknown transport '{}' (shm gloo mpi nccl)", transport));
+}
+
+Coefficients coefficients(const NetworkModel& model, std::string_view transport,
+                          std::string_view algorithm, int n, double bytes) {
+  if (n <= 1) return {};
+  if (algorithm == "one_step") return shm_one_step(n, bytes);
+  if (algorithm == "two_step") return shm_two_step(n, bytes, double(model.shm_slot_bytes));
+  if (algorithm == "ring") return ring(n, bytes);
+  if (algorithm == "recursive_doubling") return recursive_doubling(n, bytes);
+  throw InvalidArgument(fmt::format("unknown algorithm '{}' for transport {}", algorithm, transport));
+}
+
+std::string Topology::backend() const {
+  if (ranks() <= 1) return "none";
+  if (nodes == 1) return "shm";
+  bool hier = hierarchical == "1" || (hierarchical == "auto" && ranks_per_node > 1);
+  return hier ? "hierarchical-" + cross : cross;
+}
+
+namespace {
+
+double gamma_of(const NetworkModel& m) { return m.host ? m.host->gamma_s_per_byte : 0; }
+
+AllreduceCost flat(const NetworkModel& m, std::string_view transport, int n, double bytes,
+                   double beta_scale = 1) {
+  std::string algo = algorithm_for(m, transport, n, bytes);
+  AlphaBeta ab = m.cost(transport, algo);
+  ab.beta_s_per_byte *= beta_scale;
+  return {apply(coefficients(m, transport, algo, n, bytes), ab, gamma_of(m)),
+          fmt::format("{} {}({})", transport, algo, n)};
+}
+
+}  // namespace
+
+AllreduceCost allreduce_cost(const NetworkModel& m, const Topology& t, double bytes,
+                             int elem_bytes) {
+  const std::string backend = t.backend();
+  if (backend == "none" || bytes <= 0) return {{}, "none"};
+  if (backend == "shm") return flat(m, m.has("shm") ? "shm" : t.cross, t.ranks(), bytes);
+  if (backend == t.cross) return flat(m, t.cross, t.ranks(), bytes);
+  // Hierarchical (hierarchical_backend.cc): allreduces smaller than the
+  // number of local ranks, in elements, take the flat path.
+  const int local = t.ranks_per_node;
+  const double count = std::ceil(bytes / elem_bytes);
+  if (count < local) return flat(m, t.cross, t.ranks(), bytes);
+  const double block = std::ceil(count / local) * elem_bytes;
+  const double padded = block * local;
+  Cost c;
+  if (local > 1) {
+    const AlphaBeta& shm = m.cost("shm", "two_step");
+    c += apply(shm_reduce_scatter(local, padded, double(m.shm_slot_bytes)), shm, gamma_of(m));
+    c += apply(shm_allgather(local, padded, double(m.shm_slot_bytes)), shm, 0);
+  }
+  // All local ranks run their cross-host allreduce at once through one NIC.
+  AllreduceCost across = flat(m, t.cross, t.nodes, block, m.nic_shared ? local : 1);
+  c += across.cost;
+  return {c, fmt::format("hierarchical: shm({}) + {} + shm({})", local, across.algorithm, local)};
+}
+
+}  // namespace lockstep::plan

@@ -1,0 +1,174 @@
+#include "lockstep/plan/network.h"
+
+#include <filesystem>
+
+#include "plan/json_fields.h"
+
+namespace lockstep::plan {
+
+using detail::Fields;
+using nlohmann::json;
+
+bool NetworkModel::has(std::string_view transport) const {
+  return transports.count(std::string(transport)) > 0;
+}
+
+const AlphaBeta& NetworkModel::cost(std::string_view transport, std::string_view algorithm) const {
+  auto t = transports.find(std::string(transport));
+  if (t == transports.end())
+    throw InvalidArgument(fmt::format(
+        "network '{}' has no {} costs: fit them with `lockstep bench fit --backend {}` or add a "
+        "preset (--network NAME) that has them", name, transport, transport));
+  auto a = t->second.find(std::string(algorithm));
+  if (a == t->second.end())
+    throw InvalidArgument(fmt::format(
+        "network '{}' has no cost for {} {} (its fit saw no message sizes that use it; widen "
+        "`lockstep bench fit --sizes`)", name, transport, algorithm));
+  return a->second.cost;
+}
+
+HostModel default_host() {
+  // This class of machine (docs/plan.md): ~10 GB/s memcpy, ~5 GB/s for an
+  // f32 sum of two streams, ~20 us to wake the engine's thread per cycle.
+  return {.gamma_s_per_byte = 2e-10, .copy_s_per_byte = 1e-10, .cycle_overhead_s = 20e-6};
+}
+
+NetworkModel merge(NetworkModel base, const NetworkModel& overlay) {
+  if (base.name.empty()) base.name = overlay.name;
+  else if (!overlay.name.empty()) base.name += " + " + overlay.name;
+  if (!overlay.description.empty())
+    base.description = base.description.empty() ? overlay.description
+                                                : base.description + "; " + overlay.description;
+  base.preset = base.preset || overlay.preset;
+  if (overlay.host) base.host = overlay.host;
+  for (const auto& [name, algos] : overlay.transports) {
+    base.transports[name] = algos;
+    if (name == "shm") {
+      base.shm_small_bytes = overlay.shm_small_bytes;
+      base.shm_slot_bytes = overlay.shm_slot_bytes;
+    }
+  }
+  if (!overlay.transports.empty() && overlay.transports.count("shm") == 0)
+    base.nic_shared = overlay.nic_shared;
+  base.points.insert(base.points.end(), overlay.points.begin(), overlay.points.end());
+  return base;
+}
+
+namespace {
+
+AlgorithmModel parse_algorithm(const json& j, const std::string& where) {
+  Fields f(j, where);
+  AlgorithmModel a;
+  a.cost.alpha_s = f.non_negative("alpha_s");
+  a.cost.beta_s_per_byte = f.non_negative("beta_s_per_byte");
+  if (f.has("fit")) {
+    Fields q(f.object("fit"), f.where("fit"));
+    a.fit.points = static_cast<int>(q.integer("points"));
+    a.fit.rms_rel_error = q.non_negative("rms_rel_error");
+    a.fit.max_rel_error = q.non_negative("max_rel_error");
+  }
+  return a;
+}
+
+MeasuredPoint parse_point(const json& j, const std::string& where) {
+  Fields f(j, where);
+  return {f.text("transport"), f.text("algorithm"), static_cast<int>(f.integer("np")),
+          f.integer("bytes"), f.non_negative("measured_s"), f.non_negative("fitted_s")};
+}
+
+}  // namespace
+
+NetworkModel parse_network(std::string_view text, std::string_view source) {
+  json j = detail::parse_text(text, source);
+  Fields f(j, std::string(source));
+  if (f.text("schema") != kNetworkSchema)
+    throw InvalidArgument(fmt::format("{}: schema '{}' is not {} (a lockstep network model)",
+                                      source, f.text("schema"), kNetworkSchema));
+  NetworkModel m;
+  m.name = f.text("name");
+  m.description = f.text_or("description", "");
+  m.preset = f.flag_or("preset", false);
+  m.shm_small_bytes = f.integer_or("shm_small_bytes", m.shm_small_bytes);
+  m.shm_slot_bytes = f.integer_or("shm_slot_bytes", m.shm_slot_bytes);
+  m.nic_shared = f.flag_or("nic_shared", true);
+  if (f.has("host")) {
+    Fields h(f.object("host"), f.where("host"));
+    m.host = HostModel{h.non_negative("gamma_s_per_byte"), h.non_negative("copy_s_per_byte"),
+                       h.non_negative("cycle_overhead_s")};
+  }
+  const json& transports = f.object("transports");
+  for (const auto& [name, algos] : transports.items()) {
+    std::string where = fmt::format("{}.transports.{}", source, name);
+    if (name != "shm" && name != "gloo" && name != "mpi" && name != "nccl")
+      throw InvalidArgument(fmt::format("{}: unknown transport (shm gloo mpi nccl)", where));
+    if (!algos.is_object()) throw InvalidArgument(fmt::format("{}: expected an object", where));
+    for (const auto& [algo, body] : algos.items())
+      m.transports[name][algo] = parse_algorithm(body, where + "." + algo);
+  }
+  if (f.has("points")) {
+    const json& points = f.array("points");
+    for (size_t i = 0; i < points.size(); ++i)
+      m.points.push_back(parse_point(points[i], fmt::format("{}.points[{}]", source, i)));
+  }
+  return m;
+}
+
+std::string network_to_json(const NetworkModel& m) {
+  json transports = json::object();
+  for (const auto& [name, algos] : m.transports)
+    for (const auto& [algo, a] : algos) {
+      json body = {{"alpha_s", a.cost.alpha_s}, {"beta_s_per_byte", a.cost.beta_s_per_byte}};
+      if (a.fit.points > 0)
+        body["fit"] = {{"points", a.fit.points}, {"rms_rel_error", a.fit.rms_rel_error},
+                       {"max_rel_error", a.fit.max_rel_error}};
+      transports[name][algo] = body;
+    }
+  json j = {{"schema", kNetworkSchema},      {"name", m.name},
+            {"description", m.description},  {"preset", m.preset},
+            {"shm_small_bytes", m.shm_small_bytes}, {"shm_slot_bytes", m.shm_slot_bytes},
+            {"nic_shared", m.nic_shared},    {"transports", transports}};
+  if (m.host)
+    j["host"] = {{"gamma_s_per_byte", m.host->gamma_s_per_byte},
+                 {"copy_s_per_byte", m.host->copy_s_per_byte},
+                 {"cycle_overhead_s", m.host->cycle_overhead_s}};
+  json points = json::array();
+  for (const auto& p : m.points)
+    points.push_back({{"transport", p.transport}, {"algorithm", p.algorithm}, {"np", p.np},
+                      {"bytes", p.bytes}, {"measured_s", p.measured_s}, {"fitted_s", p.fitted_s}});
+  j["points"] = points;
+  return j.dump(1) + "\n";
+}
+
+NetworkModel load_network(const std::string& path) {
+  return parse_network(detail::read_file(path, "network model"), path);
+}
+
+void save_network(const std::string& path, const NetworkModel& m) {
+  detail::write_file(path, network_to_json(m));
+}
+
+NetworkModel resolve_network(const std::vector<std::string>& specs) {
+  if (specs.empty())
+    throw InvalidArgument("no network given: pass --network with a preset name (lockstep plan "
+                          "--list-presets) or a file written by `lockstep bench fit`");
+  NetworkModel out;
+  for (const auto& spec : specs) {
+    if (const NetworkModel* p = find_preset(spec)) {
+      out = merge(std::move(out), *p);
+    } else if (std::filesystem::exists(spec)) {
+      out = merge(std::move(out), load_network(spec));
+    } else {
+      throw InvalidArgument(fmt::format(
+          "--network {}: neither a preset nor a file (presets: lockstep plan --list-presets)",
+          spec));
+    }
+  }
+  if (!out.host) {
+    out.host = default_host();
+    out.description += out.description.empty() ? "" : "; ";
+    out.description += "host costs: defaults (no fitted host section)";
+  }
+  return out;
+}
+
+}  // namespace lockstep::plan

@@ -1,0 +1,269 @@
+#include "lockstep/plan/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "lockstep/base/error.h"
+#include "plan/stats.h"
+
+namespace lockstep::plan {
+
+std::vector<std::vector<size_t>> fusion_batches(const std::vector<FusionItem>& ready,
+                                                int64_t threshold) {
+  // Mirrors engine::detail::plan_batches (tests/plan/fusion_replica_test.cc
+  // runs both on the same inputs).
+  std::vector<std::vector<size_t>> batches;
+  std::vector<bool> taken(ready.size(), false);
+  for (size_t i = 0; i < ready.size(); ++i) {
+    if (taken[i]) continue;
+    taken[i] = true;
+    std::vector<size_t> batch{i};
+    int64_t bytes = ready[i].bytes;
+    for (size_t j = i + 1; j < ready.size() && bytes < threshold; ++j) {
+      if (taken[j] || ready[j].key != ready[i].key) continue;
+      if (bytes + ready[j].bytes > threshold) continue;
+      bytes += ready[j].bytes;
+      batch.push_back(j);
+      taken[j] = true;
+    }
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
+bool overlap_for(const Scenario& s) {
+  if (s.overlap == "on") return true;
+  if (s.overlap == "off") return false;
+  if (s.overlap != "auto")
+    throw InvalidArgument(fmt::format("--overlap {}: use auto, on or off", s.overlap));
+  const bool one_host = s.topology.nodes == 1;
+  if (!one_host || s.cores_per_node <= 0) return true;
+  const int worker_cpus = std::max(1, s.cores_per_node / std::max(1, s.topology.ranks_per_node));
+  return worker_cpus > s.threads_per_rank;  // placement.cc: overlap_pays
+}
+
+namespace {
+
+struct Grad {
+  size_t index = 0;      // registration order
+  double submit_ms = 0;  // when the slowest rank hands it to the engine
+  int64_t wire_bytes = 0;
+  int elem_bytes = 4;
+  int key = 0;           // wire dtype
+};
+
+int wire_elem_bytes(const GradientTiming& g, const std::string& compression) {
+  const int elem = dtype_bytes(g.dtype);
+  const bool floating = g.dtype == "f32" || g.dtype == "f64";
+  return compression != "none" && floating ? 2 : elem;
+}
+
+// The engine's background thread: costs of cycles and batches, with totals.
+class EngineModel {
+ public:
+  EngineModel(const NetworkModel& m, const Scenario& s, size_t names, StepPrediction& out)
+      : m_(m), s_(s), out_(out) {
+    // Negotiator header: 3 fixed fields, 3 per rank, 1 per cached name.
+    header_bytes_ = 4.0 * (3 + 3.0 * s.topology.ranks() + double(names));
+    // DistributedOptimizer averages with a 1/size postscale pass unless the
+    // wire is compressed (then it divides before the cast).
+    scale_pass_ = s.compression == "none";
+  }
+
+  double cycle_ms() {
+    AllreduceCost c = allreduce_cost(m_, s_.topology, header_bytes_, 4);
+    add(c.cost);
+    out_.cycle_ms += m_.host->cycle_overhead_s * 1e3;
+    ++out_.cycles;
+    return (c.cost.total() + m_.host->cycle_overhead_s) * 1e3;
+  }
+
+  double batch_ms(const std::vector<const Grad*>& batch) {
+    int64_t bytes = 0;
+    for (const Grad* g : batch) bytes += g->wire_bytes;
+    double copy_s = (batch.size() > 1 ? 2.0 : 0.0) * bytes * m_.host->copy_s_per_byte;
+    if (scale_pass_) copy_s += bytes * m_.host->copy_s_per_byte;
+    AllreduceCost c = allreduce_cost(m_, s_.topology, double(bytes), batch.front()->elem_bytes);
+    add(c.cost);
+    out_.copy_ms += copy_s * 1e3;
+    ++out_.collectives;
+    if (bytes > largest_) {
+      largest_ = bytes;
+      out_.largest_algorithm = c.algorithm;
+    }
+    return (c.cost.total() + copy_s) * 1e3;
+  }
+
+  // Runs the batches of `ready` (in order) and returns their time.
+  double run(const std::vector<const Grad*>& ready, int64_t threshold) {
+    std::vector<FusionItem> items;
+    for (const Grad* g : ready) items.push_back({g->wire_bytes, g->key});
+    double t = 0;
+    for (const auto& batch : fusion_batches(items, threshold)) {
+      std::vector<const Grad*> members;
+      for (size_t i : batch) members.push_back(ready[i]);
+      t += batch_ms(members);
+    }
+    return t;
+  }
+
+ private:
+  void add(const Cost& c) {
+    out_.alpha_ms += c.alpha_s * 1e3;
+    out_.beta_ms += c.beta_s * 1e3;
+    out_.gamma_ms += c.gamma_s * 1e3;
+  }
+
+  const NetworkModel& m_;
+  const Scenario& s_;
+  StepPrediction& out_;
+  double header_bytes_ = 0;
+  bool scale_pass_ = true;
+  int64_t largest_ = -1;
+};
+
+// Phases of one rank's step from the profile's medians, adjusted so that
+// they add up to its median compute time exactly (the 1-rank invariant).
+struct Phases {
+  double forward = 0, backward = 0, optimizer = 0, compute = 0;
+};
+
+Phases phases_of(const ProfileSummary& s) {
+  Phases p{s.forward_ms, s.backward_ms, s.optimizer_ms, s.compute_ms};
+  // Medians of parts need not add up to the median of the whole: the
+  // difference (and whatever the loop does outside the phases) is counted
+  // as time before backward.
+  p.forward = p.compute - p.backward - p.optimizer;
+  if (p.forward < 0) {
+    p.backward = std::max(0.0, p.backward + p.forward);
+    p.forward = 0;
+    p.optimizer = p.compute - p.backward;
+  }
+  return p;
+}
+
+std::string bottleneck(const StepPrediction& p) {
+  const double step = std::max(p.step_ms, 1e-12);
+  if (p.exposed_comm_ms / step < 0.05 && p.straggler_ms / step < 0.05) return "compute";
+  const double busy = std::max(p.alpha_ms + p.beta_ms + p.gamma_ms + p.copy_ms + p.cycle_ms, 1e-12);
+  const double exposed = std::max(0.0, p.exposed_comm_ms);
+  std::vector<std::pair<double, std::string>> c = {
+      {p.straggler_ms, "stragglers"},
+      {exposed * p.beta_ms / busy, "network bandwidth"},
+      {exposed * (p.alpha_ms + p.cycle_ms) / busy, "latency"},
+      {exposed * p.gamma_ms / busy, "reduction"},
+      {exposed * p.copy_ms / busy, "memory copies"},
+  };
+  return std::max_element(c.begin(), c.end())->second;
+}
+
+void validate(const Profile& profile, const NetworkModel& m, const Scenario& s) {
+  if (s.topology.nodes < 1 || s.topology.ranks_per_node < 1)
+    throw InvalidArgument(fmt::format("nodes ({}) and ranks per node ({}) must be >= 1",
+                                      s.topology.nodes, s.topology.ranks_per_node));
+  if (s.compression != "none" && s.compression != "fp16" && s.compression != "bf16")
+    throw InvalidArgument(fmt::format("--compression {}: use none, fp16 or bf16", s.compression));
+  if (s.fusion_threshold < 0) throw InvalidArgument("--fusion must be >= 0 bytes");
+  if (!m.host) throw InvalidArgument(fmt::format("network '{}' has no host costs", m.name));
+  if (profile.steps.empty()) throw InvalidArgument("the profile holds no steps");
+}
+
+}  // namespace
+
+StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Scenario& s) {
+  validate(profile, m, s);
+  const ProfileSummary sum = summarize(profile);
+  const Phases ph = phases_of(sum);
+  StepPrediction out;
+  out.nodes = s.topology.nodes;
+  out.ranks = s.topology.ranks();
+  out.backend = s.topology.backend();
+  if (out.backend == "shm" && !m.has("shm")) out.backend = s.topology.cross;  // GPU presets
+  out.compute_ms = ph.compute;
+  const double samples = sum.samples_per_step;
+  auto finish = [&](StepPrediction& p) {
+    p.samples_per_s = p.step_ms > 0 ? p.ranks * samples / (p.step_ms / 1e3) : 0;
+    p.efficiency = p.step_ms > 0 ? ph.compute / p.step_ms : 0;
+    p.exposed_comm_ms = std::max(0.0, p.step_ms - ph.compute - p.straggler_ms);
+    p.overlapped_share =
+        p.comm_ms > 0 ? std::clamp((p.comm_ms - p.exposed_comm_ms) / p.comm_ms, 0.0, 1.0) : 0;
+    p.bottleneck = bottleneck(p);
+    return p;
+  };
+  if (out.ranks == 1) {  // DistributedOptimizer does not communicate at all
+    out.step_ms = ph.compute;
+    return finish(out);
+  }
+  out.overlap = overlap_for(s);
+  const bool one_host = s.topology.nodes == 1;
+  const int worker_cpus = s.cores_per_node > 0
+                              ? std::max(1, s.cores_per_node / s.topology.ranks_per_node)
+                              : s.threads_per_rank + 1;
+  out.comm_shares_cores = one_host && worker_cpus <= s.threads_per_rank;
+  const double sigma = s.jitter_ms >= 0 ? s.jitter_ms : sum.compute_sigma_ms;
+  out.straggler_ms = sigma * detail::expected_max_normal(out.ranks);
+
+  // Gradients as the slowest rank submits them; compression casts run on
+  // the training thread before each submission (overlap) or in synchronize.
+  std::vector<Grad> grads;
+  double cast_total = 0;
+  const bool compress = s.compression != "none";
+  for (size_t i = 0; i < profile.gradients.size(); ++i) {
+    const auto& g = profile.gradients[i];
+    const int elem = wire_elem_bytes(g, s.compression);
+    const int64_t count = g.bytes / dtype_bytes(g.dtype);
+    grads.push_back({i, g.ready_ms, count * elem, elem, elem});
+    if (compress) cast_total += g.bytes * m.host->copy_s_per_byte * 1e3;
+  }
+  const double backward_start = ph.forward + out.straggler_ms;
+  double backward_end = backward_start + ph.backward;
+  EngineModel engine(m, s, grads.size(), out);
+  double comm_end = 0;
+
+  if (!out.overlap) {
+    backward_end += cast_total;
+    std::vector<const Grad*> ready;
+    for (const auto& g : grads) ready.push_back(&g);  // parameter order
+    double t = backward_end + engine.cycle_ms();
+    t += engine.run(ready, s.fusion_threshold);
+    out.comm_ms = t - backward_end;
+    comm_end = t;
+  } else {
+    std::stable_sort(grads.begin(), grads.end(),
+                     [](const Grad& a, const Grad& b) { return a.submit_ms < b.submit_ms; });
+    double cast_so_far = 0;
+    for (auto& g : grads) {
+      if (compress) cast_so_far += profile.gradients[g.index].bytes * m.host->copy_s_per_byte * 1e3;
+      g.submit_ms = backward_start + g.submit_ms + cast_so_far;
+    }
+    backward_end += cast_total;
+    double free_at = 0;
+    size_t i = 0;
+    while (i < grads.size()) {
+      const double start = std::max(free_at, grads[i].submit_ms);
+      size_t j = i;
+      std::vector<const Grad*> ready;
+      while (j < grads.size() && grads[j].submit_ms <= start) ready.push_back(&grads[j++]);
+      double busy = engine.cycle_ms();
+      busy += engine.run(ready, s.fusion_threshold);
+      out.comm_ms += busy;
+      if (out.comm_shares_cores) {
+        // The engine's work takes the training thread's core: everything
+        // backward had left to do after `start` finishes `busy` later.
+        for (size_t k = j; k < grads.size(); ++k) grads[k].submit_ms += busy;
+        if (backward_end > start) backward_end += busy;
+      }
+      free_at = start + busy;
+      i = j;
+    }
+    comm_end = free_at;
+  }
+  double decompress = compress ? cast_total : 0;
+  out.step_ms = std::max(backward_end, comm_end) + decompress + ph.optimizer;
+  return finish(out);
+}
+
+}  // namespace lockstep::plan

@@ -1,0 +1,129 @@
+// Closed-form allreduce costs against values computed by hand, and the
+// algorithm each transport picks by size.
+#include <gtest/gtest.h>
+
+#include "lockstep/base/error.h"
+#include "lockstep/plan/cost.h"
+
+namespace lockstep::plan {
+namespace {
+
+NetworkModel model() {
+  NetworkModel m;
+  m.name = "test";
+  m.host = HostModel{.gamma_s_per_byte = 1e-9, .copy_s_per_byte = 0, .cycle_overhead_s = 0};
+  m.transports["shm"]["one_step"].cost = {1e-6, 1e-10};
+  m.transports["shm"]["two_step"].cost = {2e-6, 2e-10};
+  m.transports["gloo"]["ring"].cost = {10e-6, 1e-9};
+  m.transports["mpi"]["recursive_doubling"].cost = {5e-6, 1e-9};
+  m.transports["mpi"]["ring"].cost = {5e-6, 1e-9};
+  return m;
+}
+
+TEST(PlanCost, RingMatchesHandComputedValues) {
+  // n = 4, B = 1 MB: a = 2*3 = 6 steps, b = 2*3/4 MB = 1.5 MB, c = 3/4 MB.
+  Coefficients k = ring(4, 1e6);
+  EXPECT_DOUBLE_EQ(k.steps, 6);
+  EXPECT_DOUBLE_EQ(k.bytes, 1.5e6);
+  EXPECT_DOUBLE_EQ(k.reduced, 0.75e6);
+  // alpha 10 us, beta 1 ns/B, gamma 1 ns/B: 60 us + 1.5 ms + 0.75 ms.
+  Cost c = apply(k, {10e-6, 1e-9}, 1e-9);
+  EXPECT_NEAR(c.alpha_s, 60e-6, 1e-15);
+  EXPECT_NEAR(c.beta_s, 1.5e-3, 1e-15);
+  EXPECT_NEAR(c.gamma_s, 0.75e-3, 1e-15);
+  EXPECT_NEAR(c.total(), 2.31e-3, 1e-12);
+}
+
+TEST(PlanCost, RecursiveDoublingRoundsUpToAPowerOfTwo) {
+  Coefficients k = recursive_doubling(5, 1000);  // ceil(log2 5) = 3 rounds
+  EXPECT_DOUBLE_EQ(k.steps, 3);
+  EXPECT_DOUBLE_EQ(k.bytes, 3000);
+  EXPECT_DOUBLE_EQ(k.reduced, 3000);
+  EXPECT_DOUBLE_EQ(recursive_doubling(8, 1).steps, 3);
+}
+
+TEST(PlanCost, SharedMemoryAlgorithmsFollowShmCollectives) {
+  // One step: stage B, reduce all n (n - 1 extra operands).
+  Coefficients one = shm_one_step(3, 4096);
+  EXPECT_DOUBLE_EQ(one.steps, 1);
+  EXPECT_DOUBLE_EQ(one.bytes, 4096);
+  EXPECT_DOUBLE_EQ(one.reduced, 2 * 4096);
+  // Two step over 3 MiB with 1 MiB slots: 2 steps per chunk, 3 chunks.
+  const double mib = 1 << 20;
+  Coefficients two = shm_two_step(2, 3 * mib, mib);
+  EXPECT_DOUBLE_EQ(two.steps, 6);
+  EXPECT_DOUBLE_EQ(two.bytes, 1.5 * 3 * mib);   // (2n-1)/n B
+  EXPECT_DOUBLE_EQ(two.reduced, 0.5 * 3 * mib); // (n-1)/n B
+  // A message smaller than a slot is still one chunk.
+  EXPECT_DOUBLE_EQ(shm_two_step(2, 100, mib).steps, 2);
+  // Reduce-scatter of 4 MiB among 4: blocks of 1 MiB in rounds of slot/4.
+  Coefficients rs = shm_reduce_scatter(4, 4 * mib, mib);
+  EXPECT_DOUBLE_EQ(rs.steps, 4);
+  EXPECT_DOUBLE_EQ(rs.bytes, 3 * mib);
+  EXPECT_DOUBLE_EQ(rs.reduced, 3 * mib);
+  Coefficients ag = shm_allgather(4, 4 * mib, mib);
+  EXPECT_DOUBLE_EQ(ag.steps, 1);
+  EXPECT_DOUBLE_EQ(ag.bytes, 5 * mib);
+  EXPECT_DOUBLE_EQ(ag.reduced, 0);
+}
+
+TEST(PlanCost, OneRankCostsNothing) {
+  EXPECT_DOUBLE_EQ(apply(ring(1, 1e9), {1, 1}, 1).total(), 0);
+  Topology t;  // 1 node x 1 rank
+  EXPECT_EQ(t.backend(), "none");
+  EXPECT_DOUBLE_EQ(allreduce_cost(model(), t, 1e9, 4).cost.total(), 0);
+}
+
+TEST(PlanCost, EachTransportPicksItsAlgorithmBySize) {
+  NetworkModel m = model();
+  EXPECT_EQ(algorithm_for(m, "shm", 2, 16 << 10), "one_step");  // at LOCKSTEP_SHM_SMALL_BYTES
+  EXPECT_EQ(algorithm_for(m, "shm", 2, (16 << 10) + 4), "two_step");
+  EXPECT_EQ(algorithm_for(m, "gloo", 8, 4), "ring");
+  EXPECT_EQ(algorithm_for(m, "gloo", 8, 1e9), "ring");
+  EXPECT_EQ(algorithm_for(m, "mpi", 8, 9999), "recursive_doubling");
+  EXPECT_EQ(algorithm_for(m, "mpi", 8, 10000), "ring");
+  m.shm_small_bytes = 1024;
+  EXPECT_EQ(algorithm_for(m, "shm", 2, 2048), "two_step");
+}
+
+TEST(PlanCost, TopologyPicksTheBackendLikeTheFactory) {
+  EXPECT_EQ((Topology{1, 4, "gloo", "auto"}).backend(), "shm");
+  EXPECT_EQ((Topology{2, 1, "gloo", "auto"}).backend(), "gloo");
+  EXPECT_EQ((Topology{2, 4, "gloo", "auto"}).backend(), "hierarchical-gloo");
+  EXPECT_EQ((Topology{2, 4, "gloo", "0"}).backend(), "gloo");
+  EXPECT_EQ((Topology{2, 1, "mpi", "1"}).backend(), "hierarchical-mpi");
+}
+
+TEST(PlanCost, HierarchicalIsTheSumOfItsStages) {
+  NetworkModel m = model();
+  const double mib = 1 << 20;
+  Topology t{4, 2, "gloo", "auto"};
+  // 8 MiB f32 over 4 hosts x 2: shm reduce-scatter (2, 8 MiB), gloo ring
+  // among 4 hosts of 4 MiB with the NIC shared by 2 (beta x 2), shm
+  // allgather (2, 8 MiB).
+  const AlphaBeta shm{2e-6, 2e-10};
+  double want = apply(shm_reduce_scatter(2, 8 * mib, mib), shm, 1e-9).total() +
+                apply(ring(4, 4 * mib), {10e-6, 2e-9}, 1e-9).total() +
+                apply(shm_allgather(2, 8 * mib, mib), shm, 0).total();
+  AllreduceCost c = allreduce_cost(m, t, 8 * mib, 4);
+  EXPECT_NEAR(c.cost.total(), want, 1e-12);
+  EXPECT_NE(c.algorithm.find("gloo ring(4)"), std::string::npos) << c.algorithm;
+  // Fewer elements than local ranks: the flat path over all 8 ranks.
+  AllreduceCost tiny = allreduce_cost(m, t, 4, 4);
+  EXPECT_NEAR(tiny.cost.total(), apply(ring(8, 4), {10e-6, 1e-9}, 1e-9).total(), 1e-15);
+}
+
+TEST(PlanCost, MissingTransportIsAnErrorNamingTheFix) {
+  NetworkModel m = model();
+  m.transports.erase("gloo");
+  try {
+    allreduce_cost(m, Topology{2, 1, "gloo", "auto"}, 1e6, 4);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("lockstep bench fit --backend gloo"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::plan

@@ -1,0 +1,171 @@
+// The step simulator's invariants: one rank is the profile; never faster
+// than compute alone, nor (without overlap) than compute plus communication;
+// monotone in bandwidth and latency; stragglers and fusion as the engine
+// does them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "lockstep/base/error.h"
+#include "lockstep/plan/simulator.h"
+#include "plan/test_models.h"
+
+namespace lockstep::plan {
+namespace {
+
+using testing::make_network;
+using testing::make_profile;
+
+Scenario scenario(int nodes, int per_node = 1, std::string overlap = "auto") {
+  Scenario s;
+  s.topology = {nodes, per_node, "gloo", "auto"};
+  s.overlap = std::move(overlap);
+  return s;
+}
+
+TEST(PlanSimulator, OneRankIsTheProfile) {
+  Profile p = make_profile(20, 1 << 20, 3);
+  StepPrediction r = simulate(p, make_network(), scenario(1));
+  EXPECT_DOUBLE_EQ(r.step_ms, summarize(p).compute_ms);
+  EXPECT_DOUBLE_EQ(r.efficiency, 1.0);
+  EXPECT_EQ(r.collectives, 0);
+  EXPECT_EQ(r.backend, "none");
+  EXPECT_DOUBLE_EQ(r.samples_per_s, 64 / (r.step_ms / 1e3));
+}
+
+TEST(PlanSimulator, NeverFasterThanComputeOrThanCommunicationWithoutOverlap) {
+  for (int64_t bytes : {int64_t(4), int64_t(64) << 10, int64_t(16) << 20})
+    for (int nodes : {2, 8, 64, 1024})
+      for (int per_node : {1, 4})
+        for (const char* overlap : {"on", "off"}) {
+          Profile p = make_profile(30, bytes);
+          StepPrediction r = simulate(p, make_network(), scenario(nodes, per_node, overlap));
+          SCOPED_TRACE(fmt::format("bytes {} nodes {} x {} overlap {}", bytes, nodes, per_node,
+                                   overlap));
+          EXPECT_GE(r.step_ms, r.compute_ms);
+          EXPECT_GE(r.step_ms, r.comm_ms);  // the engine's work fits inside the step
+          if (std::string(overlap) == "off") {
+            EXPECT_NEAR(r.step_ms, r.compute_ms + r.straggler_ms + r.comm_ms, 1e-9);
+          }
+          EXPECT_LE(r.efficiency, 1.0);
+          EXPECT_GT(r.collectives, 0);
+        }
+}
+
+TEST(PlanSimulator, MonotoneInBandwidthAndLatency) {
+  Profile p = make_profile(40, 4 << 20);
+  for (const char* overlap : {"on", "off"})
+    for (int nodes : {2, 16, 256}) {
+      double last = 0;
+      for (double beta : {1e-11, 1e-10, 1e-9, 1e-8}) {
+        double step = simulate(p, make_network(20e-6, beta), scenario(nodes, 2, overlap)).step_ms;
+        EXPECT_GE(step, last - 1e-9) << "beta " << beta << " nodes " << nodes << " " << overlap;
+        last = step;
+      }
+      last = 0;
+      for (double alpha : {1e-7, 1e-6, 1e-5, 1e-4, 1e-3}) {
+        double step = simulate(p, make_network(alpha, 1e-9), scenario(nodes, 2, overlap)).step_ms;
+        EXPECT_GE(step, last - 1e-9) << "alpha " << alpha << " nodes " << nodes << " " << overlap;
+        last = step;
+      }
+    }
+}
+
+TEST(PlanSimulator, OverlapHidesCommunicationBehindBackward) {
+  // 20 x 1 MiB at 1 GB/s across 2 hosts: ~40 ms of ring traffic, produced
+  // through a 60 ms backward.
+  Profile p = make_profile(20, 1 << 20);
+  StepPrediction on = simulate(p, make_network(), scenario(2, 1, "on"));
+  StepPrediction off = simulate(p, make_network(), scenario(2, 1, "off"));
+  EXPECT_LT(on.step_ms, off.step_ms);
+  EXPECT_GT(on.overlapped_share, 0.5);
+  EXPECT_DOUBLE_EQ(off.overlapped_share, 0.0);
+  EXPECT_TRUE(on.overlap);
+  EXPECT_FALSE(off.overlap);
+}
+
+TEST(PlanSimulator, OverlapAutoFollowsDistributedOptimizer) {
+  Scenario s = scenario(1, 2);
+  s.cores_per_node = 2;
+  s.threads_per_rank = 1;
+  EXPECT_FALSE(overlap_for(s));  // one host, no spare core
+  s.cores_per_node = 4;
+  EXPECT_TRUE(overlap_for(s));   // a spare core per worker
+  s = scenario(2, 2);
+  s.cores_per_node = 2;
+  EXPECT_TRUE(overlap_for(s));   // across hosts
+}
+
+TEST(PlanSimulator, SharedMemoryOnBusyCoresCannotOverlap) {
+  Profile p = make_profile(20, 4 << 20);
+  Scenario s = scenario(1, 2, "on");
+  s.cores_per_node = 2;  // each rank's only core computes
+  StepPrediction r = simulate(p, make_network(), s);
+  EXPECT_TRUE(r.comm_shares_cores);
+  EXPECT_NEAR(r.step_ms, r.compute_ms + r.straggler_ms + r.comm_ms, 1e-6);
+}
+
+TEST(PlanSimulator, StragglersGrowWithRanksAndJitter) {
+  Profile steady = make_profile(4, 1024, 0), noisy = make_profile(4, 1024, 5);
+  EXPECT_DOUBLE_EQ(simulate(steady, make_network(), scenario(64)).straggler_ms, 0);
+  double s2 = simulate(noisy, make_network(), scenario(2)).straggler_ms;
+  double s64 = simulate(noisy, make_network(), scenario(64)).straggler_ms;
+  EXPECT_GT(s2, 0);
+  EXPECT_GT(s64, s2);
+  // sigma x E[max of 2 normals] = sigma / sqrt(pi).
+  Scenario s = scenario(2);
+  s.jitter_ms = 1.0;
+  EXPECT_NEAR(simulate(noisy, make_network(), s).straggler_ms, 1 / std::sqrt(M_PI), 1e-4);
+}
+
+TEST(PlanSimulator, FusionPacksLikeTheEngine) {
+  // In order, same key only, skipping what does not fit; large ones alone.
+  std::vector<FusionItem> items = {{600, 0}, {600, 0}, {300, 0}, {100, 1}, {2000, 0}, {100, 0}};
+  auto b = fusion_batches(items, 1000);
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(b[0], (std::vector<size_t>{0, 2, 5}));
+  EXPECT_EQ(b[1], (std::vector<size_t>{1}));
+  EXPECT_EQ(b[2], (std::vector<size_t>{3}));
+  EXPECT_EQ(b[3], (std::vector<size_t>{4}));
+  EXPECT_EQ(fusion_batches(items, 0).size(), items.size());
+}
+
+TEST(PlanSimulator, OneCycleCostsTheHeaderAllreduceOfEveryRank) {
+  // Overlap off: one cycle, whose int32 header has 3 + 3 per rank + 1 per
+  // cached name fields (negotiator.cc), then one fused batch of both tensors.
+  Profile p = make_profile(2, 4);
+  NetworkModel m = make_network();
+  Scenario s = scenario(1024, 4, "off");
+  StepPrediction r = simulate(p, m, s);
+  EXPECT_EQ(r.cycles, 1);
+  EXPECT_EQ(r.collectives, 1);
+  const double header = 4.0 * (3 + 3 * 4096 + 2);
+  const double copies = (2 * 8 + 8) * m.host->copy_s_per_byte;  // in, out, 1/size pass
+  const double want = m.host->cycle_overhead_s + allreduce_cost(m, s.topology, header, 4).cost.total() +
+                      copies + allreduce_cost(m, s.topology, 8, 4).cost.total();
+  EXPECT_NEAR(r.comm_ms, want * 1e3, 1e-9);
+}
+
+TEST(PlanSimulator, CompressionHalvesTheWire) {
+  Profile p = make_profile(20, 8 << 20);
+  Scenario s = scenario(16, 1, "off");
+  double none = simulate(p, make_network(), s).beta_ms;
+  s.compression = "fp16";
+  // Only the negotiation header (a few hundred bytes) stays uncompressed.
+  EXPECT_NEAR(simulate(p, make_network(), s).beta_ms, none / 2, none * 1e-5);
+}
+
+TEST(PlanSimulator, BadScenariosAreRejectedByName) {
+  Profile p = make_profile();
+  Scenario s = scenario(2);
+  s.compression = "int4";
+  EXPECT_THROW(simulate(p, make_network(), s), InvalidArgument);
+  s = scenario(0);
+  EXPECT_THROW(simulate(p, make_network(), s), InvalidArgument);
+  s = scenario(2);
+  s.overlap = "sometimes";
+  EXPECT_THROW(simulate(p, make_network(), s), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace lockstep::plan

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# `lockstep plan validate` end to end on a tiny synthetic model: profile at
+# np 1, a quick shared-memory fit, measure np 1 and 2, predict. The error is
+# reported, not asserted (timing belongs in benchmarks): the test checks that
+# every point has a measurement, a prediction and the JSON fields.
+set -uo pipefail
+BIN=${1:?usage: validate_test.sh BIN_DIR}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$BIN/lockstep" plan validate --np 1,2 --steps 4 --warmup 2 --quick --json --workdir "$out/w" \
+  -- "$BIN/lockstep-plan-synthetic" --model tiny --steps 400 --width 32 --depth 2 >"$out/json" 2>"$out/log"
+status=$?
+sed 's/^/    | /' "$out/log" | tail -n 30
+cat "$out/json"
+[[ $status -eq 0 ]] || { echo "FAILED: validate exited $status"; exit 1; }
+lines=$(grep -c '"predicted_step_ms"' "$out/json")
+[[ $lines -eq 2 ]] || { echo "FAILED: expected 2 points, got $lines"; exit 1; }
+for field in np hosts network measured_step_ms predicted_step_ms error_pct; do
+  grep -q "\"$field\"" "$out/json" || { echo "FAILED: no $field"; exit 1; }
+done
+if grep -q '"measured_step_ms":0[,}]' "$out/json"; then echo "FAILED: zero measurement"; exit 1; fi
+echo "ok: plan validate reported both points"

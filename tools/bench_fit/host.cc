@@ -1,0 +1,60 @@
+// The host's own costs for the network model: how fast this machine copies
+// and reduces, measured in one process.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench_fit/fit.h"
+#include "comm/kernels/reduce.h"
+#include "lockstep/plan/fit.h"
+
+namespace lockstep::bench_fit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename F>
+double median_seconds(F&& f) {
+  f();  // warm: page faults, caches
+  std::vector<double> t;
+  auto start = Clock::now();
+  while (t.size() < 5 || (std::chrono::duration<double>(Clock::now() - start).count() < 0.05 &&
+                          t.size() < 200)) {
+    auto s = Clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(Clock::now() - s).count());
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+plan::HostModel measure_host(bool print) {
+  std::vector<std::pair<double, double>> reduce, copy;
+  for (size_t bytes = 256 << 10; bytes <= (32u << 20); bytes *= 2) {
+    size_t n = bytes / 4;
+    std::vector<float> a(n, 1.0f), b(n, 2.0f), out(n);
+    const void* in[2] = {a.data(), b.data()};
+    reduce.push_back({double(bytes), median_seconds([&] {
+                        comm::kernels::reduce(comm::DataType::kFloat32, comm::ReduceOp::kSum, in,
+                                              2, out.data(), n, 1);
+                      })});
+    copy.push_back({double(bytes), median_seconds([&] { std::memcpy(out.data(), a.data(), bytes); })});
+  }
+  plan::LineFit g = plan::fit_line(reduce), c = plan::fit_line(copy);
+  if (print)
+    fmt::print("# host: f32 sum of 2 operands {:.2f} GB/s of operand (gamma {:.3g} s/B, rms "
+               "{:.1f}%), memcpy {:.2f} GB/s (copy {:.3g} s/B, rms {:.1f}%)\n",
+               1e-9 / g.slope, g.slope, 100 * g.rms_rel_error, 1e-9 / c.slope, c.slope,
+               100 * c.rms_rel_error);
+  // The engine's per-cycle overhead (a condition-variable wake-up and the
+  // negotiation bookkeeping) is not measured here: docs/plan.md.
+  return {.gamma_s_per_byte = g.slope, .copy_s_per_byte = c.slope,
+          .cycle_overhead_s = plan::default_host().cycle_overhead_s};
+}
+
+}  // namespace lockstep::bench_fit

@@ -1,0 +1,177 @@
+// lockstep-bench-fit: `lockstep bench fit --backend shm|gloo|mpi [--np N,...]
+// --out net.json` (docs/plan.md).
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench_fit/fit.h"
+#include "lockstep/base/error.h"
+#include "lockstep/base/knobs.h"
+#include "lockstep/plan/fit.h"
+#include "plan/job.h"
+
+namespace lockstep::bench_fit {
+namespace {
+
+using plan_tool::JobSpec;
+
+struct Options {
+  std::string backend = "shm";
+  std::string np = "2";
+  std::string sizes;  // default per backend
+  double factor = 4;
+  double seconds = 0.2;
+  std::string out;
+  std::string name;
+  std::vector<std::string> launcher_args;
+  bool worker = false;
+  bool quiet = false;
+};
+
+std::vector<size_t> size_list(const std::string& text, double factor) {
+  auto colon = text.find(':');
+  size_t lo = parse_bytes(text.substr(0, colon), "--sizes");
+  size_t hi = colon == std::string::npos ? lo : parse_bytes(text.substr(colon + 1), "--sizes");
+  if (lo < 4 || hi < lo || factor <= 1)
+    throw InvalidArgument("--sizes wants MIN:MAX with 4 <= MIN <= MAX, and --factor > 1");
+  std::vector<size_t> out;
+  for (double s = double(lo); s <= double(hi) * 1.0000001; s *= factor)
+    out.push_back(std::max<size_t>(4, size_t(s) / 4 * 4));
+  return out;
+}
+
+std::vector<plan::Sample> parse_samples(const std::string& log) {
+  std::vector<plan::Sample> out;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    auto brace = line.find('{');
+    if (brace == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line.substr(brace), nullptr, false);
+    if (j.is_discarded() || !j.contains("seconds")) continue;
+    out.push_back({j["transport"], j["np"], j["bytes"], j["seconds"]});
+  }
+  return out;
+}
+
+bool names_hosts(const std::vector<std::string>& args) {
+  for (const auto& a : args)
+    if (a == "-H" || a == "--hosts" || a == "--hostfile") return true;
+  return false;
+}
+
+std::vector<plan::Sample> run_sweeps(const Options& o, const std::string& sizes) {
+  std::vector<plan::Sample> all;
+  std::vector<int> nps;
+  if (names_hosts(o.launcher_args)) nps.push_back(0);  // the hosts decide
+  else
+    for (size_t s = 0; s <= o.np.size();) {
+      size_t c = o.np.find(',', s);
+      nps.push_back(std::stoi(o.np.substr(s, c == std::string::npos ? c : c - s)));
+      if (c == std::string::npos) break;
+      s = c + 1;
+    }
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  for (int np : nps) {
+    JobSpec job;
+    job.argv = {plan_tool::bin_dir() + "/lockstep", "run"};
+    if (np > 0) job.argv.insert(job.argv.end(), {"-np", std::to_string(np)});
+    job.argv.insert(job.argv.end(), o.launcher_args.begin(), o.launcher_args.end());
+    // Flat collectives: the hierarchical allreduce is composed from these
+    // fits by the planner, not fitted on its own.
+    job.argv.insert(job.argv.end(), {"--backend", o.backend, "-x", "LOCKSTEP_HIERARCHICAL=0", "--",
+                                     plan_tool::bin_dir() + "/lockstep-bench-fit", "--worker",
+                                     "--sizes", sizes, "--factor", fmt::format("{}", o.factor),
+                                     "--seconds", fmt::format("{}", o.seconds)});
+    job.log_path = fmt::format("{}/lockstep-fit-{}-{}-{}.log", dir, o.backend, np, getpid());
+    job.timeout_s = 600;
+    job.label = fmt::format("fit sweep ({} np {})", o.backend, np > 0 ? std::to_string(np) : "hosts");
+    if (!o.quiet) fmt::print(stderr, "lockstep bench fit: {}\n", plan_tool::shell_join(job.argv));
+    auto r = plan_tool::run_job(job);
+    auto samples = parse_samples(job.log_path);
+    if (r.exit_code != 0 || samples.empty())
+      throw Error(fmt::format("the {} sweep failed (exit {}); last lines of {}:\n{}", o.backend,
+                              r.exit_code, job.log_path, plan_tool::tail_of(job.log_path)));
+    std::filesystem::remove(job.log_path);
+    all.insert(all.end(), samples.begin(), samples.end());
+  }
+  return all;
+}
+
+int drive(const Options& o) {
+  if (o.backend != "shm" && o.backend != "gloo" && o.backend != "mpi")
+    throw InvalidArgument(fmt::format("--backend {}: use shm, gloo or mpi", o.backend));
+  if (o.out.empty()) throw InvalidArgument("--out FILE is required");
+  // Networks shaped to a few hundred Mbit/s make 16 MiB cost seconds.
+  const std::string sizes = !o.sizes.empty() ? o.sizes : o.backend == "shm" ? "4B:16MiB" : "4B:4MiB";
+  plan::HostModel host = measure_host(true);
+  std::vector<plan::Sample> samples = run_sweeps(o, sizes);
+  for (auto& s : samples)
+    if (s.transport.rfind("hierarchical-", 0) == 0)
+      throw Error(fmt::format("the sweep ran {} although LOCKSTEP_HIERARCHICAL=0", s.transport));
+  plan::NetworkModel shape;
+  shape.name = !o.name.empty() ? o.name : fmt::format("fit: {} on {}", o.backend, knob_string("LOCKSTEP_HOST").empty() ? "this host" : knob_string("LOCKSTEP_HOST"));
+  shape.description = fmt::format("lockstep bench fit --backend {} ({} sizes {})", o.backend,
+                                  samples.size(), sizes);
+  shape.shm_small_bytes = static_cast<int64_t>(parse_bytes(knob_string("LOCKSTEP_SHM_SMALL_BYTES"), "LOCKSTEP_SHM_SMALL_BYTES"));
+  shape.shm_slot_bytes = static_cast<int64_t>(parse_bytes(knob_string("LOCKSTEP_SHM_SLOT_BYTES"), "LOCKSTEP_SHM_SLOT_BYTES"));
+  plan::NetworkModel m = plan::fit_network(samples, host, shape);
+  fmt::print("# lockstep bench fit --backend {}: residuals (fitted vs measured)\n", o.backend);
+  fmt::print("{:>6} {:>18} {:>4} {:>10} {:>14} {:>14} {:>9}\n", "trans.", "algorithm", "np",
+             "bytes", "measured(us)", "fitted(us)", "resid.");
+  for (const auto& p : m.points)
+    fmt::print("{:>6} {:>18} {:>4} {:>10} {:>14.2f} {:>14.2f} {:>8.1f}%\n", p.transport,
+               p.algorithm, p.np, p.bytes, p.measured_s * 1e6, p.fitted_s * 1e6,
+               100 * (p.fitted_s - p.measured_s) / p.measured_s);
+  for (const auto& [t, algos] : m.transports)
+    for (const auto& [a, model] : algos)
+      fmt::print("# {} {}: alpha {:.2f} us, beta {:.4g} s/B ({:.3f} GB/s), rms residual {:.1f}%, "
+                 "max {:.1f}% over {} points\n", t, a, model.cost.alpha_s * 1e6,
+                 model.cost.beta_s_per_byte, 1e-9 / std::max(model.cost.beta_s_per_byte, 1e-30),
+                 100 * model.fit.rms_rel_error, 100 * model.fit.max_rel_error, model.fit.points);
+  plan::save_network(o.out, m);
+  fmt::print("# wrote {}\n", o.out);
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep::bench_fit
+
+int main(int argc, char** argv) {
+  using namespace lockstep::bench_fit;
+  CLI::App app{"Fit the planner's alpha-beta-gamma network model from measured allreduces "
+               "(docs/plan.md)", "lockstep bench fit"};
+  Options o;
+  app.add_option("--backend", o.backend, "shm | gloo | mpi")->capture_default_str();
+  app.add_option("-n,--np", o.np, "world sizes to sweep, e.g. 2 or 2,3")->capture_default_str();
+  app.add_option("--sizes", o.sizes, "MIN:MAX bytes (default 4B:16MiB for shm, 4B:4MiB else)");
+  app.add_option("-f,--factor", o.factor, "size multiplier between steps")->capture_default_str();
+  app.add_option("--seconds", o.seconds, "timed seconds per size")->capture_default_str();
+  app.add_option("-o,--out", o.out, "network model file to write");
+  app.add_option("--name", o.name, "name of the model (default: 'fit: BACKEND on HOST')");
+  app.add_option("--launcher-arg", o.launcher_args,
+                 "extra `lockstep run` argument (repeat), e.g. --launcher-arg=-H "
+                 "--launcher-arg=nsA:1,nsB:1");
+  app.add_flag("--quiet", o.quiet, "do not echo the commands run");
+  app.add_flag("--worker", o.worker, "(internal) measure under lockstep run");
+  lockstep::plan_tool::accept_np_flag(argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    if (o.worker) return worker_main(size_list(o.sizes, o.factor), o.seconds);
+    return drive(o);
+  } catch (const lockstep::InvalidArgument& e) {
+    std::fprintf(stderr, "lockstep bench fit: %s\n", e.what());
+    return 2;
+  } catch (const lockstep::Error& e) {
+    std::fprintf(stderr, "lockstep bench fit: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,327 @@
+// `lockstep plan validate`: runs a program at several scales on this
+// machine, measures its step time with lockstep's own step profiler, and
+// compares it with what the planner predicts from a profile taken at np 1
+// and network fits taken beforehand (docs/plan.md).
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "lockstep/base/error.h"
+#include "lockstep/base/knobs.h"
+#include "lockstep/plan/simulator.h"
+#include "plan/commands.h"
+#include "plan/job.h"
+#include "plan/netns.h"
+
+namespace lockstep::plan_tool {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Options {
+  std::string np = "1,2";
+  int netns = 0;
+  int per_host = 1;  // ranks per netns host (> 1: the hierarchical allreduce)
+  std::string shapes = "1gbit,200mbit";
+  std::vector<std::string> networks;  // fitted beforehand; else fitted here
+  int steps = 20;
+  int warmup = 5;
+  int threads = 1;
+  std::string workdir;
+  bool json = false;
+  bool quick = false;  // short fits (CI): fewer sizes, less time per size
+  double timeout_s = 300;
+  std::vector<std::string> program;
+};
+
+struct Point {
+  int np = 1, hosts = 1;
+  std::string network = "shm";
+  bool oversubscribed = false;
+  double measured_ms = 0, predicted_ms = 0, error_pct = 0;
+  double measured_sync_ms = 0, predicted_exposed_ms = 0;
+  std::string backend;
+  bool overlap = false;
+};
+
+int cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+class Validator {
+ public:
+  explicit Validator(const Options& o) : o_(o) {
+    dir_ = o.workdir.empty() ? make_temp_dir() : o.workdir;
+    fs::create_directories(dir_);
+    threshold_ = static_cast<int64_t>(
+        parse_bytes(knob_string("LOCKSTEP_FUSION_THRESHOLD"), "LOCKSTEP_FUSION_THRESHOLD"));
+  }
+
+  int run() {
+    progress("profile at np 1 ({} thread(s) per rank)", o_.threads);
+    profile_ = measure({"-np", "1"}, "np1");
+    if (!profile_) return 1;
+    std::vector<int> nps = parse_int_list(o_.np, "--np");
+    shm_network_ = network_for_shm(nps);
+    for (int np : nps) shm_point(np);
+    if (o_.netns > 0) netns_points();
+    report();
+    return 0;
+  }
+
+ private:
+  template <typename... Args>
+  void progress(fmt::format_string<Args...> f, Args&&... args) {
+    fmt::print(stderr, "lockstep plan validate: {}\n", fmt::format(f, std::forward<Args>(args)...));
+  }
+
+  static std::string make_temp_dir() {
+    std::string t = (fs::temp_directory_path() / "lockstep-validate-XXXXXX").string();
+    if (!mkdtemp(t.data())) throw Error("cannot create a temporary directory");
+    return t;
+  }
+
+  // Runs the program under `lockstep run LAUNCH...` until rank 0 wrote its
+  // profile, and returns it (nullopt after printing why it failed).
+  std::optional<plan::Profile> measure(const std::vector<std::string>& launch,
+                                       const std::string& tag) {
+    const std::string out = dir_ + "/profile-" + tag + ".json";
+    JobSpec job;
+    job.argv = {bin_dir() + "/lockstep", "run"};
+    job.argv.insert(job.argv.end(), launch.begin(), launch.end());
+    for (const std::string& kv :
+         {"LOCKSTEP_PROFILE=" + out, fmt::format("LOCKSTEP_PROFILE_STEPS={}", o_.steps),
+          fmt::format("LOCKSTEP_PROFILE_WARMUP={}", o_.warmup),
+          fmt::format("LOCKSTEP_INTRA_OP_THREADS={}", o_.threads)}) {
+      job.argv.push_back("-x");
+      job.argv.push_back(kv);
+    }
+    job.argv.push_back("--");
+    job.argv.insert(job.argv.end(), o_.program.begin(), o_.program.end());
+    job.log_path = dir_ + "/run-" + tag + ".log";
+    job.stop_when = out;
+    job.timeout_s = o_.timeout_s;
+    job.label = tag;
+    JobResult r = run_job(job);
+    if (!fs::exists(out)) {
+      fmt::print(stderr, "lockstep plan validate: {}: no profile (exit {}{}); the program needs "
+                 "at least {} steps. Last lines of {}:\n{}", tag, r.exit_code,
+                 r.timed_out ? ", timed out" : "", o_.warmup + o_.steps, job.log_path,
+                 tail_of(job.log_path));
+      return std::nullopt;
+    }
+    return plan::load_profile(out);
+  }
+
+  plan::NetworkModel fit(const std::string& backend, const std::vector<std::string>& args,
+                         const std::string& tag) {
+    const std::string out = dir_ + "/net-" + tag + ".json";
+    JobSpec job;
+    job.argv = {bin_dir() + "/lockstep-bench-fit", "--backend", backend, "--out", out, "--quiet",
+                "--name", "fit: " + tag};
+    job.argv.insert(job.argv.end(), args.begin(), args.end());
+    if (o_.quick)
+      job.argv.insert(job.argv.end(), {"--seconds", "0.02", "--sizes", "4B:1MiB", "--factor", "8"});
+    job.log_path = dir_ + "/fit-" + tag + ".log";
+    job.timeout_s = 600;
+    job.label = "fit " + tag;
+    JobResult r = run_job(job);
+    if (r.exit_code != 0)
+      throw Error(fmt::format("the {} fit failed (exit {}); last lines of {}:\n{}", tag,
+                              r.exit_code, job.log_path, tail_of(job.log_path)));
+    return plan::load_network(out);
+  }
+
+  // The shared-memory costs: the given networks if they have them, else a
+  // fit at the validated world sizes that fit on the cores (an
+  // oversubscribed sweep would measure the scheduler).
+  plan::NetworkModel network_for_shm(const std::vector<int>& nps) {
+    if (!o_.networks.empty()) {
+      plan::NetworkModel m = plan::resolve_network(o_.networks);
+      if (m.has("shm")) return m;
+    }
+    std::string list;
+    for (int np : nps)
+      if (np >= 2 && np <= cores()) list += (list.empty() ? "" : ",") + std::to_string(np);
+    if (list.empty()) list = "2";
+    progress("fitting shared memory at np {}", list);
+    plan::NetworkModel m = fit("shm", {"--np", list}, "shm");
+    return o_.networks.empty() ? m : plan::merge(plan::resolve_network(o_.networks), m);
+  }
+
+  plan::Scenario scenario(int hosts, int per_host, const std::string& cross) const {
+    plan::Scenario s;
+    s.topology = {hosts, per_host, cross, knob_string("LOCKSTEP_HIERARCHICAL")};
+    s.fusion_threshold = threshold_;
+    s.overlap = knob_string("LOCKSTEP_OVERLAP");
+    s.cores_per_node = cores();
+    s.threads_per_rank = o_.threads;
+    return s;
+  }
+
+  void record(Point p, const plan::Profile& measured, const plan::NetworkModel& net,
+              const plan::Scenario& s) {
+    plan::StepPrediction pred = plan::simulate(*profile_, net, s);
+    plan::ProfileSummary m = plan::summarize(measured);
+    p.measured_ms = m.step_ms;
+    p.measured_sync_ms = m.sync_ms;
+    p.predicted_ms = pred.step_ms;
+    p.predicted_exposed_ms = pred.exposed_comm_ms + pred.straggler_ms;
+    p.error_pct = 100 * (pred.step_ms - m.step_ms) / m.step_ms;
+    p.backend = pred.backend;
+    p.overlap = pred.overlap;
+    points_.push_back(p);
+    progress("np {} hosts {} {}: measured {:.2f} ms, predicted {:.2f} ms ({:+.1f}%)", p.np,
+             p.hosts, p.network, p.measured_ms, p.predicted_ms, p.error_pct);
+  }
+
+  void shm_point(int np) {
+    progress("measuring np {} on this host", np);
+    auto measured = np == 1 ? profile_ : measure({"-np", std::to_string(np)}, fmt::format("np{}", np));
+    if (np == 1) {  // a second run: the run-to-run noise of the profile itself
+      measured = measure({"-np", "1"}, "np1-again");
+    }
+    if (!measured) return;
+    Point p;
+    p.np = np;
+    p.network = np == 1 ? "none" : "shm";
+    p.oversubscribed = np * o_.threads > cores();
+    record(p, *measured, shm_network_, scenario(1, np, "gloo"));
+  }
+
+  void netns_points() {
+    std::unique_ptr<NetnsHosts> hosts;
+    try {
+      hosts = std::make_unique<NetnsHosts>(o_.netns);
+    } catch (const Error& e) {
+      progress("skipping the network-namespace points: {}", e.what());
+      return;
+    }
+    progress("{} network-namespace hosts; netem {}", o_.netns,
+             hosts->netem_available() ? "available (latency can be shaped)"
+                                      : "NOT available in this kernel: links are shaped by rate "
+                                        "(tbf) only, latency is the veth's own");
+    // The fit runs one rank per host: the flat ring among hosts that is also
+    // the hierarchical allreduce's cross-host stage.
+    const std::vector<std::string> common = {"--remote-exec", "ip netns exec {host}",
+                                             "--rendezvous-addr", hosts->launcher_ip(), "-H"};
+    std::vector<std::string> launch = common, fit_launch = common;
+    launch.push_back(hosts->host_list(o_.per_host));
+    fit_launch.push_back(hosts->host_list(1));
+    size_t start = 0;
+    for (;;) {
+      size_t comma = o_.shapes.find(',', start);
+      std::string text = o_.shapes.substr(start, comma == std::string::npos ? comma : comma - start);
+      LinkShape shape = parse_shape(text);
+      hosts->shape(shape);
+      progress("fitting Gloo over {} hosts shaped to {}", o_.netns, shape.label);
+      std::vector<std::string> fit_args;
+      for (const auto& a : fit_launch) fit_args.push_back("--launcher-arg=" + a);
+      plan::NetworkModel net = plan::merge(shm_network_, fit("gloo", fit_args, "gloo-" + text));
+      progress("measuring {} hosts over {}", o_.netns, shape.label);
+      if (auto measured = measure(launch, fmt::format("netns{}-{}", o_.netns, text))) {
+        Point p;
+        p.np = o_.netns * o_.per_host;
+        p.hosts = o_.netns;
+        p.network = "gloo " + shape.label;
+        p.oversubscribed = p.np * o_.threads > cores();
+        record(p, *measured, net, scenario(o_.netns, o_.per_host, "gloo"));
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+
+  void report() {
+    if (o_.json) {
+      for (const auto& p : points_)
+        fmt::print("{}\n", nlohmann::json{{"np", p.np},
+                                          {"hosts", p.hosts},
+                                          {"network", p.network},
+                                          {"backend", p.backend},
+                                          {"overlap", p.overlap},
+                                          {"measured_step_ms", p.measured_ms},
+                                          {"predicted_step_ms", p.predicted_ms},
+                                          {"error_pct", p.error_pct},
+                                          {"measured_sync_ms", p.measured_sync_ms},
+                                          {"predicted_comm_ms", p.predicted_exposed_ms},
+                                          {"oversubscribed", p.oversubscribed}}
+                                           .dump());
+      return;
+    }
+    fmt::print("# lockstep plan validate: {} ({} cores, {} intra-op thread(s) per rank, profile "
+               "at np 1: {:.2f} ms/step)\n", shell_join(o_.program), cores(), o_.threads,
+               plan::summarize(*profile_).step_ms);
+    fmt::print("{:>4} {:>6} {:>18} {:>20} {:>8} {:>13} {:>14} {:>8} {:>12} {:>12}  {}\n", "np",
+               "hosts", "network", "backend", "overlap", "measured(ms)", "predicted(ms)",
+               "error", "sync meas.", "comm pred.", "note");
+    for (const auto& p : points_)
+      fmt::print("{:>4} {:>6} {:>18} {:>20} {:>8} {:>13.2f} {:>14.2f} {:>+7.1f}% {:>12.2f} "
+                 "{:>12.2f}  {}\n", p.np, p.hosts, p.network, p.backend, p.overlap ? "on" : "off",
+                 p.measured_ms, p.predicted_ms, p.error_pct, p.measured_sync_ms,
+                 p.predicted_exposed_ms,
+                 p.oversubscribed ? "OVERSUBSCRIBED (more ranks than cores: measures the "
+                                    "scheduler)" : "");
+    fmt::print("# files: {}\n", dir_);
+  }
+
+  const Options& o_;
+  std::string dir_;
+  int64_t threshold_ = 0;
+  std::optional<plan::Profile> profile_;
+  plan::NetworkModel shm_network_;
+  std::vector<Point> points_;
+};
+
+}  // namespace
+
+int validate_main(int argc, char** argv) {
+  CLI::App app{"Measure a program at several scales here and compare with the planner's "
+               "prediction (docs/plan.md)", "lockstep plan validate"};
+  Options o;
+  app.add_option("--np", o.np, "ranks on this host, e.g. 1,2,3")->capture_default_str();
+  app.add_option("--netns", o.netns, "also run on this many network-namespace hosts, one rank "
+                 "each (root)")->capture_default_str();
+  app.add_option("--per-host", o.per_host, "ranks per netns host (2 or more: hierarchical "
+                 "allreduce)")->capture_default_str();
+  app.add_option("--shape", o.shapes, "links of the netns hosts: RATE[:LATENCY],... (latency "
+                 "needs netem)")->capture_default_str();
+  app.add_option("--network", o.networks, "network fits taken beforehand (else fitted here)");
+  app.add_option("--steps", o.steps, "profiled steps per point")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "steps skipped per point")->capture_default_str();
+  app.add_option("--threads", o.threads, "intra-op threads per rank, the same at every point")
+      ->capture_default_str();
+  app.add_option("--workdir", o.workdir, "keep profiles, fits and logs here (default: a new "
+                 "temporary directory)");
+  app.add_option("--timeout", o.timeout_s, "seconds per run")->capture_default_str();
+  app.add_flag("--json", o.json, "one JSON line per point");
+  app.add_flag("--quick", o.quick, "short network fits (for CI; less accurate)");
+  app.add_option("program", o.program, "-- PROGRAM ARGS...")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.netns < 0 || o.per_host < 1)
+      throw InvalidArgument(
+          "--steps, --threads and --per-host must be >= 1, --warmup and --netns >= 0");
+    Validator v(o);
+    return v.run();
+  } catch (const InvalidArgument& e) {
+    std::fprintf(stderr, "lockstep plan validate: %s\n", e.what());
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "lockstep plan validate: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace lockstep::plan_tool
