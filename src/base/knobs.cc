@@ -47,7 +47,8 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_TIMEOUT", "300",
          "seconds a collective may wait on a live peer before failing (dead peers fail in ~1 s)"},
     Knob{"LOCKSTEP_WAIT_WARNING", "10",
-         "seconds a collective waits on a live peer before logging who it waits for"},
+         "seconds a collective waits on a live peer before logging who it waits for (again "
+         "at every doubling: 10, 20, 40 s...); 0 = never"},
     Knob{"LOCKSTEP_SHM_SLOT_BYTES", "1MiB",
          "per-rank shared-memory staging slot; large messages are pipelined in slot-sized chunks"},
     Knob{"LOCKSTEP_SHM_SMALL_BYTES", "16KiB",
@@ -55,7 +56,8 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_SHM_STREAM_BYTES", "8MiB",
          "allreduce messages at least this large write results with non-temporal stores"},
     Knob{"LOCKSTEP_SPIN_US", "auto",
-         "microseconds to spin before sleeping on a futex; auto = 50, or 0 when oversubscribed"},
+         "microseconds a wait busy-polls before giving up the core (shm, mpi); auto = 50, or 0 when "
+         "this host runs more ranks than cores"},
     Knob{"LOCKSTEP_KERNELS", "auto", "auto|avx2|scalar: reduction kernel family"},
     Knob{"LOCKSTEP_HIERARCHICAL", "auto",
          "auto|0|1: multi-host allreduce as shm reduce-scatter + cross-host allreduce + shm "
@@ -95,13 +97,27 @@ std::string_view trim(std::string_view s) {
 
 std::span<const Knob> all_knobs() { return kKnobs; }
 
-std::string knob_string(std::string_view name) {
+namespace {
+
+const Knob& declared(std::string_view name) {
   auto it = std::find_if(kKnobs.begin(), kKnobs.end(),
                          [&](const Knob& k) { return k.name == name; });
   if (it == kKnobs.end())
     throw InvalidArgument(fmt::format("unknown knob {}: declare it in src/base/knobs.cc", name));
+  return *it;
+}
+
+}  // namespace
+
+std::string knob_string(std::string_view name) {
+  const Knob& knob = declared(name);
   const char* env = std::getenv(std::string(name).c_str());
-  return env ? std::string(env) : std::string(it->default_value);
+  return env ? std::string(env) : std::string(knob.default_value);
+}
+
+bool knob_is_set(std::string_view name) {
+  declared(name);
+  return std::getenv(std::string(name).c_str()) != nullptr;
 }
 
 int64_t knob_int(std::string_view name) {

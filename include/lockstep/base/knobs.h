@@ -27,6 +27,9 @@ std::string knob_string(std::string_view name);
 int64_t knob_int(std::string_view name);
 double knob_double(std::string_view name);
 bool knob_bool(std::string_view name);
+// True when the environment sets the knob (to any value, even its default).
+// Throws InvalidArgument for an undeclared name.
+bool knob_is_set(std::string_view name);
 
 // Parses sizes such as "64MiB", "8B", "1k", "2G" (binary multiples for KiB/MiB,
 // K/M/G too). Throws InvalidArgument naming `what` on bad input.
