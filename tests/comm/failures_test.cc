@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "support/mismatch_matrix.h"
 #include "support/multiproc.h"
 
 namespace lockstep::testing {
@@ -108,6 +109,27 @@ TEST(Mismatch, DifferentCountsFailOnEveryRankAndTheCommunicatorStaysUsable) {
     c.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(x, 3.0f);
   }));
+}
+
+// Issue 15.1: the barrier took no staging buffer while the allreduce took
+// one, so the ranks' buffer parity drifted apart and the next allreduce read
+// a stale buffer: 1 instead of 2, with no error.
+TEST(Mismatch, BarrierAgainstAllreduceLeftTheNextAllreduceSummingOneRank) {
+  expect_all_ok(run_workers(2, [](Communicator& c) {
+    std::vector<float> data(100, 1.0f);
+    EXPECT_THROW({
+      if (c.rank() == 0) c.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+      else c.barrier();
+    }, MismatchError);
+    float x = 1.0f;
+    c.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(x, 2.0f);
+  }));
+}
+
+TEST(Mismatch, EveryPairOfCollectivesFailsEverywhereAndLaterResultsAreRight) {
+  for (int n : {2, 3})
+    expect_all_ok(run_workers(n, matrix::every_kind_pair_mismatch_then_right_results));
 }
 
 TEST(Mismatch, DifferentOpDtypeRootOrCollectiveAreNamed) {

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "support/collective_matrix.h"
+#include "support/mismatch_matrix.h"
 #include "lockstep/base/error.h"
 #ifdef LOCKSTEP_TEST_RENDEZVOUS
 #include "lockstep/rendezvous/store.h"
@@ -206,6 +207,14 @@ TEST_F(GlooTest, VerifyOpsReportsMismatchedCountsAndStaysUsable) {
     c.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(x, 3.0f);
   }, options_));
+}
+
+// Issue 15.1 across Gloo: with LOCKSTEP_VERIFY_OPS=1 every pair of
+// different collectives fails on every rank and later results are right.
+TEST_F(GlooTest, EveryPairOfCollectivesFailsEverywhereAndLaterResultsAreRight) {
+  options_.env["LOCKSTEP_VERIFY_OPS"] = "1";
+  for (int n : {2, 3})
+    expect_all_ok(run_workers(n, matrix::every_kind_pair_mismatch_then_right_results, options_));
 }
 
 TEST_F(GlooTest, SendRecvTagDisagreement) {

@@ -11,6 +11,7 @@
 
 #include "comm/backend_factory.h"
 #include "support/collective_matrix.h"
+#include "support/mismatch_matrix.h"
 #include "lockstep/base/error.h"
 #include "lockstep/comm/communicator.h"
 
@@ -116,6 +117,16 @@ TEST(MpiMismatch, VerifyOpsFailsEveryRankAndTheCommunicatorStaysUsable) {
   float x = static_cast<float>(c->rank() + 1);
   c->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
   EXPECT_EQ(x, c->size() * (c->size() + 1) / 2.0f);
+}
+
+// Issue 15.1 across MPI: with LOCKSTEP_VERIFY_OPS=1 every pair of different
+// collectives fails on every rank and later results are right.
+TEST(MpiMismatch, EveryPairOfCollectivesFailsEverywhereAndLaterResultsAreRight) {
+  setenv("LOCKSTEP_VERIFY_OPS", "1", 1);
+  auto c = world_comm();
+  unsetenv("LOCKSTEP_VERIFY_OPS");
+  if (c->size() < 2) GTEST_SKIP();
+  matrix::every_kind_pair_mismatch_then_right_results(*c);
 }
 
 TEST(MpiMismatch, SendRecvTagDisagreement) {

@@ -18,6 +18,7 @@ namespace lockstep::testing::matrix {
 namespace {
 
 bool g_bitwise = false;
+size_t g_max_count = SIZE_MAX;
 
 using comm::Communicator;
 
@@ -97,6 +98,7 @@ void allreduce_every_dtype_op_and_count(Communicator& c) {
   for (DataType dt : kDTypes)
     for (ReduceOp op : kOps)
       for (size_t count : kCounts) {
+        if (count > g_max_count) continue;
         ++salt;
         auto in = make_input(dt, op, count, c.rank(), salt);
         auto want = reference_reduce(dt, op, 0, count, count, c.size(), salt);
@@ -118,6 +120,7 @@ void reduce_to_every_root(Communicator& c) {
     for (DataType dt : kDTypes)
       for (ReduceOp op : kOps)
         for (size_t count : kCounts) {
+          if (count > g_max_count) continue;
           if (count > 1000 && op != ReduceOp::kSum && root != 0) continue;  // bound run time
           ++salt;
           auto in = make_input(dt, op, count, c.rank(), salt);
@@ -134,6 +137,7 @@ void broadcast_from_every_root(Communicator& c) {
   for (int root = 0; root < c.size(); ++root)
     for (DataType dt : kDTypes)
       for (size_t count : kCounts) {
+        if (count > g_max_count) continue;
         ++salt;
         auto want = make_input(dt, ReduceOp::kSum, count, root, salt);
         auto buf = c.rank() == root ? want : std::vector<uint8_t>(want.size(), 0x5A);
@@ -146,6 +150,7 @@ void allgather_and_allgatherv(Communicator& c) {
   int salt = 3000;
   for (DataType dt : kDTypes)
     for (size_t count : kCounts) {
+      if (count > g_max_count) continue;
       ++salt;
       std::vector<size_t> equal(c.size(), count);
       auto mine = make_input(dt, ReduceOp::kSum, count, c.rank(), salt);
@@ -168,6 +173,7 @@ void gather_and_scatter_every_root(Communicator& c) {
   for (int root = 0; root < c.size(); ++root)
     for (DataType dt : kDTypes)
       for (size_t count : kCounts) {
+        if (count > g_max_count) continue;
         if (count > 1000 && root != c.size() - 1) continue;  // one large case per size
         ++salt;
         std::vector<size_t> equal(c.size(), count);
@@ -188,6 +194,7 @@ void reduce_scatter_every_dtype_and_op(Communicator& c) {
   for (DataType dt : kDTypes)
     for (ReduceOp op : kOps)
       for (size_t count : kCounts) {
+        if (count > g_max_count) continue;
         ++salt;
         size_t block = count > 1000 ? count / c.size() + 1 : count;
         size_t full = block * c.size();
@@ -205,6 +212,7 @@ void alltoall_and_alltoallv(Communicator& c) {
   int n = c.size();
   for (DataType dt : kDTypes)
     for (size_t count : kCounts) {
+      if (count > g_max_count) continue;
       ++salt;
       size_t es = comm::dtype_size(dt);
       size_t per = count > 1000 ? count / n : count;
@@ -272,6 +280,7 @@ void send_recv_ring_and_barrier(Communicator& c) {
 }
 
 void require_bitwise_reductions(bool on) { g_bitwise = on; }
+void limit_counts(size_t max_count) { g_max_count = max_count; }
 
 void run_all(Communicator& c) {
   allreduce_every_dtype_op_and_count(c);

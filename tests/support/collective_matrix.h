@@ -25,6 +25,10 @@ void send_recv_ring_and_barrier(comm::Communicator& c);
 // bitwise; others (MPI, Gloo) within a dtype-scaled tolerance (the default).
 void require_bitwise_reductions(bool on);
 
+// Skips element counts above `max_count` (for algorithms whose chunking is
+// another layer's, tested there).
+void limit_counts(size_t max_count);
+
 // Runs all of the above.
 void run_all(comm::Communicator& c);
 

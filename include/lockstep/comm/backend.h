@@ -7,6 +7,16 @@
 // can see: cross-rank disagreement (MismatchError), dead peers (PeerFailure)
 // and deadlines (TimeoutError). Not thread-safe: one caller at a time.
 // Counts are in elements; vectors of counts are packed (no displacements).
+//
+// Primitives (pure virtual): allreduce, broadcast, allgatherv, barrier, send,
+// recv. The derived collectives (reduce, gatherv, scatter, reduce_scatter,
+// alltoallv) have correct default implementations on those primitives
+// (src/comm/collectives/, one file each, their costs stated there), so a new
+// transport works once it has the six primitives; it overrides a derived one
+// where it can be faster. A default reports a mismatch through the
+// primitive it runs on (its count, dtype and root are still compared; a
+// derived call against that very primitive with agreeing arguments is not an
+// error, and still gives every rank the right result).
 #pragma once
 
 #include <cstddef>
@@ -31,21 +41,24 @@ class Backend {
   // `send == recv` means in place everywhere it is allowed.
   virtual void allreduce(const void* send, void* recv, size_t count, DataType dtype,
                          ReduceOp op) = 0;
-  virtual void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                      int root) = 0;
   virtual void broadcast(void* buffer, size_t count, DataType dtype, int root) = 0;
   virtual void allgatherv(const void* send, void* recv, std::span<const size_t> counts,
                           DataType dtype) = 0;
+  virtual void barrier() = 0;
+
+  // Derived collectives, with defaults on the primitives.
+  virtual void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                      int root);
   virtual void gatherv(const void* send, void* recv, std::span<const size_t> counts,
-                       DataType dtype, int root) = 0;
-  virtual void scatter(const void* send, void* recv, size_t count, DataType dtype,
-                       int root) = 0;
+                       DataType dtype, int root);
+  virtual void scatter(const void* send, void* recv, size_t count, DataType dtype, int root);
   // Input holds size() blocks of `count` elements; rank r gets block r reduced.
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
-                              ReduceOp op) = 0;
+                              ReduceOp op);
   virtual void alltoallv(const void* send, std::span<const size_t> send_counts, void* recv,
-                         std::span<const size_t> recv_counts, DataType dtype) = 0;
-  virtual void barrier() = 0;
+                         std::span<const size_t> recv_counts, DataType dtype);
+
+  // Point-to-point primitives.
   virtual void send(const void* buffer, size_t count, DataType dtype, int peer, int tag) = 0;
   virtual void recv(void* buffer, size_t count, DataType dtype, int peer, int tag) = 0;
 };

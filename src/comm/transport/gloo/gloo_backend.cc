@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/kit/wait_policy.h"
 #include "comm/transport/gloo/gloo_comm.h"
 #include "comm/transport/gloo/gloo_store.h"
 #include "lockstep/base/error.h"
@@ -112,6 +113,15 @@ std::shared_ptr<::gloo::transport::Device> device() {
   return dev;
 }
 
+// Pids of the peers on this host (same host label), 0 for the others.
+std::vector<int> local_pids(const std::vector<PeerInfo>& peers) {
+  std::string host = host_label();
+  std::vector<int> pids(peers.size(), 0);
+  for (size_t r = 0; r < peers.size(); ++r)
+    if (peers[r].host == host) pids[r] = peers[r].pid;
+  return pids;
+}
+
 std::vector<PeerInfo> exchange_peers(::gloo::rendezvous::Store& store, const WorldInfo& world,
                                      std::chrono::milliseconds timeout) {
   std::string mine = fmt::format("{}\n{}", host_label(), getpid());
@@ -132,8 +142,7 @@ std::vector<PeerInfo> exchange_peers(::gloo::rendezvous::Store& store, const Wor
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag) {
-  auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(knob_double("LOCKSTEP_TIMEOUT") * 1000));
+  auto timeout = kit::WaitPolicy::from_knobs(world.local_size).timeout;
   auto store = make_store(world, tag, timeout);
   std::vector<PeerInfo> peers;
   auto context = std::make_shared<::gloo::rendezvous::Context>(world.rank, world.size);
@@ -159,7 +168,7 @@ GlooBackend::GlooBackend(std::shared_ptr<::gloo::Context> context,
                          std::vector<PeerInfo> peers, std::chrono::milliseconds timeout,
                          bool verify_ops)
     : context_(std::move(context)), store_(std::move(store)), peers_(std::move(peers)),
-      timeout_(timeout), verify_ops_(verify_ops), rank_(context_->rank),
+      liveness_(local_pids(peers_), context_->rank), timeout_(timeout), verify_ops_(verify_ops), rank_(context_->rank),
       size_(context_->size), sent_(size_, 0), received_(size_, 0) {}
 
 GlooBackend::~GlooBackend() {
@@ -180,45 +189,24 @@ void GlooBackend::check_usable() const {
                   "); create a new one or exit");
 }
 
-void GlooBackend::begin(OpKind kind, DataType dtype, uint8_t op, int root, uint64_t count) {
+void GlooBackend::begin(const kit::OpDesc& desc) {
   check_usable();
   ++seq_;
   ++tag_;
   if (!verify_ops_ || size_ == 1) return;
-  uint64_t mine[2] = {uint64_t{static_cast<uint8_t>(kind)} | uint64_t{static_cast<uint8_t>(dtype)} << 8 |
-                          uint64_t{op} << 16 | uint64_t{static_cast<uint32_t>(root)} << 32,
-                      count};
-  std::vector<uint64_t> all(2 * size_);
-  allgather_raw(mine, all.data(), sizeof mine);
+  kit::PackedDesc mine = kit::pack(desc);
+  std::vector<kit::PackedDesc> words(size_);
+  allgather_raw(mine.data(), words.data(), sizeof mine);
   ++tag_;
-  bool same = true;
-  for (int r = 0; r < size_; ++r) same &= all[2 * r] == mine[0] && all[2 * r + 1] == mine[1];
-  if (same) return;
-  static constexpr const char* kNames[] = {"?", "allreduce", "reduce", "broadcast", "allgather",
-                                           "gather", "scatter", "reduce_scatter", "alltoall",
-                                           "barrier"};
-  std::string msg = "ranks called different collectives:";
-  for (int r = 0; r < size_; ++r) {
-    uint64_t w = all[2 * r];
-    uint8_t k = static_cast<uint8_t>(w);
-    msg += fmt::format(" rank {}: {}", r, k < std::size(kNames) ? kNames[k] : "?");
-    if (k != static_cast<uint8_t>(OpKind::kBarrier)) {
-      msg += fmt::format(" dtype={}", dtype_name(static_cast<DataType>(static_cast<uint8_t>(w >> 8))));
-      if (k == 1 || k == 2 || k == 7)
-        msg += fmt::format(" op={}", reduce_op_name(static_cast<ReduceOp>(static_cast<uint8_t>(w >> 16))));
-      int32_t root_r = static_cast<int32_t>(static_cast<uint32_t>(w >> 32));
-      if (root_r >= 0) msg += fmt::format(" root={}", root_r);
-      if (k == 4 || k == 5) msg += fmt::format(" counts-hash={:x}", all[2 * r + 1]);
-      else if (k != 8) msg += fmt::format(" count={}", all[2 * r + 1]);
-    }
-    msg += ";";
-  }
-  msg.pop_back();
-  throw MismatchError(msg);
+  std::vector<kit::OpDesc> all(size_);
+  for (int r = 0; r < size_; ++r) all[r] = kit::unpack(words[r]);
+  // Every rank saw the same table, so every rank throws here together and
+  // the communicator stays usable.
+  if (!kit::all_equal(all)) throw MismatchError(kit::mismatch_message(all));
 }
 
 void GlooBackend::barrier() {
-  begin(OpKind::kBarrier, DataType::kUInt8, 0, -1, 0);
+  begin(kit::barrier_desc());
   if (size_ == 1) return;
   guarded("barrier", [&] {
     ::gloo::BarrierOptions opts(context_);

@@ -74,12 +74,6 @@ void store_int(void* p, size_t i, DataType dtype, int64_t v) {
   }
 }
 
-uint64_t hash_counts(std::span<const size_t> counts) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t c : counts) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 // Gloo rejects null buffers even when empty.
 void* nonnull(void* p) {
   static std::byte dummy[8];
@@ -130,13 +124,13 @@ void GlooBackend::allreduce_impl(const void* send, void* recv, size_t count, Dat
 
 void GlooBackend::allreduce(const void* send, void* recv, size_t count, DataType dtype,
                             ReduceOp op) {
-  begin(OpKind::kAllreduce, dtype, static_cast<uint8_t>(op), -1, count);
+  begin(kit::make_desc(kit::OpKind::kAllreduce, dtype, -1, count, op));
   allreduce_impl(send, recv, count, dtype, op);
 }
 
 void GlooBackend::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                          int root) {
-  begin(OpKind::kReduce, dtype, static_cast<uint8_t>(op), root, count);
+  begin(kit::make_desc(kit::OpKind::kReduce, dtype, root, count, op));
   if (count == 0) return;
   if (wide_average(dtype, op) || size_ == 1) {
     // Rare enough to reuse the allreduce path rather than widen twice.
@@ -169,7 +163,7 @@ void GlooBackend::reduce(const void* send, void* recv, size_t count, DataType dt
 }
 
 void GlooBackend::broadcast(void* buffer, size_t count, DataType dtype, int root) {
-  begin(OpKind::kBroadcast, dtype, 0, root, count);
+  begin(kit::make_desc(kit::OpKind::kBroadcast, dtype, root, count));
   if (count == 0 || size_ == 1) return;
   guarded("broadcast", [&] {
     ::gloo::BroadcastOptions opts(context_);
@@ -186,7 +180,7 @@ void GlooBackend::broadcast(void* buffer, size_t count, DataType dtype, int root
 
 void GlooBackend::allgatherv(const void* send, void* recv, std::span<const size_t> counts,
                              DataType dtype) {
-  begin(OpKind::kAllgatherv, dtype, 0, -1, hash_counts(counts));
+  begin(kit::make_desc(kit::OpKind::kAllgatherv, dtype, -1, kit::hash_counts(counts)));
   size_t es = dtype_size(dtype);
   size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
   if (total == 0) return;
@@ -220,7 +214,7 @@ void GlooBackend::allgatherv(const void* send, void* recv, std::span<const size_
 // buffers (what Gloo's own gather does), in a slot space of this collective.
 void GlooBackend::gatherv(const void* send, void* recv, std::span<const size_t> counts,
                           DataType dtype, int root) {
-  begin(OpKind::kGatherv, dtype, 0, root, hash_counts(counts));
+  begin(kit::make_desc(kit::OpKind::kGatherv, dtype, root, kit::hash_counts(counts)));
   size_t es = dtype_size(dtype);
   uint64_t slot = (0xE0ull << 56) | tag_;
   guarded("gather", [&] {
@@ -247,7 +241,7 @@ void GlooBackend::gatherv(const void* send, void* recv, std::span<const size_t> 
 }
 
 void GlooBackend::scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  begin(OpKind::kScatter, dtype, 0, root, count);
+  begin(kit::make_desc(kit::OpKind::kScatter, dtype, root, count));
   if (count == 0) return;
   size_t es = dtype_size(dtype);
   std::vector<std::byte> staging;
@@ -286,7 +280,7 @@ void GlooBackend::scatter(const void* send, void* recv, size_t count, DataType d
 // this rank's block (size x the traffic of a true reduce-scatter).
 void GlooBackend::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
                                  ReduceOp op) {
-  begin(OpKind::kReduceScatter, dtype, static_cast<uint8_t>(op), -1, count);
+  begin(kit::make_desc(kit::OpKind::kReduceScatter, dtype, -1, count, op));
   if (count == 0) return;
   size_t es = dtype_size(dtype);
   std::vector<std::byte> full(count * size_ * es);
@@ -296,7 +290,7 @@ void GlooBackend::reduce_scatter(const void* send, void* recv, size_t count, Dat
 
 void GlooBackend::alltoallv(const void* send, std::span<const size_t> send_counts, void* recv,
                             std::span<const size_t> recv_counts, DataType dtype) {
-  begin(OpKind::kAlltoallv, dtype, 0, -1, 0);
+  begin(kit::make_desc(kit::OpKind::kAlltoallv, dtype, -1, 0));
   size_t es = dtype_size(dtype);
   if (size_ == 1) {
     if (send_counts[0]) std::memcpy(recv, send, send_counts[0] * es);

@@ -10,15 +10,12 @@
 #include <gloo/context.h>
 #include <gloo/rendezvous/store.h>
 
+#include "comm/kit/liveness.h"
+#include "comm/kit/op_desc.h"
 #include "lockstep/base/error.h"
 #include "lockstep/comm/backend.h"
 
 namespace lockstep::comm::gloo_transport {
-
-enum class OpKind : uint8_t {
-  kAllreduce = 1, kReduce, kBroadcast, kAllgatherv, kGatherv, kScatter, kReduceScatter,
-  kAlltoallv, kBarrier,
-};
 
 // Where a peer runs, to tell a dead peer from a live one after an error.
 struct PeerInfo {
@@ -63,7 +60,7 @@ class GlooBackend final : public Backend {
  private:
   // Announces a collective: usability check, a fresh Gloo tag, and with
   // verify_ops_ a descriptor comparison across ranks (gloo_backend.cc).
-  void begin(OpKind kind, DataType dtype, uint8_t op, int root, uint64_t count);
+  void begin(const kit::OpDesc& desc);
   // Runs a Gloo call, translating its exceptions (gloo_errors.cc).
   template <typename F>
   void guarded(const char* what, F&& call);
@@ -79,6 +76,7 @@ class GlooBackend final : public Backend {
   std::shared_ptr<::gloo::Context> context_;
   std::unique_ptr<::gloo::rendezvous::Store> store_;
   std::vector<PeerInfo> peers_;
+  kit::PeerLiveness liveness_;  // peers on this host, by pid
   std::chrono::milliseconds timeout_;
   bool verify_ops_;
   int rank_;

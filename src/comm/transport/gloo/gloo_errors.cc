@@ -1,7 +1,4 @@
 // Turning Gloo's exceptions into lockstep's errors, naming the peer.
-#include <poll.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <chrono>
@@ -17,42 +14,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A process that has exited (zombie included) makes its pidfd readable.
-bool exited(int pid) {
-#ifdef SYS_pidfd_open
-  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) return errno == ESRCH;
-  pollfd p{fd, POLLIN, 0};
-  bool gone = ::poll(&p, 1, 0) > 0;
-  close(fd);
-  return gone;
-#else
-  return kill(pid, 0) != 0 && errno == ESRCH;
-#endif
-}
-
 bool is_timeout(std::string message) {
   for (char& c : message) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return message.find("timed out") != std::string::npos ||
          message.find("timeout") != std::string::npos;
 }
 
-std::string this_host() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
-}
-
 }  // namespace
 
 int GlooBackend::find_dead_peer(std::chrono::milliseconds grace) const {
   // The socket may report the close a moment before the process is reaped.
-  std::string host = this_host();
   auto until = Clock::now() + grace;
   do {
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_ && peers_[r].host == host && peers_[r].pid > 0 && exited(peers_[r].pid))
-        return r;
+    if (int dead = liveness_.find_dead(); dead >= 0) return dead;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   } while (Clock::now() < until);
   return -1;

@@ -108,8 +108,8 @@ std::string shared_job_id(Backend& flat, const WorldInfo& world) {
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag,
-                                      CrossTransport cross, bool only_if_useful) {
-  std::unique_ptr<Backend> flat = cross.make_world(world, tag);
+                                      const Transport& cross, bool only_if_useful) {
+  std::unique_ptr<Backend> flat = cross.make(world, tag);
   int64_t mine[kFields] = {world.cross_rank, world.local_rank, world.local_size,
                            world.cross_size, host_hash()};
   std::vector<int64_t> all(kFields * static_cast<size_t>(world.size));
@@ -120,7 +120,7 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
     if (!derived) {
       if (world.rank == 0 && !only_if_useful)
         log(LogLevel::kWarning, "hierarchical allreduce disabled, using flat {}: {}, and the "
-            "hosts hold different numbers of ranks", cross.kind, problem);
+            "hosts hold different numbers of ranks", cross.name, problem);
       return flat;
     }
     layout = *derived;
@@ -146,7 +146,8 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
     if (r_layout.cross_rank == layout.cross_rank) local_ranks[r_layout.local_rank] = r;
     if (r_layout.local_rank == layout.local_rank) cross_ranks[r_layout.cross_rank] = r;
   }
-  return std::make_unique<HierarchicalBackend>("hierarchical-" + cross.kind, std::move(flat),
+  return std::make_unique<HierarchicalBackend>(fmt::format("hierarchical-{}", cross.name),
+                                               std::move(flat),
                                                std::move(local), std::move(across),
                                                std::move(local_ranks), std::move(cross_ranks));
 }

@@ -17,33 +17,21 @@
 // otherwise make_backend logs why and returns the flat backend.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 
+#include "comm/transport/transport.h"
 #include "lockstep/comm/backend.h"
 #include "lockstep/comm/world.h"
 
 namespace lockstep::comm::hierarchical {
 
-// How to build the cross-host pieces (the factory supplies mpi or gloo).
-struct CrossTransport {
-  std::string kind;  // "mpi" or "gloo"
-  // The flat backend over the whole world.
-  std::function<std::unique_ptr<Backend>(const WorldInfo& world, const std::string& tag)> make_world;
-  // The ranks of `flat` that share `color`, ordered by `key`, as one backend;
-  // `group` describes them (rank = key, size) for transports that rendezvous
-  // afresh under `tag`. Called by every rank of `flat`.
-  std::function<std::unique_ptr<Backend>(Backend& flat, int color, int key,
-                                         const WorldInfo& group, const std::string& tag)>
-      make_group;
-};
-
 // With `only_if_useful` (LOCKSTEP_HIERARCHICAL=auto) the flat backend is
 // returned, on every rank alike, when the agreed layout has one host or one
 // rank per host.
+// `cross` is a cross-host transport (Transport::make_group set).
 std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag,
-                                      CrossTransport cross, bool only_if_useful = false);
+                                      const Transport& cross, bool only_if_useful = false);
 
 // The flat world backend inside a hierarchical one (split() builds subsets
 // from it). Throws InvalidArgument for another kind of backend.

@@ -14,9 +14,9 @@
 namespace lockstep::comm::mpi {
 namespace {
 
-std::unique_ptr<Backend> wrap(MPI_Comm comm) {
+std::unique_ptr<Backend> wrap(MPI_Comm comm, const kit::WaitPolicy& policy) {
   check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "mpi: setting the error handler");
-  return std::make_unique<MpiBackend>(comm, policy_from_knobs(), knob_bool("LOCKSTEP_VERIFY_OPS"));
+  return std::make_unique<MpiBackend>(comm, policy, knob_bool("LOCKSTEP_VERIFY_OPS"));
 }
 
 MpiBackend& as_mpi(Backend& parent, const char* what) {
@@ -49,11 +49,12 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
         "Communicator::split should call); otherwise do not set LOCKSTEP_RANK/LOCKSTEP_SIZE "
         "to values that differ from mpirun's",
         rank, size, world.rank, world.size));
+  auto policy = kit::WaitPolicy::from_knobs(world.local_size);
   MPI_Comm comm;
   MPI_Request req;
   check(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &req), "mpi: duplicating MPI_COMM_WORLD");
-  wait_until(req, "mpi: creating the world communicator", policy_from_knobs().timeout);
-  return wrap(comm);
+  wait_until(req, "mpi: creating the world communicator", policy.timeout);
+  return wrap(comm, policy);
 }
 
 std::unique_ptr<Backend> make_subset_backend(Backend& parent, std::span<const int> ranks,
@@ -69,18 +70,18 @@ std::unique_ptr<Backend> make_subset_backend(Backend& parent, std::span<const in
   MPI_Group_free(&sub);
   MPI_Group_free(&all);
   check(rc, fmt::format("split '{}': MPI_Comm_create_group", tag));
-  return wrap(comm);
+  return wrap(comm, p.policy());
 }
 
 std::unique_ptr<Backend> make_split_backend(Backend& parent, int color, int key) {
   MpiBackend& p = as_mpi(parent, "hierarchical split");
   MPI_Comm comm = MPI_COMM_NULL;
   check(MPI_Comm_split(p.comm(), color, key, &comm), "mpi: MPI_Comm_split");
-  return wrap(comm);
+  return wrap(comm, p.policy());
 }
 
-MpiBackend::MpiBackend(MPI_Comm comm, WatchPolicy policy, bool verify_ops)
-    : comm_(comm), verify_ops_(verify_ops), watchdog_(comm, policy) {
+MpiBackend::MpiBackend(MPI_Comm comm, kit::WaitPolicy policy, bool verify_ops)
+    : comm_(comm), verify_ops_(verify_ops), policy_(policy), watchdog_(comm, policy) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   int* ub = nullptr;
@@ -95,39 +96,28 @@ MpiBackend::~MpiBackend() {
   if (!finalized) MPI_Comm_free(&comm_);
 }
 
-void MpiBackend::begin(OpKind kind, DataType dtype, uint8_t op, int root, uint64_t count) {
-  OpDesc d{static_cast<uint8_t>(kind), static_cast<uint8_t>(dtype), op, root, count};
-  watchdog_.begin(d);
-  if (verify_ops_ && size_ > 1) verify(d);
+void MpiBackend::begin(const kit::OpDesc& desc) {
+  watchdog_.begin(desc);
+  if (verify_ops_ && size_ > 1) verify(desc);
 }
 
-void MpiBackend::verify(const OpDesc& mine) {
-  uint64_t packed[2] = {uint64_t{mine.kind} | uint64_t{mine.dtype} << 8 | uint64_t{mine.op} << 16 |
-                            uint64_t{static_cast<uint32_t>(mine.root)} << 32,
-                        mine.count};
-  std::vector<uint64_t> all(2 * size_);
+void MpiBackend::verify(const kit::OpDesc& mine) {
+  kit::PackedDesc packed = kit::pack(mine);
+  std::vector<kit::PackedDesc> words(size_);
   MPI_Request req;
-  check(MPI_Iallgather(packed, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm_, &req),
+  check(MPI_Iallgather(packed.data(), 2, MPI_UINT64_T, words.data(), 2, MPI_UINT64_T, comm_,
+                       &req),
         "mpi: comparing op descriptors");
   wait(req, "verify");
-  bool same = true;
-  for (int r = 0; r < size_; ++r) same &= all[2 * r] == packed[0] && all[2 * r + 1] == packed[1];
-  if (same) return;
+  std::vector<kit::OpDesc> all(size_);
+  for (int r = 0; r < size_; ++r) all[r] = kit::unpack(words[r]);
   // Every rank saw the same table, so every rank throws here together and
   // the communicator stays usable.
-  std::string msg = "ranks called different collectives:";
-  for (int r = 0; r < size_; ++r) {
-    OpDesc d{static_cast<uint8_t>(all[2 * r]), static_cast<uint8_t>(all[2 * r] >> 8),
-             static_cast<uint8_t>(all[2 * r] >> 16),
-             static_cast<int32_t>(static_cast<uint32_t>(all[2 * r] >> 32)), all[2 * r + 1]};
-    msg += fmt::format(" rank {}: {};", r, d.describe());
-  }
-  msg.pop_back();
-  throw MismatchError(msg);
+  if (!kit::all_equal(all)) throw MismatchError(kit::mismatch_message(all));
 }
 
 void MpiBackend::barrier() {
-  begin(OpKind::kBarrier, DataType::kUInt8, 0, -1, 0);
+  begin(kit::barrier_desc());
   MPI_Request req;
   check(MPI_Ibarrier(comm_, &req), "barrier");
   wait(req, "barrier");

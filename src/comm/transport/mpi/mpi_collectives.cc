@@ -28,12 +28,6 @@ void divide(void* data, size_t count, DataType dtype, int divisor) {
   kernels::reduce(dtype, ReduceOp::kAverage, in, 1, data, count, divisor);
 }
 
-uint64_t hash_counts(std::span<const size_t> counts) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (size_t c : counts) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 std::vector<int64_t> widen(const void* src, size_t count, DataType dtype) {
   std::vector<int64_t> out(count);
   for (size_t i = 0; i < count; ++i) {
@@ -88,30 +82,29 @@ std::vector<int> MpiBackend::displacements(std::span<const int> counts, const ch
 }
 
 void MpiBackend::wide_average(const void* send, void* recv, size_t in_count, size_t out_count,
-                              DataType dtype, int root, OpKind kind) {
+                              DataType dtype, int root, kit::OpKind kind) {
   std::vector<int64_t> in = widen(send, in_count, dtype);
   std::vector<int64_t> out(out_count);
   MPI_Request req;
-  const char* what = kind == OpKind::kReduce ? "reduce"
-                     : kind == OpKind::kReduceScatter ? "reduce_scatter" : "allreduce";
-  int n = as_int(out_count, what);
-  if (kind == OpKind::kAllreduce)
+  std::string what(kit::kind_name(kind));
+  int n = as_int(out_count, what.c_str());
+  if (kind == kit::OpKind::kAllreduce)
     check(MPI_Iallreduce(in.data(), out.data(), n, MPI_INT64_T, MPI_SUM, comm_, &req), what);
-  else if (kind == OpKind::kReduce)
+  else if (kind == kit::OpKind::kReduce)
     check(MPI_Ireduce(in.data(), out.data(), n, MPI_INT64_T, MPI_SUM, root, comm_, &req), what);
   else
     check(MPI_Ireduce_scatter_block(in.data(), out.data(), n, MPI_INT64_T, MPI_SUM, comm_, &req),
           what);
   wait(req, what);
-  if (kind != OpKind::kReduce || rank_ == root) narrow_divided(out, recv, dtype, size_);
+  if (kind != kit::OpKind::kReduce || rank_ == root) narrow_divided(out, recv, dtype, size_);
 }
 
 void MpiBackend::allreduce(const void* send, void* recv, size_t count, DataType dtype,
                            ReduceOp op) {
-  begin(OpKind::kAllreduce, dtype, static_cast<uint8_t>(op), -1, count);
+  begin(kit::make_desc(kit::OpKind::kAllreduce, dtype, -1, count, op));
   if (count == 0) return;
   if (needs_wide_average(dtype, op))
-    return wide_average(send, recv, count, count, dtype, -1, OpKind::kAllreduce);
+    return wide_average(send, recv, count, count, dtype, -1, kit::OpKind::kAllreduce);
   size_t es = dtype_size(dtype);
   for (size_t off = 0; off < count; off += kChunk) {
     int n = static_cast<int>(std::min(kChunk, count - off));
@@ -127,10 +120,10 @@ void MpiBackend::allreduce(const void* send, void* recv, size_t count, DataType 
 
 void MpiBackend::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                         int root) {
-  begin(OpKind::kReduce, dtype, static_cast<uint8_t>(op), root, count);
+  begin(kit::make_desc(kit::OpKind::kReduce, dtype, root, count, op));
   if (count == 0) return;
   if (needs_wide_average(dtype, op))
-    return wide_average(send, recv, count, count, dtype, root, OpKind::kReduce);
+    return wide_average(send, recv, count, count, dtype, root, kit::OpKind::kReduce);
   size_t es = dtype_size(dtype);
   bool in_place = rank_ == root && send == recv;
   for (size_t off = 0; off < count; off += kChunk) {
@@ -146,7 +139,7 @@ void MpiBackend::reduce(const void* send, void* recv, size_t count, DataType dty
 }
 
 void MpiBackend::broadcast(void* buffer, size_t count, DataType dtype, int root) {
-  begin(OpKind::kBroadcast, dtype, 0, root, count);
+  begin(kit::make_desc(kit::OpKind::kBroadcast, dtype, root, count));
   size_t es = dtype_size(dtype);
   for (size_t off = 0; off < count; off += kChunk) {
     int n = static_cast<int>(std::min(kChunk, count - off));
@@ -159,7 +152,7 @@ void MpiBackend::broadcast(void* buffer, size_t count, DataType dtype, int root)
 
 void MpiBackend::allgatherv(const void* send, void* recv, std::span<const size_t> counts,
                             DataType dtype) {
-  begin(OpKind::kAllgatherv, dtype, 0, -1, hash_counts(counts));
+  begin(kit::make_desc(kit::OpKind::kAllgatherv, dtype, -1, kit::hash_counts(counts)));
   size_t es = dtype_size(dtype);
   std::vector<int> n = to_ints(counts, "allgather");
   std::vector<int> displs = displacements(n, "allgather");
@@ -181,7 +174,7 @@ void MpiBackend::allgatherv(const void* send, void* recv, std::span<const size_t
 
 void MpiBackend::gatherv(const void* send, void* recv, std::span<const size_t> counts,
                          DataType dtype, int root) {
-  begin(OpKind::kGatherv, dtype, 0, root, hash_counts(counts));
+  begin(kit::make_desc(kit::OpKind::kGatherv, dtype, root, kit::hash_counts(counts)));
   size_t es = dtype_size(dtype);
   std::vector<int> n = to_ints(counts, "gather");
   std::vector<int> displs = displacements(n, "gather");
@@ -204,7 +197,7 @@ void MpiBackend::gatherv(const void* send, void* recv, std::span<const size_t> c
 }
 
 void MpiBackend::scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  begin(OpKind::kScatter, dtype, 0, root, count);
+  begin(kit::make_desc(kit::OpKind::kScatter, dtype, root, count));
   size_t es = dtype_size(dtype);
   int n = as_int(count, "scatter");
   as_int(count * size_, "scatter");
@@ -227,10 +220,10 @@ void MpiBackend::scatter(const void* send, void* recv, size_t count, DataType dt
 
 void MpiBackend::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
                                 ReduceOp op) {
-  begin(OpKind::kReduceScatter, dtype, static_cast<uint8_t>(op), -1, count);
+  begin(kit::make_desc(kit::OpKind::kReduceScatter, dtype, -1, count, op));
   if (count == 0) return;
   if (needs_wide_average(dtype, op))
-    return wide_average(send, recv, count * size_, count, dtype, -1, OpKind::kReduceScatter);
+    return wide_average(send, recv, count * size_, count, dtype, -1, kit::OpKind::kReduceScatter);
   int n = as_int(count, "reduce_scatter");
   MPI_Request req;
   // In place: the input is the whole buffer; block `rank` lands at its start.
@@ -243,7 +236,7 @@ void MpiBackend::reduce_scatter(const void* send, void* recv, size_t count, Data
 
 void MpiBackend::alltoallv(const void* send, std::span<const size_t> send_counts, void* recv,
                            std::span<const size_t> recv_counts, DataType dtype) {
-  begin(OpKind::kAlltoallv, dtype, 0, -1, 0);
+  begin(kit::make_desc(kit::OpKind::kAlltoallv, dtype, -1, 0));
   std::vector<int> sn = to_ints(send_counts, "alltoall");
   std::vector<int> rn = to_ints(recv_counts, "alltoall");
   if (verify_ops_ && size_ > 1) {

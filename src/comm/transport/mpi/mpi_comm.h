@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "comm/transport/mpi/mpi_watchdog.h"
@@ -11,21 +12,18 @@
 
 namespace lockstep::comm::mpi {
 
-enum class OpKind : uint8_t {
-  kAllreduce = 1, kReduce, kBroadcast, kAllgatherv, kGatherv, kScatter, kReduceScatter,
-  kAlltoallv, kBarrier,
-};
-
 class MpiBackend final : public Backend {
  public:
   // Takes ownership of `comm` (freed in the destructor). Collective.
-  MpiBackend(MPI_Comm comm, WatchPolicy policy, bool verify_ops);
+  MpiBackend(MPI_Comm comm, kit::WaitPolicy policy, bool verify_ops);
   ~MpiBackend() override;
 
   std::string_view name() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm comm() const { return comm_; }
+  // Sub-communicators wait the same way as their parent.
+  const kit::WaitPolicy& policy() const { return policy_; }
 
   void allreduce(const void* send, void* recv, size_t count, DataType dtype,
                  ReduceOp op) override;
@@ -48,12 +46,12 @@ class MpiBackend final : public Backend {
  private:
   // Announces the collective; with verify_ops_ also compares descriptors
   // across all ranks first (one small allgather) so a mismatch fails cleanly.
-  void begin(OpKind kind, DataType dtype, uint8_t op, int root, uint64_t count);
-  void verify(const OpDesc& mine);
-  void wait(MPI_Request& req, const char* what) { watchdog_.wait(req, what); }
+  void begin(const kit::OpDesc& desc);
+  void verify(const kit::OpDesc& mine);
+  void wait(MPI_Request& req, std::string_view what) { watchdog_.wait(req, what); }
   // Integer averages summed in int64 (mpi_types.h).
   void wide_average(const void* send, void* recv, size_t in_count, size_t out_count,
-                    DataType dtype, int root, OpKind kind);
+                    DataType dtype, int root, kit::OpKind kind);
   // Displacements for a v-collective; throws beyond MPI's int range.
   std::vector<int> to_ints(std::span<const size_t> counts, const char* what) const;
   std::vector<int> displacements(std::span<const int> counts, const char* what) const;
@@ -63,6 +61,7 @@ class MpiBackend final : public Backend {
   int size_ = 1;
   int tag_ub_ = 32767;
   bool verify_ops_ = false;
+  kit::WaitPolicy policy_;
   Watchdog watchdog_;
 };
 

@@ -30,37 +30,6 @@ constexpr auto kCheckEvery = std::chrono::milliseconds(20);
 constexpr auto kYieldFor = std::chrono::milliseconds(5);
 constexpr auto kSleep = std::chrono::microseconds(50);
 
-int open_pidfd(int pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-#else
-  errno = ENOSYS;
-  return -1;
-#endif
-}
-
-const char* kind_name(uint8_t kind) {
-  static constexpr const char* kNames[] = {"?",        "allreduce", "reduce",         "broadcast",
-                                           "allgather", "gather",   "scatter",        "reduce_scatter",
-                                           "alltoall", "barrier"};
-  return kind < std::size(kNames) ? kNames[kind] : "?";
-}
-
-uint64_t pack(const OpDesc& d) {
-  return uint64_t{d.kind} | uint64_t{d.dtype} << 8 | uint64_t{d.op} << 16 |
-         uint64_t{static_cast<uint32_t>(d.root)} << 32;
-}
-
-OpDesc unpack(uint64_t w0, uint64_t w1) {
-  OpDesc d;
-  d.kind = static_cast<uint8_t>(w0);
-  d.dtype = static_cast<uint8_t>(w0 >> 8);
-  d.op = static_cast<uint8_t>(w0 >> 16);
-  d.root = static_cast<int32_t>(static_cast<uint32_t>(w0 >> 32));
-  d.count = w1;
-  return d;
-}
-
 }  // namespace
 
 // Written only by its owner; read by the local peers.
@@ -69,29 +38,6 @@ struct Watchdog::Slot {
   std::atomic<uint64_t> desc0[2];  // indexed by seq & 1
   std::atomic<uint64_t> desc1[2];
 };
-
-std::string OpDesc::describe() const {
-  std::string s = kind_name(kind);
-  if (kind == 9) return s;
-  s += fmt::format(" dtype={}", dtype_name(static_cast<DataType>(dtype)));
-  if (kind == 1 || kind == 2 || kind == 7)
-    s += fmt::format(" op={}", reduce_op_name(static_cast<ReduceOp>(op)));
-  if (root >= 0) s += fmt::format(" root={}", root);
-  if (kind == 4 || kind == 5) s += fmt::format(" counts-hash={:x}", count);
-  else if (kind != 8) s += fmt::format(" count={}", count);
-  return s;
-}
-
-WatchPolicy policy_from_knobs() {
-  WatchPolicy p;
-  p.timeout = std::chrono::milliseconds(static_cast<int64_t>(knob_double("LOCKSTEP_TIMEOUT") * 1000));
-  p.warning =
-      std::chrono::milliseconds(static_cast<int64_t>(knob_double("LOCKSTEP_WAIT_WARNING") * 1000));
-  std::string spin = knob_string("LOCKSTEP_SPIN_US");
-  p.spin = spin == "auto" ? std::chrono::microseconds(50)
-                          : std::chrono::microseconds(knob_int("LOCKSTEP_SPIN_US"));
-  return p;
-}
 
 void wait_until(MPI_Request& req, std::string_view what, std::chrono::milliseconds timeout) {
   auto start = Clock::now();
@@ -110,18 +56,17 @@ void wait_until(MPI_Request& req, std::string_view what, std::chrono::millisecon
   }
 }
 
-Watchdog::Watchdog(MPI_Comm comm, WatchPolicy policy) : comm_(comm), policy_(policy) {
+Watchdog::Watchdog(MPI_Comm comm, kit::WaitPolicy policy) : comm_(comm), policy_(policy) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
-  pids_.assign(size_, 0);
-  pidfds_.assign(size_, -1);
+  std::vector<int> pids(size_, 0);
   slots_.assign(size_, nullptr);
   int me = static_cast<int>(getpid());
   // Nonblocking with a deadline: the first collective on a new communicator
   // is where an absent rank shows. Once it completes every rank is here, so
   // the blocking set-up calls below cannot wait long.
   MPI_Request req;
-  check(MPI_Iallgather(&me, 1, MPI_INT, pids_.data(), 1, MPI_INT, comm_, &req),
+  check(MPI_Iallgather(&me, 1, MPI_INT, pids.data(), 1, MPI_INT, comm_, &req),
         "mpi: exchanging pids");
   wait_until(req, "mpi: creating the communicator", policy_.timeout);
   check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm_),
@@ -144,19 +89,17 @@ Watchdog::Watchdog(MPI_Comm comm, WatchPolicy policy) : comm_(comm), policy_(pol
     void* base = nullptr;
     MPI_Win_shared_query(window_, n, &bytes, &unit, &base);
     slots_[r] = static_cast<Slot*>(base);
-    if (r != rank_) pidfds_[r] = open_pidfd(pids_[r]);
   }
+  for (int r = 0; r < size_; ++r)
+    if (!slots_[r]) pids[r] = 0;  // on another host: its pid means nothing here
+  liveness_ = kit::PeerLiveness(std::move(pids), rank_);
   MPI_Group_free(&node_group);
   MPI_Group_free(&group);
   MPI_Barrier(node_comm_);  // every slot is constructed before anyone reads it
 }
 
-Watchdog::~Watchdog() {
-  free_window();
-  // Only now: free_window() still checks the peers' liveness through these.
-  for (int fd : pidfds_)
-    if (fd >= 0) close(fd);
-}
+// liveness_ outlives free_window(), which still checks the peers through it.
+Watchdog::~Watchdog() { free_window(); }
 
 void Watchdog::free_window() {
   int finalized = 0;
@@ -190,13 +133,14 @@ void Watchdog::check_usable() const {
                   "and exit");
 }
 
-void Watchdog::begin(const OpDesc& desc) {
+void Watchdog::begin(const kit::OpDesc& desc) {
   check_usable();
   current_ = desc;
   Slot& s = *slots_[rank_];
   ++seq_;
-  s.desc0[seq_ & 1].store(pack(desc), std::memory_order_relaxed);
-  s.desc1[seq_ & 1].store(desc.count, std::memory_order_relaxed);
+  kit::PackedDesc words = kit::pack(desc);
+  s.desc0[seq_ & 1].store(words[0], std::memory_order_relaxed);
+  s.desc1[seq_ & 1].store(words[1], std::memory_order_relaxed);
   s.seq.store(seq_, std::memory_order_release);
 }
 
@@ -221,7 +165,7 @@ void Watchdog::poll(const std::function<bool()>& done, std::string_view what, in
   auto start = Clock::now();
   auto now = start;
   auto next_check = start + kCheckEvery;
-  bool warned = false;
+  kit::WaitWarnings warnings(policy_.warning);
   for (;;) {
     for (int i = 0; i < 16; ++i)
       if (done()) return;
@@ -236,21 +180,11 @@ void Watchdog::poll(const std::function<bool()>& done, std::string_view what, in
     check_peers(what, peer);
     double seconds = std::chrono::duration<double>(waited).count();
     if (waited > policy_.timeout) fail_timeout(what, peer, seconds);
-    if (!warned && waited > policy_.warning) {
-      warned = true;
+    if (warnings.due(std::chrono::duration_cast<std::chrono::milliseconds>(waited))) {
       log(LogLevel::kWarning, "{}: rank {} waiting {:.0f} s (peers alive); fails after {} s", what,
           rank_, seconds, policy_.timeout.count() / 1000);
     }
   }
-}
-
-bool Watchdog::peer_alive(int r) const {
-  if (pidfds_[r] >= 0) {
-    pollfd p{pidfds_[r], POLLIN, 0};
-    return ::poll(&p, 1, 0) <= 0;
-  }
-  if (slots_[r] == nullptr || r == rank_) return true;  // remote: cannot tell
-  return !(kill(pids_[r], 0) != 0 && errno == ESRCH);
 }
 
 uint64_t Watchdog::peer_seq(int r) const {
@@ -258,36 +192,36 @@ uint64_t Watchdog::peer_seq(int r) const {
 }
 
 // Seqlock read: valid only if the peer stayed at `seq` throughout.
-bool Watchdog::peer_desc(int r, uint64_t seq, OpDesc* out) const {
+bool Watchdog::peer_desc(int r, uint64_t seq, kit::OpDesc* out) const {
   const Slot& s = *slots_[r];
   if (s.seq.load(std::memory_order_acquire) != seq) return false;
   uint64_t w0 = s.desc0[seq & 1].load(std::memory_order_relaxed);
   uint64_t w1 = s.desc1[seq & 1].load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   if (s.seq.load(std::memory_order_relaxed) != seq) return false;
-  *out = unpack(w0, w1);
+  *out = kit::unpack({w0, w1});
   return true;
 }
 
 void Watchdog::check_peers(std::string_view what, int peer) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || (peer >= 0 && r != peer)) continue;
-    if (!peer_alive(r)) {
+    if (!liveness_.alive(r)) {
       std::string msg = fmt::format(
           "{}: rank {} (pid {}) died; rank {} cannot complete the operation. The MPI job cannot "
-          "recover: restart it", what, r, pids_[r], rank_);
+          "recover: restart it", what, r, liveness_.pid(r), rank_);
       fail(msg);
       throw PeerFailure(r, msg);
     }
   }
   if (peer != -1) return;  // point-to-point or teardown: no collective descriptor
   for (int r = 0; r < size_; ++r) {
-    OpDesc theirs;
+    kit::OpDesc theirs;
     if (r == rank_ || !slots_[r] || !peer_desc(r, seq_, &theirs) || theirs == current_) continue;
     std::string msg = fmt::format(
         "ranks called different collectives: rank {}: {}; rank {}: {}. The MPI communicator "
         "cannot recover from a mismatch once posted (set LOCKSTEP_VERIFY_OPS=1 to detect it "
-        "before posting)", rank_, current_.describe(), r, theirs.describe());
+        "before posting)", rank_, kit::describe(current_), r, kit::describe(theirs));
     fail(msg);
     throw MismatchError(msg);
   }

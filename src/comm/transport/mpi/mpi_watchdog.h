@@ -5,13 +5,14 @@
 // form (MPI_Iallreduce, ...) and the Watchdog polls it with MPI_Test, between
 // polls checking
 //   - liveness of the peers on this host (pids exchanged at start-up,
-//     pidfd_open/kill(pid, 0) as the shm backend does): a dead one fails the
-//     call with PeerFailure naming it within ~20 ms;
+//     kit::PeerLiveness as in the shm backend): a dead one fails the call
+//     with PeerFailure naming it within ~20 ms;
 //   - the descriptor of the collective each local peer is in (published in an
 //     MPI shared-memory window): a local peer in a different collective at the
 //     same position fails the call with MismatchError naming both;
 //   - the deadline LOCKSTEP_TIMEOUT: TimeoutError naming the local ranks that
-//     have not reached the collective (remote ranks cannot be inspected).
+//     have not reached the collective (remote ranks cannot be inspected),
+//     with warnings at growing intervals before it (kit::WaitWarnings).
 // Peers on other hosts are covered by the deadline, and by mpirun, which by
 // default kills the job when a rank dies. After any such failure the posted
 // request can never be completed or cancelled, so the communicator is
@@ -29,36 +30,23 @@
 #include <string_view>
 #include <vector>
 
-namespace lockstep::comm::mpi {
+#include "comm/kit/liveness.h"
+#include "comm/kit/op_desc.h"
+#include "comm/kit/wait_policy.h"
 
-struct WatchPolicy {
-  std::chrono::milliseconds timeout{300'000};
-  std::chrono::milliseconds warning{10'000};
-  std::chrono::microseconds spin{50};  // busy-poll before yielding the core
-};
-WatchPolicy policy_from_knobs();
+namespace lockstep::comm::mpi {
 
 // Polls `req` until it completes or `timeout` passes, for the start-up steps
 // that run before a Watchdog exists (no liveness information yet). Throws
 // TimeoutError naming `what` (after marking the process broken).
 void wait_until(MPI_Request& req, std::string_view what, std::chrono::milliseconds timeout);
 
-// What a rank is doing, packed to compare across ranks.
-struct OpDesc {
-  uint8_t kind = 0;
-  uint8_t dtype = 0;
-  uint8_t op = 0;
-  int32_t root = -1;
-  uint64_t count = 0;
-  bool operator==(const OpDesc&) const = default;
-  std::string describe() const;
-};
-
 class Watchdog {
  public:
   // Collective over `comm`; every rank must construct it. Fails with
   // TimeoutError if a rank does not join within the policy's timeout.
-  Watchdog(MPI_Comm comm, WatchPolicy policy);
+  // policy.spin: busy-poll before yielding the core.
+  Watchdog(MPI_Comm comm, kit::WaitPolicy policy);
   // Frees the shared window once every local peer got here too (a
   // nonblocking barrier, watched); if one never does, the window is left to
   // MPI_Finalize rather than hanging.
@@ -69,7 +57,7 @@ class Watchdog {
   // Throws Aborted if an earlier failure left the communicator unusable.
   void check_usable() const;
   // Announces this rank's next collective to the local peers.
-  void begin(const OpDesc& desc);
+  void begin(const kit::OpDesc& desc);
   // Polls `req` to completion (status may be null). `peer` is the rank the
   // request depends on, or -1 for a collective.
   void wait(MPI_Request& req, std::string_view what, int peer = -1, MPI_Status* status = nullptr);
@@ -85,22 +73,20 @@ class Watchdog {
   void free_window();
   [[noreturn]] void fail_timeout(std::string_view what, int peer, double waited_s);
   void fail(const std::string& reason);
-  bool peer_alive(int r) const;
   uint64_t peer_seq(int r) const;
-  bool peer_desc(int r, uint64_t seq, OpDesc* out) const;
+  bool peer_desc(int r, uint64_t seq, kit::OpDesc* out) const;
 
   struct Slot;  // one rank's entry in the shared window
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
-  WatchPolicy policy_;
-  std::vector<int> pids_;       // 0 for peers on other hosts
-  std::vector<int> pidfds_;     // -1: none (remote, self, or pidfd unavailable)
+  kit::WaitPolicy policy_;
+  kit::PeerLiveness liveness_;  // the peers on this host
   std::vector<Slot*> slots_;    // nullptr for peers on other hosts
   MPI_Comm node_comm_ = MPI_COMM_NULL;
   MPI_Win window_ = MPI_WIN_NULL;
   uint64_t seq_ = 0;
-  OpDesc current_;
+  kit::OpDesc current_;
   std::string broken_;          // reason, empty while usable
 };
 

@@ -3,7 +3,7 @@
 // Layout (all offsets fixed by size, slot_bytes and p2p_bytes, which every
 // rank must agree on):
 //   Header                      one page
-//   RankLine[size]              128 B each: step counter, op descriptors, pid
+//   RankLine[size]              128 B each: step counter, op descriptors, fills, pid
 //   CountsTable[2][2][size][size] bytes each rank sends to / expects from each peer
 //   Channel[size][size]         point-to-point counters (src, dst)
 //   slots[size][2]              per-rank staging buffers, slot_bytes each
@@ -23,22 +23,12 @@
 #include <memory>
 #include <string>
 
+#include "comm/kit/op_desc.h"
+
 namespace lockstep::comm::shm {
 
 inline constexpr uint64_t kMagic = 0x6c6f636b73746570ull;  // "lockstep"
-inline constexpr uint32_t kVersion = 1;
-
-// What one rank says about the collective it is entering; ranks compare them
-// after the first step to detect mismatched calls.
-struct OpDesc {
-  uint8_t kind = 0;
-  uint8_t dtype = 0;
-  uint8_t op = 0;
-  uint8_t flags = 0;
-  int32_t root = -1;
-  uint64_t count = 0;  // element count, or a hash of a counts vector
-  bool operator==(const OpDesc&) const = default;
-};
+inline constexpr uint32_t kVersion = 2;
 
 // A futex word and the number of processes sleeping on it (so the writer
 // only pays for FUTEX_WAKE when somebody sleeps).
@@ -51,7 +41,10 @@ struct WaitWord {
 // rarely-read identity fields so they do not share the polled line.
 struct alignas(128) RankLine {
   WaitWord step;
-  OpDesc desc[2];  // indexed by collective sequence parity
+  kit::OpDesc desc[2];  // indexed by collective sequence parity
+  // Buffer fills before the collective of that parity began: equal on every
+  // rank (Note [Buffer parity] in shm_backend.cc), checked in debug builds.
+  uint64_t fills[2];
   alignas(64) std::atomic<int32_t> pid{0};
   std::atomic<uint32_t> state{0};  // RankState
 };

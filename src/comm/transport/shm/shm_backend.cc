@@ -8,58 +8,21 @@
 #include <fmt/format.h>
 
 #include "comm/transport/shm/shm_comm.h"
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 
 namespace lockstep::comm::shm {
 namespace {
 
-const char* kind_name(uint8_t kind) {
-  switch (static_cast<OpKind>(kind)) {
-    case OpKind::kAllreduce: return "allreduce";
-    case OpKind::kReduce: return "reduce";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kAllgatherv: return "allgather";
-    case OpKind::kGatherv: return "gather";
-    case OpKind::kScatter: return "scatter";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kAlltoallv: return "alltoall";
-    case OpKind::kBarrier: return "barrier";
-  }
-  return "unknown collective";
-}
-
-std::string describe(const OpDesc& d) {
-  std::string s = kind_name(d.kind);
-  auto kind = static_cast<OpKind>(d.kind);
-  if (kind == OpKind::kBarrier) return s;
-  s += fmt::format(" dtype={}", dtype_name(static_cast<DataType>(d.dtype)));
-  if (kind == OpKind::kAllreduce || kind == OpKind::kReduce || kind == OpKind::kReduceScatter)
-    s += fmt::format(" op={}", reduce_op_name(static_cast<ReduceOp>(d.op)));
-  if (d.root >= 0) s += fmt::format(" root={}", d.root);
-  if (kind == OpKind::kAllgatherv || kind == OpKind::kGatherv)
-    s += fmt::format(" counts-hash={:x}", d.count);
-  else if (kind != OpKind::kAlltoallv)
-    s += fmt::format(" count={}", d.count);
-  return s;
-}
-
-WaitPolicy policy_from_knobs(int local_size) {
-  WaitPolicy p;
-  p.timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(knob_double("LOCKSTEP_TIMEOUT") * 1000));
-  p.warning = std::chrono::milliseconds(
-      static_cast<int64_t>(knob_double("LOCKSTEP_WAIT_WARNING") * 1000));
-  std::string spin = knob_string("LOCKSTEP_SPIN_US");
-  if (spin == "auto") {
-    // Oversubscribed: a spinning waiter steals the time slice of the very
-    // peer it waits for, so sleep at once.
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    p.spin = local_size > cores ? std::chrono::microseconds(0) : std::chrono::microseconds(50);
-  } else {
-    p.spin = std::chrono::microseconds(knob_int("LOCKSTEP_SPIN_US"));
-  }
-  return p;
+ShmTuning tuning_from_knobs(size_t slot) {
+  ShmTuning tuning;
+  tuning.small_bytes =
+      parse_bytes(knob_string("LOCKSTEP_SHM_SMALL_BYTES"), "LOCKSTEP_SHM_SMALL_BYTES");
+  tuning.stream_bytes =
+      parse_bytes(knob_string("LOCKSTEP_SHM_STREAM_BYTES"), "LOCKSTEP_SHM_STREAM_BYTES");
+  tuning.small_bytes = std::min(tuning.small_bytes, slot);
+  return tuning;
 }
 
 }  // namespace
@@ -70,20 +33,15 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
         "LOCKSTEP_JOB_ID is not set but the job has several ranks: start workers with "
         "`lockstep run -np N`, which names the job's shared memory");
   size_t slot = parse_bytes(knob_string("LOCKSTEP_SHM_SLOT_BYTES"), "LOCKSTEP_SHM_SLOT_BYTES");
-  ShmTuning tuning;
-  tuning.small_bytes =
-      parse_bytes(knob_string("LOCKSTEP_SHM_SMALL_BYTES"), "LOCKSTEP_SHM_SMALL_BYTES");
-  tuning.stream_bytes =
-      parse_bytes(knob_string("LOCKSTEP_SHM_STREAM_BYTES"), "LOCKSTEP_SHM_STREAM_BYTES");
   if (slot < 4096 || slot % 4096 != 0)
     throw InvalidArgument(fmt::format(
         "LOCKSTEP_SHM_SLOT_BYTES={} must be a multiple of 4096 and at least 4096", slot));
-  tuning.small_bytes = std::min(tuning.small_bytes, slot);
+  ShmTuning tuning = tuning_from_knobs(slot);
   if (slot / static_cast<size_t>(world.size) < 256)
     throw InvalidArgument(fmt::format(
         "LOCKSTEP_SHM_SLOT_BYTES={} is too small for {} ranks: use at least {}", slot,
         world.size, 256 * world.size));
-  WaitPolicy policy = policy_from_knobs(world.local_size);
+  auto policy = kit::WaitPolicy::from_knobs(world.local_size);
   std::unique_ptr<Segment> segment;
   if (world.size > 1) {
     std::string name = fmt::format("/lockstep-{}-{}", world.job_id, tag);
@@ -94,7 +52,7 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
 }
 
 ShmBackend::ShmBackend(const WorldInfo& world, std::unique_ptr<Segment> segment,
-                       WaitPolicy policy, ShmTuning tuning)
+                       kit::WaitPolicy policy, ShmTuning tuning)
     : rank_(world.rank), size_(world.size), segment_(std::move(segment)),
       waiter_(segment_ ? std::optional<Waiter>(std::in_place, *segment_, rank_, size_, policy)
                        : std::nullopt),
@@ -104,11 +62,24 @@ ShmBackend::~ShmBackend() {
   if (segment_) segment_->rank_line(rank_).state.store(kLeft);
 }
 
-void ShmBackend::begin(OpKind kind, DataType dtype, uint8_t op, int root, uint64_t count) {
+// Note [Buffer parity]
+// Each rank alternates its two staging buffers by its own fill counter, so
+// every rank must have made the same number of fills when a collective
+// begins: rank r reads peer p's buffer `fills & 1`. Algorithms take one fill
+// per round, but a barrier takes none, so a collective that fails its
+// descriptor check would leave the counters apart (issue 15.1: after rank 0's
+// allreduce met rank 1's barrier, the next allreduce read a stale buffer and
+// returned 1 instead of 2). fail_mismatch() therefore realigns every rank to
+// fills_at_begin_ + 1, which is safe: that buffer's last readers all passed
+// the step we just completed. Debug builds check the invariant at every
+// first step from the counts each rank published with its descriptor.
+void ShmBackend::begin(const kit::OpDesc& desc) {
   ++seq_;
-  op_kind_ = kind;
-  OpDesc& d = segment_->rank_line(rank_).desc[seq_ & 1];
-  d = OpDesc{static_cast<uint8_t>(kind), static_cast<uint8_t>(dtype), op, 0, root, count};
+  op_kind_ = desc.kind;
+  fills_at_begin_ = fills_;
+  RankLine& line = segment_->rank_line(rank_);
+  line.desc[seq_ & 1] = desc;
+  line.fills[seq_ & 1] = fills_;
 }
 
 void ShmBackend::arrive() {
@@ -119,30 +90,40 @@ void ShmBackend::arrive() {
 void ShmBackend::wait_all() {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    waiter_->wait(segment_->rank_line(r).step, step_, r, kind_name(static_cast<uint8_t>(op_kind_)));
+    waiter_->wait(segment_->rank_line(r).step, step_, r, kit::kind_name(op_kind_));
   }
 }
 
 void ShmBackend::first_step() {
   step();
-  const OpDesc& mine = segment_->rank_line(rank_).desc[seq_ & 1];
-  for (int r = 0; r < size_; ++r)
-    if (!(segment_->rank_line(r).desc[seq_ & 1] == mine)) fail_mismatch();
+  int parity = static_cast<int>(seq_ & 1);
+  const kit::OpDesc& mine = segment_->rank_line(rank_).desc[parity];
+  bool same = true;
+  for (int r = 0; r < size_; ++r) {
+    const RankLine& line = segment_->rank_line(r);
+    same &= line.desc[parity] == mine;
+    LOCKSTEP_DCHECK(line.fills[parity] == fills_at_begin_,
+                    "shm buffer parity: rank {} began {} after {} fills, rank {} after {}", r,
+                    kit::describe(line.desc[parity]), line.fills[parity], rank_,
+                    fills_at_begin_);
+  }
+  if (same) return;
+  std::vector<kit::OpDesc> all(size_);
+  for (int r = 0; r < size_; ++r) all[r] = segment_->rank_line(r).desc[parity];
+  fail_mismatch(kit::mismatch_message(all));
 }
 
-void ShmBackend::fail_mismatch() {
-  // Every rank sees the same descriptors, so every rank throws here after the
-  // same number of steps and the communicator stays usable.
-  std::string msg = "ranks called different collectives:";
-  for (int r = 0; r < size_; ++r)
-    msg += fmt::format(" rank {}: {};", r, describe(segment_->rank_line(r).desc[seq_ & 1]));
-  msg.pop_back();
-  throw MismatchError(msg);
+void ShmBackend::fail_mismatch(const std::string& message) {
+  // Every rank sees the same descriptors (or counts table), so every rank
+  // throws here after the same number of steps and the communicator stays
+  // usable once the buffer parity is realigned.
+  fills_ = fills_at_begin_ + 1;
+  throw MismatchError(message);
 }
 
 void ShmBackend::barrier() {
   if (size_ == 1) return;
-  begin(OpKind::kBarrier, DataType::kUInt8, 0, -1, 0);
+  begin(kit::barrier_desc());
   first_step();
 }
 

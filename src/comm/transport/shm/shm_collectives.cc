@@ -24,12 +24,6 @@ void copy_bytes(void* dst, const void* src, size_t n) {
   if (n && dst != src) std::memcpy(dst, src, n);
 }
 
-uint64_t hash_counts(std::span<const size_t> counts) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t c : counts) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 // Splits `count` elements into `parts` cache-line-aligned ranges; part r is
 // [begin(r), end(r)).
 struct Partition {
@@ -46,7 +40,7 @@ struct Partition {
 void ShmBackend::allreduce(const void* send, void* recv, size_t count, DataType dtype,
                            ReduceOp op) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
-  begin(OpKind::kAllreduce, dtype, static_cast<uint8_t>(op), -1, count);
+  begin(kit::make_desc(kit::OpKind::kAllreduce, dtype, -1, count, op));
   if (count * dtype_size(dtype) <= tuning_.small_bytes)
     allreduce_small(send, recv, count, dtype, op, -1);
   else
@@ -56,7 +50,7 @@ void ShmBackend::allreduce(const void* send, void* recv, size_t count, DataType 
 void ShmBackend::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                         int root) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
-  begin(OpKind::kReduce, dtype, static_cast<uint8_t>(op), root, count);
+  begin(kit::make_desc(kit::OpKind::kReduce, dtype, root, count, op));
   if (count * dtype_size(dtype) <= tuning_.small_bytes)
     allreduce_small(send, recv, count, dtype, op, root);
   else
@@ -117,7 +111,7 @@ void ShmBackend::allreduce_large(const void* send, void* recv, size_t count, Dat
 
 void ShmBackend::broadcast(void* buffer, size_t count, DataType dtype, int root) {
   if (size_ == 1) return;
-  begin(OpKind::kBroadcast, dtype, 0, root, count);
+  begin(kit::make_desc(kit::OpKind::kBroadcast, dtype, root, count));
   size_t total = count * dtype_size(dtype);
   size_t piece = segment_->slot_bytes();
   size_t rounds = std::max<size_t>(1, ceil_div(total, piece));
@@ -134,14 +128,14 @@ void ShmBackend::broadcast(void* buffer, size_t count, DataType dtype, int root)
 void ShmBackend::allgatherv(const void* send, void* recv, std::span<const size_t> counts,
                             DataType dtype) {
   if (size_ == 1) return copy_bytes(recv, send, counts[0] * dtype_size(dtype));
-  begin(OpKind::kAllgatherv, dtype, 0, -1, hash_counts(counts));
+  begin(kit::make_desc(kit::OpKind::kAllgatherv, dtype, -1, kit::hash_counts(counts)));
   exchange_blocks(send, recv, counts, dtype, -1);
 }
 
 void ShmBackend::gatherv(const void* send, void* recv, std::span<const size_t> counts,
                          DataType dtype, int root) {
   if (size_ == 1) return copy_bytes(recv, send, counts[0] * dtype_size(dtype));
-  begin(OpKind::kGatherv, dtype, 0, root, hash_counts(counts));
+  begin(kit::make_desc(kit::OpKind::kGatherv, dtype, root, kit::hash_counts(counts)));
   exchange_blocks(send, recv, counts, dtype, root);
 }
 
@@ -178,7 +172,7 @@ void ShmBackend::exchange_blocks(const void* send, void* recv, std::span<const s
 void ShmBackend::scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
   size_t block = count * dtype_size(dtype);
   if (size_ == 1) return copy_bytes(recv, send, block);
-  begin(OpKind::kScatter, dtype, 0, root, count);
+  begin(kit::make_desc(kit::OpKind::kScatter, dtype, root, count));
   if (rank_ == root) copy_bytes(recv, bytes(send) + root * block, block);
   size_t sub = segment_->slot_bytes() / size_ / kAlign * kAlign;
   size_t rounds = std::max<size_t>(1, ceil_div(block, sub));
@@ -201,7 +195,7 @@ void ShmBackend::reduce_scatter(const void* send, void* recv, size_t count, Data
   size_t es = dtype_size(dtype);
   size_t block = count * es;
   if (size_ == 1) return copy_bytes(recv, send, block);
-  begin(OpKind::kReduceScatter, dtype, static_cast<uint8_t>(op), -1, count);
+  begin(kit::make_desc(kit::OpKind::kReduceScatter, dtype, -1, count, op));
   size_t sub = segment_->slot_bytes() / size_ / kAlign * kAlign;
   size_t rounds = std::max<size_t>(1, ceil_div(block, sub));
   for (size_t k = 0; k < rounds; ++k) {
@@ -221,7 +215,7 @@ void ShmBackend::alltoallv(const void* send, std::span<const size_t> send_counts
                            std::span<const size_t> recv_counts, DataType dtype) {
   size_t es = dtype_size(dtype);
   if (size_ == 1) return copy_bytes(recv, send, send_counts[0] * es);
-  begin(OpKind::kAlltoallv, dtype, 0, -1, 0);
+  begin(kit::make_desc(kit::OpKind::kAlltoallv, dtype, -1, 0));
   size_t n = static_cast<size_t>(size_);
   uint64_t* table = segment_->counts_table(seq_ & 1);
   std::vector<size_t> soff(n + 1, 0), roff(n + 1, 0);
@@ -255,7 +249,7 @@ void ShmBackend::alltoallv(const void* send, std::span<const size_t> send_counts
     for (size_t j = 0; j < n; ++j) {
       uint64_t sends = table[i * n + j], expects = table[n * n + j * n + i];
       if (sends != expects)
-        throw MismatchError(fmt::format(
+        fail_mismatch(fmt::format(
             "alltoall: rank {} sends {} bytes to rank {}, which expects {} bytes from it", i,
             sends, j, expects));
       largest = std::max<size_t>(largest, sends);

@@ -13,20 +13,15 @@
 
 namespace lockstep::comm::shm {
 
-enum class OpKind : uint8_t {
-  kAllreduce = 1, kReduce, kBroadcast, kAllgatherv, kGatherv, kScatter, kReduceScatter,
-  kAlltoallv, kBarrier,
-};
-
 // Size thresholds that pick algorithms (knobs LOCKSTEP_SHM_*; docs/shm.md).
 struct ShmTuning {
-  size_t small_bytes = 16 << 10;   // allreduce: one-step algorithm at or below
-  size_t stream_bytes = 8 << 20;   // allreduce: non-temporal result stores at or above
+  size_t small_bytes = 0;    // allreduce: one-step algorithm at or below
+  size_t stream_bytes = 0;   // allreduce: non-temporal result stores at or above
 };
 
 class ShmBackend final : public Backend {
  public:
-  ShmBackend(const WorldInfo& world, std::unique_ptr<Segment> segment, WaitPolicy policy,
+  ShmBackend(const WorldInfo& world, std::unique_ptr<Segment> segment, kit::WaitPolicy policy,
              ShmTuning tuning);
   ~ShmBackend() override;
 
@@ -54,13 +49,15 @@ class ShmBackend final : public Backend {
 
  private:
   // Step machinery (shm_backend.cc).
-  void begin(OpKind kind, DataType dtype, uint8_t op, int root, uint64_t count);
+  void begin(const kit::OpDesc& desc);
   int next_buffer() { return static_cast<int>(fills_++ & 1); }
   void arrive();
   void wait_all();
   void step() { arrive(); wait_all(); }
   void first_step();  // step + descriptor comparison
-  [[noreturn]] void fail_mismatch();
+  // Every rank throws MismatchError(message) after the same step, leaving
+  // the buffer parity aligned (Note [Buffer parity]).
+  [[noreturn]] void fail_mismatch(const std::string& message);
   std::byte* slot(int r, int buffer) { return segment_->slot(r, buffer); }
 
   // Algorithms (shm_collectives.cc).
@@ -79,8 +76,9 @@ class ShmBackend final : public Backend {
   ShmTuning tuning_;
   uint32_t step_ = 0;
   uint64_t fills_ = 0;
+  uint64_t fills_at_begin_ = 0;  // fills_ when the current collective began
   uint64_t seq_ = 0;
-  OpKind op_kind_ = OpKind::kBarrier;
+  kit::OpKind op_kind_ = kit::OpKind::kBarrier;
 };
 
 }  // namespace lockstep::comm::shm

@@ -1,13 +1,10 @@
 #include "comm/transport/shm/sync.h"
 
 #include <linux/futex.h>
-#include <poll.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <thread>
@@ -43,15 +40,6 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-int open_pidfd(int pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-#else
-  errno = ENOSYS;
-  return -1;
-#endif
-}
-
 // How often a sleeping waiter re-checks peers: bounds dead-peer detection.
 constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 constexpr auto kLivenessEvery = std::chrono::milliseconds(20);
@@ -65,31 +53,25 @@ void publish(WaitWord& word, uint32_t value) {
   if (word.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&word.value);
 }
 
-Waiter::Waiter(Segment& segment, int rank, int size, WaitPolicy policy)
-    : segment_(segment), rank_(rank), size_(size), policy_(policy),
-      pidfds_(size, -1), pids_(size, 0), spin_budget_(policy.spin) {
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    pids_[r] = segment_.rank_line(r).pid.load();
-    pidfds_[r] = open_pidfd(pids_[r]);
-    // ESRCH: the peer died before we looked; find_dead_peer() reports it.
-    if (pidfds_[r] < 0 && errno == ESRCH) pidfds_[r] = -2;
-  }
+namespace {
+
+std::vector<int> peer_pids(Segment& segment, int size) {
+  std::vector<int> pids(size);
+  for (int r = 0; r < size; ++r) pids[r] = segment.rank_line(r).pid.load();
+  return pids;
 }
 
-Waiter::~Waiter() {
-  for (int fd : pidfds_)
-    if (fd >= 0) close(fd);
-}
+}  // namespace
+
+Waiter::Waiter(Segment& segment, int rank, int size, kit::WaitPolicy policy)
+    : segment_(segment), rank_(rank), size_(size), policy_(policy),
+      liveness_(peer_pids(segment, size), rank), spin_budget_(policy.spin) {}
+
+Waiter::~Waiter() = default;
 
 bool Waiter::peer_alive(int r) {
   if (segment_.rank_line(r).state.load(std::memory_order_seq_cst) == kLeft) return false;
-  if (pidfds_[r] == -2) return false;
-  if (pidfds_[r] >= 0) {
-    pollfd p{pidfds_[r], POLLIN, 0};
-    return poll(&p, 1, 0) <= 0;
-  }
-  return !(kill(pids_[r], 0) != 0 && errno == ESRCH);
+  return liveness_.alive(r);
 }
 
 int Waiter::find_dead_peer() {
@@ -134,9 +116,9 @@ void Waiter::fail_dead(int peer, std::string_view what) {
       left ? fmt::format("{}: rank {} (pid {}) shut down its communicator while rank {} waited "
                          "for it: it failed (see its own error) or ranks called different "
                          "collectives",
-                         what, peer, pids_[peer], rank_)
+                         what, peer, liveness_.pid(peer), rank_)
            : fmt::format("{}: rank {} (pid {}) died; rank {} cannot complete the collective",
-                         what, peer, pids_[peer], rank_);
+                         what, peer, liveness_.pid(peer), rank_);
   abort(msg, peer);
   throw PeerFailure(peer, msg);
 }
@@ -173,7 +155,7 @@ void Waiter::wait(WaitWord& word, uint32_t target, int peer, std::string_view wh
   auto start = Clock::now();
   if (spin_once(word, target, start)) return;
   auto next_liveness = Clock::now();
-  bool warned = false;
+  kit::WaitWarnings warnings(policy_.warning);
   for (;;) {
     if (reached(word.value.load(std::memory_order_acquire), target)) return;
     check_abort();
@@ -196,8 +178,7 @@ void Waiter::wait(WaitWord& word, uint32_t target, int peer, std::string_view wh
       abort(msg);
       throw TimeoutError(msg);
     }
-    if (!warned && waited > policy_.warning) {
-      warned = true;
+    if (warnings.due(waited)) {
       log(LogLevel::kWarning, "{}: waiting {:.0f} s for rank {} (alive); will fail after {} s",
           what, waited.count() / 1000.0, peer, policy_.timeout.count() / 1000);
     }

@@ -2,9 +2,10 @@
 //
 // A wait spins for a short, bounded time (cheap when the peer is running on
 // another core), then sleeps on a futex with a short timeout so it can keep
-// checking, in order: the job-wide abort flag, whether any peer process has
-// died (pidfd), the stall warning and the deadline. Writers only issue
-// FUTEX_WAKE when a sleeper is registered on the word.
+// checking, in order: the job-wide abort flag, whether the awaited peer has
+// died or left (kit::PeerLiveness), the repeating warning and the deadline
+// (kit::WaitPolicy). Writers only issue FUTEX_WAKE when a sleeper is
+// registered on the word. Not thread-safe: one Waiter per ShmBackend.
 #pragma once
 
 #include <chrono>
@@ -12,22 +13,18 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/kit/liveness.h"
+#include "comm/kit/wait_policy.h"
 #include "comm/transport/shm/segment.h"
 
 namespace lockstep::comm::shm {
-
-struct WaitPolicy {
-  std::chrono::nanoseconds spin{50'000};
-  std::chrono::milliseconds timeout{300'000};
-  std::chrono::milliseconds warning{10'000};
-};
 
 // Stores `value` and wakes sleepers, if any.
 void publish(WaitWord& word, uint32_t value);
 
 class Waiter {
  public:
-  Waiter(Segment& segment, int rank, int size, WaitPolicy policy);
+  Waiter(Segment& segment, int rank, int size, kit::WaitPolicy policy);
   ~Waiter();
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
@@ -55,9 +52,8 @@ class Waiter {
   Segment& segment_;
   int rank_;
   int size_;
-  WaitPolicy policy_;
-  std::vector<int> pidfds_;  // -1 for self or when pidfd_open is unavailable
-  std::vector<int> pids_;
+  kit::WaitPolicy policy_;
+  kit::PeerLiveness liveness_;
   bool aborted_by_me_ = false;
   std::chrono::nanoseconds spin_budget_;
 };
