@@ -31,7 +31,7 @@ sanitized() {  # sanitized <dir> <sanitizers> <ctest args...>
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # Open MPI leaks by design at finalize (and from dlclose'd plugins that
 # LeakSanitizer cannot name), so its tests run without leak detection.
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   sanitized build-asan address,undefined -L 'comm|launcher|rendezvous|engine|data' -LE mpi
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 ctest --test-dir build-asan --output-on-failure \
   -j"$jobs" --timeout 900 -L mpi

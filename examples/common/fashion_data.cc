@@ -30,12 +30,14 @@ FashionSplit from_idx(const std::string& dir, const std::string& split, FashionL
 
 // One pass of a single-rank pipeline: no shuffle buffer, one segment at a
 // time, so the order is the seed-0 block order and does not depend on timing.
-FashionSplit from_shards(const std::string& index_path, const FashionLoadOptions& options,
+FashionSplit from_source(const data::SourceSpec& spec, const FashionLoadOptions& options,
                          FashionLoadReport& report) {
+  const std::string& index_path = spec.paths.front();
   data::DecodeOptions decode;
   decode.mean = {static_cast<float>(kFashionMean)};
   decode.stddev = {static_cast<float>(kFashionStd)};
   data::Pipeline pipeline = data::PipelineBuilder(index_path)
+                                .source(spec)
                                 .rank(0, 1)
                                 .seed(0)
                                 .assignment(data::Assignment::kPartition, data::Remainder::kDrop)
@@ -47,7 +49,7 @@ FashionSplit from_shards(const std::string& index_path, const FashionLoadOptions
                                 .bad_data(options.bad_data)
                                 .decode(decode)
                                 .build();
-  report.source = "shards";
+  report.source = data::format_name(pipeline.source().format());
   report.expected = pipeline.records_per_epoch();
   std::vector<::torch::Tensor> images, labels;
   pipeline.start_epoch(0);
@@ -55,7 +57,7 @@ FashionSplit from_shards(const std::string& index_path, const FashionLoadOptions
     if (batch->size() == 0) continue;
     if (batch->shape != std::vector<int64_t>{static_cast<int64_t>(batch->size()), 1, 28, 28})
       throw Error(fmt::format("{}: records decode to shape [{}], not 1x28x28 Fashion-MNIST "
-                              "images; write shards with `lockstep convert idx`",
+                              "images; write them with `lockstep convert idx`",
                               index_path, fmt::join(batch->shape, ", ")));
     auto n = static_cast<int64_t>(batch->size());
     images.push_back(::torch::from_blob(batch->data.data(), {n, 1, 28, 28}, ::torch::kFloat32).clone());
@@ -76,9 +78,8 @@ FashionSplit load_fashion_split(const std::string& dir, const std::string& split
                                 FashionLoadOptions options, FashionLoadReport* report) {
   FashionLoadReport local;
   FashionLoadReport& r = report ? *report : local;
-  auto index = std::filesystem::path(dir) / (split + ".index.json");
-  FashionSplit out = std::filesystem::exists(index) ? from_shards(index.string(), options, r)
-                                                    : from_idx(dir, split, r);
+  data::SourceSpec spec = data::find_split(dir, split);
+  FashionSplit out = spec.paths.empty() ? from_idx(dir, split, r) : from_source(spec, options, r);
   if (options.limit > 0 && options.limit < out.size()) {
     out.images = out.images.narrow(0, 0, options.limit).clone();
     out.labels = out.labels.narrow(0, 0, options.limit).clone();

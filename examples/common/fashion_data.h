@@ -1,11 +1,12 @@
 // Fashion-MNIST as in-memory tensors, normalised once at load time (the whole
 // training set is 188 MB of f32, so a batch is a cheap index_select).
 //
-// Two sources: the IDX files of Debian's dataset-fashion-mnist, or record
-// shards written by `lockstep convert idx`. Shards are read through the data
-// pipeline (lockstep/data/pipeline.h), so every record is checked against
-// the index — count, offsets, CRCs, features — and a shard cut short, even at
-// a record boundary, is an error naming file and record (BadDataPolicy::kThrow)
+// Sources: the IDX files of Debian's dataset-fashion-mnist, or what
+// `lockstep convert idx` wrote: record shards, HDF5 or LMDB. Those are read
+// through the data pipeline (lockstep/data/pipeline.h), so every record is
+// checked — against the index for shards (count, offsets, CRCs), against the
+// Fletcher-32 chunk checksums for HDF5 — and a shard cut short, even at a
+// record boundary, is an error naming file and record (BadDataPolicy::kThrow)
 // or is skipped and reported (kSkip), never silently trained on less data.
 #pragma once
 
@@ -36,13 +37,14 @@ struct FashionLoadOptions {
 
 // What load_fashion_split read, for the caller to report.
 struct FashionLoadReport {
-  std::string source;     // "idx" or "shards"
+  std::string source;     // "idx", "records", "hdf5" or "lmdb"
   uint64_t expected = 0;  // records the index (or IDX header) lists
   uint64_t skipped = 0;   // bad records dropped under kSkip
   std::vector<std::string> first_reasons;  // of the skipped records
 };
 
-// `dir` holds either record shards (<split>.index.json) or the IDX files.
+// `dir` holds the split as record shards (<split>.index.json), HDF5
+// (<split>.h5, <split>-*.h5), LMDB (<split>.lmdb) or IDX files.
 // Throws lockstep::Error (naming the Debian package dataset-fashion-mnist
 // when the folder is missing) and data::BadRecord for a bad record under
 // kThrow. Shards are read in the pipeline's order for seed 0 (a fixed

@@ -31,8 +31,9 @@ void augment(const PixelView& image, const DecodeOptions& options, uint64_t seed
   out->shape = {channels, out_h, out_w};
   out->data.assign(size_t(channels) * out_h * out_w, 0.0f);
   for (int c = 0; c < channels; ++c) {
-    float scale = 1.0f / (255.0f * channel_value(options.stddev, c));
-    float shift = -channel_value(options.mean, c) / channel_value(options.stddev, c);
+    float stddev = channel_value(options.stddev, c);
+    float scale = image.values ? 1.0f / stddev : 1.0f / (255.0f * stddev);
+    float shift = -channel_value(options.mean, c) / stddev;
     float* plane = out->data.data() + size_t(c) * out_h * out_w;
     for (int y = 0; y < out_h; ++y) {
       int sy = y0 + y;
@@ -40,10 +41,13 @@ void augment(const PixelView& image, const DecodeOptions& options, uint64_t seed
         std::fill(plane + size_t(y) * out_w, plane + size_t(y + 1) * out_w, shift);
         continue;
       }
-      const uint8_t* row = image.pixels + size_t(sy) * image.width * channels;
+      size_t row = size_t(sy) * image.width * channels;
       for (int x = 0; x < out_w; ++x) {
         int sx = x0 + (flip ? out_w - 1 - x : x);
-        float v = (sx < 0 || sx >= image.width) ? 0.0f : row[size_t(sx) * channels + c];
+        size_t at = row + size_t(sx) * channels + c;
+        float v = (sx < 0 || sx >= image.width) ? 0.0f
+                  : image.values                ? image.values[at]
+                                                : float(image.pixels[at]);
         plane[size_t(y) * out_w + x] = v * scale + shift;
       }
     }

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "lockstep/data/record_io.h"
 #include "rng.h"
 
 namespace lockstep::data {
@@ -11,21 +10,14 @@ namespace {
 
 constexpr uint64_t kAugmentStream = 0x61756775ull;  // "augu"
 
-// Checks the frame and decodes the sample; BadRecord on a bad record.
-void decode_one(const RawRecord& r, const PipelineOptions& options, const RecordIndex& index,
+// Checks and decodes the sample; BadRecord on a bad record.
+void decode_one(const RawRecord& r, const PipelineOptions& options, const SampleSource& source,
                 uint64_t epoch, Sample* sample) {
-  const auto* base = reinterpret_cast<const uint8_t*>(r.bytes->data());
-  Frame frame = parse_indexed_frame({base + r.begin, r.end - r.begin});
-  const std::string& path = index.shards[r.shard].path;
-  if (frame.problem != Problem::kNone)
-    throw BadRecord(frame.problem, path, r.record, r.offset, frame.detail);
-  DecodeFailure failure;
-  if (!decode_sample(frame.payload, options.decode,
-                     sample_seed(options.seed, epoch, r.shard, r.record), sample, &failure))
-    throw BadRecord(failure.problem, path, r.record, r.offset, failure.detail);
+  source.decode(*r.data, r.at, options.decode,
+                sample_seed(options.seed, epoch, r.shard(), r.record()), sample);
 }
 
-void append(HostBatch& batch, Sample& sample, const RawRecord& r, const RecordIndex& index) {
+void append(HostBatch& batch, Sample& sample, const RawRecord& r, const SampleSource& source) {
   if (batch.labels.empty()) {
     batch.shape = {0};
     batch.shape.insert(batch.shape.end(), sample.shape.begin(), sample.shape.end());
@@ -34,7 +26,7 @@ void append(HostBatch& batch, Sample& sample, const RawRecord& r, const RecordIn
     throw Error(fmt::format(
         "{}: record {} decodes to shape [{}] but batch {} holds [{}]: images of different "
         "sizes need DecodeOptions crop_height/crop_width",
-        index.shards[r.shard].path, r.record, fmt::join(sample.shape, ", "), batch.index,
+        source.shard_name(r.shard()), r.record(), fmt::join(sample.shape, ", "), batch.index,
         fmt::join(batch.shape.begin() + 1, batch.shape.end(), ", ")));
   }
   batch.data.insert(batch.data.end(), sample.data.begin(), sample.data.end());
@@ -55,7 +47,7 @@ void merge_skips(SkipReport& total, const SkipReport& more) {
 }
 
 BatchResult decode_batch(const BatchJob& job, const PipelineOptions& options,
-                         const RecordIndex& index, uint64_t epoch) {
+                         const SampleSource& source, uint64_t epoch) {
   BatchResult result;
   HostBatch batch;
   batch.index = job.seq;
@@ -64,14 +56,14 @@ BatchResult decode_batch(const BatchJob& job, const PipelineOptions& options,
   try {
     for (const RawRecord& r : job.records) {
       try {
-        decode_one(r, options, index, epoch, &sample);
+        decode_one(r, options, source, epoch, &sample);
       } catch (const BadRecord& e) {
         if (options.bad_data == BadDataPolicy::kThrow) throw;
         merge_skips(result.skips, SkipReport{1, {e.what()}});
         continue;
       }
       if (batch.labels.empty()) batch.data.reserve(sample.data.size() * job.records.size());
-      append(batch, sample, r, index);
+      append(batch, sample, r, source);
     }
   } catch (...) {
     result.error = std::current_exception();

@@ -27,7 +27,7 @@ struct BatchResult {
 uint64_t sample_seed(uint64_t seed, uint64_t epoch, uint32_t shard, uint64_t record);
 
 BatchResult decode_batch(const BatchJob& job, const PipelineOptions& options,
-                         const RecordIndex& index, uint64_t epoch);
+                         const SampleSource& source, uint64_t epoch);
 
 // Adds `more` to `total`, keeping the first kMaxReasons reasons.
 void merge_skips(SkipReport& total, const SkipReport& more);

@@ -4,7 +4,7 @@
 #include "lockstep/data/convert.h"
 #include "lockstep/data/example.h"
 #include "lockstep/data/idx.h"
-#include "lockstep/data/shard_writer.h"
+#include "dataset_writer.h"
 
 namespace lockstep::data {
 
@@ -20,7 +20,7 @@ ConvertResult convert_idx(const std::string& images_path, const std::string& lab
                             images.count(), labels_path, labels.count()));
   size_t item = images.item_size();
   Int64List shape{images.dims[1], images.dims[2]};
-  ShardSetWriter writer(out.dir, out.name, out.shards);
+  std::unique_ptr<DatasetWriter> writer = make_dataset_writer(out);
   for (size_t i = 0; i < images.count(); ++i) {
     Example example;
     example.set_bytes("image", std::string(reinterpret_cast<const char*>(&images.bytes[i * item]), item))
@@ -28,11 +28,10 @@ ConvertResult convert_idx(const std::string& images_path, const std::string& lab
         .set_int64s("shape", shape)
         .set_int64s("index", {static_cast<int64_t>(i)})
         .set_bytes("format", "raw");
-    writer.add(serialize_example(example));
-    if (out.progress) out.progress(i + 1, images.count(), writer.bytes());
+    writer->add(example);
+    if (out.progress) out.progress(i + 1, images.count(), writer->bytes());
   }
-  writer.finish();
-  return {writer.records(), writer.bytes(), writer.index_path()};
+  return writer->finish();
 }
 
 }  // namespace lockstep::data

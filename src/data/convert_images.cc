@@ -9,7 +9,7 @@
 #include "lockstep/data/convert.h"
 #include "lockstep/data/example.h"
 #include "lockstep/data/image.h"
-#include "lockstep/data/shard_writer.h"
+#include "dataset_writer.h"
 #include "rng.h"
 
 namespace lockstep::data {
@@ -65,7 +65,7 @@ ConvertResult convert_image_folder(const std::string& root, const ShardOutput& o
   std::vector<Item> items = list_items(root, &ignored);
   if (ignored_files) *ignored_files = ignored;
   if (shuffle_seed != 0) Rng(shuffle_seed).shuffle(items);
-  ShardSetWriter writer(out.dir, out.name, out.shards);
+  std::unique_ptr<DatasetWriter> writer = make_dataset_writer(out);
   for (size_t i = 0; i < items.size(); ++i) {
     std::string bytes = read_whole(items[i].path);
     ImageFormat format = sniff_image_format(bytes);
@@ -79,11 +79,10 @@ ConvertResult convert_image_folder(const std::string& root, const ShardOutput& o
         .set_bytes("class", items[i].class_name)
         .set_int64s("index", {items[i].position})
         .set_bytes("format", format == ImageFormat::kJpeg ? "jpeg" : "png");
-    writer.add(serialize_example(example));
-    if (out.progress) out.progress(i + 1, items.size(), writer.bytes());
+    writer->add(example);
+    if (out.progress) out.progress(i + 1, items.size(), writer->bytes());
   }
-  writer.finish();
-  return {writer.records(), writer.bytes(), writer.index_path()};
+  return writer->finish();
 }
 
 }  // namespace lockstep::data

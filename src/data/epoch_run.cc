@@ -12,11 +12,12 @@ namespace {
 constexpr uint64_t kShuffleStream = 0x73687566ull;  // "shuf"
 }
 
-EpochRun::EpochRun(const PipelineOptions& options, const RecordTable& table, BlockReader& reader,
-                   uint64_t epoch, uint64_t batches)
+EpochRun::EpochRun(const PipelineOptions& options, const SampleSource& source,
+                   BlockReader& reader, uint64_t block_records, uint64_t epoch, uint64_t batches)
     : options_(options),
-      table_(table),
+      source_(source),
       reader_(reader),
+      block_records_(block_records),
       epoch_(epoch),
       batches_(batches),
       capacity_(std::max<uint64_t>({uint64_t{1}, uint64_t(options.prefetch), uint64_t(options.threads)})) {
@@ -46,11 +47,9 @@ bool EpochRun::push_job(BatchJob job) {
 }
 
 void EpochRun::produce_batches() {
-  std::vector<uint64_t> shard_records;
-  for (const auto& s : table_.index().shards) shard_records.push_back(s.records());
   EpochPlanOptions plan{options_.assignment, options_.remainder, options_.seed, epoch_,
-                        options_.rank,       options_.world_size, options_.block_records};
-  RecordSource source(table_, reader_, plan_epoch(shard_records, plan), options_.interleave);
+                        options_.rank,       options_.world_size, block_records_};
+  RecordSource source(reader_, plan_epoch(source_.shard_records(), plan), options_.interleave);
   ShuffleBuffer<RawRecord> shuffle(
       options_.shuffle_buffer, mix_seed({options_.seed, epoch_, kShuffleStream,
                                           static_cast<uint64_t>(options_.rank)}));
@@ -97,7 +96,7 @@ void EpochRun::decode_loop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    deliver(job.seq, decode_batch(job, options_, table_.index(), epoch_));
+    deliver(job.seq, decode_batch(job, options_, source_, epoch_));
   }
 }
 

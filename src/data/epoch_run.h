@@ -19,8 +19,8 @@ namespace lockstep::data {
 
 class EpochRun {
  public:
-  EpochRun(const PipelineOptions& options, const RecordTable& table, BlockReader& reader,
-           uint64_t epoch, uint64_t batches);
+  EpochRun(const PipelineOptions& options, const SampleSource& source, BlockReader& reader,
+           uint64_t block_records, uint64_t epoch, uint64_t batches);
   ~EpochRun();
   EpochRun(const EpochRun&) = delete;
   EpochRun& operator=(const EpochRun&) = delete;
@@ -36,8 +36,9 @@ class EpochRun {
   void deliver(uint64_t seq, BatchResult result);
 
   const PipelineOptions& options_;
-  const RecordTable& table_;
+  const SampleSource& source_;
   BlockReader& reader_;
+  const uint64_t block_records_;
   const uint64_t epoch_;
   const uint64_t batches_;
   const uint64_t capacity_;

@@ -1,5 +1,7 @@
 #include "example_view.h"
 
+#include <cstring>
+
 namespace lockstep::data {
 namespace {
 
@@ -32,6 +34,12 @@ class Wire {
     if (!varint(&n) || n > uint64_t(end_ - p_)) return false;
     *out = std::string_view(p_, n);
     p_ += n;
+    return true;
+  }
+  bool fixed32(uint32_t* v) {
+    if (size_t(end_ - p_) < 4) return false;
+    std::memcpy(v, p_, 4);  // little-endian on every platform we build for
+    p_ += 4;
     return true;
   }
   bool skip(uint32_t wire) {
@@ -171,6 +179,35 @@ bool FeatureView::int64s(std::vector<int64_t>* out) const {
     } else if (field == 1 && wire == kVarint) {  // unpacked
       if (!w.varint(&v)) return false;
       out->push_back(static_cast<int64_t>(v));
+    } else if (!w.skip(wire)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace lockstep::data
+
+namespace lockstep::data {
+
+bool FeatureView::floats(std::vector<float>* out) const {
+  out->clear();
+  if (kind != kFloat) return false;
+  Wire w(list);
+  while (!w.done()) {
+    uint32_t field, wire, bits;
+    if (!w.tag(&field, &wire)) return false;
+    if (field == 1 && wire == kLengthDelimited) {  // packed
+      std::string_view packed;
+      if (!w.bytes(&packed) || packed.size() % 4 != 0) return false;
+      size_t at = out->size();
+      out->resize(at + packed.size() / 4);
+      std::memcpy(out->data() + at, packed.data(), packed.size());
+    } else if (field == 1 && wire == kFixed32) {  // unpacked
+      if (!w.fixed32(&bits)) return false;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      out->push_back(v);
     } else if (!w.skip(wire)) {
       return false;
     }

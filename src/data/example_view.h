@@ -21,6 +21,7 @@ struct FeatureView {
   // The values, or false when the kind differs or the list is malformed.
   bool bytes(std::vector<std::string_view>* out) const;
   bool int64s(std::vector<int64_t>* out) const;
+  bool floats(std::vector<float>* out) const;
 };
 
 // Looks up `keys` (out[i] for keys[i]; kMissing when absent). False when the

@@ -4,6 +4,7 @@
 
 #include "lockstep/base/log.h"
 #include "epoch_run.h"
+#include "source_formats.h"
 
 namespace lockstep::data {
 namespace {
@@ -16,11 +17,16 @@ void validate(const PipelineOptions& o) {
   if (o.block_records == 0) throw InvalidArgument("PipelineOptions.block_records must be >= 1");
 }
 
-RecordIndex load_index(const PipelineOptions& o) {
-  if (!o.index.shards.empty()) return o.index;
+std::unique_ptr<SampleSource> open_data(const PipelineOptions& o) {
+  if (!o.index.shards.empty()) return open_record_source(o.index);
+  if (!o.source.paths.empty()) return open_source(o.source);
   if (o.index_path.empty())
-    throw InvalidArgument("PipelineOptions: set index_path (a <name>.index.json) or index");
-  return RecordIndex::load(o.index_path);
+    throw InvalidArgument(
+        "PipelineOptions: set index_path (a <name>.index.json, HDF5 file or LMDB folder), "
+        "source or index");
+  SourceSpec spec = o.source;
+  spec.paths = {o.index_path};
+  return open_source(spec);
 }
 
 void log_skips(uint64_t epoch, const SkipReport& report) {
@@ -34,15 +40,17 @@ void log_skips(uint64_t epoch, const SkipReport& report) {
 struct Pipeline::Impl {
   explicit Impl(PipelineOptions o)
       : options((validate(o), std::move(o))),
-        table(load_index(options)),
-        reader(table, options.block_records, options.cache) {
-    per_rank = records_per_rank(table.size(), options.world_size, options.remainder);
+        source(open_data(options)),
+        block_records(source->align_block(options.block_records)),
+        reader(*source, block_records, options.cache) {
+    per_rank = records_per_rank(source->total_records(), options.world_size, options.remainder);
     batches = options.drop_last_batch ? per_rank / options.batch_size
                                       : (per_rank + options.batch_size - 1) / options.batch_size;
   }
 
   PipelineOptions options;
-  RecordTable table;
+  std::unique_ptr<SampleSource> source;
+  uint64_t block_records;
   BlockReader reader;
   uint64_t per_rank = 0;
   uint64_t batches = 0;
@@ -65,7 +73,8 @@ void Pipeline::start_epoch(uint64_t epoch) {
   p.taken = 0;
   p.skips = {};
   p.failed = nullptr;
-  if (p.batches > 0) p.run = std::make_unique<EpochRun>(p.options, p.table, p.reader, epoch, p.batches);
+  if (p.batches > 0) p.run = std::make_unique<EpochRun>(p.options, *p.source, p.reader, p.block_records,
+                                                     epoch, p.batches);
 }
 
 std::optional<HostBatch> Pipeline::next() {
@@ -91,8 +100,13 @@ std::optional<HostBatch> Pipeline::next() {
 uint64_t Pipeline::records_per_epoch() const { return impl_->per_rank; }
 uint64_t Pipeline::batches_per_epoch() const { return impl_->batches; }
 SkipReport Pipeline::skip_report() const { return impl_->skips; }
+const SampleSource& Pipeline::source() const { return *impl_->source; }
 const PipelineOptions& Pipeline::options() const { return impl_->options; }
 
+PipelineBuilder& PipelineBuilder::source(SourceSpec spec) {
+  options_.source = std::move(spec);
+  return *this;
+}
 PipelineBuilder& PipelineBuilder::rank(int rank, int world_size) {
   options_.rank = rank;
   options_.world_size = world_size;
@@ -110,6 +124,10 @@ PipelineBuilder& PipelineBuilder::assignment(Assignment a, Remainder r) {
 PipelineBuilder& PipelineBuilder::batch(size_t size, bool drop_last) {
   options_.batch_size = size;
   options_.drop_last_batch = drop_last;
+  return *this;
+}
+PipelineBuilder& PipelineBuilder::block_records(uint64_t records) {
+  options_.block_records = records;
   return *this;
 }
 PipelineBuilder& PipelineBuilder::interleave(size_t segments) {

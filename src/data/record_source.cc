@@ -3,13 +3,7 @@
 namespace lockstep::data {
 
 SegmentBytes BlockReader::read(const Segment& segment) {
-  const ShardInfo& info = table_.index().shards[segment.shard];
-  if (!cache_) {
-    uint64_t begin = info.begin_of(segment.first);
-    return {std::make_shared<const std::string>(
-                table_.read_bytes(segment.shard, begin, info.end_of(segment.first, segment.count))),
-            begin};
-  }
+  if (!cache_) return std::make_shared<const SegmentData>(source_.read(segment));
   // Cached reads fetch whole blocks, so later epochs (which cut blocks at
   // other rank boundaries) find them.
   uint64_t block = segment.first / block_records_;
@@ -19,19 +13,15 @@ SegmentBytes BlockReader::read(const Segment& segment) {
     if (auto it = blocks_.find(key); it != blocks_.end()) return it->second;
   }
   uint64_t first = block * block_records_;
-  uint64_t count = std::min(block_records_, info.records() - first);
-  uint64_t begin = info.begin_of(first);
-  SegmentBytes bytes{std::make_shared<const std::string>(
-                         table_.read_bytes(segment.shard, begin, info.end_of(first, count))),
-                     begin};
+  uint64_t count = std::min(block_records_, source_.records(segment.shard) - first);
+  auto bytes = std::make_shared<const SegmentData>(source_.read({segment.shard, first, count}));
   std::lock_guard lock(mu_);
   blocks_.emplace(key, bytes);
   return bytes;
 }
 
-RecordSource::RecordSource(const RecordTable& table, BlockReader& reader,
-                           std::vector<Segment> plan, size_t interleave)
-    : table_(table), reader_(reader), plan_(std::move(plan)), interleave_(std::max<size_t>(1, interleave)) {
+RecordSource::RecordSource(BlockReader& reader, std::vector<Segment> plan, size_t interleave)
+    : reader_(reader), plan_(std::move(plan)), interleave_(std::max<size_t>(1, interleave)) {
   fill_slots();
 }
 
@@ -54,14 +44,9 @@ bool RecordSource::next(RawRecord* out) {
   }
   if (slots_.empty()) return false;
   Slot& slot = slots_[cursor_];
-  const SegmentBytes& bytes = slot.bytes.get();
-  const ShardInfo& info = table_.index().shards[slot.segment.shard];
+  const SegmentBytes& data = slot.bytes.get();
   uint64_t record = slot.segment.first + slot.done;
-  uint64_t begin = info.begin_of(record), end = info.end_of(record, 1);
-  auto clip = [&](uint64_t at) {  // a truncated file gives fewer bytes than indexed
-    return static_cast<size_t>(std::min<uint64_t>(at - bytes.base, bytes.bytes->size()));
-  };
-  *out = {bytes.bytes, clip(begin), clip(end), slot.segment.shard, record, begin};
+  *out = {data, static_cast<size_t>(record - data->segment.first)};
   if (++slot.done < slot.segment.count) {
     cursor_ = (cursor_ + 1) % slots_.size();
   } else if (!ahead_.empty()) {

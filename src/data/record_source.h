@@ -1,6 +1,7 @@
-// Internal: the read side of the pipeline. BlockReader fetches the bytes of
-// a segment (optionally from/into an in-memory cache); RecordSource
-// interleaves K segments and yields their records in a fixed order.
+// Internal: the read side of the pipeline, for any SampleSource (records,
+// HDF5, LMDB). BlockReader fetches a segment (optionally from/into an
+// in-memory cache); RecordSource interleaves K segments and yields their
+// records in a fixed order.
 #pragma once
 
 #include <deque>
@@ -12,35 +13,30 @@
 #include <vector>
 
 #include "lockstep/data/assign.h"
-#include "lockstep/data/record_table.h"
+#include "lockstep/data/source.h"
 
 namespace lockstep::data {
 
-// One record as located by the index; the frame is checked later, on a
-// decode thread. `bytes` is shared with the other records of its segment.
+// One record of a segment that was read; it is checked and decoded later, on
+// a decode thread. `data` is shared with the other records of its segment.
 struct RawRecord {
-  std::shared_ptr<const std::string> bytes;
-  size_t begin = 0;  // frame bytes are (*bytes)[begin, end)
-  size_t end = 0;
-  uint32_t shard = 0;
-  uint64_t record = 0;  // index inside the shard
-  uint64_t offset = 0;  // byte offset inside the shard
+  std::shared_ptr<const SegmentData> data;
+  size_t at = 0;  // position in data (which may be a whole cached block)
+  uint32_t shard() const { return data->segment.shard; }
+  uint64_t record() const { return data->segment.first + at; }  // index inside the shard
 };
 
-struct SegmentBytes {
-  std::shared_ptr<const std::string> bytes;
-  uint64_t base = 0;  // shard offset of bytes[0]
-};
+using SegmentBytes = std::shared_ptr<const SegmentData>;
 
 // Thread-safe: reads run concurrently on async tasks.
 class BlockReader {
  public:
-  BlockReader(const RecordTable& table, uint64_t block_records, bool cache)
-      : table_(table), block_records_(block_records), cache_(cache) {}
+  BlockReader(const SampleSource& source, uint64_t block_records, bool cache)
+      : source_(source), block_records_(block_records), cache_(cache) {}
   SegmentBytes read(const Segment& segment);
 
  private:
-  const RecordTable& table_;
+  const SampleSource& source_;
   uint64_t block_records_;
   bool cache_;
   std::mutex mu_;
@@ -51,8 +47,7 @@ class BlockReader {
 // to `interleave` segments ahead.
 class RecordSource {
  public:
-  RecordSource(const RecordTable& table, BlockReader& reader, std::vector<Segment> plan,
-               size_t interleave);
+  RecordSource(BlockReader& reader, std::vector<Segment> plan, size_t interleave);
   // False after the last record. Rethrows read errors.
   bool next(RawRecord* out);
 
@@ -65,7 +60,6 @@ class RecordSource {
   void fill_slots();
   std::shared_future<SegmentBytes> read_async(const Segment& segment);
 
-  const RecordTable& table_;
   BlockReader& reader_;
   std::vector<Segment> plan_;
   size_t interleave_;

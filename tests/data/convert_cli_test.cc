@@ -7,6 +7,7 @@
 
 #include "lockstep/data/idx.h"
 #include "lockstep/data/record_index.h"
+#include "lockstep/data/source.h"
 #include "test_util.h"
 
 namespace lockstep::data {
@@ -43,6 +44,35 @@ TEST(ConvertCli, IdxWritesShardsIndexAndProgress) {
   RecordIndex index = RecordIndex::load(out / "t10k.index.json");
   EXPECT_EQ(index.shards.size(), 3u);
   EXPECT_EQ(index.total_records(), 10000u);
+}
+
+TEST(ConvertCli, IdxToHdf5ThenLmdbThenRecords) {
+  if (!std::filesystem::exists(std::string(kFashionMnistDir) + "/t10k-labels-idx1-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  TempDir out;
+  std::string output;
+  ASSERT_EQ(run(convert_binary() + " idx --mnist-dir " + kFashionMnistDir +
+                    " --split t10k --format hdf5 --shards 1 --out " + out.str(),
+                &output),
+            0)
+      << output;
+  EXPECT_NE(output.find("read it from " + (out / "t10k.h5")), std::string::npos) << output;
+  ASSERT_EQ(run(convert_binary() + " data --in " + (out / "t10k.h5") + " --format lmdb --out " +
+                    out.str() + " --name t10k",
+                &output),
+            0)
+      << output;
+  ASSERT_EQ(run(convert_binary() + " data --in " + (out / "t10k.lmdb") + " --format records --out " +
+                    (out / "rec") + " --name t10k",
+                &output),
+            0)
+      << output;
+  EXPECT_EQ(open_source({{out / "t10k.lmdb"}})->total_records(), 10000u);
+  EXPECT_EQ(RecordIndex::load(out / "rec/t10k.index.json").total_records(), 10000u);
+  // An unknown format is refused by name before anything is read.
+  EXPECT_NE(run(convert_binary() + " data --in x --format parquet --out " + out.str(), &output), 0)
+      << output;
+  EXPECT_NE(output.find("--format"), std::string::npos) << output;
 }
 
 TEST(ConvertCli, MissingInputFailsWithAMessage) {

@@ -70,9 +70,9 @@ Row record_read(const std::vector<std::string>& files, size_t threads, double mi
   });
 }
 
-Row pipeline_epochs(const std::string& name, data::PipelineOptions options, double min_seconds) {
+Row pipeline_epochs(const std::string& name, data::PipelineOptions options, double min_seconds,
+                    uint64_t epoch_bytes) {
   data::Pipeline pipeline(options);
-  uint64_t epoch_bytes = 0;
   for (const auto& s : pipeline.options().index.shards) epoch_bytes += s.bytes;
   if (epoch_bytes == 0)
     for (const auto& s : data::RecordIndex::load(options.index_path).shards) epoch_bytes += s.bytes;

@@ -23,7 +23,9 @@ struct Row {
 Row page_cache_read(const std::vector<std::string>& files, double min_seconds);
 // RecordReader front to back (framing + CRC only), files split over threads.
 Row record_read(const std::vector<std::string>& files, size_t threads, double min_seconds);
-// Whole epochs of the pipeline (read, shuffle, decode, augment, batch).
-Row pipeline_epochs(const std::string& name, data::PipelineOptions options, double min_seconds);
+// Whole epochs of the pipeline (read, shuffle, decode, augment, batch);
+// `epoch_bytes` (0: the record shards' size from the index) for MB/s.
+Row pipeline_epochs(const std::string& name, data::PipelineOptions options, double min_seconds,
+                    uint64_t epoch_bytes = 0);
 
 }  // namespace lockstep::bench

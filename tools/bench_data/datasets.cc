@@ -31,6 +31,19 @@ std::string make_idx_shards(const std::string& work_dir, const std::string& mnis
   return writer.index_path();
 }
 
+std::vector<std::string> convert_to(const std::string& index_path, const std::string& work_dir,
+                                    const std::string& format) {
+  data::ShardOutput out{work_dir + "/" + format, "train", 4, nullptr, data::parse_format(format)};
+  return data::convert_dataset({{index_path}}, out).paths;
+}
+
+uint64_t bytes_on_disk(const std::vector<std::string>& paths) {
+  uint64_t total = 0;
+  for (const auto& path : paths)
+    total += fs::file_size(fs::is_directory(path) ? fs::path(path) / "data.mdb" : fs::path(path));
+  return total;
+}
+
 std::string make_jpeg_shards(const std::string& work_dir, size_t count, int size) {
   data::ShardSetWriter writer(work_dir + "/jpeg", "images", 4);
   std::mt19937 rng(2);

@@ -62,15 +62,24 @@ void run(const Settings& s) {
                 "x consume");
   print(bench::page_cache_read(shard_files(idx), s.seconds), s);
   for (size_t t : s.threads) print(bench::record_read(shard_files(idx), t, s.seconds), s);
+  // The same 28x28 records from each format, interleaved per thread count.
+  std::vector<std::string> h5 = bench::convert_to(idx, s.work_dir, "hdf5");
+  std::vector<std::string> lmdb = bench::convert_to(idx, s.work_dir, "lmdb");
   data::PipelineOptions o;
-  o.index_path = idx;
   o.batch_size = 128;
   double best_idx = 0;
   for (size_t t : s.threads) {
     o.threads = t;
-    Row row = bench::pipeline_epochs("pipeline idx 28x28", o, s.seconds);
+    o.index_path = idx;
+    Row row = bench::pipeline_epochs("pipeline idx 28x28 records", o, s.seconds);
     best_idx = std::max(best_idx, row.records_per_s());
     print(row, s);
+    o.source.paths = h5;
+    print(bench::pipeline_epochs("pipeline idx 28x28 hdf5", o, s.seconds, bench::bytes_on_disk(h5)), s);
+    o.source.paths = lmdb;
+    print(bench::pipeline_epochs("pipeline idx 28x28 lmdb", o, s.seconds, bench::bytes_on_disk(lmdb)),
+          s);
+    o.source = {};
   }
   o.index_path = jpeg;
   o.batch_size = 32;

@@ -1,8 +1,12 @@
-// `lockstep convert idx|images|index`: write TFRecord shards + index.
+// `lockstep convert idx|images|data|index`: write a data set as record shards
+// + index, HDF5 or LMDB (--format), from IDX files, an image folder or another
+// data set; or index existing TFRecord files.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <filesystem>
+
+#include <fmt/format.h>
 
 #include "lockstep/base/error.h"
 #include "lockstep/data/convert.h"
@@ -15,27 +19,36 @@ namespace {
 using namespace lockstep::data;
 
 void report(const ConvertResult& result) {
-  std::printf("wrote %llu records, %.1f MB; index %s\n",
+  std::printf("wrote %llu records, %.1f MB; read it from %s%s\n",
               static_cast<unsigned long long>(result.records), result.bytes / 1e6,
-              result.index_path.c_str());
+              result.index_path.c_str(),
+              result.paths.size() > 1 ? fmt::format(" and {} more files", result.paths.size() - 1).c_str() : "");
 }
 
 ShardOutput output(const std::string& dir, const std::string& name, size_t shards,
-                   lockstep::cli::ProgressBar* bar) {
-  return {dir, name, shards, [bar](uint64_t d, uint64_t t, uint64_t b) { bar->update(d, t, b); }};
+                   const std::string& format, lockstep::cli::ProgressBar* bar) {
+  return {dir, name, shards, [bar](uint64_t d, uint64_t t, uint64_t b) { bar->update(d, t, b); },
+          parse_format(format)};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write record shards (TFRecord + tf.train.Example) and their index", "lockstep convert"};
+  CLI::App app{"Write a data set as record shards (TFRecord + tf.train.Example + index), HDF5 "
+               "or LMDB",
+               "lockstep convert"};
   app.require_subcommand(1);
-  std::string out_dir, name;
+  std::string out_dir, name, format = "records";
   size_t shards = 4;
   auto add_output = [&](CLI::App* cmd) {
     cmd->add_option("--out", out_dir, "output folder")->required();
-    cmd->add_option("--name", name, "shard name prefix (default: split or folder name)");
-    cmd->add_option("--shards", shards, "number of shards")->default_val(4)->check(CLI::PositiveNumber);
+    cmd->add_option("--name", name, "output name prefix (default: split or folder name)");
+    cmd->add_option("--shards", shards, "number of shards/files (records, hdf5)")
+        ->default_val(4)
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--format", format, "records, hdf5 or lmdb")
+        ->default_val("records")
+        ->check(CLI::IsMember({"records", "hdf5", "lmdb"}));
   };
 
   auto* idx = app.add_subcommand("idx", "MNIST-style IDX files (gzip'd or not)");
@@ -54,6 +67,17 @@ int main(int argc, char** argv) {
                      "write records in a seeded random order (0: class by class)");
   add_output(folder);
 
+  auto* data = app.add_subcommand("data", "another data set (records, HDF5 or LMDB) to --format");
+  lockstep::data::SourceSpec in;
+  data->add_option("--in", in.paths,
+                   "a <name>.index.json, HDF5 file(s) or LMDB folder(s)")
+      ->required();
+  data->add_option("--images-dataset", in.images_dataset, "HDF5 image dataset")
+      ->default_val("/images");
+  data->add_option("--labels-dataset", in.labels_dataset, "HDF5 label dataset")
+      ->default_val("/labels");
+  add_output(data);
+
   auto* index = app.add_subcommand("index", "index existing TFRecord files (e.g. made by TensorFlow)");
   std::string index_out;
   std::vector<std::string> files;
@@ -70,15 +94,22 @@ int main(int argc, char** argv) {
       if (images.empty() || labels.empty())
         throw lockstep::InvalidArgument("give --images and --labels, or --mnist-dir");
       lockstep::cli::ProgressBar bar("idx");
-      report(convert_idx(images, labels, output(out_dir, name.empty() ? split : name, shards, &bar)));
+      report(convert_idx(images, labels,
+                         output(out_dir, name.empty() ? split : name, shards, format, &bar)));
     } else if (*folder) {
       lockstep::cli::ProgressBar bar("images");
       std::string stem = std::filesystem::path(root).filename().string();
       uint64_t ignored = 0;
       report(convert_image_folder(
-          root, output(out_dir, name.empty() ? stem : name, shards, &bar), shuffle_seed, &ignored));
+          root, output(out_dir, name.empty() ? stem : name, shards, format, &bar), shuffle_seed,
+          &ignored));
       if (ignored) std::printf("ignored %llu files without a .jpg/.jpeg/.png extension\n",
                                static_cast<unsigned long long>(ignored));
+    } else if (*data) {
+      lockstep::cli::ProgressBar bar("data");
+      std::string stem = std::filesystem::path(in.paths.front()).stem().string();
+      if (auto dot = stem.find('.'); dot != std::string::npos) stem.resize(dot);  // x.index.json
+      report(convert_dataset(in, output(out_dir, name.empty() ? stem : name, shards, format, &bar)));
     } else {
       RecordIndex built = build_index(files);
       built.save(index_out);

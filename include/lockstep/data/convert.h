@@ -1,10 +1,15 @@
-// Converters from common dataset layouts to record shards + index. Used by
-// `lockstep convert`; no LibTorch. Each call is single-threaded.
+// Converters from common dataset layouts to a data set in any of the three
+// formats of source.h (record shards + index, HDF5, LMDB), and between those
+// formats. Used by `lockstep convert`; no LibTorch. Each call is
+// single-threaded.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
+
+#include "lockstep/data/source.h"
 
 namespace lockstep::data {
 
@@ -12,16 +17,22 @@ namespace lockstep::data {
 using ProgressFn = std::function<void(uint64_t done, uint64_t total, uint64_t bytes)>;
 
 struct ShardOutput {
-  std::string dir;     // created if missing
-  std::string name;    // shards are <name>-0000k-of-0000N.tfrecord, index <name>.index.json
+  std::string dir;   // created if missing
+  // records: <name>-0000k-of-0000N.tfrecord + <name>.index.json;
+  // hdf5: <name>.h5 (1 shard) or <name>-0000k-of-0000N.h5 (datasets /images,
+  //   /labels; chunked, Fletcher-32 checksummed); lmdb: the folder <name>.lmdb
+  //   (one environment whatever `shards` says; keys are %010d record numbers).
+  std::string name;
   size_t shards = 4;
   ProgressFn progress;  // may be empty
+  SourceFormat format = SourceFormat::kRecords;
 };
 
 struct ConvertResult {
   uint64_t records = 0;
   uint64_t bytes = 0;
-  std::string index_path;
+  std::string index_path;  // the index, the first HDF5 file or the LMDB folder
+  std::vector<std::string> paths;  // all of it, as SourceSpec::paths (every HDF5 file)
 };
 
 // IDX image + label files (MNIST/Fashion-MNIST, gzip'd or not), in file
@@ -40,5 +51,10 @@ ConvertResult convert_idx(const std::string& images_path, const std::string& lab
 // *ignored_files (when given) and left out.
 ConvertResult convert_image_folder(const std::string& root, const ShardOutput& out,
                                    uint64_t shuffle_seed = 0, uint64_t* ignored_files = nullptr);
+
+// Any data set (source.h) to `out.format`, record by record in shard order;
+// every feature of a record/LMDB Example is kept, HDF5 rows become raw-pixel
+// Examples. Throws Error/BadRecord naming the record that cannot be written.
+ConvertResult convert_dataset(const SourceSpec& in, const ShardOutput& out);
 
 }  // namespace lockstep::data

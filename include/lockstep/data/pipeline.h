@@ -1,7 +1,8 @@
 // The input pipeline, without LibTorch (lockstep/data/torch.h wraps its
 // batches in tensors):
 //
-//   index -> plan_epoch (rank's segments) -> interleave K segments
+//   source (record shards, HDF5 or LMDB: source.h) -> plan_epoch (rank's
+//   segments) -> interleave K segments
 //   (concurrent sequential block reads) -> shuffle buffer (S) -> batches of
 //   B records -> parallel decode + augment on T threads -> in-order
 //   prefetch queue of P batches -> next()
@@ -30,18 +31,24 @@
 #include "lockstep/data/bad_record.h"
 #include "lockstep/data/record_index.h"
 #include "lockstep/data/sample.h"
+#include "lockstep/data/source.h"
 
 namespace lockstep::data {
 
 struct PipelineOptions {
-  std::string index_path;  // <name>.index.json; ignored when `index` has shards
+  // The data set, first one set wins: `index` (record shards), `source`
+  // (several HDF5 files or LMDB folders, HDF5 dataset names), `index_path`
+  // (one <name>.index.json, HDF5 file or LMDB folder).
+  std::string index_path;
   RecordIndex index;
+  SourceSpec source;
   int rank = 0;
   int world_size = 1;
   uint64_t seed = 0;  // must be equal on all ranks
   Assignment assignment = Assignment::kPartition;
   Remainder remainder = Remainder::kPad;
-  uint64_t block_records = 256;  // unit of sequential reads and of the global shuffle
+  uint64_t block_records = 256;  // unit of sequential reads and of the global shuffle;
+                                 // rounded up to a multiple of HDF5 chunk rows
   size_t batch_size = 32;
   bool drop_last_batch = false;  // else the last batch may be smaller
   size_t interleave = 4;         // K: segments read concurrently
@@ -83,6 +90,7 @@ class Pipeline {
 
   uint64_t records_per_epoch() const;  // for this rank; equal on all ranks
   uint64_t batches_per_epoch() const;  // equal on all ranks
+  const SampleSource& source() const;
   // Records skipped so far in the current epoch (kSkip); logged at its end.
   SkipReport skip_report() const;
   const PipelineOptions& options() const;
@@ -96,12 +104,15 @@ class Pipeline {
 //                                       .threads(4).rank(r, world).seed(1).build();
 class PipelineBuilder {
  public:
-  explicit PipelineBuilder(std::string index_path) { options_.index_path = std::move(index_path); }
+  // A <name>.index.json, an HDF5 file or an LMDB folder.
+  explicit PipelineBuilder(std::string path) { options_.index_path = std::move(path); }
   explicit PipelineBuilder(PipelineOptions options) : options_(std::move(options)) {}
+  PipelineBuilder& source(SourceSpec spec);
   PipelineBuilder& rank(int rank, int world_size);
   PipelineBuilder& seed(uint64_t seed);
   PipelineBuilder& assignment(Assignment a, Remainder r = Remainder::kPad);
   PipelineBuilder& batch(size_t size, bool drop_last = false);
+  PipelineBuilder& block_records(uint64_t records);
   PipelineBuilder& interleave(size_t segments);
   PipelineBuilder& shuffle(size_t buffer);
   PipelineBuilder& threads(size_t n);

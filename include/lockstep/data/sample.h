@@ -1,6 +1,7 @@
 // Turns one record payload (a serialized tf.train.Example) into a training
 // sample: float CHW pixels and an int64 label. Raw pixel records (IDX
-// converts) and encoded JPEG/PNG records go through the same augmentation:
+// converts; 8-bit bytes, or a float list, with a "shape" feature) and encoded
+// JPEG/PNG records go through the same augmentation:
 // optional crop (random or centre), optional horizontal flip, scale to [0,1]
 // and normalise per channel. Pure functions: thread-safe.
 #pragma once
@@ -46,12 +47,15 @@ struct DecodeFailure {
 bool decode_sample(std::string_view payload, const DecodeOptions& options, uint64_t seed,
                    Sample* out, DecodeFailure* failure);
 
-// Crop/flip/normalise 8-bit HWC pixels into float CHW (exposed for tests).
+// Crop/flip/normalise HWC pixels into float CHW (exposed for tests). 8-bit
+// pixels are scaled to [0, 1] first; float pixels (`values`, set instead of
+// `pixels`: HDF5 float datasets, float Example features) are used as they are.
 struct PixelView {
   int height = 0;
   int width = 0;
   int channels = 0;
   const uint8_t* pixels = nullptr;
+  const float* values = nullptr;
 };
 void augment(const PixelView& image, const DecodeOptions& options, uint64_t seed, Sample* out);
 inline void augment(const Image& image, const DecodeOptions& options, uint64_t seed, Sample* out) {
