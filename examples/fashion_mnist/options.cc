@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "fashion_mnist/precision.h"
 #include "lockstep/data/idx.h"
 
 namespace lockstep::examples {
@@ -108,11 +109,11 @@ void add_data_options(CLI::App& app, Options& o) {
   const char* g = "Data";
   o.data = data::kFashionMnistDir;
   app.add_option("--data", o.data,
-                 "folder with the Fashion-MNIST IDX files, or with record shards written by "
-                 "`lockstep convert idx --split train|t10k --out DIR`")
+                 "folder with the Fashion-MNIST IDX files, or with train/t10k written by "
+                 "`lockstep convert idx --split train|t10k --format records|hdf5|lmdb --out DIR`")
       ->check(kDataFolder)->capture_default_str()->group(g);
   app.add_option("--bad-data", o.bad_data,
-                 "a bad record in the shards: fail (name it and stop) or skip (drop it, "
+                 "a bad record in shards, HDF5 or LMDB: fail (name it and stop) or skip (drop it, "
                  "train on the rest and report how many)")
       ->check(CLI::IsMember({"fail", "skip"}))->capture_default_str()->group(g);
   app.add_option("--train-subset", o.train_subset, "use the first N training samples (0: all)")
@@ -151,6 +152,7 @@ void add_testing_options(CLI::App& app, Options& o) {
 
 void add_options(CLI::App& app, Options& o) {
   add_recipe_options(app, o);
+  add_precision_flag(app, o.precision);
   add_evaluation_options(app, o);
   add_data_options(app, o);
   add_run_options(app, o);

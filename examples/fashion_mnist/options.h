@@ -25,6 +25,7 @@ struct Options {
   uint64_t seed = 42;
   bool sync_batch_norm = false;
   int64_t channels1 = 16, channels2 = 32;
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (fashion_mnist/precision.h)
   // Evaluation and time to accuracy
   double target_accuracy = 0;  // 0: train all epochs
   double eval_every = 0;       // fraction of an epoch; 0: 1/4 with a target, else 1

@@ -39,7 +39,8 @@ void set_lr(::torch::optim::Optimizer& optimizer, double lr) {
 Trainer::Trainer(const Options& options, FashionSplit train, FashionSplit test)
     : o_(options), train_(std::move(train)), test_(std::move(test)),
       model_(make_model()), optimizer_(make_optimizer(o_, model_)),
-      distributed_(*optimizer_, *model_),
+      precision_(o_.precision),
+      distributed_(*optimizer_, *model_, precision_.optimizer_options()),
       sampler_({.dataset_size = train_.size(), .rank = lt::rank(), .size = lt::size(),
                 .seed = o_.seed}),
       state_(*model_, *optimizer_, &sampler_, &distributed_),
@@ -136,10 +137,14 @@ void Trainer::step(const std::vector<int64_t>& batch, double& loss_sum, double& 
   auto x = train_.images.index_select(0, index);
   auto y = train_.labels.index_select(0, index);
   distributed_.zero_grad();
-  auto logits = model_->forward(x);
+  ::torch::Tensor logits;
+  {
+    lt::AutocastGuard autocast(precision_.precision());
+    logits = model_->forward(x).to(::torch::kFloat32);  // the loss in fp32
+  }
   auto loss = ::torch::nn::functional::cross_entropy(logits, y);
-  loss.backward();
-  distributed_.step();
+  precision_.scaler().scale(loss).backward();
+  precision_.scaler().step(distributed_);
   ++state_.step;
   if (!o_.sample_log.empty()) uncommitted_.insert(uncommitted_.end(), batch.begin(), batch.end());
   if (o_.commit_every > 0 && state_.step % o_.commit_every == 0) commit();
@@ -178,7 +183,9 @@ void Trainer::report_epoch(int64_t epoch, const EpochStats& s, double test_accur
                          {"samples_per_s", s.samples_per_s}, {"epoch_seconds", s.seconds},
                          {"train_s", clock_.seconds()}, {"elapsed_s", elapsed},
                          {"workers", lt::size()}, {"batch_size", o_.batch_size},
-                         {"lr", peak_lr_}, {"reformations", state_.reformations()}};
+                         {"lr", peak_lr_}, {"reformations", state_.reformations()},
+                         {"precision", o_.precision},
+                         {"skipped_steps", precision_.scaler().skipped_steps()}};
   std::ofstream(o_.metrics, std::ios::app) << line.dump() << "\n";
 }
 

@@ -14,6 +14,7 @@
 #include "common/fashion_cnn.h"
 #include "common/fashion_data.h"
 #include "fashion_mnist/options.h"
+#include "fashion_mnist/precision.h"
 #include "fashion_mnist/target.h"
 #include "lockstep/torch/torch.h"
 
@@ -59,6 +60,7 @@ class Trainer {
   FashionSplit train_, test_;
   FashionCnn model_;
   std::unique_ptr<::torch::optim::Optimizer> optimizer_;
+  StepPrecision precision_;
   lockstep::torch::DistributedOptimizer distributed_;
   lockstep::torch::DistributedSampler sampler_;
   lockstep::torch::ElasticState state_;

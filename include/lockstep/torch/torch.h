@@ -6,6 +6,7 @@
 #include "lockstep/torch/distributed_optimizer.h"
 #include "lockstep/torch/elastic.h"
 #include "lockstep/torch/metrics.h"
+#include "lockstep/torch/mixed_precision.h"
 #include "lockstep/torch/objects.h"
 #include "lockstep/torch/placement.h"
 #include "lockstep/torch/profile.h"
