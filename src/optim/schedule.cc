@@ -109,6 +109,27 @@ Schedule product(Schedule a, Schedule b) {
   return make([=](int64_t t) { return a->lr_at(t) * b->lr_at(t); });
 }
 
+Schedule one_cycle(double max_lr, int64_t total_iters, OneCycleOptions o) {
+  require_lr(max_lr, "max lr");
+  require(total_iters > 0, "total_iters must be > 0");
+  require(o.pct_start >= 0 && o.pct_start <= 1, "one-cycle pct_start must be in [0, 1]");
+  require(o.div_factor >= 1, "one-cycle div_factor must be >= 1");
+  require(o.final_div_factor >= 1, "one-cycle final_div_factor must be >= 1");
+  const double start = max_lr / o.div_factor, end = start / o.final_div_factor;
+  const double peak_at = o.pct_start * static_cast<double>(total_iters);
+  // From `from` to `to` as `x` goes from 0 to 1.
+  auto anneal = [cosine = o.cosine](double from, double to, double x) {
+    const double w = cosine ? (1.0 - std::cos(std::numbers::pi * x)) / 2.0 : x;
+    return from + (to - from) * w;
+  };
+  return make([=](int64_t t) {
+    const auto x = static_cast<double>(std::min(t, total_iters));
+    if (x < peak_at) return anneal(start, max_lr, x / peak_at);
+    const double down = static_cast<double>(total_iters) - peak_at;
+    return down > 0 ? anneal(max_lr, end, (x - peak_at) / down) : max_lr;  // pct_start 1: all ramp
+  });
+}
+
 void BatchSizeSchedule::validate() const {
   require(initial > 0, "batch schedule: initial batch must be > 0");
   require(factor >= 1, "batch schedule: factor must be >= 1");

@@ -83,5 +83,26 @@ TEST(OptimizerSwitch, SecondOptimizerFromTheSwitchEpoch) {
   EXPECT_TRUE(s.second_active(30));
 }
 
+TEST(OneCycle, RisesToThePeakThenAnnealsToTheFloor) {
+  // PyTorch's defaults: start max/25, end max/25/1e4, peak at 25% here.
+  auto s = one_cycle(0.1, 100, {.pct_start = 0.25});
+  EXPECT_NEAR(s->lr_at(0), 0.004, 1e-15);
+  EXPECT_NEAR(s->lr_at(25), 0.1, 1e-15);
+  // Half-way up a half cosine is the mean of its ends.
+  EXPECT_NEAR(s->lr_at(12) + s->lr_at(13), 2 * (0.004 + 0.1) / 2, 2e-3);
+  EXPECT_NEAR(one_cycle(0.1, 100, {.pct_start = 0.5})->lr_at(25), (0.004 + 0.1) / 2, 1e-12);
+  EXPECT_NEAR(s->lr_at(100), 0.004 / 1e4, 1e-15);
+  EXPECT_NEAR(s->lr_at(1000), 0.004 / 1e4, 1e-15);
+  // Linear legs: a quarter of the way down is a quarter of the drop.
+  auto lin = one_cycle(1.0, 100, {.pct_start = 0.2, .div_factor = 10, .final_div_factor = 10,
+                                  .cosine = false});
+  EXPECT_NEAR(lin->lr_at(10), (0.1 + 1.0) / 2, 1e-12);
+  EXPECT_NEAR(lin->lr_at(40), 1.0 - 0.25 * (1.0 - 0.01), 1e-12);
+  EXPECT_NEAR(one_cycle(1.0, 10, {.pct_start = 1.0})->lr_at(10), 1.0, 1e-12);
+  EXPECT_THROW(one_cycle(1.0, 0), InvalidArgument);
+  EXPECT_THROW(one_cycle(1.0, 10, {.pct_start = 1.5}), InvalidArgument);
+  EXPECT_THROW(one_cycle(1.0, 10, {.div_factor = 0.5}), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace lockstep::optim

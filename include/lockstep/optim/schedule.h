@@ -45,6 +45,18 @@ Schedule warmup(double start_lr, int64_t warmup_iters, Schedule after);
 // a(t) * b(t): e.g. a decay chain on top of another.
 Schedule product(Schedule a, Schedule b);
 
+// One-cycle (Smith & Topin 1708.07120; PyTorch's OneCycleLR, two phases):
+// from max_lr / div_factor up to max_lr over the first pct_start of
+// total_iters, then down to max_lr / (div_factor * final_div_factor) at
+// total_iters and after; each leg a half cosine (or a straight line).
+struct OneCycleOptions {
+  double pct_start = 0.25;
+  double div_factor = 25;
+  double final_div_factor = 1e4;
+  bool cosine = true;
+};
+Schedule one_cycle(double max_lr, int64_t total_iters, OneCycleOptions options = {});
+
 // "Don't decay the learning rate, increase the batch size" (Smith et al.
 // 1711.00489): the per-rank batch at an epoch, multiplied by `factor` every
 // `every_epochs` epochs up to `max_batch`. The data sampler asks this
