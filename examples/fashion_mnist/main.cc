@@ -12,6 +12,7 @@
 
 #include "common/fashion_data.h"
 #include "fashion_mnist/options.h"
+#include "fashion_mnist/recipe.h"
 #include "fashion_mnist/run_dir_flag.h"
 #include "fashion_mnist/target.h"
 #include "fashion_mnist/trainer.h"
@@ -48,6 +49,8 @@ int run(const ex::Options& o) {
     fmt::print(stderr, "lockstep-fashion-mnist: {} worker(s) x batch {}, {} training samples, "
                "{} intra-op thread(s) each\n", lt::size(), o.batch_size, train.size(),
                ::torch::get_num_threads());
+  if (lt::rank() == 0 && o.recipe != "default")
+    fmt::print(stderr, "lockstep-fashion-mnist: recipe {}: {}\n", o.recipe, ex::describe_recipe(o));
   ex::Trainer trainer(o, std::move(train), std::move(test));
   trainer.maybe_resume();
   trainer.run();
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
   std::string run_dir;
   ex::add_run_dir_flag(app, run_dir);
   if (int status = ex::parse_options(app, argc, argv); status >= 0) return status;
+  ex::apply_recipe(app, options);
   try {
     ex::apply_run_dir(run_dir, options.metrics, options.timeline, argc, argv);
     return run(options);

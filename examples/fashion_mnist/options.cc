@@ -69,6 +69,10 @@ double Options::eval_interval() const {
 
 void add_recipe_options(CLI::App& app, Options& o) {
   const char* g = "Recipe";
+  app.add_option("--recipe", o.recipe,
+                 "default | fast (time to accuracy: --pool-first --channels-last --ema 0.99; "
+                 "flags given explicitly win)")
+      ->check(CLI::IsMember({"default", "fast"}))->capture_default_str()->group(g);
   app.add_option("--epochs", o.epochs, "passes over the training set")
       ->check(at_least(1, "an integer >= 1"))->capture_default_str()->group(g);
   app.add_option("--batch-size", o.batch_size, "samples per worker per step")
@@ -80,8 +84,10 @@ void add_recipe_options(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"none", "linear", "sqrt"}))->capture_default_str()->group(g);
   app.add_option("--warmup-epochs", o.warmup_epochs, "ramp from the base to the scaled lr")
       ->check(at_least(0, "a number of epochs >= 0"))->capture_default_str()->group(g);
-  app.add_option("--schedule", o.schedule, "after warm-up: cosine|constant")
-      ->check(CLI::IsMember({"cosine", "constant"}))->capture_default_str()->group(g);
+  app.add_option("--schedule", o.schedule,
+                 "cosine (after warm-up, to 0 at the last epoch) | constant | one-cycle (up to "
+                 "the scaled lr over --warmup-epochs, then down)")
+      ->check(CLI::IsMember({"cosine", "constant", "one-cycle"}))->capture_default_str()->group(g);
   app.add_option("--optimizer", o.optimizer, "sgd|adam")
       ->check(CLI::IsMember({"sgd", "adam"}))->capture_default_str()->group(g);
   app.add_option("--seed", o.seed, "model init and shuffling")->capture_default_str()->group(g);
@@ -91,6 +97,29 @@ void add_recipe_options(CLI::App& app, Options& o) {
       ->check(at_least(1, "an integer >= 1"))->capture_default_str()->group(g);
   app.add_option("--channels2", o.channels2, "width of the second conv")
       ->check(at_least(1, "an integer >= 1"))->capture_default_str()->group(g);
+  app.add_flag("--pool-first,!--no-pool-first", o.pool_first,
+               "conv-maxpool-BN-ReLU blocks (BN and ReLU on a quarter of the pixels)")
+      ->capture_default_str()->group(g);
+  app.add_flag("--channels-last,!--no-channels-last", o.channels_last,
+               "NHWC activations (LibTorch's CPU BN/ReLU/pool kernels are faster on them)")
+      ->capture_default_str()->group(g);
+  app.add_option("--label-smoothing", o.label_smoothing, "cross-entropy label smoothing")
+      ->check(number_in(0, 0.999, false, "a fraction in [0, 1)"))->capture_default_str()->group(g);
+  app.add_option("--flip", o.flip, "probability of a random horizontal flip per training image")
+      ->check(number_in(0, 1, false, "a probability in [0, 1]"))->capture_default_str()
+      ->group(g);
+  app.add_option("--tta", o.tta, "test-time augmentation: none | flip (mean logits of the image "
+                                 "and its mirror; train with --flip)")
+      ->check(CLI::IsMember({"none", "flip"}))->capture_default_str()->group(g);
+  app.add_option("--ema", o.ema, "evaluate an exponential moving average of the weights with "
+                                 "this decay, e.g. 0.99 (0: the weights themselves)")
+      ->check(number_in(0, 0.999999, false, "a decay in [0, 1)"))->capture_default_str()
+      ->group(g);
+  app.add_option("--lookahead", o.lookahead, "Lookahead: pull the weights towards slow weights "
+                                             "every K steps (0: off; not with elastic jobs)")
+      ->check(at_least(0, "an integer >= 0 (0: off)"))->capture_default_str()->group(g);
+  app.add_option("--lookahead-alpha", o.lookahead_alpha, "Lookahead's slow step size")
+      ->check(number_in(0, 1, true, "a fraction in (0, 1]"))->capture_default_str()->group(g);
 }
 
 void add_evaluation_options(CLI::App& app, Options& o) {

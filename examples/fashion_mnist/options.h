@@ -15,6 +15,7 @@ namespace lockstep::examples {
 
 struct Options {
   // Recipe
+  std::string recipe = "default";  // default | fast (recipe.h: apply_recipe)
   int epochs = 4;
   int64_t batch_size = 64;  // per worker
   double lr = 2e-3;         // base: one worker's
@@ -26,6 +27,14 @@ struct Options {
   bool sync_batch_norm = false;
   int64_t channels1 = 16, channels2 = 32;
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (fashion_mnist/precision.h)
+  bool pool_first = false;     // conv-pool-BN-ReLU blocks
+  bool channels_last = false;  // NHWC activations
+  double label_smoothing = 0;
+  double flip = 0;             // probability of a horizontal flip per training sample
+  std::string tta = "none";    // test-time augmentation: none|flip
+  double ema = 0;              // evaluate an EMA of the weights with this decay (0: off)
+  int64_t lookahead = 0;       // Lookahead every k steps (0: off)
+  double lookahead_alpha = 0.5;
   // Evaluation and time to accuracy
   double target_accuracy = 0;  // 0: train all epochs
   double eval_every = 0;       // fraction of an epoch; 0: 1/4 with a target, else 1

@@ -6,11 +6,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "common/progress.h"
 #include "fashion_mnist/evaluate.h"
+#include "fashion_mnist/recipe.h"
 #include "lockstep/engine/elastic.h"
+#include "lockstep/base/error.h"
 #include "lockstep/engine/engine.h"
 
 namespace lockstep::examples {
@@ -38,7 +41,7 @@ void set_lr(::torch::optim::Optimizer& optimizer, double lr) {
 
 Trainer::Trainer(const Options& options, FashionSplit train, FashionSplit test)
     : o_(options), train_(std::move(train)), test_(std::move(test)),
-      model_(make_model()), optimizer_(make_optimizer(o_, model_)),
+      model_(make_model(o_, lt::rank())), optimizer_(make_optimizer(o_, model_)),
       precision_(o_.precision),
       distributed_(*optimizer_, *model_, precision_.optimizer_options()),
       sampler_({.dataset_size = train_.size(), .rank = lt::rank(), .size = lt::size(),
@@ -46,20 +49,17 @@ Trainer::Trainer(const Options& options, FashionSplit train, FashionSplit test)
       state_(*model_, *optimizer_, &sampler_, &distributed_),
       elastic_(lockstep::engine::elastic_enabled()),
       evals_(o_.eval_interval(), o_.target_accuracy) {
+  // Lookahead's slow weights are not part of the elastic commit, so a worker
+  // that joins or a rollback would leave ranks with different ones.
+  if (elastic_ && o_.lookahead > 0)
+    throw InvalidArgument("--lookahead is not supported in elastic jobs (lockstep run --min-np); "
+                          "use --ema, which only affects evaluation");
   total_epochs_ = o_.epochs;
   if (o_.max_steps > 0)
     total_epochs_ = std::min<double>(
         o_.epochs, static_cast<double>(o_.max_steps) / sampler_.num_batches(o_.batch_size));
   // The same starting point everywhere, whatever each rank's init was, is
   // the first thing run_elastic() does (ElasticState::sync).
-}
-
-FashionCnn Trainer::make_model() const {
-  ::torch::manual_seed(o_.seed + static_cast<uint64_t>(lt::rank()));  // broadcast fixes this
-  FashionCnnOptions options{o_.channels1, o_.channels2, {}};
-  if (o_.sync_batch_norm)
-    options.make_norm = [](int64_t c) { return ::torch::nn::AnyModule(lt::SyncBatchNorm(c)); };
-  return FashionCnn(options);
 }
 
 void Trainer::maybe_resume() {
@@ -73,6 +73,7 @@ void Trainer::maybe_resume() {
     state_.epoch = progress.epoch + 1;
   }
   state_.step = progress.step;
+  load_averages();
   if (lt::rank() == 0)
     fmt::print(stderr, "resumed from {} at epoch {} step {}\n", checkpoint_path(),
                progress.epoch + 1, state_.step);
@@ -86,6 +87,7 @@ void Trainer::run() {
 
 void Trainer::train() {
   peak_lr_ = o_.lr * lr_scale(o_.lr_scaling, lt::size());  // the world may have changed
+  start_averages();
   uncommitted_.clear();
   for (int64_t epoch = state_.epoch; epoch < o_.epochs && !done(); ++epoch) {
     if (epoch != sampler_.epoch()) sampler_.set_epoch(epoch);
@@ -132,9 +134,18 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   return stats;
 }
 
+// Averaged weights start after run_elastic's sync, so every rank starts them
+// from the same (broadcast) weights. A resumed job then loads saved ones.
+void Trainer::start_averages() {
+  if (o_.ema > 0 && !ema_) ema_.emplace(*model_, optim::WeightEmaOptions{.decay = o_.ema});
+  if (o_.lookahead > 0 && !lookahead_)
+    lookahead_.emplace(model_->parameters(),
+                       optim::LookaheadOptions{.k = o_.lookahead, .alpha = o_.lookahead_alpha});
+}
+
 void Trainer::step(const std::vector<int64_t>& batch, double& loss_sum, double& correct) {
   auto index = ::torch::tensor(batch, ::torch::kInt64);
-  auto x = train_.images.index_select(0, index);
+  auto x = random_flip(input(o_, train_.images.index_select(0, index)), o_.flip);
   auto y = train_.labels.index_select(0, index);
   distributed_.zero_grad();
   ::torch::Tensor logits;
@@ -142,9 +153,11 @@ void Trainer::step(const std::vector<int64_t>& batch, double& loss_sum, double& 
     lt::AutocastGuard autocast(precision_.precision());
     logits = model_->forward(x).to(::torch::kFloat32);  // the loss in fp32
   }
-  auto loss = ::torch::nn::functional::cross_entropy(logits, y);
+  auto loss = examples::loss(o_, logits, y);
   precision_.scaler().scale(loss).backward();
   precision_.scaler().step(distributed_);
+  if (lookahead_) lookahead_->after_step();
+  if (ema_) ema_->update(*model_);
   ++state_.step;
   if (!o_.sample_log.empty()) uncommitted_.insert(uncommitted_.end(), batch.begin(), batch.end());
   if (o_.commit_every > 0 && state_.step % o_.commit_every == 0) commit();
@@ -156,9 +169,13 @@ void Trainer::step(const std::vector<int64_t>& batch, double& loss_sum, double& 
 bool Trainer::evaluate_now(bool mid_epoch) {
   clock_.pause();
   const double epochs = epochs_done();
-  last_accuracy_ = evaluate(*model_, [this](const ::torch::Tensor& x) {
-    return model_->forward(x);
-  }, test_);
+  {
+    std::optional<optim::WeightEma::Applied> averaged;
+    if (ema_) averaged.emplace(ema_->apply_to(*model_));
+    last_accuracy_ = evaluate(*model_, [this](const ::torch::Tensor& x) {
+      return eval_logits(o_, model_, x);
+    }, test_);
+  }
   const bool reached = evals_.record(epochs, last_accuracy_, clock_);
   if (lt::rank() == 0 && mid_epoch)
     fmt::print(stderr, "  {:.2f} epochs: test acc {:.2f}% | {:.1f} s training\n", epochs,
@@ -225,6 +242,25 @@ void Trainer::save(int64_t epoch) {
   std::filesystem::create_directories(o_.checkpoint_dir);
   lt::save_checkpoint(checkpoint_path(), *model_, *optimizer_,
                       {.epoch = epoch, .step = state_.step, .sampler = sampler_.save(), .user = {}});
+  if (lt::rank() != 0 || (!ema_ && !lookahead_)) return;
+  ::torch::serialize::OutputArchive archive;
+  if (ema_) ema_->save(archive);
+  if (lookahead_) lookahead_->save(archive);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  lt::write_file_atomically(averages_path(), bytes.str());
+}
+
+// The averaged weights saved beside the checkpoint (rank 0 wrote them; every
+// rank reads the same file, as with the checkpoint).
+void Trainer::load_averages() {
+  if (o_.ema <= 0 && o_.lookahead <= 0) return;
+  if (!std::filesystem::exists(averages_path())) return;
+  start_averages();
+  ::torch::serialize::InputArchive archive;
+  archive.load_from(averages_path());
+  if (ema_) ema_->load(archive);
+  if (lookahead_) lookahead_->load(archive);
 }
 
 void Trainer::maybe_inject_kill() const {
@@ -233,15 +269,8 @@ void Trainer::maybe_inject_kill() const {
     ::raise(SIGKILL);
 }
 
-// Warm-up from the base lr to the scaled one (Goyal et al.), then cosine or
-// constant. Positions are in epochs (fractional), not steps, so the schedule
-// stays the same when an elastic job changes its number of workers.
 double Trainer::lr_now() const {
-  const double t = epochs_done();
-  if (t < o_.warmup_epochs) return o_.lr + (peak_lr_ - o_.lr) * std::min(1.0, t / o_.warmup_epochs);
-  if (o_.schedule == "constant" || total_epochs_ <= o_.warmup_epochs) return peak_lr_;
-  const double progress = (t - o_.warmup_epochs) / (total_epochs_ - o_.warmup_epochs);
-  return peak_lr_ * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress)));
+  return lr_at(o_, peak_lr_, total_epochs_, train_.size(), epochs_done());
 }
 
 double Trainer::epochs_done() const {

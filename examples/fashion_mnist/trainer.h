@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/fashion_cnn.h"
@@ -16,6 +17,7 @@
 #include "fashion_mnist/options.h"
 #include "fashion_mnist/precision.h"
 #include "fashion_mnist/target.h"
+#include "lockstep/optim/weight_average.h"
 #include "lockstep/torch/torch.h"
 
 namespace lockstep::examples {
@@ -39,8 +41,8 @@ class Trainer {
   const EvalSchedule& evals() const { return evals_; }
 
  private:
-  FashionCnn make_model() const;
   void train();
+  void start_averages();
   EpochStats train_epoch(int64_t epoch);
   void step(const std::vector<int64_t>& batch, double& loss_sum, double& correct);
   // Evaluates now (the training clock stops meanwhile); true when the
@@ -50,6 +52,8 @@ class Trainer {
   void report_target_line();
   void commit();
   void save(int64_t epoch);
+  void load_averages();
+  std::string averages_path() const { return o_.checkpoint_dir + "/averages.pt"; }
   void maybe_inject_kill() const;
   double lr_now() const;
   double epochs_done() const;
@@ -66,6 +70,8 @@ class Trainer {
   lockstep::torch::ElasticState state_;
   const bool elastic_;
   double total_epochs_ = 0, peak_lr_ = 0;
+  std::optional<optim::WeightEma> ema_;        // --ema: evaluated instead of the weights
+  std::optional<optim::Lookahead> lookahead_;  // --lookahead
   std::vector<int64_t> uncommitted_;
   TrainingClock clock_;
   EvalSchedule evals_;

@@ -31,6 +31,13 @@ TEST(FashionMnistFlags, BadValuesExitTwoNamingTheFlagBeforeLoadingData) {
       {"--target-accuracy 90", "--target-accuracy"},
       {"--eval-every 0", "--eval-every"},
       {"--bad-data maybe", "--bad-data"},
+      {"--recipe slow", "--recipe"},
+      {"--ema 1", "--ema"},
+      {"--label-smoothing 1", "--label-smoothing"},
+      {"--flip 2", "--flip"},
+      {"--tta mirror", "--tta"},
+      {"--lookahead -1", "--lookahead"},
+      {"--schedule step", "--schedule"},
       {fmt::format("--checkpoint-dir '{}'", (dir / "a-file").string()), "--checkpoint-dir"},
   };
   for (const auto& [args, flag] : cases) {

@@ -1,0 +1,60 @@
+// The main job's time-to-accuracy recipe (--recipe fast and its pieces,
+// issue 17): what it turns on, and that its averaged weights survive a
+// checkpoint and resume.
+#include <gtest/gtest.h>
+
+#include "examples/example_util.h"
+
+namespace {
+
+using namespace lockstep::testing;
+
+std::string main_job() { return bin("lockstep-fashion-mnist"); }
+
+// --recipe fast names the pieces it turned on; a flag given explicitly wins.
+TEST(FashionMnistRecipe, FastTurnsOnItsPiecesUnlessAFlagSaysOtherwise) {
+  if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
+  auto dir = scratch("recipe");
+  const auto run = [&](const std::string& flags) {
+    auto cmd = fmt::format("'{}' --train-subset 256 --test-subset 100 --max-steps 1 {} 2>'{}'",
+                           main_job(), flags, (dir / "err.txt").string());
+    EXPECT_EQ(exit_code(cmd), 0) << cmd;
+    return read_text(dir / "err.txt");
+  };
+  EXPECT_NE(run("--recipe fast").find("recipe fast: pool-first, channels-last, ema 0.99"),
+            std::string::npos);
+  EXPECT_NE(run("--recipe fast --no-channels-last --ema 0.9").find("recipe fast: pool-first, ema 0.9"),
+            std::string::npos);
+  EXPECT_EQ(run("").find("recipe"), std::string::npos);  // the default says nothing
+}
+
+// The EMA of the weights (and its update count) is saved beside the
+// checkpoint: without it a resumed run would restart the average from the
+// resumed weights and evaluate something else than an uninterrupted run.
+TEST(FashionMnistRecipe, ResumedFastRunEvaluatesLikeAnUninterruptedOne) {
+  if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
+  auto dir = scratch("recipe-resume");
+  const auto job = [&](const std::string& name, const std::string& flags) {
+    // A constant lr, so that stopping after epoch 1 (--epochs 1) trains
+    // with the same rates as the first epoch of --epochs 2.
+    auto cmd = fmt::format("'{}' --recipe fast --schedule constant --train-subset 2000 "
+                           "--test-subset 500 --checkpoint-dir '{}' --metrics '{}' {} 2>>'{}'",
+                           main_job(), (dir / name).string(), (dir / (name + ".jsonl")).string(),
+                           flags, (dir / "err.txt").string());
+    ASSERT_EQ(exit_code(cmd), 0) << cmd;
+  };
+  job("whole", "--epochs 2");
+  job("split", "--epochs 1");
+  ASSERT_TRUE(fs::exists(dir / "split" / "averages.pt"));
+  job("split", "--epochs 2 --resume");
+  auto whole = read_metrics(dir / "whole.jsonl");
+  auto split = read_metrics(dir / "split.jsonl");
+  ASSERT_EQ(whole.size(), 2u);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(split[1]["epoch"].get<int>(), 2);
+  EXPECT_DOUBLE_EQ(split[1]["train_loss"].get<double>(), whole[1]["train_loss"].get<double>());
+  EXPECT_DOUBLE_EQ(split[1]["test_accuracy"].get<double>(),
+                   whole[1]["test_accuracy"].get<double>());
+}
+
+}  // namespace
