@@ -19,6 +19,7 @@ PACKAGES=(
   dataset-fashion-mnist
   iproute2 clang libclang-rt-14-dev
   chromium  # lockstep report --png/--check and its test (headless)
+  python3-torch  # the PyTorch peers in bench/ (bench/peer, bench/cnn_sgd.py)
 )
 # npm installs the report's charting library; a Node.js already on PATH is kept.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
