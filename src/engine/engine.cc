@@ -195,11 +195,11 @@ Handle Engine::alltoall_async(std::string name, const void* input, Shape shape, 
   return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
 }
 
-Handle Engine::reducescatter_async(std::string name, const void* input, Shape shape,
-                                   DataType dtype, ReduceOp op, Allocator allocate,
-                                   OpOptions options) {
+Handle Engine::reduce_scatter_async(std::string name, const void* input, Shape shape,
+                                    DataType dtype, ReduceOp op, Allocator allocate,
+                                    OpOptions options) {
   std::vector<Entry> entries;
-  entries.push_back(detail::make_entry(Collective::kReducescatter, std::move(name), input,
+  entries.push_back(detail::make_entry(Collective::kReduceScatter, std::move(name), input,
                                        nullptr, std::move(shape), dtype));
   entries.back().request.op = op;
   entries.back().allocate = std::move(allocate);

@@ -58,7 +58,7 @@ size_t Executor::run(const Batch& batch, const CycleResult& cycle, std::span<Ent
     case Collective::kAllgather: bytes = allgather(first, cycle, entries[i0], errors[i0]); break;
     case Collective::kBroadcast: bytes = broadcast(first, entries[i0]); break;
     case Collective::kAlltoall: bytes = alltoall(first, entries[i0], errors[i0]); break;
-    case Collective::kReducescatter: bytes = reducescatter(first, entries[i0], errors[i0]); break;
+    case Collective::kReduceScatter: bytes = reduce_scatter(first, entries[i0], errors[i0]); break;
     default: break;  // barrier: negotiation already synchronized every rank
   }
   if (first.request.collective != Collective::kAllreduce) {
@@ -165,7 +165,7 @@ size_t Executor::alltoall(const ReadyItem& item, Entry* entry, std::exception_pt
   return static_cast<size_t>(rows) * row * comm::dtype_size(req.dtype);
 }
 
-size_t Executor::reducescatter(const ReadyItem& item, Entry* entry, std::exception_ptr& error) {
+size_t Executor::reduce_scatter(const ReadyItem& item, Entry* entry, std::exception_ptr& error) {
   const Request& req = item.request;
   const int n = comm_.size(), me = comm_.rank();
   const size_t row = row_elements(req.shape), esize = comm::dtype_size(req.dtype);

@@ -37,7 +37,7 @@ class Executor {
                    std::exception_ptr& error);
   size_t broadcast(const ReadyItem& item, Entry* entry);
   size_t alltoall(const ReadyItem& item, Entry* entry, std::exception_ptr& error);
-  size_t reducescatter(const ReadyItem& item, Entry* entry, std::exception_ptr& error);
+  size_t reduce_scatter(const ReadyItem& item, Entry* entry, std::exception_ptr& error);
   // The caller's allocation, or scratch (and `error` set) when it throws.
   void* allocate(Entry* entry, const Shape& shape, DataType dtype, std::exception_ptr& error);
   void* scratch(size_t bytes);

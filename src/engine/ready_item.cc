@@ -32,7 +32,7 @@ std::string join_error(const Request& first, const std::vector<uint8_t>& joined,
   if (joined_ranks.empty()) return {};
   bool root_joined = first.collective == Collective::kBroadcast && joined[first.root];
   bool unsupported = first.collective == Collective::kAlltoall ||
-                     first.collective == Collective::kReducescatter ||
+                     first.collective == Collective::kReduceScatter ||
                      first.collective == Collective::kAddProcessSet;
   if (!root_joined && !unsupported) return {};
   return fmt::format(

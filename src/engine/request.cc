@@ -85,7 +85,7 @@ Request deserialize(const uint8_t*& p, const uint8_t* end) {
 std::string first_mismatch(const Request& a, const Request& b) {
   if (a.collective != b.collective) return "collective";
   if (a.dtype != b.dtype) return "dtype";
-  bool reduces = a.collective == Collective::kAllreduce || a.collective == Collective::kReducescatter;
+  bool reduces = a.collective == Collective::kAllreduce || a.collective == Collective::kReduceScatter;
   if (reduces && a.op != b.op) return "op";
   if (a.collective == Collective::kBroadcast && a.root != b.root) return "root";
   if (a.collective == Collective::kAllreduce &&

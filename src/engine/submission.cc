@@ -71,7 +71,7 @@ void validate(Entry& e, int set_size) {
       break;
     case Collective::kAllgather:
     case Collective::kAlltoall:
-    case Collective::kReducescatter:
+    case Collective::kReduceScatter:
       if (r.shape.empty()) fail(r, "needs at least one dimension (the one split or gathered)");
       if (!e.allocate) fail(r, "needs an allocator for its output");
       if (r.collective == Collective::kAlltoall) check_splits(e, set_size);

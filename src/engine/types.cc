@@ -12,7 +12,7 @@ std::string_view collective_name(Collective c) {
     case Collective::kAllgather: return "allgather";
     case Collective::kBroadcast: return "broadcast";
     case Collective::kAlltoall: return "alltoall";
-    case Collective::kReducescatter: return "reducescatter";
+    case Collective::kReduceScatter: return "reduce_scatter";
     case Collective::kBarrier: return "barrier";
     case Collective::kJoin: return "join";
     case Collective::kAddProcessSet: return "add_process_set";

@@ -238,6 +238,26 @@ void broadcast_(::torch::Tensor& tensor, int root, std::string name, int process
   return copy;
 }
 
+// ---- reduce_scatter
+
+TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string name,
+                                  ReduceScatterOptions options) {
+  ::torch::Tensor input = engine_input(tensor, "reduce_scatter");
+  auto out = std::make_shared<::torch::Tensor>();
+  engine::OpOptions op_options;
+  op_options.process_set = options.process_set;
+  engine::Handle handle = eng().reduce_scatter_async(
+      auto_name(std::move(name), "reduce_scatter"), input.data_ptr(), shape_of(input),
+      to_comm_dtype(input.scalar_type()), options.op, tensor_allocator(out, input.scalar_type()),
+      op_options);
+  return TensorHandle(std::move(handle), out, {input});
+}
+
+::torch::Tensor reduce_scatter(const ::torch::Tensor& tensor, std::string name,
+                               ReduceScatterOptions options) {
+  return reduce_scatter_async(tensor, std::move(name), options).result();
+}
+
 // ---- alltoall
 
 TensorHandle alltoall_async(const ::torch::Tensor& tensor, std::vector<int64_t> splits,

@@ -200,7 +200,7 @@ TEST(EngineCollectives, FusedEqualsUnfusedBitwise) {
   expect_all_ok(results);
 }
 
-TEST(EngineCollectives, AllgatherBroadcastAlltoallReducescatter) {
+TEST(EngineCollectives, AllgatherBroadcastAlltoallReduceScatter) {
   auto results = run_engines(3, [](Engine& e) {
     const int r = e.rank();
     // allgather: rank r contributes r+1 rows of 2.
@@ -218,12 +218,12 @@ TEST(EngineCollectives, AllgatherBroadcastAlltoallReducescatter) {
     }
     std::vector<float> received;
     auto a = e.alltoall_async("a2a", send.data(), {6}, DataType::kFloat32, splits, vector_allocator(received));
-    // reducescatter of 7 rows (uneven: 3,2,2) and of 6 rows (even).
+    // reduce_scatter of 7 rows (uneven: 3,2,2) and of 6 rows (even).
     std::vector<int64_t> rs7(7), rs6(6), out7, out6;
     std::iota(rs7.begin(), rs7.end(), 0);
     std::iota(rs6.begin(), rs6.end(), 100);
-    auto s7 = e.reducescatter_async("rs7", rs7.data(), {7}, DataType::kInt64, ReduceOp::kSum, vector_allocator(out7));
-    auto s6 = e.reducescatter_async("rs6", rs6.data(), {6}, DataType::kInt64, ReduceOp::kMax, vector_allocator(out6));
+    auto s7 = e.reduce_scatter_async("rs7", rs7.data(), {7}, DataType::kInt64, ReduceOp::kSum, vector_allocator(out7));
+    auto s6 = e.reduce_scatter_async("rs6", rs6.data(), {6}, DataType::kInt64, ReduceOp::kMax, vector_allocator(out6));
     g.wait();
     b.wait();
     a.wait();

@@ -211,6 +211,12 @@ TEST(Collectives, TensorLevel) {
     auto expected = rank() == 0 ? ::torch::tensor({0, 1, 10, 11}, ::torch::kInt32)
                                 : ::torch::tensor({2, 3, 12, 13}, ::torch::kInt32);
     EXPECT_TRUE(::torch::equal(received, expected));
+    // 5 rows reduced, then split 3 + 2; row i of rank r holds (r + 1) * i.
+    auto rs_in = ::torch::arange(10, ::torch::kFloat32).view({5, 2}) * (rank() + 1);
+    auto reference = ::torch::arange(10, ::torch::kFloat32).view({5, 2}) * 3;
+    auto mine = rank() == 0 ? reference.slice(0, 0, 3) : reference.slice(0, 3, 5);
+    EXPECT_TRUE(::torch::equal(reduce_scatter(rs_in, "t.rs", {.op = ReduceOp::kSum}), mine));
+    EXPECT_TRUE(::torch::allclose(reduce_scatter(rs_in, "t.rs.avg"), mine / 2));
     auto async = allreduce_async(t, "t.async", {.op = ReduceOp::kMax});
     EXPECT_TRUE(::torch::equal(async.result(), ::torch::full({4}, 2.f)));
   });

@@ -93,8 +93,14 @@ class Engine {
                         std::vector<int64_t> splits, Allocator allocate, OpOptions options = {});
   // Reduces across ranks and gives rank r the r-th slice of the first
   // dimension (the first dim % size ranks get one extra row).
+  Handle reduce_scatter_async(std::string name, const void* input, Shape shape, DataType dtype,
+                              ReduceOp op, Allocator allocate, OpOptions options = {});
+  [[deprecated("renamed reduce_scatter_async (one spelling across layers)")]]
   Handle reducescatter_async(std::string name, const void* input, Shape shape, DataType dtype,
-                             ReduceOp op, Allocator allocate, OpOptions options = {});
+                             ReduceOp op, Allocator allocate, OpOptions options = {}) {
+    return reduce_scatter_async(std::move(name), input, std::move(shape), dtype, op,
+                                std::move(allocate), std::move(options));
+  }
 
   // Blocks until every rank of the set reached the barrier.
   void barrier(int process_set = 0);

@@ -32,7 +32,7 @@ class Handle {
   bool wait_for(std::chrono::milliseconds timeout) const;
 
   // Results, valid after a successful wait():
-  // the output's shape (allgather, alltoall, reducescatter; the input shape otherwise),
+  // the output's shape (allgather, alltoall, reduce_scatter; the input shape otherwise),
   const Shape& output_shape() const;
   // alltoall: how many first-dimension rows came from each rank,
   const std::vector<int64_t>& received_splits() const;

@@ -24,11 +24,12 @@ enum class Collective : uint8_t {
   kAllgather = 1,
   kBroadcast = 2,
   kAlltoall = 3,
-  kReducescatter = 4,
+  kReduceScatter = 4,
   kBarrier = 5,
   kJoin = 6,
   kAddProcessSet = 7,
 };
+// The one spelling every layer uses: "allreduce", "reduce_scatter", ...
 std::string_view collective_name(Collective c);
 
 // Dimensions, outermost first. A scalar has an empty shape.
@@ -38,7 +39,7 @@ std::string format_shape(const Shape& shape);  // "[10,128]"
 
 // Returns a buffer of num_elements(shape) * dtype_size(dtype) bytes that stays
 // valid until the handle completes. Called on the engine's background thread
-// once the output shape is known (allgather, alltoall, reducescatter), so the
+// once the output shape is known (allgather, alltoall, reduce_scatter), so the
 // torch layer can hand out the storage of a freshly allocated tensor.
 using Allocator = std::function<void*(const Shape& shape, DataType dtype)>;
 

@@ -106,6 +106,18 @@ TensorHandle alltoall_async(const ::torch::Tensor& tensor, std::vector<int64_t> 
 ::torch::Tensor alltoall(const ::torch::Tensor& tensor, std::vector<int64_t> splits = {},
                          std::string name = {}, int process_set = 0);
 
+struct ReduceScatterOptions {
+  ReduceOp op = ReduceOp::kAverage;
+  int process_set = 0;
+};
+
+// Reduces every rank's tensor (same shape everywhere), then rank r keeps the
+// r-th slice of dim 0: dim0 / size rows, the first dim0 % size ranks one more.
+TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string name = {},
+                                  ReduceScatterOptions options = {});
+::torch::Tensor reduce_scatter(const ::torch::Tensor& tensor, std::string name = {},
+                               ReduceScatterOptions options = {});
+
 void barrier();
 
 // Maps between LibTorch and lockstep element types; throws InvalidArgument
