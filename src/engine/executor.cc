@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "engine/scaling.h"
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::engine::detail {
@@ -92,6 +93,7 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
       else fill_neutral(buffer + offset, count, req.dtype, req.op);
       offset += count * esize;
     }
+    LOCKSTEP_DCHECK_EQ(offset, batch.bytes);  // fusion.cc sized the batch from the same items
   }
   t.copied_in = Clock::now();
   if (!source) source = buffer;
@@ -112,6 +114,7 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
       if (Entry* e = entries[i]; e && bytes > 0) std::memcpy(e->output, buffer + offset, bytes);
       offset += bytes;
     }
+    LOCKSTEP_DCHECK_EQ(offset, batch.bytes);
   }
   t.copied_out = Clock::now();
   return batch.bytes;

@@ -1,10 +1,12 @@
 #include "engine/fusion.h"
 
+#include "engine/collective_traits.h"
+
 namespace lockstep::engine::detail {
 namespace {
 
 bool fusible(const ReadyItem& item) {
-  return item.error_kind == ItemError::kNone && item.request.collective == Collective::kAllreduce;
+  return item.error_kind == ItemError::kNone && traits(item.request.collective).fusible;
 }
 
 bool same_key(const Request& a, const Request& b) {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "engine/collective_traits.h"
+#include "lockstep/base/check.h"
+
 namespace lockstep::engine::detail {
 namespace {
 
@@ -21,9 +24,7 @@ struct Layout {
   size_t total(size_t slots) const { return kFixed + 3 * n + slots; }
 };
 
-bool cacheable(Collective c) {
-  return c != Collective::kJoin && c != Collective::kAddProcessSet;
-}
+bool cacheable(Collective c) { return traits(c).cacheable; }
 
 }  // namespace
 
@@ -70,6 +71,14 @@ CycleResult Negotiator::run_cycle(const Offer& offer) {
   out.autotune_converged = header[kAutotune] != 0;
   out.joined.resize(size_);
   for (int r = 0; r < size_; ++r) {
+    // Each per-rank field has one writer: a sum above 1 (or a negative blob
+    // length) means the ranks' header layouts differ, i.e. their replicated
+    // caches hold different numbers of slots.
+    LOCKSTEP_DCHECK(header[layout.joined(r)] == 0 || header[layout.joined(r)] == 1,
+                    "negotiation header: rank {}'s joined flag sums to {}", r,
+                    header[layout.joined(r)]);
+    LOCKSTEP_DCHECK(header[layout.blob_len(r)] >= 0, "negotiation header: rank {}'s blob is {} bytes",
+                    r, header[layout.blob_len(r)]);
     out.joined[r] = header[layout.joined(r)] != 0;
     out.num_joined += out.joined[r];
     if (header[layout.shutdown(r)] != 0) out.shutdown_ranks.push_back(r);
@@ -127,6 +136,8 @@ void Negotiator::apply_blob(int rank, const uint8_t* p, const uint8_t* end,
 void Negotiator::collect_cached_ready(std::span<const int32_t> counts, int expected,
                                       CycleResult& out) {
   for (uint32_t s = 0; s < counts.size(); ++s) {
+    LOCKSTEP_DCHECK(counts[s] >= 0 && counts[s] <= size_,
+                    "negotiation: cache slot {} offered by {} of {} ranks", s, counts[s], size_);
     if (counts[s] == 0 || counts[s] != expected || !cache_.occupied(s)) continue;
     std::vector<std::optional<Request>> per_rank(size_);
     for (int r = 0; r < size_; ++r)

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "engine/collective_traits.h"
+
 namespace lockstep::engine::detail {
 namespace {
 
@@ -30,10 +32,8 @@ std::string join_error(const Request& first, const std::vector<uint8_t>& joined,
   for (size_t r = 0; r < joined.size(); ++r)
     if (joined[r]) joined_ranks.push_back(global_ranks[r]);
   if (joined_ranks.empty()) return {};
-  bool root_joined = first.collective == Collective::kBroadcast && joined[first.root];
-  bool unsupported = first.collective == Collective::kAlltoall ||
-                     first.collective == Collective::kReduceScatter ||
-                     first.collective == Collective::kAddProcessSet;
+  bool root_joined = traits(first.collective).has_root && joined[first.root];
+  bool unsupported = !traits(first.collective).runs_with_joined;
   if (!root_joined && !unsupported) return {};
   return fmt::format(
       "{} '{}' cannot run while {} {} joined: {}", collective_name(first.collective), first.name,

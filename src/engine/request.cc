@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/collective_traits.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::engine::detail {
@@ -85,15 +86,13 @@ Request deserialize(const uint8_t*& p, const uint8_t* end) {
 std::string first_mismatch(const Request& a, const Request& b) {
   if (a.collective != b.collective) return "collective";
   if (a.dtype != b.dtype) return "dtype";
-  bool reduces = a.collective == Collective::kAllreduce || a.collective == Collective::kReduceScatter;
-  if (reduces && a.op != b.op) return "op";
-  if (a.collective == Collective::kBroadcast && a.root != b.root) return "root";
-  if (a.collective == Collective::kAllreduce &&
-      (a.prescale != b.prescale || a.postscale != b.postscale))
+  const CollectiveTraits& t = traits(a.collective);
+  if (t.reduces && a.op != b.op) return "op";
+  if (t.has_root && a.root != b.root) return "root";
+  if (t.scales && (a.prescale != b.prescale || a.postscale != b.postscale))
     return "scale factors";
   if (a.collective == Collective::kAddProcessSet && a.ranks != b.ranks) return "ranks";
-  bool any_first_dim = a.collective == Collective::kAllgather || a.collective == Collective::kAlltoall;
-  if (any_first_dim) {
+  if (t.first_dim_varies) {
     if (a.shape.size() != b.shape.size() || a.shape.empty() ||
         !std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1))
       return "shape";
@@ -111,8 +110,7 @@ std::string field_value(const Request& r, const std::string& field) {
   if (field == "scale factors") return fmt::format("prescale {} postscale {}", r.prescale, r.postscale);
   if (field == "ranks") return fmt::format("[{}]", fmt::join(r.ranks, ","));
   if (field == "shape") {
-    if ((r.collective == Collective::kAllgather || r.collective == Collective::kAlltoall) &&
-        !r.shape.empty()) {
+    if (traits(r.collective).first_dim_varies && !r.shape.empty()) {
       Shape rest(r.shape.begin() + 1, r.shape.end());
       return fmt::format("[*,{}]", fmt::join(rest, ","));
     }

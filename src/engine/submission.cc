@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "engine/collective_traits.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::engine::detail {
@@ -55,30 +56,21 @@ void validate(Entry& e, int set_size) {
   if (!comm::is_valid(r.op)) fail(r, fmt::format("unknown reduce op {}", static_cast<int>(r.op)));
   for (int64_t d : r.shape)
     if (d < 0) fail(r, fmt::format("negative dimension in shape {}", format_shape(r.shape)));
-  const bool has_data = r.collective != Collective::kBarrier && r.collective != Collective::kJoin &&
-                        r.collective != Collective::kAddProcessSet;
-  if (has_data && num_elements(r.shape) > 0 && !e.input) fail(r, "input buffer is null");
-  switch (r.collective) {
-    case Collective::kAllreduce:
-      if (num_elements(r.shape) > 0 && !e.output) fail(r, "output buffer is null");
-      if (!comm::is_floating(r.dtype) && (r.prescale != 1.0 || r.postscale != 1.0))
-        fail(r, fmt::format("prescale/postscale need a floating dtype, not {}",
-                            comm::dtype_name(r.dtype)));
-      break;
-    case Collective::kBroadcast:
-      if (r.root < 0 || r.root >= set_size)
-        fail(r, fmt::format("root {} is out of range [0, {})", r.root, set_size));
-      break;
-    case Collective::kAllgather:
-    case Collective::kAlltoall:
-    case Collective::kReduceScatter:
-      if (r.shape.empty()) fail(r, "needs at least one dimension (the one split or gathered)");
-      if (!e.allocate) fail(r, "needs an allocator for its output");
-      if (r.collective == Collective::kAlltoall) check_splits(e, set_size);
-      break;
-    default:
-      break;
+  const CollectiveTraits& t = traits(r.collective);
+  const bool has_elements = num_elements(r.shape) > 0;
+  if (t.carries_data && has_elements && !e.input) fail(r, "input buffer is null");
+  if (t.carries_data && !t.allocates_output && has_elements && !e.output)
+    fail(r, "output buffer is null");
+  if (t.scales && !comm::is_floating(r.dtype) && (r.prescale != 1.0 || r.postscale != 1.0))
+    fail(r, fmt::format("prescale/postscale need a floating dtype, not {}",
+                        comm::dtype_name(r.dtype)));
+  if (t.has_root && (r.root < 0 || r.root >= set_size))
+    fail(r, fmt::format("root {} is out of range [0, {})", r.root, set_size));
+  if (t.allocates_output) {
+    if (r.shape.empty()) fail(r, "needs at least one dimension (the one split or gathered)");
+    if (!e.allocate) fail(r, "needs an allocator for its output");
   }
+  if (r.collective == Collective::kAlltoall) check_splits(e, set_size);
 }
 
 std::vector<int> checked_set_ranks(std::vector<int> ranks, int world_size) {

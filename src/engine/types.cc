@@ -1,24 +1,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "engine/collective_traits.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/engine/engine.h"
 
 namespace lockstep::engine {
 
-std::string_view collective_name(Collective c) {
-  switch (c) {
-    case Collective::kAllreduce: return "allreduce";
-    case Collective::kAllgather: return "allgather";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kAlltoall: return "alltoall";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kBarrier: return "barrier";
-    case Collective::kJoin: return "join";
-    case Collective::kAddProcessSet: return "add_process_set";
-  }
-  return "unknown";
-}
+std::string_view collective_name(Collective c) { return detail::traits(c).name; }
 
 int64_t num_elements(const Shape& shape) {
   int64_t n = 1;

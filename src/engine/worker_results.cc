@@ -2,6 +2,7 @@
 // acting on stall decisions, re-offering evicted cache slots.
 #include <fmt/format.h>
 
+#include "engine/collective_traits.h"
 #include "engine/fusion.h"
 #include "engine/worker.h"
 #include "lockstep/base/error.h"
@@ -34,7 +35,7 @@ void ProcessSetWorker::process(CycleResult& result) {
   if (autotune_) {
     size_t bytes = 0;
     for (const auto& item : result.ready)
-      if (item.request.collective == Collective::kAllreduce) bytes += item.request.bytes();
+      if (traits(item.request.collective).fusible) bytes += item.request.bytes();
     autotune_->record(bytes, std::chrono::duration<double>(Clock::now() - started).count());
   }
   handle_stall(result);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/autotune.h"
+#include "engine/collective_traits.h"
 #include "engine/announcement_table.h"
 #include "engine/fusion.h"
 #include "engine/ready_item.h"
@@ -24,6 +25,15 @@ Request allreduce(std::string name, Shape shape, DataType dtype = DataType::kFlo
   r.shape = std::move(shape);
   r.dtype = dtype;
   return r;
+}
+
+TEST(CollectiveTraits, OneSpellingAndOneRowPerCollective) {
+  EXPECT_EQ(collective_name(Collective::kReduceScatter), "reduce_scatter");
+  EXPECT_TRUE(traits(Collective::kAllreduce).fusible);
+  EXPECT_FALSE(traits(Collective::kReduceScatter).fusible);
+  EXPECT_TRUE(traits(Collective::kAllgather).first_dim_varies);
+  EXPECT_FALSE(traits(Collective::kJoin).cacheable);
+  EXPECT_THROW(traits(static_cast<Collective>(99)), InvalidArgument);
 }
 
 TEST(Request, SerializationRoundTrips) {
