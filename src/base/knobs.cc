@@ -16,25 +16,33 @@ namespace {
 // Keep sorted by layer, then name. Defaults are justified in docs/knobs.md.
 constexpr std::array kKnobs = {
     // --- base / all layers
-    Knob{"LOCKSTEP_LOG_LEVEL", "warning", "error|warning|info|debug"},
+    Knob{"LOCKSTEP_LOG_LEVEL", "warning", "what lockstep logs to stderr", "error|warning|info|debug"},
     // --- job identity, set by `lockstep run` (or read from mpirun/srun)
-    Knob{"LOCKSTEP_RANK", "0", "this worker's global rank"},
-    Knob{"LOCKSTEP_SIZE", "1", "number of workers in the job"},
-    Knob{"LOCKSTEP_LOCAL_RANK", "0", "rank among the workers on this host"},
-    Knob{"LOCKSTEP_LOCAL_SIZE", "1", "number of workers on this host"},
-    Knob{"LOCKSTEP_CROSS_RANK", "0", "index of this host among the job's hosts"},
-    Knob{"LOCKSTEP_CROSS_SIZE", "1", "number of hosts in the job"},
-    Knob{"LOCKSTEP_HOST", "", "this worker's host as the launcher names it (-H); empty = host name"},
-    Knob{"LOCKSTEP_JOB_ID", "", "unique job id; names the job's shared-memory segments"},
-    Knob{"LOCKSTEP_RENDEZVOUS", "", "host:port of the launcher's rendezvous store"},
-    Knob{"LOCKSTEP_ELASTIC", "0", "1 in workers of an elastic job (lockstep run --min-np/--max-np)"},
-    Knob{"LOCKSTEP_WORKER_ID", "", "elastic: this worker's stable id (its world rank changes)"},
-    Knob{"LOCKSTEP_ELASTIC_GENERATION", "0", "elastic: the generation of the world this worker starts in"},
-    Knob{"LOCKSTEP_SECRET", "", "per-job secret authenticating rendezvous traffic (hex)"},
+    Knob{"LOCKSTEP_RANK", "0", "this worker's global rank", "", kLauncher},
+    Knob{"LOCKSTEP_SIZE", "1", "number of workers in the job", "", kLauncher},
+    Knob{"LOCKSTEP_LOCAL_RANK", "0", "rank among the workers on this host", "", kLauncher},
+    Knob{"LOCKSTEP_LOCAL_SIZE", "1", "number of workers on this host", "", kLauncher},
+    Knob{"LOCKSTEP_CROSS_RANK", "0", "index of this host among the job's hosts", "", kLauncher},
+    Knob{"LOCKSTEP_CROSS_SIZE", "1", "number of hosts in the job", "", kLauncher},
+    Knob{"LOCKSTEP_HOST", "", "this worker's host as the launcher names it (-H); empty = host name",
+         "", kLauncher},
+    Knob{"LOCKSTEP_JOB_ID", "", "unique job id; names the job's shared-memory segments", "",
+         kLauncher},
+    Knob{"LOCKSTEP_RENDEZVOUS", "", "host:port of the launcher's rendezvous store", "", kLauncher},
+    Knob{"LOCKSTEP_ELASTIC", "0", "1 in workers of an elastic job (lockstep run --min-np/--max-np)",
+         "", kLauncher},
+    Knob{"LOCKSTEP_WORKER_ID", "", "elastic: this worker's stable id (its world rank changes)", "",
+         kLauncher},
+    Knob{"LOCKSTEP_ELASTIC_GENERATION", "0",
+         "elastic: the generation of the world this worker starts in", "", kLauncher},
+    Knob{"LOCKSTEP_SECRET", "", "per-job secret authenticating rendezvous traffic (hex)", "",
+         kLauncher},
     Knob{"LOCKSTEP_OVERLAP", "auto",
-         "auto|on|off: allreduce gradients during backward (on) or fused once per step (off); "
-         "auto = on across hosts or with a spare core"},
-    Knob{"LOCKSTEP_BIND_TO", "auto", "core|none|auto: CPU affinity per worker, applied by the torch layer"},
+         "allreduce gradients during backward (on) or fused once per step (off); auto = on "
+         "across hosts or with a spare core",
+         "auto|on|off"},
+    Knob{"LOCKSTEP_BIND_TO", "auto", "CPU affinity per worker, applied by the torch layer",
+         "core|none|auto"},
     Knob{"LOCKSTEP_INTRA_OP_THREADS", "0",
          "LibTorch intra-op threads per worker; 0 = cores / workers on this host (a process no "
          "launcher placed: the CPUs other processes leave idle)"},
@@ -43,7 +51,10 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_PROFILE_WARMUP", "5", "profile: steps skipped before recording"},
     Knob{"LOCKSTEP_PROFILE_STEPS", "20", "profile: steps recorded, then the file is written"},
     // --- comm
-    Knob{"LOCKSTEP_BACKEND", "auto", "auto|shm|mpi|gloo: transport between workers"},
+    Knob{"LOCKSTEP_BACKEND", "auto",
+         "transport between workers (every transport built in is one of the choices: "
+         "lockstep config names the built ones)",
+         "auto|shm|mpi|gloo"},
     Knob{"LOCKSTEP_TIMEOUT", "300",
          "seconds a collective may wait on a live peer before failing (dead peers fail in ~1 s)"},
     Knob{"LOCKSTEP_WAIT_WARNING", "10",
@@ -58,10 +69,11 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_SPIN_US", "auto",
          "microseconds a wait busy-polls before giving up the core (shm, mpi); auto = 50, or 0 when "
          "this host runs more ranks than cores"},
-    Knob{"LOCKSTEP_KERNELS", "auto", "auto|avx2|scalar: reduction kernel family"},
+    Knob{"LOCKSTEP_KERNELS", "auto", "reduction kernel family", "auto|avx2|scalar"},
     Knob{"LOCKSTEP_HIERARCHICAL", "auto",
-         "auto|0|1: multi-host allreduce as shm reduce-scatter + cross-host allreduce + shm "
-         "allgather (auto: when hosts hold several ranks)"},
+         "multi-host allreduce as shm reduce-scatter + cross-host allreduce + shm allgather "
+         "(auto: when hosts hold several ranks)",
+         "auto|0|1"},
     Knob{"LOCKSTEP_GLOO_FILE_STORE", "",
          "gloo: rendezvous through this shared directory instead of the launcher's store"},
     Knob{"LOCKSTEP_NETWORK_INTERFACE", "",
@@ -97,9 +109,7 @@ std::string_view trim(std::string_view s) {
 
 std::span<const Knob> all_knobs() { return kKnobs; }
 
-namespace {
-
-const Knob& declared(std::string_view name) {
+const Knob& knob(std::string_view name) {
   auto it = std::find_if(kKnobs.begin(), kKnobs.end(),
                          [&](const Knob& k) { return k.name == name; });
   if (it == kKnobs.end())
@@ -107,21 +117,38 @@ const Knob& declared(std::string_view name) {
   return *it;
 }
 
-}  // namespace
+std::vector<std::string> knob_choices(const Knob& k) {
+  std::vector<std::string> out;
+  std::string_view rest = k.choices;
+  while (!rest.empty()) {
+    auto bar = rest.find('|');
+    out.emplace_back(rest.substr(0, bar));
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  return out;
+}
 
-std::string knob_string(std::string_view name) {
-  const Knob& knob = declared(name);
-  const char* env = std::getenv(std::string(name).c_str());
-  return env ? std::string(env) : std::string(knob.default_value);
+std::string knob_string(std::string_view name, KnobRead from) {
+  const Knob& k = knob(name);
+  const char* env = from == KnobRead::kEnvironment ? std::getenv(std::string(name).c_str()) : nullptr;
+  return env ? std::string(env) : std::string(k.default_value);
+}
+
+std::string knob_choice(std::string_view name, KnobRead from) {
+  std::string value = knob_string(name, from);
+  std::vector<std::string> choices = knob_choices(knob(name));
+  if (!choices.empty() && std::find(choices.begin(), choices.end(), value) == choices.end())
+    throw InvalidArgument(fmt::format("{}='{}' is not one of {}", name, value, knob(name).choices));
+  return value;
 }
 
 bool knob_is_set(std::string_view name) {
-  declared(name);
+  knob(name);
   return std::getenv(std::string(name).c_str()) != nullptr;
 }
 
-int64_t knob_int(std::string_view name) {
-  std::string text = knob_string(name);
+int64_t knob_int(std::string_view name, KnobRead from) {
+  std::string text = knob_string(name, from);
   std::string_view v = trim(text);
   int64_t out = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
@@ -130,8 +157,8 @@ int64_t knob_int(std::string_view name) {
   return out;
 }
 
-double knob_double(std::string_view name) {
-  std::string text = knob_string(name);
+double knob_double(std::string_view name, KnobRead from) {
+  std::string text = knob_string(name, from);
   char* end = nullptr;
   double out = std::strtod(text.c_str(), &end);
   if (text.empty() || end == text.c_str() || !trim(end).empty())
@@ -139,12 +166,16 @@ double knob_double(std::string_view name) {
   return out;
 }
 
-bool knob_bool(std::string_view name) {
-  std::string v = knob_string(name);
+bool knob_bool(std::string_view name, KnobRead from) {
+  std::string v = knob_string(name, from);
   for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
   if (v == "0" || v == "false" || v == "no" || v == "off" || v.empty()) return false;
   throw InvalidArgument(fmt::format("{}='{}' is not a boolean (use 0 or 1)", name, v));
+}
+
+uint64_t knob_bytes(std::string_view name, KnobRead from) {
+  return parse_bytes(knob_string(name, from), name);
 }
 
 uint64_t parse_bytes(std::string_view text, std::string_view what) {

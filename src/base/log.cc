@@ -2,18 +2,28 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <string>
+
+#include "lockstep/base/error.h"
+#include "lockstep/base/knobs.h"
 
 namespace lockstep {
 namespace {
 
 std::atomic<int> g_rank{-1};
 
-LogLevel level_from_env() {
-  const char* env = std::getenv("LOCKSTEP_LOG_LEVEL");
-  std::string v = env ? env : "warning";
+LogLevel level_from_knob() {
+  std::string v;
+  try {
+    v = knob_choice("LOCKSTEP_LOG_LEVEL");
+  } catch (const Error& e) {
+    // Logging cannot throw at its call sites; say it once instead of
+    // quietly logging at another level than the one asked for.
+    std::string line = fmt::format("lockstep error: {}; logging at warning level\n", e.what());
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    return LogLevel::kWarning;
+  }
   if (v == "error") return LogLevel::kError;
   if (v == "info") return LogLevel::kInfo;
   if (v == "debug") return LogLevel::kDebug;
@@ -33,7 +43,7 @@ const char* level_name(LogLevel level) {
 }  // namespace
 
 bool log_enabled(LogLevel level) {
-  static const LogLevel threshold = level_from_env();
+  static const LogLevel threshold = level_from_knob();
   return level <= threshold;
 }
 

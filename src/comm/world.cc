@@ -67,7 +67,7 @@ std::optional<WorldInfo> from_mpi_env() {
 
 WorldInfo WorldInfo::from_environment() {
   WorldInfo w;
-  if (std::getenv("LOCKSTEP_RANK") || std::getenv("LOCKSTEP_SIZE")) {
+  if (knob_is_set("LOCKSTEP_RANK") || knob_is_set("LOCKSTEP_SIZE")) {
     w = from_lockstep_env();
   } else if (auto mpi = from_mpi_env()) {
     w = *mpi;

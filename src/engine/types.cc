@@ -19,7 +19,7 @@ std::string format_shape(const Shape& shape) { return fmt::format("[{}]", fmt::j
 
 EngineConfig EngineConfig::from_knobs() {
   EngineConfig c;
-  c.fusion_threshold = parse_bytes(knob_string("LOCKSTEP_FUSION_THRESHOLD"), "LOCKSTEP_FUSION_THRESHOLD");
+  c.fusion_threshold = knob_bytes("LOCKSTEP_FUSION_THRESHOLD");
   c.deterministic = knob_bool("LOCKSTEP_DETERMINISTIC");
   c.stall_warning_s = knob_double("LOCKSTEP_STALL_WARNING");
   c.stall_timeout_s = knob_double("LOCKSTEP_STALL_TIMEOUT");

@@ -12,8 +12,7 @@ namespace lockstep::launcher {
 
 struct KnobFlag {
   std::string_view flag;     // e.g. "--backend"
-  std::string_view knob;     // e.g. "LOCKSTEP_BACKEND"
-  std::string_view choices;  // "a|b|c", or "" for free text
+  std::string_view knob;     // e.g. "LOCKSTEP_BACKEND"; its choices come from the knob table
   std::string_view value_name;
   bool positive_number = false;
 };
@@ -24,7 +23,8 @@ std::string knob_flag_help(const KnobFlag& flag);
 std::vector<std::string> knob_flag_choices(const KnobFlag& flag);
 // Whether `name` is declared in the knob table.
 bool is_declared_knob(std::string_view name);
-// Knobs `lockstep run` sets per worker itself; -x may not override them.
+// Knobs `lockstep run` sets per worker itself (owner kLauncher in the knob
+// table); -x may not override them.
 bool is_launcher_owned(std::string_view name);
 
 }  // namespace lockstep::launcher

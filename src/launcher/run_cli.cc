@@ -16,6 +16,7 @@
 #include "launcher/mpirun.h"
 #include "launcher/spec.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/knobs.h"
 #include "lockstep/launcher/launcher.h"
 
 namespace lockstep::launcher {
@@ -91,7 +92,7 @@ void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
   for (size_t i = 0; i < flags.size(); ++i) {
     auto* opt = app.add_option(std::string(flags[i].flag), p.knob_values[i], knob_flag_help(flags[i]))
                     ->option_text(std::string(flags[i].value_name));
-    if (!flags[i].choices.empty()) opt->check(CLI::IsMember(knob_flag_choices(flags[i])));
+    if (!knob_flag_choices(flags[i]).empty()) opt->check(CLI::IsMember(knob_flag_choices(flags[i])));
   }
   app.add_option("-x,--env", p.env_flags,
                  "NAME=VALUE (or NAME: pass the launcher's value on): extra environment for every "
@@ -141,7 +142,7 @@ void collect_env(Parsed& p) {
 // The backend the workers will be asked for (--backend, -x, or inherited).
 std::string requested_backend(const LaunchSpec& spec) {
   std::string backend;
-  if (const char* inherited = std::getenv("LOCKSTEP_BACKEND")) backend = inherited;
+  if (knob_is_set("LOCKSTEP_BACKEND")) backend = knob_string("LOCKSTEP_BACKEND");
   for (const auto& [name, value] : spec.env)
     if (name == "LOCKSTEP_BACKEND") backend = value;
   return backend;

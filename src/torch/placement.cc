@@ -35,7 +35,7 @@ std::optional<Placement> applied;  // guarded by applied_mutex; set by place_thi
 // srun/mpirun with one task per node): nothing else decided how many CPUs
 // this process may use, so other processes' load must be taken into account.
 bool placed_by_nobody(int local_size) {
-  return local_size == 1 && std::getenv("LOCKSTEP_JOB_ID") == nullptr;
+  return local_size == 1 && !knob_is_set("LOCKSTEP_JOB_ID");
 }
 
 // One intra-op thread per CPU that other processes leave idle (cpu_load.h

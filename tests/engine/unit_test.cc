@@ -14,7 +14,9 @@
 #include "engine/scaling.h"
 #include "engine/stall_inspector.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/knobs.h"
 #include "lockstep/comm/half.h"
+#include "lockstep/engine/engine.h"
 
 namespace lockstep::engine::detail {
 namespace {
@@ -25,6 +27,19 @@ Request allreduce(std::string name, Shape shape, DataType dtype = DataType::kFlo
   r.shape = std::move(shape);
   r.dtype = dtype;
   return r;
+}
+
+// Issue 14.5/15.9: EngineConfig restated the knob defaults and its stall
+// timeout said 60 s where the knob says 300 s.
+TEST(EngineConfig, DefaultsAreTheKnobTablesInAnEmptyEnvironment) {
+  for (const Knob& k : all_knobs()) unsetenv(std::string(k.name).c_str());
+  EngineConfig defaults;
+  EXPECT_TRUE(defaults == EngineConfig::from_knobs());
+  EXPECT_EQ(defaults.stall_timeout_s, knob_double("LOCKSTEP_STALL_TIMEOUT"));
+  setenv("LOCKSTEP_STALL_TIMEOUT", "7", 1);
+  EXPECT_EQ(EngineConfig::from_knobs().stall_timeout_s, 7);
+  EXPECT_EQ(EngineConfig{}.stall_timeout_s, defaults.stall_timeout_s);
+  unsetenv("LOCKSTEP_STALL_TIMEOUT");
 }
 
 TEST(CollectiveTraits, OneSpellingAndOneRowPerCollective) {

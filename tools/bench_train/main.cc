@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "lockstep/base/knobs.h"
 #include "worker.h"
 
 namespace bt = lockstep::bench_train;
@@ -192,7 +193,7 @@ int main(int argc, char** argv) {
   try {
     if (!o.worker_mode) return orchestrate(o);
     bt::WorkerResult r = bt::run_worker(o.worker);
-    if (std::getenv("LOCKSTEP_RANK") == nullptr || std::string(std::getenv("LOCKSTEP_RANK")) == "0")
+    if (lockstep::knob_int("LOCKSTEP_RANK") == 0)
       std::printf("%s\n", nlohmann::json{{"variant", o.worker.variant},
                                          {"workers", r.workers},
                                          {"threads", r.threads},

@@ -22,26 +22,38 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/base/knobs.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/engine/handle.h"
 #include "lockstep/engine/types.h"
 
 namespace lockstep::engine {
 
+// Defaults are the knob table's (src/base/knobs.cc), read with
+// KnobRead::kDefault, so EngineConfig{} equals from_knobs() in an empty
+// environment (tested) and no default is written twice.
 struct EngineConfig {
-  size_t fusion_threshold = 1u << 20;  // bytes; 0 disables fusion (docs/engine.md)
-  bool deterministic = false;
-  double stall_warning_s = 10;
-  double stall_timeout_s = 60;          // <= 0: never fail stalled tensors
-  std::string timeline_path;            // empty: no timeline
-  bool autotune = false;
-  size_t autotune_samples = 10;         // timed cycles per candidate threshold
-  size_t cache_capacity = 1024;         // names remembered for the fast path
+  // Bytes; 0 disables fusion (docs/engine.md).
+  size_t fusion_threshold = knob_bytes("LOCKSTEP_FUSION_THRESHOLD", KnobRead::kDefault);
+  bool deterministic = knob_bool("LOCKSTEP_DETERMINISTIC", KnobRead::kDefault);
+  double stall_warning_s = knob_double("LOCKSTEP_STALL_WARNING", KnobRead::kDefault);
+  // <= 0: never fail stalled tensors.
+  double stall_timeout_s = knob_double("LOCKSTEP_STALL_TIMEOUT", KnobRead::kDefault);
+  // Empty: no timeline.
+  std::string timeline_path = knob_string("LOCKSTEP_TIMELINE", KnobRead::kDefault);
+  bool autotune = knob_bool("LOCKSTEP_AUTOTUNE", KnobRead::kDefault);
+  // Timed cycles per candidate threshold.
+  size_t autotune_samples =
+      static_cast<size_t>(knob_int("LOCKSTEP_AUTOTUNE_SAMPLES", KnobRead::kDefault));
+  // Names remembered for the fast path.
+  size_t cache_capacity =
+      static_cast<size_t>(knob_int("LOCKSTEP_CACHE_CAPACITY", KnobRead::kDefault));
   // Sets created at init, ids 1, 2, ... in this order (ascending global ranks).
   std::vector<std::vector<int>> process_sets;
 
-  // From the LOCKSTEP_* knobs (src/base/knobs.cc).
+  // From the LOCKSTEP_* knobs in the environment.
   static EngineConfig from_knobs();
+  bool operator==(const EngineConfig&) const = default;
 };
 
 class Engine {
