@@ -6,7 +6,8 @@ wall_to_target_s, epochs_to_target (null when the run missed), as written
 by bench/time_to_accuracy.sh. Per job: the runs sorted by seed, then the
 aggregate over the last 5 runs per (job, target): drop the fastest and the
 slowest, mean of the rest. A miss counts as the slowest run; with more than
-one miss among the 5 the aggregate is undefined ("failed"). Prints a human
+one miss among the 5 the aggregate is undefined ("failed"). A study with
+fewer runs is labelled as such (a trimmed mean of 3-4, a plain mean of 1-2). Prints a human
 table, then one JSON line per job and one per ratio lockstep / other job.
 
   bench/peer/mlperf_report.py RESULTS.jsonl [--target 0.9] [--runs 5]
@@ -17,14 +18,21 @@ import math
 import sys
 
 
-def aggregate(times):
-    """MLPerf: drop fastest and slowest, mean of the rest; None = miss."""
+def aggregate(times, runs):
+    """MLPerf: drop fastest and slowest, mean of the rest; None = miss.
+
+    With fewer runs than asked for, the same rule over what there is (at
+    least 3), or the plain mean of 1-2 runs; `method` says which, so a short
+    study is never reported as an MLPerf aggregate."""
     misses = sum(t is None for t in times)
-    if misses > 1 or len(times) < 3:
-        return None
+    if misses > 1 or not times or (misses and len(times) < 3):
+        return None, "failed"
     ordered = sorted(math.inf if t is None else t for t in times)
+    if len(times) < 3:
+        return sum(ordered) / len(ordered), f"plain mean of {len(times)} (not MLPerf)"
     kept = ordered[1:-1]
-    return sum(kept) / len(kept)
+    method = "MLPerf" if len(times) >= runs else f"trimmed mean of {len(times)} (MLPerf wants {runs})"
+    return sum(kept) / len(kept), method
 
 
 def main():
@@ -53,19 +61,19 @@ def main():
             else:
                 print(f"{job:<10} {r['seed']:>4} {t:9.2f} {r['wall_to_target_s']:9.2f} "
                       f"{r['epochs_to_target']:7.2f}")
-        agg = aggregate([r["time_to_target_s"] for r in rs])
-        wall = aggregate([r["wall_to_target_s"] for r in rs])
-        epochs = aggregate([r["epochs_to_target"] for r in rs])
+        agg, method = aggregate([r["time_to_target_s"] for r in rs], a.runs)
+        wall, _ = aggregate([r["wall_to_target_s"] for r in rs], a.runs)
+        epochs, _ = aggregate([r["epochs_to_target"] for r in rs], a.runs)
         summary[job] = {"job": job, "runs": len(rs),
                         "misses": sum(r["time_to_target_s"] is None for r in rs),
                         "time_to_target_s": agg, "wall_to_target_s": wall,
-                        "epochs_to_target": epochs}
+                        "epochs_to_target": epochs, "method": method}
     print()
     for job, s in summary.items():
         if s["time_to_target_s"] is None:
             print(f"{job:<10} aggregate: failed ({s['runs']} runs, {s['misses']} missed)")
         else:
-            print(f"{job:<10} aggregate of {s['runs']}: {s['time_to_target_s']:.2f} s training, "
+            print(f"{job:<10} {s['method']}: {s['time_to_target_s']:.2f} s training, "
                   f"{s['wall_to_target_s']:.2f} s wall, {s['epochs_to_target']:.2f} epochs")
     ratios = []
     base = summary.get("lockstep", {}).get("time_to_target_s")
