@@ -6,7 +6,10 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include <c10/util/Type.h>
+
 #include <cmath>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "lockstep/optim/lamb.h"
 #include "lockstep/optim/lars.h"
 #include "lockstep/optim/novograd.h"
+#include "optim/mirrored_groups.h"
 #include "optim/param_state.h"
 
 namespace lockstep::optim {
@@ -29,6 +33,8 @@ void LarcOptions::validate() const {
   check(std::isfinite(trust_coefficient) && trust_coefficient > 0, "trust_coefficient",
         trust_coefficient);
   check(std::isfinite(eps) && eps >= 0, "eps", eps);
+  if (static_cast<bool>(weight_decay_of) != static_cast<bool>(set_weight_decay))
+    throw InvalidArgument("LARC: give both weight_decay_of and set_weight_decay, or neither");
 }
 
 namespace {
@@ -50,33 +56,10 @@ bool with_decay_options(to::OptimizerOptions& options, F&& f) {
          visit.template operator()<NovoGradOptions>();
 }
 
-void set_group_weight_decay(to::OptimizerOptions& options, double wd) {
-  with_decay_options(options, [&](auto& typed) { typed.weight_decay(wd); });
+std::shared_ptr<to::Optimizer> non_null(std::shared_ptr<to::Optimizer> inner) {
+  if (!inner) throw InvalidArgument("LARC: the wrapped optimizer is null");
+  return inner;
 }
-
-// Puts every group's weight decay back when the inner step ends, even by
-// an exception, so a failed step does not silently drop the decay.
-class DecayRestorer {
- public:
-  explicit DecayRestorer(to::Optimizer& optimizer) : optimizer_(optimizer) {}
-  DecayRestorer(const DecayRestorer&) = delete;
-  DecayRestorer& operator=(const DecayRestorer&) = delete;
-  ~DecayRestorer() {
-    auto& groups = optimizer_.param_groups();
-    for (size_t i = 0; i < saved_.size(); ++i) set_group_weight_decay(groups[i].options(), saved_[i]);
-  }
-  // Returns the group's decay and sets it to 0 until destruction.
-  double suspend(to::OptimizerOptions& options) {
-    double wd = group_weight_decay(options).value_or(0.0);
-    saved_.push_back(wd);
-    set_group_weight_decay(options, 0.0);
-    return wd;
-  }
-
- private:
-  to::Optimizer& optimizer_;
-  std::vector<double> saved_;
-};
 
 }  // namespace
 
@@ -89,9 +72,26 @@ std::optional<double> group_weight_decay(const to::OptimizerOptions& options) {
 }
 
 Larc::Larc(std::shared_ptr<to::Optimizer> inner, LarcOptions options)
-    : inner_(std::move(inner)), options_(options) {
-  if (!inner_) throw InvalidArgument("LARC: the wrapped optimizer is null");
+    : to::Optimizer(detail::clone_groups(*non_null(inner)), non_null(inner)->defaults().clone()),
+      inner_(std::move(inner)),
+      options_(std::move(options)) {
   options_.validate();
+  for (size_t i = 0; i < param_groups().size(); ++i) weight_decay(param_groups()[i].options(), i);
+}
+
+double Larc::weight_decay(const to::OptimizerOptions& group, size_t index) const {
+  if (options_.weight_decay_of) return options_.weight_decay_of(group);
+  if (auto wd = group_weight_decay(group)) return *wd;
+  throw InvalidArgument(fmt::format(
+      "LARC: cannot read the weight decay of parameter group {} ({}); LARC knows SGD, Adam, "
+      "AdamW, RMSprop, Adagrad, Lars, Lamb and NovoGrad: for another optimizer give "
+      "LarcOptions::weight_decay_of and set_weight_decay",
+      index, c10::demangle(typeid(group).name())));
+}
+
+void Larc::set_weight_decay(to::OptimizerOptions& group, double wd) const {
+  if (options_.set_weight_decay) return options_.set_weight_decay(group, wd);
+  with_decay_options(group, [&](auto& typed) { typed.weight_decay(wd); });
 }
 
 void Larc::adapt_gradients(double lr, double weight_decay,
@@ -117,28 +117,47 @@ void Larc::adapt_gradients(double lr, double weight_decay,
     ::torch::NoGradGuard no_grad;
     loss = detail::evaluate_closure(closure);
   }
-  DecayRestorer restore(*inner_);
-  for (auto& group : inner_->param_groups()) {
-    double wd = restore.suspend(group.options());
-    ::torch::NoGradGuard no_grad;
-    adapt_gradients(group.options().get_lr(), wd, group.params());
+  auto& groups = param_groups();
+  // Every decay is read before any gradient changes, so a refused group
+  // leaves the gradients as they were.
+  std::vector<double> decays;
+  for (size_t i = 0; i < groups.size(); ++i) decays.push_back(weight_decay(groups[i].options(), i));
+  detail::push_groups(*this, *inner_, "LARC");
+  ::torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    set_weight_decay(inner_->param_groups()[i].options(), 0.0);
+    adapt_gradients(groups[i].options().get_lr(), decays[i], groups[i].params());
   }
+  // The inner optimizer shows its real decay between steps, also when its
+  // step throws.
+  auto restore = [&] {
+    for (size_t i = 0; i < groups.size(); ++i)
+      set_weight_decay(inner_->param_groups()[i].options(), decays[i]);
+  };
   // The closure already ran: the inner step must not recompute gradients
   // over the adapted ones.
-  inner_->step();
+  try {
+    inner_->step();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
   return loss;
 }
 
-::torch::serialize::OutputArchive& operator<<(::torch::serialize::OutputArchive& archive,
-                                              const Larc& larc) {
-  larc.save(archive);
-  return archive;
+void Larc::save(::torch::serialize::OutputArchive& archive) const {
+  // The inner optimizer serializes its own groups: give it the Larc's
+  // (with their real decays) first.
+  detail::push_groups(*this, *inner_, "LARC");
+  inner_->save(archive);
 }
 
-::torch::serialize::InputArchive& operator>>(::torch::serialize::InputArchive& archive,
-                                             Larc& larc) {
-  larc.load(archive);
-  return archive;
+void Larc::load(::torch::serialize::InputArchive& archive) {
+  detail::push_groups(*this, *inner_, "LARC");
+  inner_->state().clear();  // load() merges: state the archive lacks would stay
+  inner_->load(archive);
+  detail::pull_options(*this, *inner_);
 }
 
 }  // namespace lockstep::optim

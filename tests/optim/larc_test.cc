@@ -156,5 +156,81 @@ TEST(Larc, ReadsDecayOfKnownOptionTypesAndValidates) {
   EXPECT_THROW(Larc(sgd, LarcOptions{.trust_coefficient = 0}), InvalidArgument);
 }
 
+// A plain gradient step whose options type LARC does not know.
+struct PlainOptions : torch::optim::OptimizerCloneableOptions<PlainOptions> {
+  double lr = kLr, decay = kDecay;
+  double get_lr() const override { return lr; }
+  void set_lr(double v) override { lr = v; }
+};
+
+struct Plain : torch::optim::Optimizer {
+  explicit Plain(std::vector<torch::Tensor> params)
+      : Optimizer(std::move(params), std::make_unique<PlainOptions>()) {}
+  torch::Tensor step(LossClosure = nullptr) override {
+    torch::NoGradGuard no_grad;
+    for (auto& g : param_groups()) {
+      auto& o = static_cast<PlainOptions&>(g.options());
+      for (auto& p : g.params()) p.add_(p.grad() + o.decay * p, -o.lr);
+    }
+    return {};
+  }
+};
+
+// The silent trap: an optimizer missing from LARC's type list had its weight
+// decay taken as 0 without a word. Now it is refused (naming the type), or
+// LARC uses the accessors it is given and matches LARC over SGD.
+TEST(Larc, RefusesAnOptimizerWhoseWeightDecayItCannotRead) {
+  auto a = make_params();
+  try {
+    Larc refused(std::make_shared<Plain>(a));
+    ADD_FAILURE() << "an optimizer with unknown options was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("PlainOptions"), std::string::npos) << e.what();
+  }
+  LarcOptions o{.weight_decay_of = [](const auto& g) { return static_cast<const PlainOptions&>(g).decay; },
+                .set_weight_decay = [](auto& g, double wd) { static_cast<PlainOptions&>(g).decay = wd; }};
+  Larc with_plain(std::make_shared<Plain>(a), o);
+  auto b = make_params();
+  Larc with_sgd(std::make_shared<torch::optim::SGD>(
+      b, torch::optim::SGDOptions(kLr).weight_decay(kDecay)));
+  for (int s = 0; s < 3; ++s) {
+    for (size_t k = 0; k < a.size(); ++k) {
+      a[k].mutable_grad() = gradient(a[k], s, static_cast<int>(k));
+      b[k].mutable_grad() = gradient(b[k], s, static_cast<int>(k));
+    }
+    with_plain.step();
+    with_sgd.step();
+  }
+  for (size_t k = 0; k < a.size(); ++k)
+    EXPECT_TRUE(torch::allclose(a[k].detach(), b[k].detach(), 0, 1e-15)) << k;
+  EXPECT_THROW(Larc(std::make_shared<Plain>(make_params()), LarcOptions{.weight_decay_of = o.weight_decay_of}),
+               InvalidArgument);
+}
+
+// Larc is a torch::optim::Optimizer whose groups drive the inner one: a rate
+// set on the Larc is the one used, the decay is applied once (inside the
+// adapted gradient, not again by the inner step), and a group added to the
+// Larc reaches the inner optimizer.
+TEST(Larc, IsAnOptimizerWhoseGroupsDriveTheInner) {
+  auto w = torch::full({3}, 2.0, torch::kFloat64).requires_grad_();
+  auto sgd = std::make_shared<torch::optim::SGD>(std::vector<torch::Tensor>{w},
+                                                 torch::optim::SGDOptions(kLr).weight_decay(kDecay));
+  Larc larc(sgd, {.trust_coefficient = 1e6});  // clip: the factor is 1, g ← g + wd·w
+  torch::optim::Optimizer& as_optimizer = larc;
+  as_optimizer.param_groups()[0].options().set_lr(0.05);
+  w.mutable_grad() = torch::ones({3}, torch::kFloat64);
+  as_optimizer.step();
+  EXPECT_TRUE(torch::allclose(w.detach(), torch::full({3}, 2.0 - 0.05 * (1 + kDecay * 2.0), torch::kFloat64)));
+  EXPECT_EQ(group_weight_decay(sgd->param_groups()[0].options()), kDecay);  // restored
+  EXPECT_EQ(group_weight_decay(larc.param_groups()[0].options()), kDecay);
+  auto v = torch::ones({2}, torch::kFloat64).requires_grad_();
+  larc.add_param_group(torch::optim::OptimizerParamGroup({v}, std::make_unique<torch::optim::SGDOptions>(0.5)));
+  v.mutable_grad() = torch::ones({2}, torch::kFloat64);
+  w.mutable_grad() = torch::zeros({3}, torch::kFloat64);
+  larc.step();
+  ASSERT_EQ(sgd->param_groups().size(), 2u);
+  EXPECT_TRUE(torch::allclose(v.detach(), torch::full({2}, 0.5, torch::kFloat64)));
+}
+
 }  // namespace
 }  // namespace lockstep::optim

@@ -1,12 +1,16 @@
-// Optimizer switching and the batch-size schedule driving the sampler.
+// Optimizer switching, the optimizer wrappers under DistributedOptimizer and
+// ElasticState, and the batch-size schedule driving the sampler.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <set>
 
 #include "lockstep/base/error.h"
+#include "lockstep/optim/larc.h"
 #include "lockstep/optim/switched_optimizer.h"
+#include "lockstep/torch/elastic.h"
 #include "lockstep/torch/sampler.h"
+#include "torch/helpers.h"
 
 namespace lockstep::optim {
 namespace {
@@ -24,9 +28,10 @@ TEST(SwitchedOptimizer, FirstOptimizerBeforeTheSwitchThenPlainSgd) {
   SwitchedOptimizer opt(rms, sgd, OptimizerSwitch{.switch_epoch = 2});
   for (int64_t epoch = 0; epoch < 4; ++epoch) {
     auto before = w.detach().clone();
+    opt.set_epoch(epoch);
     opt.zero_grad();
     w.mutable_grad() = grad_of(w.detach());
-    opt.step(epoch);
+    opt.step();
     if (epoch < 2) {
       reference.mutable_grad() = grad_of(reference.detach());
       rms_alone.step();
@@ -46,6 +51,49 @@ TEST(SwitchedOptimizer, RejectsMissingOptimizersAndNegativeEpochs) {
                                                  ::torch::optim::SGDOptions(0.1));
   EXPECT_THROW(SwitchedOptimizer(nullptr, sgd, {}), InvalidArgument);
   EXPECT_THROW(SwitchedOptimizer(sgd, sgd, OptimizerSwitch{.switch_epoch = -1}), InvalidArgument);
+  auto other = std::make_shared<::torch::optim::SGD>(
+      std::vector<::torch::Tensor>{::torch::zeros({2}, ::torch::requires_grad())},
+      ::torch::optim::SGDOptions(0.1));
+  EXPECT_THROW(SwitchedOptimizer(sgd, other, {}), InvalidArgument);
+}
+
+// Issue 14: Larc and SwitchedOptimizer were not torch::optim::Optimizers, so
+// neither DistributedOptimizer nor ElasticState could hold them. Two ranks
+// train through DistributedOptimizer across the switch; a restore of a
+// commit taken before it and a replay end bitwise where the first run did,
+// so both optimizers' state and the active one travel through the wrapper.
+TEST(OptimizerWrappers, TrainUnderDistributedOptimizerAndElasticState) {
+  using namespace lockstep::torch;
+  lockstep::torch::testing::run_torch_workers(2, [] {
+    auto model = lockstep::torch::testing::make_mlp(5);
+    auto params = model->parameters();
+    auto momentum = std::make_shared<::torch::optim::SGD>(
+        params, ::torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-4));
+    auto larc = std::make_shared<Larc>(momentum);
+    auto adam = std::make_shared<::torch::optim::Adam>(params, ::torch::optim::AdamOptions(0.01));
+    SwitchedOptimizer opt(adam, larc, OptimizerSwitch{.switch_epoch = 2});
+    DistributedOptimizer dist(opt, *model);
+    ElasticState state(*model, opt, nullptr, &dist);
+    auto x = ::torch::arange(32, ::torch::kFloat32).view({4, 8}).sin() * (rank() + 1);
+    auto train = [&](int64_t epoch) {
+      opt.set_epoch(epoch);
+      dist.zero_grad();
+      (model->forward(x) - 1).pow(2).mean().backward();
+      dist.step();
+    };
+    state.sync();
+    train(0);
+    state.commit();
+    for (int64_t e = 1; e < 4; ++e) train(e);
+    const auto trained = lockstep::torch::testing::flat_parameters(*model).clone();
+    state.restore();
+    EXPECT_EQ(opt.epoch(), 0);
+    for (int64_t e = 1; e < 4; ++e) train(e);
+    EXPECT_TRUE(::torch::equal(lockstep::torch::testing::flat_parameters(*model), trained));
+    // Gradients were averaged: every rank holds the same parameters.
+    auto all = allgather(trained.unsqueeze(0), "wrappers.params");
+    EXPECT_TRUE(::torch::equal(all[0], all[1]));
+  });
 }
 
 // "Increase the batch size instead of decaying the LR": every rank asks the
