@@ -8,6 +8,9 @@
 //   x ← x − lr·trust·u
 // φ is the identity, as in the paper's experiments. Options are per group;
 // state (step, m, v) saves and loads with torch::save / torch::load.
+//
+// Thread-safety: as torch::optim's optimizers, none; step() and the
+// param_groups() it reads belong to one thread at a time.
 #pragma once
 
 #include <torch/optim/optimizer.h>

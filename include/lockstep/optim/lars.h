@@ -9,6 +9,9 @@
 // both the decay and the adaptation: v ← m·v + γ·g. Options are per
 // parameter group; state (the momentum buffer) saves and loads with
 // torch::save / torch::load, so it broadcasts and checkpoints.
+//
+// Thread-safety: as torch::optim's optimizers, none; step() and the
+// param_groups() it reads belong to one thread at a time.
 #pragma once
 
 #include <torch/optim/optimizer.h>

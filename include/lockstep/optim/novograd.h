@@ -13,6 +13,9 @@
 // correction. Options are per group; state (step, m, v, v̂) saves and loads
 // with torch::save / torch::load. v stays a 0-dim tensor on w's device, so
 // a step needs no host sync.
+//
+// Thread-safety: as torch::optim's optimizers, none; step() and the
+// param_groups() it reads belong to one thread at a time.
 #pragma once
 
 #include <torch/optim/optimizer.h>

@@ -15,6 +15,10 @@
 // Outside elastic mode (LOCKSTEP_ELASTIC unset) run_elastic() is sync() then
 // one call, and commit() never throws WorldChanged, so the same program runs
 // under plain `lockstep run -np N` and as a single process.
+//
+// Thread-safety: none; an ElasticState is used by the training thread that
+// owns the model and optimizer. It references (does not own) model,
+// optimizer, sampler and DistributedOptimizer; it owns its snapshot.
 #pragma once
 
 #include <torch/torch.h>

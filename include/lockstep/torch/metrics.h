@@ -1,6 +1,9 @@
 // Exact metric averaging for evaluation across ranks: the global value is
 // sum(numerators) / sum(denominators), not the mean of per-rank ratios (which
 // is wrong when ranks evaluated different numbers of samples).
+//
+// Tally is a value with no locking: one thread accumulates into it;
+// global_value() is a collective every rank calls in the same order.
 #pragma once
 
 #include <string>

@@ -56,6 +56,7 @@ struct SamplerState {
   int64_t offset = 0;    // kPartition: entries of the shuffled order before this partition
 };
 
+// No locking: one thread uses a sampler (each rank owns its own).
 class DistributedSampler {
  public:
   // Throws InvalidArgument for rank/size/dataset_size out of range.

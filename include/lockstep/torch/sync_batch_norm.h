@@ -10,6 +10,9 @@
 // single-process job. Every rank must run forward/backward of the same
 // layers in the same order (the allreduces are named per layer instance).
 // Accepts any input of shape [N, C, ...] (BatchNorm1d/2d/3d layouts).
+//
+// Thread-safety: as any torch module, none; forward/backward of one
+// instance run on the training thread (their allreduces are collectives).
 #pragma once
 
 #include <torch/torch.h>
