@@ -107,6 +107,7 @@ std::string shared_job_id(Backend& flat, const WorldInfo& world) {
 
 }  // namespace
 
+// Note [Hierarchical fallback] in hierarchical_backend.h.
 std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag,
                                       const Transport& cross, bool only_if_useful) {
   std::unique_ptr<Backend> flat = cross.make(world, tag);

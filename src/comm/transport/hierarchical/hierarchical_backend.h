@@ -11,10 +11,25 @@
 // integer averages (which need int64 sums, see mpi_types.h) go through the
 // flat cross-host backend. The reduction order is host-major, so results are
 // identical on every rank but may differ in the last bits (floats) from the
-// flat path. The host layout comes from WorldInfo (local/cross ranks), or,
-// when that is inconsistent (mpirun has no host-index variable), from the
-// ranks' host names. Requires every host to hold the same number of ranks;
-// otherwise make_backend logs why and returns the flat backend.
+// flat path.
+//
+// Note [Hierarchical fallback]
+// Whether a world runs hierarchical or flat must be decided identically on
+// every rank, or ranks would wait in different collectives. So make_backend
+// first builds the flat cross-host backend, then allgathers every rank's
+// declared layout (cross rank, local rank, local size, cross size) and a
+// hash of its host name (LOCKSTEP_HOST, else gethostname) over it, and
+// every rank decides from that same table:
+//   - declared layouts consistent: use them;
+//   - inconsistent (mpirun has no host-index variable; uneven hosts give
+//     ranks different local sizes): derive the layout from the host names;
+//   - hosts holding different numbers of ranks: flat everywhere (rank 0
+//     logs why unless LOCKSTEP_HIERARCHICAL=auto asked for it);
+//   - under auto, one host or one rank per host: flat everywhere (nothing
+//     to gain).
+// After that, per call: every collective but allreduce, allreduces of
+// fewer elements than ranks per host and integer averages run on the flat
+// backend, a decision that depends only on arguments all ranks share.
 #pragma once
 
 #include <memory>
