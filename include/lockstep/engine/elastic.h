@@ -11,6 +11,31 @@
 // Identity: LOCKSTEP_WORKER_ID (stable for the life of the process) and
 // LOCKSTEP_ELASTIC_GENERATION (the generation the process was started into),
 // both set by the launcher with LOCKSTEP_ELASTIC=1.
+//
+// Note [Elastic generations]
+// A generation is one membership of the world. The protocol keeps every
+// worker of a generation agreeing on it without a coordinator:
+//   1. The launcher (src/launcher/elastic.cc) writes one key per member,
+//      elastic/gen/<g>/<worker id> = its Assignment, and only then
+//      elastic/latest = g, so a worker that sees latest = g finds every
+//      member key of g.
+//   2. A worker (wait_for_world) reads latest >= the generation it needs;
+//      no key for itself means RemovedFromWorld. It writes
+//      elastic/gen/<g>/ready/<rank> and waits until all `size` ready keys
+//      of g exist before any transport attaches, so a member that died at
+//      start-up never leaves the others blocked in an attach; if latest
+//      moves on meanwhile, it joins the newer generation instead.
+//   3. Each generation's shared memory is named "<job id>-g<g>": a re-formed
+//      world never touches the segments of the broken one.
+//   4. Joins happen at commits: rank 0 asks newer_generation_published()
+//      inside ElasticState::commit() and broadcasts the answer, so every
+//      rank throws WorldChanged at the same commit, after the snapshot.
+//      Failures (PeerFailure/Aborted) leave at once; either way run_elastic
+//      waits for generation g + 1, restores the last commit (not after
+//      WorldChanged: it was just taken) and syncs from rank 0
+//      (src/torch/elastic.cc).
+//   5. elastic/failed = reason, written when the launcher gives up, turns
+//      every wait into ElasticJobFailed.
 #pragma once
 
 #include <chrono>
