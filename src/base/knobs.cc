@@ -43,8 +43,9 @@ constexpr std::array kKnobs = {
          "auto|on|off"},
     Knob{"LOCKSTEP_BIND_TO", "auto", "CPU affinity per worker, applied by the torch layer",
          "core|none|auto"},
-    Knob{"LOCKSTEP_INTRA_OP_THREADS", "0",
-         "LibTorch intra-op threads per worker; 0 = cores / workers on this host (a process no "
+    Knob{"LOCKSTEP_INTRA_OP_THREADS", "auto",
+         "LibTorch intra-op threads per worker (lockstep run --threads-per-worker): a whole "
+         "number, or auto (or 0) = CPUs / workers on this host, at least 1 (a process no "
          "launcher placed: the CPUs other processes leave idle)"},
     Knob{"LOCKSTEP_PROFILE", "",
          "rank 0 records a step profile for `lockstep plan` into this file (docs/plan.md)"},

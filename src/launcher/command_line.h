@@ -34,5 +34,7 @@ double parse_seconds_flag(std::string_view flag, std::string_view text, double m
 // Longest timeout a flag accepts: a week is "never" for one collective, and
 // larger values overflow the millisecond deadlines downstream.
 inline constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
+// Most intra-op threads --threads-per-worker accepts (beyond any host's CPUs).
+inline constexpr int kMaxThreadsPerWorker = 4096;
 
 }  // namespace lockstep::launcher

@@ -26,6 +26,7 @@ const std::vector<KnobFlag>& knob_flags() {
         {"--timeline", "LOCKSTEP_TIMELINE", "FILE", false},
         {"--bind-to", "LOCKSTEP_BIND_TO", "POLICY", false},
         {"--overlap", "LOCKSTEP_OVERLAP", "MODE", false},
+        {"--threads-per-worker", "LOCKSTEP_INTRA_OP_THREADS", "T|auto", false, true},
         {"--log-level", "LOCKSTEP_LOG_LEVEL", "LEVEL", false},
         {"--network-interface", "LOCKSTEP_NETWORK_INTERFACE", "IFACE", false},
         {"--hierarchical", "LOCKSTEP_HIERARCHICAL", "MODE", false},

@@ -134,6 +134,8 @@ void collect_env(Parsed& p) {
     if (p.knob_values[i].empty()) continue;
     if (flags[i].positive_number)
       parse_seconds_flag(flags[i].flag, p.knob_values[i], kMaxTimeoutSeconds);
+    if (flags[i].count_or_auto && p.knob_values[i] != "auto")
+      parse_int_flag(flags[i].flag, p.knob_values[i], 1, kMaxThreadsPerWorker);
     p.spec.env.emplace_back(flags[i].knob, p.knob_values[i]);
   }
   for (const auto& text : p.env_flags) p.spec.env.push_back(parse_env_flag(text));

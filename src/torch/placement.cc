@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -137,15 +138,32 @@ void apply_placement(const Placement& p) {
   bound_by_placement = true;
 }
 
+int parse_intra_op_threads(const std::string& text) {
+  if (text == "auto" || text.empty()) return 0;
+  int threads = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), threads);
+  if (ec != std::errc() || end != text.data() + text.size() || threads < 0)
+    throw InvalidArgument(fmt::format(
+        "LOCKSTEP_INTRA_OP_THREADS='{}' is neither auto nor a whole number of threads", text));
+  return threads;
+}
+
 Placement place_this_worker(int local_rank, int local_size) {
   BindTo bind_to = parse_bind_to(knob_string("LOCKSTEP_BIND_TO"));
-  int threads = static_cast<int>(knob_int("LOCKSTEP_INTRA_OP_THREADS"));
+  int threads = parse_intra_op_threads(knob_string("LOCKSTEP_INTRA_OP_THREADS"));
   const std::vector<int> cpus = allowed_cpus();
   Placement p = plan_placement(local_rank, local_size, cpus, bind_to, threads);
   p.reason = threads > 0 ? fmt::format("LOCKSTEP_INTRA_OP_THREADS={}", threads)
                          : fmt::format("{} CPUs / {} worker(s) on this host",
                                        std::max<size_t>(1, cpus.size()), local_size);
   if (threads == 0 && placed_by_nobody(local_size)) fit_threads_to_idle_cpus(p, cpus);
+  const size_t worker_cpus = p.cpus.empty() ? cpus.size() / local_size : p.cpus.size();
+  if (local_rank == 0 && static_cast<size_t>(p.intra_op_threads) > std::max<size_t>(1, worker_cpus))
+    log(LogLevel::kWarning,
+        "placement: {} intra-op threads per worker but {} worker(s) share {} CPUs here; "
+        "threads waiting for time slices make every step slower (--threads-per-worker auto "
+        "gives {})",
+        p.intra_op_threads, local_size, cpus.size(), std::max<size_t>(1, worker_cpus));
   apply_placement(p);
   log(LogLevel::kInfo, "placement: {}", p.describe());
   std::lock_guard lock(applied_mutex);

@@ -164,11 +164,14 @@ TEST(LauncherTest, KnobFlagsAndExtraEnvironmentReachTheWorkers) {
   ::setenv("PASS_ME", "passed", 1);
   Finished f = run_lockstep(sh_job(
       1, "echo \"$LOCKSTEP_BACKEND $LOCKSTEP_TIMEOUT $LOCKSTEP_TIMELINE $LOCKSTEP_BIND_TO "
-         "$LOCKSTEP_LOG_LEVEL $FOO $PASS_ME\"",
+         "$LOCKSTEP_LOG_LEVEL $LOCKSTEP_INTRA_OP_THREADS $FOO $PASS_ME\"",
       {"--backend", "gloo", "--timeout", "7", "--timeline", "/tmp/t.json", "--bind-to", "core",
-       "--log-level", "debug", "-x", "FOO=a=b", "--env", "PASS_ME"}));
+       "--log-level", "debug", "--threads-per-worker", "3", "-x", "FOO=a=b", "--env",
+       "PASS_ME"}));
   ASSERT_EQ(f.status, 0) << describe(f);
-  EXPECT_EQ(f.out, "gloo 7 /tmp/t.json core debug a=b passed\n") << describe(f);
+  EXPECT_EQ(f.out, "gloo 7 /tmp/t.json core debug 3 a=b passed\n") << describe(f);
+  Finished a = run_lockstep(sh_job(1, "echo $LOCKSTEP_INTRA_OP_THREADS", {"--threads-per-worker", "auto"}));
+  EXPECT_EQ(a.out, "auto\n") << describe(a);
 }
 
 // The lines of `text` that start with `prefix`, in order.
@@ -225,6 +228,8 @@ TEST(LauncherTest, BadUsageExitsTwoWithAMessage) {
            {"run", "-np", "2", "--backend", "carrier-pigeon", "--", "true"},
            {"run", "-np", "2", "--bind-to", "socket", "--", "true"},
            {"run", "-np", "2", "--timeout", "-1", "--", "true"},
+           {"run", "-np", "2", "--threads-per-worker", "0", "--", "true"},
+           {"run", "-np", "2", "--threads-per-worker", "many", "--", "true"},
            {"run", "-np", "2", "-x", "NOEQUALS_AND_UNSET_1234", "--", "true"},
            {"run", "-np", "2", "-x", "LOCKSTEP_TYPO=1", "--", "true"},
            {"run", "-np", "2", "-x", "LOCKSTEP_RANK=5", "--", "true"},
@@ -241,7 +246,8 @@ TEST(LauncherTest, HelpDocumentsEveryFlag) {
   Finished f = run_lockstep({"run", "--help"});
   EXPECT_EQ(f.status, 0);
   for (const char* flag : {"-np", "--num-proc", "--prefix-output", "--no-prefix-output", "--backend",
-                           "--timeout", "--timeline", "--bind-to", "-x", "--env", "--log-level",
+                           "--timeout", "--timeline", "--bind-to", "--threads-per-worker", "-x",
+                           "--env", "--log-level",
                            "--verbose"})
     EXPECT_TRUE(contains(f.out, flag)) << flag << "\n" << f.out;
 }

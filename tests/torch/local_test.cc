@@ -387,6 +387,14 @@ TEST(Placement, BindsThreadsStartedBeforeIt) {
   ASSERT_EQ(sched_setaffinity(0, sizeof(mask), &mask), 0);
 }
 
+TEST(Placement, IntraOpThreadsKnobIsAutoOrACount) {
+  EXPECT_EQ(parse_intra_op_threads("auto"), 0);
+  EXPECT_EQ(parse_intra_op_threads("0"), 0);
+  EXPECT_EQ(parse_intra_op_threads("3"), 3);
+  for (const char* bad : {"-1", "two", "2x", " 2"})
+    EXPECT_THROW(parse_intra_op_threads(bad), InvalidArgument) << bad;
+}
+
 TEST(Placement, AutoBindsOnlyWhenWorkersFit) {
   std::vector<int> cpus{0, 1};
   EXPECT_EQ(plan_placement(1, 2, cpus, BindTo::kAuto).cpus, (std::vector<int>{1}));

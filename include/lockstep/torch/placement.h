@@ -6,7 +6,8 @@
 //         (cores/n each) and that many intra-op threads;
 //   none: no affinity; threads = cores/n;
 //   auto: core when the workers fit on the cores (n <= cores), else none.
-// LOCKSTEP_INTRA_OP_THREADS (0 = auto: cores/n, at least 1) overrides the count.
+// LOCKSTEP_INTRA_OP_THREADS (`lockstep run --threads-per-worker T|auto`;
+// auto or 0: cores/n, at least 1) overrides the count.
 // A process that no launcher placed (started by hand, or alone on its host
 // under srun/mpirun) gets one thread per CPU that other processes leave idle
 // when init() runs (at least 1): OpenMP threads sharing busy CPUs made such a
@@ -36,6 +37,9 @@ struct Placement {
 
 enum class BindTo { kCore, kNone, kAuto };
 BindTo parse_bind_to(const std::string& text);  // throws InvalidArgument naming the knob
+// LOCKSTEP_INTRA_OP_THREADS: 0 for auto (or "0"), else the count; throws
+// InvalidArgument naming the knob.
+int parse_intra_op_threads(const std::string& text);
 
 // Pure: the placement for worker local_rank of local_size over allowed_cpus.
 Placement plan_placement(int local_rank, int local_size, const std::vector<int>& allowed_cpus,
