@@ -1,25 +1,29 @@
-// lockstep-bench-train (`lockstep bench train`): training samples/s of
-//   (a)  plain LibTorch, 1 process, 1 intra-op thread, no lockstep,
-//   (a2) plain LibTorch, 1 process, N threads,
-//   (a3) plain LibTorch, 1 thread, with lockstep's malloc thresholds only
-//        (separates that effect from the rest),
-//   (b)  lockstep, 1 worker, 1 thread,
-//   (c)  lockstep, N workers (via `lockstep run -np N`, or a direct spawn with
-//        the same LOCKSTEP_* environment when the launcher is not built), with
-//        LOCKSTEP_OVERLAP=on and with the default (auto),
-//   (d)  N independent plain 1x1 + malloc processes at once, no communication:
-//        their summed samples/s is what these cores deliver to N processes at
-//        all (shared caches, memory bandwidth, clock), the ceiling for (c),
-// each variant on its own, one after the other, so they use the same cores.
-// Prints a table, the scaling efficiency (c) / (N * (a)) and the share of step
-// time spent waiting for gradients, and one JSON line per variant.
+// lockstep-bench-train (`lockstep bench train`): training samples/s of the
+// main job's step (FashionCnn + Adam, synthetic batches) for every layout of
+// workers x threads that fits the host, against plain LibTorch, interleaved
+// over rounds, medians, with ratios. Variants (each its own process(es)):
+//   plain 1x1, plain 1x1 tuned    plain LibTorch, 1 thread; "tuned" = only
+//                                 lockstep's malloc thresholds (tune_malloc)
+//   plain 1xC, plain 1xC tuned    one process using all C CPUs
+//   lockstep 1x1                  one lockstep worker, 1 thread, no launcher
+//   per layout NxT (N*T = C):
+//     ceiling NxT                 N independent tuned plain 1xT processes at
+//                                 once, no communication: what these CPUs
+//                                 give N processes at all
+//     lockstep NxT                `lockstep run -np N --threads-per-worker T`
+//                                 (N = 1: the program alone, T threads)
+// Prints a table, the ratios the goals of docs/performance.md name, and one
+// JSON line per variant and per ratio.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -32,13 +36,54 @@ namespace {
 
 struct Options {
   bt::WorkerConfig worker;
-  int np = 2;
-  int rounds = 2;
+  int cpus = 0;  // 0: the CPUs this process may use
+  std::string layouts;  // "1x2,2x1"; empty: every NxT with N*T = cpus
+  int rounds = 3;
+  bool overlap_variants = false;
   std::string json;
   bool worker_mode = false;
 };
 
+struct Layout {
+  int workers = 1, threads = 1;
+  std::string name() const { return fmt::format("{}x{}", workers, threads); }
+};
+
+struct Variant {
+  std::string label;
+  std::string command;
+  std::vector<double> samples_per_s;  // one per round that succeeded
+  std::optional<nlohmann::json> last;  // the last round's JSON
+};
+
 std::string self_path() { return std::filesystem::canonical("/proc/self/exe").string(); }
+
+int allowed_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+std::vector<Layout> parse_layouts(const Options& o, int cpus) {
+  std::vector<Layout> out;
+  if (o.layouts.empty()) {
+    for (int n = 1; n <= cpus; ++n)
+      if (cpus % n == 0) out.push_back({n, cpus / n});
+    return out;
+  }
+  std::string text = o.layouts + ",";
+  for (size_t start = 0, comma; (comma = text.find(',', start)) != std::string::npos;
+       start = comma + 1) {
+    std::string item = text.substr(start, comma - start);
+    Layout l;
+    char x = 0;
+    if (std::sscanf(item.c_str(), "%d%c%d", &l.workers, &x, &l.threads) != 3 || x != 'x' ||
+        l.workers < 1 || l.threads < 1)
+      throw CLI::ValidationError("--layouts", fmt::format("'{}' is not WORKERSxTHREADS", item));
+    out.push_back(l);
+  }
+  return out;
+}
 
 std::string worker_args(const Options& o, const std::string& variant, int threads) {
   const auto& w = o.worker;
@@ -47,25 +92,25 @@ std::string worker_args(const Options& o, const std::string& variant, int thread
                      variant, threads, w.batch_size, w.warmup_steps, w.window_steps, w.windows);
 }
 
-// The launcher when it is there; else the same environment by hand.
-std::string multi_worker_command(const Options& o, const std::string& overlap) {
+// `lockstep run` when it is there; else the same environment by hand.
+std::string multi_worker_command(const Options& o, Layout l, const std::string& overlap) {
   const std::string self = self_path();
   const auto launcher = std::filesystem::path(self).parent_path() / "lockstep";
   const std::string args = worker_args(o, "lockstep", 0);
   if (std::filesystem::exists(launcher))
-    return fmt::format("'{}' run -np {} --overlap {} '{}' {}", launcher.string(), o.np, overlap,
-                       self, args);
+    return fmt::format("'{}' run -np {} --threads-per-worker {} --overlap {} '{}' {}",
+                       launcher.string(), l.workers, l.threads, overlap, self, args);
   std::string job = fmt::format("bench-train-{}", getpid());
   std::string cmd;
-  for (int r = 0; r < o.np; ++r)
+  for (int r = 0; r < l.workers; ++r)
     cmd += fmt::format("LOCKSTEP_RANK={0} LOCKSTEP_SIZE={1} LOCKSTEP_LOCAL_RANK={0} "
                        "LOCKSTEP_LOCAL_SIZE={1} LOCKSTEP_JOB_ID={2} LOCKSTEP_OVERLAP={5} "
-                       "'{3}' {4} & ",
-                       r, o.np, job, self, args, overlap);
+                       "LOCKSTEP_INTRA_OP_THREADS={6} '{3}' {4} & ",
+                       r, l.workers, job, self, args, overlap, l.threads);
   return cmd + "wait";
 }
 
-// N copies of one worker at the same time, for variant (d).
+// N copies of one command at the same time (the ceiling variants).
 std::string concurrent_command(const std::string& one, int n) {
   std::string cmd;
   for (int i = 0; i < n; ++i) cmd += one + " & ";
@@ -84,7 +129,7 @@ std::optional<nlohmann::json> run_variant(const std::string& command) {
     const char* text = std::strchr(line, '{');  // the launcher prefixes "[rank]: "
     if (!text) continue;
     auto json = nlohmann::json::parse(text, nullptr, false);
-    if (json.is_discarded()) continue;
+    if (json.is_discarded() || !json.contains("samples_per_s")) continue;
     if (!result) {
       result = json;
     } else {
@@ -94,97 +139,161 @@ std::optional<nlohmann::json> run_variant(const std::string& command) {
     }
   }
   int status = pclose(pipe);
-  if (status != 0 || !result || result->is_discarded()) return std::nullopt;
+  if (status != 0 || !result) return std::nullopt;
   return result;
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+class Table {
+ public:
+  // Adds a variant; returns its label (the key for ratios).
+  std::string add(std::string label, std::string command) {
+    variants_.push_back({label, std::move(command), {}, {}});
+    return label;
+  }
+  void run(int rounds) {
+    for (int round = 0; round < rounds; ++round)
+      for (auto& v : variants_) {
+        fmt::print(stderr, "round {}/{}: {}\n", round + 1, rounds, v.label);
+        if (auto r = run_variant(v.command)) {
+          v.samples_per_s.push_back((*r)["samples_per_s"].get<double>());
+          v.last = r;
+        } else {
+          fmt::print(stderr, "  {} failed (rerun its command to see why): {}\n", v.label, v.command);
+        }
+      }
+  }
+  // Median samples/s; 0 when every round failed.
+  double median_of(const std::string& label) const {
+    for (const auto& v : variants_)
+      if (v.label == label) return median(v.samples_per_s);
+    return 0;
+  }
+  void print(FILE* json, double base) const {
+    fmt::print("{:<32} {:>10} {:>8} {:>9} {:>10}  {}\n", "variant (workers x threads)",
+               "samples/s", "vs 1x1t", "step ms", "comm wait", "rounds");
+    for (const auto& v : variants_) {
+      const double sps = median(v.samples_per_s);
+      if (!v.last) {
+        fmt::print("{:<32} {:>10}\n", v.label, "failed");
+        continue;
+      }
+      std::string rounds;
+      for (double s : v.samples_per_s) rounds += fmt::format("{:.0f} ", s);
+      fmt::print("{:<32} {:>10.0f} {:>7.2f}x {:>9.2f} {:>9.1f}%  {}\n", v.label, sps,
+                 base > 0 ? sps / base : 0, v.last->value("step_ms", 0.0),
+                 100 * v.last->value("comm_wait_share", 0.0), rounds);
+      nlohmann::json j = *v.last;
+      j["label"] = v.label;
+      j["samples_per_s"] = sps;
+      j["rounds"] = v.samples_per_s;
+      emit(json, j);
+    }
+  }
+  static void emit(FILE* json, const nlohmann::json& j) {
+    std::printf("%s\n", j.dump().c_str());
+    if (json) std::fprintf(json, "%s\n", j.dump().c_str());
+  }
+
+ private:
+  std::vector<Variant> variants_;
+};
+
+struct Ratio {
+  std::string what;
+  double value;
+  double goal;  // 0: none
+};
+
 int orchestrate(const Options& o) {
+  const int cpus = o.cpus > 0 ? o.cpus : allowed_cpu_count();
+  const std::vector<Layout> layouts = parse_layouts(o, cpus);
   const std::string self = "'" + self_path() + "' ";
-  struct Variant {
-    std::string label, command;
-  };
-  std::vector<Variant> variants = {
-      {"plain 1 proc x 1 thread", self + worker_args(o, "plain", 1)},
-      {fmt::format("plain 1 proc x {} threads", o.np), self + worker_args(o, "plain", o.np)},
-      {"plain 1x1 + malloc tuning", self + worker_args(o, "plain-malloc", 1)},
-      // The fair baseline for N workers: one process using all N cores, with
-      // the same allocator settings lockstep applies.
-      {fmt::format("plain 1x{} + malloc tuning", o.np), self + worker_args(o, "plain-malloc", o.np)},
-      {"lockstep 1 worker x 1 thread", self + worker_args(o, "lockstep", 1)},
-      {fmt::format("{} x plain 1x1 + malloc, no comm", o.np),
-       concurrent_command(self + worker_args(o, "plain-malloc", 1), o.np)},
-      {fmt::format("lockstep {} workers, overlap on", o.np), multi_worker_command(o, "on")},
-      {fmt::format("lockstep {} workers", o.np), multi_worker_command(o, "auto")},
-  };
-  // Rounds interleave the variants so a burst of load elsewhere hits them
-  // alike; each variant keeps its best round.
-  std::vector<std::optional<nlohmann::json>> results(variants.size());
-  for (int round = 0; round < o.rounds; ++round) {
-    for (size_t i = 0; i < variants.size(); ++i) {
-      fmt::print(stderr, "round {}/{}: {}\n", round + 1, o.rounds, variants[i].label);
-      auto r = run_variant(variants[i].command);
-      if (r && (!results[i] || (*r)["samples_per_s"].get<double>() >
-                                   (*results[i])["samples_per_s"].get<double>()))
-        results[i] = r;
+  Table t;
+  const auto plain11 = t.add("plain 1x1", self + worker_args(o, "plain", 1));
+  const auto plain11t = t.add("plain 1x1 tuned", self + worker_args(o, "plain-malloc", 1));
+  const auto plain1c = t.add(fmt::format("plain 1x{}", cpus), self + worker_args(o, "plain", cpus));
+  const auto plain1ct =
+      t.add(fmt::format("plain 1x{} tuned", cpus), self + worker_args(o, "plain-malloc", cpus));
+  const auto lockstep11 =
+      t.add("lockstep 1x1", "LOCKSTEP_INTRA_OP_THREADS=1 " + self + worker_args(o, "lockstep", 0));
+  std::map<std::string, std::pair<std::string, std::string>> per_layout;  // ceiling, lockstep
+  for (const Layout& l : layouts) {
+    std::string ceiling, lockstep;
+    if (l.workers > 1)
+      ceiling = t.add(fmt::format("ceiling {} (independent)", l.name()),
+                      concurrent_command(self + worker_args(o, "plain-malloc", l.threads), l.workers));
+    if (l.workers == 1 && l.threads == 1) {
+      lockstep = lockstep11;
+    } else if (l.workers == 1) {
+      lockstep = t.add(fmt::format("lockstep {}", l.name()),
+                       fmt::format("LOCKSTEP_INTRA_OP_THREADS={} ", l.threads) + self +
+                           worker_args(o, "lockstep", 0));
+    } else {
+      lockstep = t.add(fmt::format("lockstep {}", l.name()), multi_worker_command(o, l, "auto"));
+      if (o.overlap_variants)
+        t.add(fmt::format("lockstep {}, overlap on", l.name()), multi_worker_command(o, l, "on"));
     }
+    per_layout[l.name()] = {ceiling, lockstep};
   }
-  const double base = results[0] ? (*results[0])["samples_per_s"].get<double>() : 0;
-  fmt::print("{:<32} {:>12} {:>10} {:>10} {:>12}\n", "variant", "samples/s", "vs (a)", "step ms",
-             "comm wait");
+  t.run(o.rounds);
+
   FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "a");
-  for (size_t i = 0; i < variants.size(); ++i) {
-    if (!results[i]) {
-      fmt::print("{:<32} {:>12}\n", variants[i].label, "failed");
-      continue;
-    }
-    auto& r = *results[i];
-    const double sps = r["samples_per_s"].get<double>();
-    fmt::print("{:<32} {:>12.0f} {:>9.2f}x {:>10.2f} {:>11.1f}%\n", variants[i].label, sps,
-               base > 0 ? sps / base : 0, r["step_ms"].get<double>(),
-               100 * r["comm_wait_share"].get<double>());
-    r["label"] = variants[i].label;
-    r["speedup_vs_plain_1x1"] = base > 0 ? sps / base : 0;
-    if (json) std::fprintf(json, "%s\n", r.dump().c_str());
-    std::printf("%s\n", r.dump().c_str());
+  const double base = t.median_of(plain11t);
+  t.print(json, base);
+  const double best_plain_c = std::max(t.median_of(plain1c), t.median_of(plain1ct));
+  std::vector<Ratio> ratios;
+  if (base > 0)
+    ratios.push_back({"lockstep 1x1 / plain 1x1 tuned", t.median_of(lockstep11) / base, 0.98});
+  std::string best_layout;
+  double best = 0;
+  for (const Layout& l : layouts) {
+    const auto& [ceiling, lockstep] = per_layout[l.name()];
+    const double sps = t.median_of(lockstep);
+    if (sps > best) best = sps, best_layout = l.name();
+    if (!ceiling.empty() && t.median_of(ceiling) > 0)
+      ratios.push_back({fmt::format("lockstep {} / ceiling {}", l.name(), l.name()),
+                        sps / t.median_of(ceiling), l.threads == 1 ? 0.97 : 0});
+    if (best_plain_c > 0)
+      ratios.push_back({fmt::format("lockstep {} / best plain 1x{}", l.name(), cpus),
+                        sps / best_plain_c, l.workers > 1 && l.threads == 1 ? 1.05 : 0});
   }
-  const auto& multi = results.back();
-  const auto& single = results[4];
-  const auto& ceiling = results[5];
-  const auto& plain_n_tuned = results[3];
-  if (multi && base > 0)
-    fmt::print("scaling efficiency, {} workers vs {} x plain 1x1: {:.1f}%\n", o.np, o.np,
-               100 * (*multi)["samples_per_s"].get<double>() / (o.np * base));
-  if (multi && single)
-    fmt::print("scaling efficiency, {} workers vs {} x lockstep 1 worker: {:.1f}%\n", o.np, o.np,
-               100 * (*multi)["samples_per_s"].get<double>() /
-                   (o.np * (*single)["samples_per_s"].get<double>()));
-  if (multi && plain_n_tuned)
-    fmt::print("{} workers vs plain 1x{} + malloc tuning (same cores): {:.2f}x\n", o.np, o.np,
-               (*multi)["samples_per_s"].get<double>() /
-                   (*plain_n_tuned)["samples_per_s"].get<double>());
-  if (multi && ceiling)
-    fmt::print("{} workers vs {} independent plain 1x1 processes (hardware ceiling): {:.1f}%\n",
-               o.np, o.np,
-               100 * (*multi)["samples_per_s"].get<double>() /
-                   (*ceiling)["samples_per_s"].get<double>());
+  fmt::print("\n");
+  for (const Ratio& r : ratios) {
+    fmt::print("{:<44} {:6.3f}{}\n", r.what, r.value,
+               r.goal > 0 ? fmt::format("   goal >= {:.2f}{}", r.goal, r.value >= r.goal ? "" : "  MISSED") : "");
+    Table::emit(json, {{"ratio", r.what}, {"value", r.value}, {"goal", r.goal}});
+  }
+  if (!best_layout.empty())
+    fmt::print("fastest layout on {} CPUs: {} workers x {} threads ({:.0f} samples/s)\n", cpus,
+               best_layout.substr(0, best_layout.find('x')),
+               best_layout.substr(best_layout.find('x') + 1), best);
   if (json) std::fclose(json);
-  return multi ? 0 : 1;
+  return best > 0 ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Training throughput: plain LibTorch vs lockstep workers"};
+  CLI::App app{"Training throughput: plain LibTorch vs lockstep, every workers x threads layout"};
   Options o;
-  app.add_option("--np", o.np, "workers for variant (c), and threads for (a2)")->capture_default_str();
+  app.add_option("--cpus", o.cpus, "CPUs the layouts fill (default: those this process may use)");
+  app.add_option("--layouts", o.layouts, "WORKERSxTHREADS,... (default: every N x T = CPUs)");
   app.add_option("--batch-size", o.worker.batch_size, "per worker")->capture_default_str();
   app.add_option("--warmup-steps", o.worker.warmup_steps)->capture_default_str();
   app.add_option("--window-steps", o.worker.window_steps, "steps per timed window")
       ->capture_default_str();
   app.add_option("--windows", o.worker.windows, "timed windows (the median counts)")
       ->capture_default_str();
-  app.add_option("--rounds", o.rounds, "passes over all variants (best kept)")
+  app.add_option("--rounds", o.rounds, "interleaved passes over all variants (medians reported)")
       ->capture_default_str();
+  app.add_flag("--overlap-variants", o.overlap_variants,
+               "also time each multi-worker layout with --overlap on");
   app.add_option("--json", o.json, "append the JSON lines to FILE");
   app.add_flag("--worker", o.worker_mode, "internal: run one variant");
   app.add_option("--variant", o.worker.variant, "internal: plain|plain-malloc|lockstep");
