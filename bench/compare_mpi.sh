@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# lockstep's shared-memory allreduce vs Open MPI's MPI_Allreduce, same sizes,
-# same statistics, interleaved in one run (the machine is shared and noisy:
-# each size is measured ROUNDS times per side and the medians compared).
+# lockstep's shared-memory allreduce vs Open MPI's MPI_Allreduce: one program
+# (lockstep-compare-mpi) under mpirun, the two libraries and a memory-traffic
+# bound interleaved within every round at every size, data rewritten before
+# every call, medians over rounds (see bench/compare_mpi.cc).
 #
-#   bench/compare_mpi.sh [-np N] [--sizes 8B:256MiB] [--rounds 3] [--build build]
+#   bench/compare_mpi.sh [-np N] [--sizes 8B:256MiB] [--rounds 3] [--seconds 0.1] [--build build]
 set -euo pipefail
-np=2 sizes=8B:256MiB rounds=3 build=build seconds=0.2
+np=2 sizes=8B:256MiB rounds=3 build=build seconds=0.1
 while (($#)); do
   case $1 in
     -np) np=$2; shift 2 ;;
@@ -18,40 +19,10 @@ while (($#)); do
   esac
 done
 bin=$build/bin
-[[ -x $bin/lockstep && -x $bin/lockstep-mpi-allreduce ]] || {
-  echo "compare_mpi: build first (bash scripts/setup.sh); need $bin/lockstep and $bin/lockstep-mpi-allreduce" >&2
+[[ -x $bin/lockstep-compare-mpi ]] || {
+  echo "compare_mpi: $bin/lockstep-compare-mpi is missing (needs Open MPI: bash scripts/setup.sh, then build)" >&2
   exit 1
 }
 root_flag=(); [[ $(id -u) == 0 ]] && root_flag=(--allow-run-as-root)
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-for ((r = 1; r <= rounds; r++)); do
-  echo "round $r/$rounds: lockstep" >&2
-  "$bin/lockstep" run -np "$np" --no-prefix-output -- "$bin/lockstep" bench allreduce \
-    --sizes "$sizes" --seconds "$seconds" --json >>"$out/lockstep.json"
-  echo "round $r/$rounds: open mpi" >&2
-  mpirun "${root_flag[@]}" --oversubscribe -np "$np" "$bin/lockstep-mpi-allreduce" \
-    --sizes "$sizes" --seconds "$seconds" >>"$out/mpi.json"
-done
-python3 - "$out/lockstep.json" "$out/mpi.json" <<'PY'
-import json, statistics, sys
-def load(path):
-    runs = {}
-    for line in open(path):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        j = json.loads(line)
-        runs.setdefault(j["bytes"], []).append(j)
-    return runs
-ls, mpi = load(sys.argv[1]), load(sys.argv[2])
-med = lambda rows, k: statistics.median(r[k] for r in rows)
-print(f"{'bytes':>10} {'lockstep us':>12} {'mpi us':>12} {'lockstep busbw':>15} {'mpi busbw':>10} {'bw ratio':>9}")
-for b in sorted(set(ls) & set(mpi)):
-    l_us, m_us = med(ls[b], "median_us"), med(mpi[b], "median_us")
-    l_bw, m_bw = med(ls[b], "busbw_gbps"), med(mpi[b], "busbw_gbps")
-    print(f"{b:>10} {l_us:>12.2f} {m_us:>12.2f} {l_bw:>15.3f} {m_bw:>10.3f} {l_bw / m_bw:>9.2f}")
-    print(json.dumps({"bytes": b, "lockstep_median_us": l_us, "mpi_median_us": m_us,
-                      "lockstep_busbw_gbps": l_bw, "mpi_busbw_gbps": m_bw,
-                      "busbw_ratio": l_bw / m_bw}), file=sys.stderr)
-PY
+exec mpirun "${root_flag[@]}" --oversubscribe -np "$np" "$bin/lockstep-compare-mpi" \
+  --sizes "$sizes" --rounds "$rounds" --seconds "$seconds"
