@@ -14,7 +14,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-openmp
   libopenmpi-dev openmpi-bin libgloo-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
-  libprotobuf-dev protobuf-compiler libjpeg62-turbo-dev libpng-dev zlib1g-dev
+  libprotobuf-dev protobuf-compiler libjpeg62-turbo-dev libpng-dev zlib1g-dev libisal-dev
   libhdf5-dev liblmdb-dev python3-h5py python3-lmdb
   dataset-fashion-mnist
   iproute2 clang libclang-rt-14-dev

@@ -32,6 +32,28 @@ TEST(Crc32c, ExtendEqualsWholeForEverySplit) {
   }
 }
 
+// The definition, one bit at a time (reflected polynomial 0x82f63b78).
+uint32_t bitwise_crc32c(const unsigned char* p, size_t n) {
+  uint32_t c = 0xffffffffu;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= p[i];
+    for (int bit = 0; bit < 8; ++bit) c = (c >> 1) ^ ((c & 1) ? 0x82f63b78u : 0);
+  }
+  return ~c;
+}
+
+// The accelerated code takes other paths for long and unaligned buffers.
+TEST(Crc32c, LongAndUnalignedInputsMatchABitwiseReference) {
+  std::string data(70000, '\0');
+  uint32_t x = 12345;
+  for (char& c : data) c = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+  for (size_t offset : {0, 1, 3, 7})
+    for (size_t n : {1, 7, 8, 63, 64, 255, 256, 257, 1000, 4099, 65537}) {
+      const auto* p = reinterpret_cast<const unsigned char*>(data.data()) + offset;
+      EXPECT_EQ(crc32c::value(p, n), bitwise_crc32c(p, n)) << "offset " << offset << " size " << n;
+    }
+}
+
 TEST(Crc32c, MaskRoundTripsAndDiffers) {
   uint32_t crc = crc32c::value("foo");
   EXPECT_NE(crc32c::mask(crc), crc);
