@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "base/log_rank.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 
@@ -48,6 +49,7 @@ bool log_enabled(LogLevel level) {
 }
 
 void set_log_rank(int rank) { g_rank.store(rank); }
+int current_log_rank() { return g_rank.load(); }
 
 void log_line(LogLevel level, std::string_view message) {
   static std::mutex mu;

@@ -2,6 +2,7 @@
 #include <mutex>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/terminate.h"
 #include "lockstep/engine/engine.h"
 
 namespace lockstep::engine {
@@ -35,6 +36,7 @@ void init(const comm::WorldInfo& world) {
 }
 
 void init(std::unique_ptr<comm::Communicator> comm, EngineConfig config) {
+  install_terminate_handler();  // an uncaught lockstep::Error names itself and the rank
   std::lock_guard lock(g_mu);
   check_not_initialized();
   g_engine = std::make_unique<Engine>(std::move(comm), std::move(config));

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "launcher/failure_note.h"
 #include "launcher/hosts.h"
 #include "launcher/job.h"
 #include "launcher/output_relay.h"
@@ -27,6 +28,7 @@
 #include "launcher/spawn.h"
 #include "launcher/spec.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/terminate.h"
 #include "lockstep/rendezvous/store.h"
 
 extern char** environ;
@@ -66,6 +68,8 @@ std::string signal_name(int sig) {
 struct Stream {
   int fd = -1;
   OutputRelay relay;
+  bool watch_failures = false;  // stderr: the terminate handler's line
+  FailureNoteScanner failures;
 };
 
 struct Worker {
@@ -135,6 +139,7 @@ class Supervisor {
   void signal_all(int sig);
   void on_deadlines();
   void read_stream(Stream& s);
+  std::string failure_note(Worker& w);
   bool any_running() const;
   bool any_stream_open() const;
 
@@ -263,8 +268,10 @@ void Supervisor::spawn(int index, const Placement& where, int null_fd) {
           : spawn_remote(w);
   w.pid = child.pid;
   w.running = true;
-  w.streams.push_back({child.stdout_fd, OutputRelay(STDOUT_FILENO, index, spec_.prefix_output)});
-  w.streams.push_back({child.stderr_fd, OutputRelay(STDERR_FILENO, index, spec_.prefix_output)});
+  w.streams.push_back({child.stdout_fd, OutputRelay(STDOUT_FILENO, index, spec_.prefix_output),
+                       false, {}});
+  w.streams.push_back({child.stderr_fd, OutputRelay(STDERR_FILENO, index, spec_.prefix_output),
+                       true, {}});
   workers_.push_back(std::move(w));
   if (spec_.verbose) say("{} started as pid {}", rank_label(workers_.back(), multi_host_), child.pid);
 }
@@ -350,6 +357,10 @@ void Supervisor::on_exit(Worker& w) {
                         ? fmt::format("exited with code {}", WEXITSTATUS(status))
                         : fmt::format("was killed by signal {} ({})", WTERMSIG(status),
                                       signal_name(WTERMSIG(status)));
+  if (std::string note = failure_note(w); !note.empty())
+    how = WIFEXITED(status) && WEXITSTATUS(status) == kUncaughtErrorExitCode
+              ? "failed with " + note
+              : how + " after an uncaught " + note;
   // Leftovers of a finished worker's group (background children) go with it.
   ::kill(-w.pid, SIGKILL);
   close_launch_fd(w);
@@ -534,11 +545,28 @@ void Supervisor::read_stream(Stream& s) {
   ssize_t n = ::read(s.fd, buf, sizeof buf);
   if (n > 0) {
     s.relay.feed(std::string_view(buf, static_cast<size_t>(n)));
+    if (s.watch_failures) s.failures.feed(std::string_view(buf, static_cast<size_t>(n)));
   } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
     s.relay.finish();
     ::close(s.fd);
     s.fd = -1;
   }
+}
+
+// What the worker's terminate handler said, once everything it wrote is read:
+// it has exited, so its stderr holds all of it (others may keep the pipe open).
+std::string Supervisor::failure_note(Worker& w) {
+  for (auto& s : w.streams) {
+    if (!s.watch_failures) continue;
+    // Bounded: a background child could keep writing to the inherited pipe.
+    for (int reads = 0; s.fd >= 0 && reads < 64; ++reads) {
+      pollfd p{s.fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) break;
+      read_stream(s);
+    }
+    return s.failures.note();
+  }
+  return {};
 }
 
 bool Supervisor::any_running() const {

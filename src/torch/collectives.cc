@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/terminate.h"
 #include "lockstep/engine/elastic.h"
 #include "lockstep/engine/engine.h"
 #include "lockstep/torch/elastic.h"
@@ -82,6 +83,7 @@ comm::DataType to_comm_dtype(::torch::ScalarType type) {
 }
 
 void init() {
+  install_terminate_handler();  // also before an elastic world forms
   tune_malloc();
   if (!engine::is_initialized()) {
     // Elastic workers take their world from the launcher's store, not the environment.

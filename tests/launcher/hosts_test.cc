@@ -6,10 +6,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "launcher/failure_note.h"
 #include "launcher/hosts.h"
 #include "launcher/mpirun.h"
 #include "launcher/remote.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/terminate.h"
 
 namespace lockstep::launcher {
 namespace {
@@ -178,6 +180,26 @@ TEST(MpirunCommand, MapsHostsEnvironmentAndRemoteAgent) {
   EXPECT_STREQ(std::getenv("MY_FLAG"), "1");  // exported for mpirun's -x NAME
   spec.remote_exec = "ip netns exec {host}";
   EXPECT_THROW(mpirun_command(spec, false), InvalidArgument);
+}
+
+TEST(FailureNote, TheTerminateHandlersLineIsFoundAcrossReadsAndSummarised) {
+  std::string line = uncaught_error_line("lockstep::MismatchError", "allreduce 'w': 3 vs 4", 1);
+  EXPECT_EQ(line, "lockstep: uncaught lockstep::MismatchError on rank 1: allreduce 'w': 3 vs 4");
+  FailureNoteScanner scanner;
+  std::string stream = "training...\n" + line + "\nmore\n";
+  for (size_t at = 0; at < stream.size(); at += 5) scanner.feed(std::string_view(stream).substr(at, 5));
+  EXPECT_EQ(scanner.note(), "MismatchError: allreduce 'w': 3 vs 4");
+  EXPECT_EQ(uncaught_error_summary(uncaught_error_line("std::out_of_range", "x", -1)),
+            "out_of_range: x");
+  EXPECT_EQ(uncaught_error_summary("lockstep: something else"), "");
+}
+
+TEST(FailureNote, OverlongOrUnfinishedLinesAreNotNotes) {
+  FailureNoteScanner scanner;
+  scanner.feed(std::string(kUncaughtErrorMarker) + "X: " +
+               std::string(FailureNoteScanner::kMaxLineBytes, 'a') + "\n");
+  scanner.feed(std::string(kUncaughtErrorMarker) + "Y: no newline yet");
+  EXPECT_EQ(scanner.note(), "");
 }
 
 }  // namespace

@@ -356,6 +356,31 @@ TEST(LauncherTest, WorkersOfALauncherStartedWithSigintIgnoredStillStopOnTheForwa
   EXPECT_FALSE(contains(f.err, "killed by signal 9")) << describe(f);
 }
 
+// Issue 16.6: an uncaught MismatchError ended as "terminate called after
+// throwing an instance of ..." + SIGABRT, reported as "killed by signal 6".
+TEST(LauncherTest, UncaughtLockstepErrorIsReportedWithItsTypeMessageAndRank) {
+  std::string worker = lockstep_binary() + "-test-uncaught-worker";
+  Finished f = run_lockstep({"run", "-np", "2", worker, "lockstep"});
+  EXPECT_EQ(f.status, 70) << describe(f);
+  EXPECT_TRUE(contains(f.err, "[1]: lockstep: uncaught lockstep::MismatchError on rank 1: allreduce "
+                              "'w': rank 0 sent 3 floats, rank 1 sent 4\n"))
+      << describe(f);
+  EXPECT_TRUE(contains(f.err, ") failed with MismatchError: allreduce 'w': rank 0 sent 3 floats, "
+                              "rank 1 sent 4; stopping the other workers"))
+      << describe(f);
+  EXPECT_TRUE(contains(f.err, "lockstep run: rank 1 (pid ")) << describe(f);
+  EXPECT_FALSE(contains(f.err, "terminate called")) << describe(f);
+}
+
+TEST(LauncherTest, UncaughtForeignExceptionStillAbortsButIsNamed) {
+  std::string worker = lockstep_binary() + "-test-uncaught-worker";
+  Finished f = run_lockstep({"run", "-np", "2", worker, "std"});
+  EXPECT_EQ(f.status, 128 + SIGABRT) << describe(f);
+  EXPECT_TRUE(contains(f.err, "was killed by signal 6 (SIGABRT) after an uncaught "
+                              "out_of_range: index 7 of 3"))
+      << describe(f);
+}
+
 std::string job_id_from(const std::string& out) {
   auto colon = out.find(": ");
   std::string id = out.substr(colon + 2, out.find('\n') - colon - 2);
