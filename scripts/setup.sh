@@ -20,6 +20,7 @@ PACKAGES=(
   iproute2 clang libclang-rt-14-dev
   chromium  # lockstep report --png/--check and its test (headless)
   python3-torch  # the PyTorch peers in bench/ (bench/peer, bench/cnn_sgd.py)
+  slurmctld slurmd slurm-client munge  # the Slurm test starts a single-node Slurm
 )
 # npm installs the report's charting library; a Node.js already on PATH is kept.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)

@@ -37,6 +37,9 @@ constexpr std::array kKnobs = {
          "elastic: the generation of the world this worker starts in", "", kLauncher},
     Knob{"LOCKSTEP_SECRET", "", "per-job secret authenticating rendezvous traffic (hex)", "",
          kLauncher},
+    Knob{"LOCKSTEP_RENDEZVOUS_DIR", "",
+         "plain srun across nodes: directory (shared by the nodes) for task 0's 0600 rendezvous "
+         "file; empty = SLURM_SUBMIT_DIR, else the working directory"},
     Knob{"LOCKSTEP_OVERLAP", "auto",
          "allreduce gradients during backward (on) or fused once per step (off); auto = on "
          "across hosts or with a spare core",

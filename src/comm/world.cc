@@ -8,6 +8,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
+#include "comm/slurm_world.h"
 
 namespace lockstep::comm {
 namespace {
@@ -42,24 +43,21 @@ WorldInfo from_lockstep_env() {
   return w;
 }
 
-// mpirun (Open MPI), PMI-based launchers and srun, in that order of trust.
+// mpirun (Open MPI) and PMI-based launchers (srun: slurm_world.h).
 std::optional<WorldInfo> from_mpi_env() {
-  auto rank = first_of({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"});
-  auto size = first_of({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"});
+  auto rank = first_of({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"});
+  auto size = first_of({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
   if (!rank || !size) return std::nullopt;
   WorldInfo w;
   w.rank = *rank;
   w.size = *size;
-  w.local_rank = first_of({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-                     .value_or(w.rank);
-  w.local_size = first_of({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                           "SLURM_NTASKS_PER_NODE"}).value_or(w.size);
+  w.local_rank = first_of({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}).value_or(w.rank);
+  w.local_size = first_of({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(w.size);
   // Open MPI has no host-index variable (OMPI_COMM_WORLD_NODE_RANK is the
   // rank within the host); with by-slot placement hosts hold consecutive ranks.
-  w.cross_size = first_of({"SLURM_NNODES"}).value_or(std::max(1, w.size / std::max(1, w.local_size)));
-  w.cross_rank = first_of({"SLURM_NODEID"}).value_or(w.rank / std::max(1, w.local_size));
+  w.cross_size = std::max(1, w.size / std::max(1, w.local_size));
+  w.cross_rank = w.rank / std::max(1, w.local_size);
   if (const char* job = std::getenv("OMPI_MCA_ess_base_jobid")) w.job_id = fmt::format("mpi{}", job);
-  else if (const char* job = std::getenv("SLURM_JOB_ID")) w.job_id = fmt::format("slurm{}", job);
   return w;
 }
 
@@ -67,10 +65,16 @@ std::optional<WorldInfo> from_mpi_env() {
 
 WorldInfo WorldInfo::from_environment() {
   WorldInfo w;
+  // mpirun inside an allocation also sees the batch step's SLURM_* values,
+  // so Open MPI's variables are trusted before Slurm's.
   if (knob_is_set("LOCKSTEP_RANK") || knob_is_set("LOCKSTEP_SIZE")) {
     w = from_lockstep_env();
-  } else if (auto mpi = from_mpi_env()) {
-    w = *mpi;
+  } else if (std::getenv("OMPI_COMM_WORLD_RANK")) {
+    w = *from_mpi_env();
+  } else if (auto srun = slurm_world()) {
+    w = *srun;
+  } else if (auto pmi = from_mpi_env()) {
+    w = *pmi;
   }
   w.validate();
   return w;

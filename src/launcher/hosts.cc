@@ -1,7 +1,5 @@
 #include "launcher/hosts.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "rendezvous/socket.h"
 
 namespace lockstep::launcher {
 namespace {
@@ -153,34 +152,6 @@ std::vector<Placement> place_ranks(const std::vector<HostSlots>& listed, int num
   return out;
 }
 
-namespace {
-
-// The local address the kernel would use to reach `host` (UDP connect sends
-// nothing), or "" when the name does not resolve to a routable IPv4 address.
-std::string source_address_towards(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  std::string name = host.substr(host.find('@') == std::string::npos ? 0 : host.find('@') + 1);
-  if (::getaddrinfo(name.c_str(), "9", &hints, &found) != 0 || !found) return "";
-  std::string result;
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
-    sockaddr_in local{};
-    socklen_t len = sizeof local;
-    char text[INET_ADDRSTRLEN] = {};
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
-      result = text;
-  }
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(found);
-  return result;
-}
-
-}  // namespace
-
 std::string choose_rendezvous_host(const std::string& requested,
                                    const std::vector<Placement>& placements) {
   if (!requested.empty()) return requested;
@@ -189,7 +160,8 @@ std::string choose_rendezvous_host(const std::string& requested,
   if (all_local) return "127.0.0.1";
   for (const auto& p : placements) {
     if (p.local) continue;
-    if (std::string address = source_address_towards(p.host); !address.empty()) return address;
+    std::string address = rendezvous::net::source_address_towards(p.host);
+    if (!address.empty()) return address;
   }
   throw InvalidArgument(
       "cannot tell which address of this machine the remote hosts can reach (their names do not "

@@ -11,12 +11,14 @@
 
 #include "launcher/command_line.h"
 #include "launcher/hosts.h"
+#include "launcher/job.h"
 #include "launcher/knob_flags.h"
 #include "launcher/local_limits.h"
 #include "launcher/mpirun.h"
 #include "launcher/spec.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
+#include "lockstep/base/slurm.h"
 #include "lockstep/launcher/launcher.h"
 
 namespace lockstep::launcher {
@@ -55,6 +57,8 @@ struct Parsed {
   LaunchSpec spec;
   std::string host_list, hostfile;
   std::string num_proc, start_timeout = "120", discovery_interval = "2";
+  std::string slurm = "auto";
+  bool remote_exec_given = false;
   std::string min_np, max_np, reset_limit;
   std::vector<std::string> knob_values;  // parallel to knob_flags()
   std::vector<std::string> env_flags;
@@ -79,6 +83,13 @@ void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
   app.add_option("--start-timeout", p.start_timeout,
                  "seconds remote workers may take to start and reach the launcher")
       ->option_text("SECONDS")
+      ->capture_default_str();
+  app.add_option("--slurm", p.slurm,
+                 "inside a Slurm allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST): take hosts and slots "
+                 "from it and start every rank through srun; auto = when srun is on PATH and no "
+                 "-H/--hostfile is given (docs/slurm.md)")
+      ->option_text("auto|on|off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--rendezvous-addr", p.spec.rendezvous_addr,
                  "IP address of this machine that every host can reach (default: 127.0.0.1 on "
@@ -150,6 +161,33 @@ std::string requested_backend(const LaunchSpec& spec) {
   return backend;
 }
 
+// Each rank runs as a one-task job step on its host: Slurm then accounts for
+// it, confines it and cleans up after it. --overlap: the steps share the
+// allocation instead of queueing for each other's CPUs.
+constexpr const char* kSrunExec = "srun --nodes=1 --ntasks=1 --nodelist={host} --overlap --quiet";
+
+// Inside a Slurm allocation, its hosts and slots stand in for -H.
+void resolve_slurm(Parsed& p) {
+  const bool hosts_given = !p.host_list.empty() || !p.hostfile.empty();
+  if (p.slurm == "off" || (p.slurm == "auto" && hosts_given)) return;
+  if (hosts_given) throw InvalidArgument("--slurm on takes the hosts from Slurm: drop -H/--hostfile");
+  auto allocation = slurm::current_allocation();
+  if (!allocation) {
+    if (p.slurm == "on")
+      throw InvalidArgument("--slurm on: not inside a Slurm allocation (SLURM_JOB_ID and "
+                            "SLURM_JOB_NODELIST are unset); use salloc or sbatch");
+    return;
+  }
+  if (resolve_program("srun").empty()) {
+    if (p.slurm == "on") throw InvalidArgument("--slurm on: srun is not on PATH");
+    return;
+  }
+  for (size_t i = 0; i < allocation->hosts.size(); ++i)
+    p.spec.hosts.push_back({allocation->hosts[i], allocation->slots[i]});
+  p.spec.through_slurm = true;
+  if (!p.remote_exec_given) p.spec.remote_exec = kSrunExec;
+}
+
 // -H / --hostfile; -np defaults to every slot they offer. Then -np is checked
 // against what the hosts (slots) and this host (CPUs, open files) allow.
 void resolve_hosts(Parsed& p) {
@@ -157,6 +195,7 @@ void resolve_hosts(Parsed& p) {
     throw InvalidArgument("give either -H or --hostfile, not both");
   if (!p.host_list.empty()) p.spec.hosts = parse_host_list(p.host_list);
   if (!p.hostfile.empty()) p.spec.hosts = read_hostfile(p.hostfile);
+  resolve_slurm(p);
   p.spec.start_timeout =
       std::chrono::seconds(parse_int_flag("--start-timeout", p.start_timeout, 1, 86400));
   constexpr int kMany = std::numeric_limits<int>::max();
@@ -172,6 +211,7 @@ void resolve_hosts(Parsed& p) {
   int local = 0;
   for (const auto& where : place_ranks(p.spec.hosts, p.spec.num_proc))  // checks the slots
     local += where.local;
+  if (p.spec.through_slurm) local = 0;  // Slurm placed the allocation
   check_worker_count(local, p.spec.num_proc);
 }
 
@@ -214,6 +254,7 @@ int run_main(int argc, char** argv) {
   } catch (const Error& e) {
     return usage_error(e.what());
   }
+  parsed.remote_exec_given = app.get_option("--remote-exec")->count() > 0;
   if (std::vector<std::string> rest = app.remaining(); !rest.empty())
     return usage_error(fmt::format("unknown flag '{}'", rest[0]));
   if (line.program.empty())

@@ -27,6 +27,9 @@ struct LaunchSpec {
   std::string rendezvous_addr;
   // --min-np/--max-np/--host-discovery-script: keep going when workers fail.
   ElasticOptions elastic;
+  // Inside a Slurm allocation (--slurm): hosts come from the allocation and
+  // every rank, this host's too, starts through srun (remote_exec).
+  bool through_slurm = false;
 };
 
 // Starts and supervises the job; returns the launcher's exit status.

@@ -637,6 +637,11 @@ int Supervisor::exit_status() const {
 }
 
 std::vector<Placement> placements_of(const LaunchSpec& spec) {
+  if (spec.through_slurm) {
+    std::vector<Placement> placements = place_ranks(spec.hosts, spec.num_proc);
+    for (auto& p : placements) p.local = false;  // this host's ranks go through srun too
+    return placements;
+  }
   if (!spec.hosts.empty()) return place_ranks(spec.hosts, spec.num_proc);
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
@@ -656,8 +661,9 @@ int supervise_job(const LaunchSpec& spec, const std::string& path) {
   store.start();
   job.rendezvous = store.address();
   if (spec.verbose)
-    say("job {}: starting {} worker(s) of '{}'; rendezvous at {}", job.job_id, spec.num_proc,
-        spec.program[0], job.rendezvous);
+    say("job {}: starting {} worker(s) of '{}'{}; rendezvous at {}", job.job_id, spec.num_proc,
+        spec.program[0], spec.through_slurm ? " through srun (Slurm allocation)" : "",
+        job.rendezvous);
   int status = 0;
   {
     Supervisor supervisor(spec, std::move(placements), job, signal_fd);

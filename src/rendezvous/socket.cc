@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -196,5 +197,28 @@ int poll_timeout_ms(Clock::time_point deadline) {
   // Round up so we do not spin on sub-millisecond remainders.
   return left >= INT_MAX ? INT_MAX : static_cast<int>(left) + 1;
 }
+
+std::string source_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  std::string name = host.substr(host.find('@') == std::string::npos ? 0 : host.find('@') + 1);
+  if (::getaddrinfo(name.c_str(), "9", &hints, &found) != 0 || !found) return "";
+  std::string result;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    char text[INET_ADDRSTRLEN] = {};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
+      result = text;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return result;
+}
+
 
 }  // namespace lockstep::rendezvous::net

@@ -51,4 +51,9 @@ bool read_exact(int fd, char* out, size_t n, Clock::time_point deadline, std::st
 // Milliseconds until `deadline` for poll(): 0 when past, capped at INT_MAX.
 int poll_timeout_ms(Clock::time_point deadline);
 
+// The local IPv4 address the kernel would use to reach `host` ("user@" is
+// ignored; a UDP connect sends nothing), or "" when the name does not
+// resolve to a routable IPv4 address.
+std::string source_address_towards(const std::string& host);
+
 }  // namespace lockstep::rendezvous::net
