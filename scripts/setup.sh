@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs every Debian package lockstep needs (idempotent: a second run with
 # everything present only re-checks and rebuilds incrementally), then
-# configures and builds into build/.
+# configures build/ and builds what the main job needs: the `lockstep` CLI and
+# lockstep-fashion-mnist (the README's first command). Tests, benchmarks and
+# the other tools are built by `--all` (scripts/test.sh passes it).
 #
-#   bash scripts/setup.sh              install + configure + build
+#   bash scripts/setup.sh              install + configure + build the main job
+#   bash scripts/setup.sh --all        install + configure + build everything
 #   bash scripts/setup.sh --deps-only  install packages only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +71,12 @@ BUILD_DIR=${LOCKSTEP_BUILD_DIR:-build}
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi
-echo "setup: building into $BUILD_DIR (first build takes several minutes on 2 cores)"
-cmake --build "$BUILD_DIR" -j"$(nproc)"
+targets=(--target lockstep lockstep-fashion-mnist)
+what="the lockstep CLI and the main job"
+if [[ "${1:-}" == "--all" ]]; then
+  targets=()
+  what="everything (libraries, tools, examples, tests, benchmarks)"
+fi
+echo "setup: building $what into $BUILD_DIR (from scratch: several minutes on 2 cores)"
+cmake --build "$BUILD_DIR" -j"$(nproc)" "${targets[@]}"
 echo "setup: done; binaries are in $BUILD_DIR/bin"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the whole test suite: the main build's ctest, then
-# ASan+UBSan builds of the non-LibTorch layers, a TSan build of the engine and
-# 30 s of each libFuzzer target (scripts/fuzz.sh).
+# Sets up, builds everything and runs the whole test suite: the main build's
+# ctest, then ASan+UBSan builds of the non-LibTorch layers, a TSan build of
+# the engine and 30 s of each libFuzzer target (scripts/fuzz.sh).
 #
 #   bash scripts/test.sh            everything
 #   bash scripts/test.sh --quick    main build's tests only
@@ -29,7 +29,7 @@ summary() {
 trap summary EXIT
 
 stage "set-up: Debian and npm packages" bash scripts/setup.sh --deps-only
-stage "build: main (RelWithDebInfo)" bash scripts/setup.sh
+stage "build: main (RelWithDebInfo), everything" bash scripts/setup.sh --all
 jobs=$(nproc)
 
 stage "tests: main build" ctest --test-dir build --output-on-failure -j"$jobs" --timeout 900
