@@ -1,3 +1,5 @@
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
@@ -42,7 +44,20 @@ struct StoreClient::Impl {
   uint64_t send_sequence = 0;
   uint64_t recv_sequence = 0;
 
+  // The connection was closed before a reply (not a refusal, not a timeout).
+  struct ConnectionClosed {
+    std::string what;
+  };
+  struct NotAStore : Error {
+    using Error::Error;
+  };
+  // The store closed the connection during the handshake: retried.
+  struct HandshakeDropped {
+    std::string what;
+  };
+
   void connect();
+  void handshake(Clock::time_point deadline);
   // Sends one request and returns the reply's status and payload. Any failure
   // other than a server-side timeout leaves the connection closed.
   std::pair<Status, std::string> call(const std::string& body, std::chrono::milliseconds op_timeout,
@@ -51,29 +66,85 @@ struct StoreClient::Impl {
   std::string take_ok(std::pair<Status, std::string> reply, std::string_view what);
 };
 
+// Connecting retries until connect_timeout: the launcher may not listen yet,
+// and a store under a connection flood may evict us before our hello
+// (docs/rendezvous.md, "Admission"). A refusal of the secret is final.
 void StoreClient::Impl::connect() {
   auto deadline = Clock::now() + options.connect_timeout;
+  auto backoff = std::chrono::milliseconds(5);
+  for (int attempt = 1;; ++attempt) {
+    try {
+      handshake(deadline);
+      return;
+    } catch (const HandshakeDropped& dropped) {
+      fd.reset();
+      if (Clock::now() + backoff >= deadline)
+        throw Error(fmt::format(
+            "rendezvous: the store at {} closed the connection ({}) on all {} attempts within {} ms; "
+            "it is overloaded or flooded with connections, or not a lockstep rendezvous store",
+            address, dropped.what, attempt, options.connect_timeout.count()));
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+    }
+  }
+}
+
+void StoreClient::Impl::handshake(Clock::time_point deadline) {
   fd = net::connect_tcp(net::parse_address(address), deadline);
+  send_sequence = recv_sequence = 0;
   std::string hello(wire::kHelloBytes, '\0');
-  if (!net::read_exact(fd.get(), hello.data(), hello.size(), deadline, "reading the greeting"))
-    throw Error(fmt::format(
-        "rendezvous: {} closed the connection before greeting; it refuses new connections "
-        "(too many clients?) or is not a lockstep rendezvous store", address));
-  auto parsed = wire::parse_hello(hello);
-  if (!parsed)
-    throw Error(fmt::format("rendezvous: {} is not a lockstep rendezvous store (bad greeting); "
-                            "check LOCKSTEP_RENDEZVOUS", address));
-  nonce = *parsed;
+  bool greeted = false;
+  try {
+    greeted = net::read_exact(fd.get(), hello.data(), hello.size(), deadline, "reading the greeting");
+    if (greeted) {
+      auto parsed = wire::parse_hello(hello);
+      if (!parsed)
+        throw NotAStore(fmt::format("rendezvous: {} is not a lockstep rendezvous store (bad "
+                                    "greeting); check LOCKSTEP_RENDEZVOUS", address));
+      nonce = *parsed;
+      std::string body = wire::Writer().u8(static_cast<uint8_t>(Op::kHello)).take();
+      net::write_all(fd.get(),
+                     wire::frame(secret, nonce, wire::Direction::kToServer, send_sequence++, body),
+                     deadline, "sending the hello");
+    }
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const NotAStore&) {
+    throw;
+  } catch (const Error& e) {
+    throw HandshakeDropped{e.what()};  // reset by the server
+  }
+  if (!greeted) throw HandshakeDropped{"before greeting"};
+  std::string reply;
+  try {
+    reply = read_reply(deadline, "authenticating");
+  } catch (const ConnectionClosed& closed) {
+    throw HandshakeDropped{closed.what};
+  }
+  if (reply.size() != 1 || static_cast<Status>(reply[0]) != Status::kOk)
+    throw Error(fmt::format("rendezvous: {} answered the hello with something else; it is not "
+                            "a compatible lockstep rendezvous store", address));
 }
 
 std::string StoreClient::Impl::read_reply(Clock::time_point deadline, std::string_view what) {
   char length_bytes[wire::kLengthBytes];
-  if (!net::read_exact(fd.get(), length_bytes, sizeof length_bytes, deadline, what))
-    throw Error(fmt::format(
-        "rendezvous: the store at {} closed the connection {}; it refuses clients whose "
-        "LOCKSTEP_SECRET differs from the launcher's, so check the secret (or the launcher exited)",
-        address, what));
+  bool got = false;
+  try {
+    got = net::read_exact(fd.get(), length_bytes, sizeof length_bytes, deadline, what);
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ConnectionClosed{e.what()};  // reset or cut mid-word
+  }
+  if (!got) throw ConnectionClosed{fmt::format("the store at {} closed the connection {}", address, what)};
   size_t length = wire::load_u32(length_bytes);
+  if (length == wire::kRefusedBadSecret)
+    throw Error(fmt::format(
+        "rendezvous: the store at {} refused this client's authentication: LOCKSTEP_SECRET differs "
+        "from the launcher's (start workers with `lockstep run`, which sets both)", address));
+  if (length == wire::kRefusedTooManyClients)
+    throw Error(fmt::format("rendezvous: the store at {} already serves its maximum number of "
+                            "clients; close unused StoreClients", address));
   if (length > wire::kMaxBodyBytes)
     throw Error(fmt::format("rendezvous: reply from {} is oversized ({} bytes)", address, length));
   std::string rest(length + wire::kMacBytes, '\0');
@@ -99,7 +170,13 @@ std::pair<Status, std::string> StoreClient::Impl::call(const std::string& body,
     auto deadline = Clock::now() + op_timeout + options.reply_slack;
     std::string message = wire::frame(secret, nonce, wire::Direction::kToServer, send_sequence++, body);
     net::write_all(fd.get(), message, deadline, what);
-    std::string reply = read_reply(deadline, what);
+    std::string reply;
+    try {
+      reply = read_reply(deadline, what);
+    } catch (const ConnectionClosed& closed) {
+      throw Error(fmt::format("rendezvous: {} (the launcher exited or the connection broke)",
+                              closed.what));
+    }
     if (reply.empty()) throw Error(fmt::format("rendezvous: empty reply from {}", address));
     auto status = static_cast<Status>(reply[0]);
     if (status != Status::kOk && status != Status::kTimeout && status != Status::kError)

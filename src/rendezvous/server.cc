@@ -1,124 +1,86 @@
-// StoreServer: one thread, one poll loop, every connection non-blocking.
-//
-// A connection holds at most one request in flight (clients are blocking), so
-// a GET/WAIT whose keys are missing parks the connection until a SET/ADD makes
-// them exist or its deadline passes; nothing else ever blocks the loop.
+// StoreServer: connections, admission and the poll loop (Note [Admission] in
+// server_impl.h); the operations are in server_requests.cc.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <cassert>
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
-#include <limits>
-#include <map>
-#include <memory>
-#include <optional>
-#include <thread>
-#include <vector>
 
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "lockstep/rendezvous/store.h"
 #include "rendezvous/secret.h"
-#include "rendezvous/socket.h"
-#include "rendezvous/wire.h"
+#include "rendezvous/server_impl.h"
 
 namespace lockstep::rendezvous {
 namespace {
 
 using net::Clock;
-using wire::Op;
 using wire::Status;
 
 constexpr size_t kReadChunk = 64 << 10;
-// Beyond one whole frame plus a read chunk, a peer is sending faster than the
-// protocol allows (it must wait for each reply).
+// An authenticated peer may pipeline requests, but beyond one whole frame plus
+// a read chunk ahead of the request being served it is flooding the server.
 constexpr size_t kMaxBuffered = wire::kLengthBytes + wire::kMaxBodyBytes + wire::kMacBytes + kReadChunk;
+// All an unauthenticated connection can make the server hold.
+constexpr size_t kMaxFirstFrame = wire::kLengthBytes + wire::kMaxFirstBodyBytes + wire::kMacBytes;
+// Connections accepted per loop turn, so a burst of new connections cannot
+// delay reading the hellos of honest ones already accepted.
+constexpr int kAcceptBatch = 64;
+constexpr auto kLogInterval = std::chrono::seconds(1);
+// The kernel's accept queue. Connections wait there only until the next turn
+// (the loop always accepts), so a deep queue just absorbs bursts: a job's
+// workers all connecting at once, or a flood.
+constexpr int kListenBacklog = 1024;
 
-// Thrown while parsing an authenticated request that breaks the format.
-struct Malformed {
-  std::string reason;
-};
-
-struct Pending {
-  Op op;
-  std::vector<std::string> keys;
-  Clock::time_point deadline;
-};
-
-struct Connection {
-  net::Fd fd;
-  std::string peer;
-  std::string nonce;
-  std::string in;
-  std::string out;
-  size_t out_offset = 0;
-  uint64_t recv_sequence = 0;
-  uint64_t send_sequence = 0;
-  bool authenticated = false;
-  bool dead = false;
-  Clock::time_point accepted_at;
-  std::optional<Pending> pending;
-};
-
-std::optional<int64_t> parse_counter(const std::string& text) {
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) return std::nullopt;
-  return v;
-}
-
-std::vector<std::string> read_keys(wire::Reader& r) {
-  uint32_t count = r.u32();
-  if (count > kMaxKeysPerWait) throw Malformed{fmt::format("{} keys in one request", count)};
-  std::vector<std::string> keys;
-  for (uint32_t i = 0; i < count && !r.failed(); ++i) keys.emplace_back(r.bytes(kMaxKeyBytes));
-  return keys;
-}
-
-void require_end(const wire::Reader& r) {
-  if (!r.at_end()) throw Malformed{"fields do not match the operation"};
-}
+void write_stderr(const std::string& line) { std::fwrite(line.data(), 1, line.size(), stderr); }
 
 }  // namespace
 
-struct StoreServer::Impl {
-  Options options;
-  net::Fd listener;
-  net::Fd wakeup;
-  uint16_t port = 0;
-  std::thread thread;
-  std::atomic<bool> stopping{false};
-  std::atomic<uint64_t> refused{0};
-  std::map<std::string, std::string, std::less<>> data;
-  std::vector<std::unique_ptr<Connection>> connections;
+void RefusalLog::refused(std::string_view prefix, std::string_view peer, std::string_view reason,
+                         Clock::time_point now) {
+  flush(prefix, now);
+  if (printed_any_ && now - last_line_ < kLogInterval) {
+    ++suppressed_;
+    last_ = fmt::format("{}: {}", peer, reason);
+    return;
+  }
+  write_stderr(fmt::format("{}refused rendezvous connection from {}: {}\n", prefix, peer, reason));
+  printed_any_ = true;
+  last_line_ = now;
+}
 
-  void loop();
-  std::optional<Clock::time_point> next_deadline() const;
-  void accept_all();
-  void on_readable(Connection& c);
-  void process_input(Connection& c);
-  void handle_request(Connection& c, std::string_view body);
-  bool try_complete(Connection& c);
-  void complete_waiters();
-  void expire(Clock::time_point now);
-  void reply(Connection& c, Status status, std::string_view payload);
-  void flush(Connection& c);
-  void refuse(Connection& c, std::string_view reason);
-  bool has(std::string_view key) const { return data.find(key) != data.end(); }
-};
+void RefusalLog::flush(std::string_view prefix, Clock::time_point now) {
+  if (suppressed_ == 0 || now - last_line_ < kLogInterval) return;
+  write_stderr(fmt::format("{}refused {} more rendezvous connection(s) in the last {:.1f} s "
+                           "(the last from {})\n",
+                           prefix, suppressed_,
+                           std::chrono::duration<double>(now - last_line_).count(), last_));
+  suppressed_ = 0;
+  last_line_ = now;
+}
 
-void StoreServer::Impl::refuse(Connection& c, std::string_view reason) {
+std::optional<Clock::time_point> RefusalLog::due() const {
+  if (suppressed_ == 0) return std::nullopt;
+  return last_line_ + kLogInterval;
+}
+
+void StoreServer::Impl::refuse(Connection& c, std::string_view reason,
+                               std::optional<uint32_t> marker) {
   if (c.dead) return;
-  c.dead = true;
   refused.fetch_add(1);
-  std::string line = fmt::format("{}refused rendezvous connection from {}: {}\n",
-                                 options.log_prefix, c.peer, reason);
-  std::fwrite(line.data(), 1, line.size(), stderr);
+  refusal_log.refused(options.log_prefix, c.peer, reason, Clock::now());
+  if (marker) {
+    // Best effort: the greeting left the socket buffer nearly empty.
+    std::string word = wire::Writer().u32(*marker).take();
+    [[maybe_unused]] ssize_t n =
+        ::send(c.fd.get(), word.data(), word.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  c.dead = true;
+  c.fd.reset();  // now, not at the end of the turn: an fd is what a flood exhausts
 }
 
 void StoreServer::Impl::reply(Connection& c, Status status, std::string_view payload) {
@@ -148,99 +110,31 @@ void StoreServer::Impl::flush(Connection& c) {
   }
 }
 
-bool StoreServer::Impl::try_complete(Connection& c) {
-  const Pending& p = *c.pending;
-  for (const auto& key : p.keys)
-    if (!has(key)) return false;
-  if (p.op == Op::kGet) {
-    reply(c, Status::kOk, wire::Writer().bytes(data.find(p.keys[0])->second).take());
-  } else {
-    reply(c, Status::kOk, {});
+size_t StoreServer::Impl::count(bool authenticated) const {
+  size_t n = 0;
+  for (const auto& c : connections) n += !c->dead && c->authenticated == authenticated;
+  return n;
+}
+
+bool StoreServer::Impl::authenticate(Connection& c) {
+  if (count(true) >= options.max_connections) {
+    refuse(c, fmt::format("too many clients (the limit is {})", options.max_connections),
+           wire::kRefusedTooManyClients);
+    return false;
   }
-  c.pending.reset();
+  c.authenticated = true;
   return true;
-}
-
-void StoreServer::Impl::complete_waiters() {
-  for (auto& c : connections)
-    if (!c->dead && c->pending && try_complete(*c)) process_input(*c);
-}
-
-void StoreServer::Impl::handle_request(Connection& c, std::string_view body) {
-  wire::Reader r(body);
-  auto op = static_cast<Op>(r.u8());
-  switch (op) {
-    case Op::kSet: {
-      std::string key(r.bytes(kMaxKeyBytes));
-      std::string value(r.bytes(kMaxValueBytes));
-      require_end(r);
-      data[key] = std::move(value);
-      reply(c, Status::kOk, {});
-      complete_waiters();
-      return;
-    }
-    case Op::kGet:
-    case Op::kWait: {
-      std::vector<std::string> keys;
-      if (op == Op::kGet) keys.emplace_back(r.bytes(kMaxKeyBytes));
-      else keys = read_keys(r);
-      uint32_t timeout_ms = r.u32();
-      require_end(r);
-      if (keys.empty()) throw Malformed{"a wait for no keys"};
-      c.pending = Pending{op, std::move(keys), Clock::now() + std::chrono::milliseconds(timeout_ms)};
-      try_complete(c);
-      return;
-    }
-    case Op::kAdd: {
-      std::string key(r.bytes(kMaxKeyBytes));
-      auto delta = static_cast<int64_t>(r.u64());
-      require_end(r);
-      int64_t current = 0;
-      if (auto it = data.find(key); it != data.end()) {
-        auto parsed = parse_counter(it->second);
-        if (!parsed) {
-          reply(c, Status::kError,
-                fmt::format("rendezvous: key '{}' holds a value that is not a counter; use another "
-                            "key for add()", key));
-          return;
-        }
-        current = *parsed;
-      }
-      int64_t sum = 0;
-      if (__builtin_add_overflow(current, delta, &sum)) {
-        reply(c, Status::kError, fmt::format("rendezvous: add() on key '{}' overflows int64", key));
-        return;
-      }
-      data[key] = std::to_string(sum);
-      reply(c, Status::kOk, wire::Writer().u64(static_cast<uint64_t>(sum)).take());
-      complete_waiters();
-      return;
-    }
-    case Op::kCheck: {
-      std::vector<std::string> keys = read_keys(r);
-      require_end(r);
-      bool all = true;
-      for (const auto& key : keys) all = all && has(key);
-      reply(c, Status::kOk, wire::Writer().u8(all ? 1 : 0).take());
-      return;
-    }
-    case Op::kDelete: {
-      std::string key(r.bytes(kMaxKeyBytes));
-      require_end(r);
-      bool existed = data.erase(key) > 0;
-      reply(c, Status::kOk, wire::Writer().u8(existed ? 1 : 0).take());
-      return;
-    }
-  }
-  throw Malformed{fmt::format("unknown operation {}", static_cast<int>(op))};
 }
 
 void StoreServer::Impl::process_input(Connection& c) {
   while (!c.dead && !c.pending && c.in.size() >= wire::kLengthBytes) {
     size_t length = wire::load_u32(c.in.data());
-    if (length > wire::kMaxBodyBytes) {
-      refuse(c, fmt::format("oversized message ({} bytes; the limit is {})", length,
-                            wire::kMaxBodyBytes));
+    size_t limit = c.authenticated ? wire::kMaxBodyBytes : wire::kMaxFirstBodyBytes;
+    if (length > limit) {
+      refuse(c, c.authenticated
+                    ? fmt::format("oversized message ({} bytes; the limit is {})", length, limit)
+                    : fmt::format("first message of {} bytes before authenticating (the limit "
+                                  "is {})", length, limit));
       return;
     }
     size_t need = wire::kLengthBytes + length + wire::kMacBytes;
@@ -250,11 +144,12 @@ void StoreServer::Impl::process_input(Connection& c) {
     std::string expected =
         wire::mac(options.secret, c.nonce, wire::Direction::kToServer, c.recv_sequence, body);
     if (!wire::mac_matches(expected, received)) {
-      refuse(c, "bad authentication");
+      refuse(c, "bad authentication",
+             c.authenticated ? std::nullopt : std::optional(wire::kRefusedBadSecret));
       return;
     }
     ++c.recv_sequence;
-    c.authenticated = true;
+    if (!c.authenticated && !authenticate(c)) return;
     try {
       handle_request(c, body);
     } catch (const Malformed& m) {
@@ -265,14 +160,23 @@ void StoreServer::Impl::process_input(Connection& c) {
   }
 }
 
+size_t StoreServer::Impl::read_room(const Connection& c) const {
+  if (c.authenticated) return kReadChunk;
+  // Never past the first frame: whatever follows waits for its MAC to verify.
+  assert(c.in.size() < kMaxFirstFrame && "a complete first frame is verified or refused");
+  return std::min(kReadChunk, kMaxFirstFrame - std::min(kMaxFirstFrame, c.in.size()));
+}
+
 void StoreServer::Impl::on_readable(Connection& c) {
   char buf[kReadChunk];
   for (;;) {
-    ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    size_t room = read_room(c);
+    if (room == 0) return;
+    ssize_t n = ::recv(c.fd.get(), buf, room, MSG_DONTWAIT);
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
       if (c.in.size() > kMaxBuffered) {
-        refuse(c, "sent more than one message without waiting for the reply");
+        refuse(c, "sent more than one maximum-size message ahead of the replies");
         return;
       }
       process_input(c);
@@ -290,10 +194,35 @@ void StoreServer::Impl::on_readable(Connection& c) {
   }
 }
 
-void StoreServer::Impl::accept_all() {
-  for (;;) {
+bool StoreServer::Impl::evict_oldest_unauthenticated(std::string_view why) {
+  for (auto& c : connections) {
+    if (c->dead || c->authenticated) continue;
+    refuse(*c, why);
+    return true;
+  }
+  return false;
+}
+
+void StoreServer::Impl::accept_some() {
+  size_t waiting = count(false);
+  for (int i = 0; i < kAcceptBatch; ++i) {
     int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+      // Out of descriptors: an unauthenticated connection gives way, else we
+      // stop accepting until some connection closes.
+      if (evict_oldest_unauthenticated("evicted: the server is out of file descriptors")) {
+        --waiting;
+        continue;
+      }
+      accept_paused = true;
+      return;
+    }
     if (fd < 0) return;  // EAGAIN, or a transient error: poll will wake us again
+    if (waiting >= options.max_unauthenticated &&
+        evict_oldest_unauthenticated(fmt::format(
+            "evicted: still not authenticated when {} newer connections were waiting",
+            options.max_unauthenticated)))
+      --waiting;
     auto c = std::make_unique<Connection>();
     c->fd = net::Fd(fd);
     c->peer = net::peer_name(fd);
@@ -302,7 +231,7 @@ void StoreServer::Impl::accept_all() {
     c->out = wire::make_hello(c->nonce);
     flush(*c);
     connections.push_back(std::move(c));
-    if (connections.size() >= options.max_connections) return;
+    ++waiting;
   }
 }
 
@@ -314,17 +243,20 @@ void StoreServer::Impl::expire(Clock::time_point now) {
       reply(*c, Status::kTimeout, {});
       process_input(*c);
     } else if (!c->authenticated && c->accepted_at + options.handshake_timeout <= now) {
-      refuse(*c, "no authenticated message within the handshake timeout");
+      refuse(*c, fmt::format("no authenticated message within the handshake timeout ({} ms)",
+                             options.handshake_timeout.count()));
     }
   }
+  refusal_log.flush(options.log_prefix, now);
 }
 
 std::optional<Clock::time_point> StoreServer::Impl::next_deadline() const {
-  std::optional<Clock::time_point> next;
+  std::optional<Clock::time_point> next = refusal_log.due();
   auto consider = [&](Clock::time_point t) {
     if (!next || t < *next) next = t;
   };
   for (const auto& c : connections) {
+    if (c->dead) continue;
     if (c->pending) consider(c->pending->deadline);
     if (!c->authenticated) consider(c->accepted_at + options.handshake_timeout);
   }
@@ -335,20 +267,22 @@ void StoreServer::Impl::loop() {
   std::vector<pollfd> fds;
   while (!stopping.load()) {
     fds.clear();
-    bool room = connections.size() < options.max_connections;
     fds.push_back({wakeup.get(), POLLIN, 0});
-    fds.push_back({listener.get(), static_cast<short>(room ? POLLIN : 0), 0});
+    fds.push_back({listener.get(), static_cast<short>(accept_paused ? 0 : POLLIN), 0});
     for (const auto& c : connections)
       fds.push_back({c->fd.get(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
     auto deadline = next_deadline();
     int timeout = deadline ? net::poll_timeout_ms(*deadline) : -1;
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) break;
     if (fds[0].revents) break;
-    // Index against the snapshot: accept_all appends after these.
+    // Index against the snapshot: accept_some appends after these. Readers
+    // first, so honest clients' hellos are verified before a burst of new
+    // connections can evict them (Note [Admission]).
     size_t polled = connections.size();
     for (size_t i = 0; i < polled; ++i) {
       Connection& c = *connections[i];
       short ev = fds[i + 2].revents;
+      if (c.dead) continue;
       try {
         if (ev & POLLOUT) flush(c);
         if (ev & (POLLIN | POLLHUP | POLLERR)) on_readable(c);
@@ -356,17 +290,22 @@ void StoreServer::Impl::loop() {
         refuse(c, fmt::format("internal error: {}", e.what()));
       }
     }
-    if (fds[1].revents & POLLIN) accept_all();
+    if (fds[1].revents & POLLIN) accept_some();
     expire(Clock::now());
+    size_t before = connections.size();
     std::erase_if(connections, [](const auto& c) { return c->dead; });
+    if (connections.size() < before) accept_paused = false;
+    open_connections.store(connections.size());
   }
 }
 
 StoreServer::StoreServer(Options options) : impl_(std::make_unique<Impl>()) {
   if (options.secret.empty())
     throw InvalidArgument("rendezvous: StoreServer needs a non-empty secret (random_secret_hex)");
+  if (options.max_connections == 0 || options.max_unauthenticated == 0)
+    throw InvalidArgument("rendezvous: StoreServer needs max_connections and max_unauthenticated >= 1");
   impl_->options = std::move(options);
-  impl_->listener = net::listen_tcp({impl_->options.host, impl_->options.port}, 128);
+  impl_->listener = net::listen_tcp({impl_->options.host, impl_->options.port}, kListenBacklog);
   impl_->port = net::local_port(impl_->listener.get());
   impl_->wakeup = net::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!impl_->wakeup) throw Error("rendezvous: eventfd() failed");
@@ -393,5 +332,6 @@ std::string StoreServer::address() const {
   return fmt::format("{}:{}", impl_->options.host, impl_->port);
 }
 uint64_t StoreServer::refused_connections() const { return impl_->refused.load(); }
+size_t StoreServer::open_connections() const { return impl_->open_connections.load(); }
 
 }  // namespace lockstep::rendezvous

@@ -136,10 +136,14 @@ int connect_once(int fd, const sockaddr_in& addr, Clock::time_point deadline) {
 Fd connect_tcp(const HostPort& where, Clock::time_point deadline) {
   sockaddr_in addr = to_sockaddr(where);
   auto backoff = std::chrono::milliseconds(10);
+  // A listener whose accept queue is full drops our SYN and the kernel resends
+  // it only after a second; a fresh attempt after 100 ms (doubling, for slow
+  // networks) gets through sooner when the server is draining a flood.
+  auto attempt_limit = std::chrono::milliseconds(100);
   for (;;) {
     Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) throw Error(fmt::format("rendezvous: socket() failed: {}", std::strerror(errno)));
-    int err = connect_once(fd.get(), addr, deadline);
+    int err = connect_once(fd.get(), addr, std::min(deadline, Clock::now() + attempt_limit));
     if (err == 0) {
       int one = 1;
       ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -149,11 +153,16 @@ Fd connect_tcp(const HostPort& where, Clock::time_point deadline) {
     // like refused, until the deadline.
     bool retryable = err == ECONNREFUSED || err == EINTR || err == ETIMEDOUT || err == EAGAIN ||
                      err == ENETUNREACH || err == EHOSTUNREACH;
-    if (!retryable || Clock::now() + backoff >= deadline)
+    bool waited = err == ETIMEDOUT;  // the attempt used up its time already
+    if (!retryable || Clock::now() + (waited ? std::chrono::milliseconds(0) : backoff) >= deadline)
       throw Error(fmt::format(
           "rendezvous: cannot connect to {}:{}: {}; check LOCKSTEP_RENDEZVOUS and that the "
           "launcher is running",
           where.host, where.port, std::strerror(err)));
+    if (waited) {
+      attempt_limit = std::min(attempt_limit * 2, std::chrono::milliseconds(2000));
+      continue;
+    }
     // Nothing to wait on while nobody listens: back off and retry.
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));

@@ -18,8 +18,21 @@ inline constexpr size_t kMacBytes = 32;
 inline constexpr size_t kLengthBytes = 4;
 // The largest body: a SET of the largest key and value, plus field headers.
 inline constexpr size_t kMaxBodyBytes = (64u << 20) + (8u << 10);
+// The largest body of a connection's first frame, which the server must buffer
+// before it can check the MAC: a GET of the longest key fits, and a
+// connection that has not proved it holds the secret can make the server
+// hold no more than this.
+inline constexpr size_t kMaxFirstBodyBytes = 8u << 10;
+// Instead of a frame length, the server's last word before closing a
+// connection it will not serve (never a valid length: both exceed
+// kMaxBodyBytes). Unauthenticated, so a client only ever treats it as a
+// refusal, never as data.
+inline constexpr uint32_t kRefusedBadSecret = 0xffffffffu;
+inline constexpr uint32_t kRefusedTooManyClients = 0xfffffffeu;
 
-enum class Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kDelete = 6 };
+// kHello has no fields: a client sends it right after the greeting so the
+// connection is authenticated before its first real (possibly large) request.
+enum class Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kDelete = 6, kHello = 7 };
 enum class Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
 // Distinguishes the two directions so a server message cannot be replayed as a
 // client one.

@@ -49,9 +49,15 @@ class StoreServer {
     uint16_t port = 0;               // 0 = ephemeral
     std::string secret;              // raw key bytes (decode_secret_hex)
     std::string log_prefix = "lockstep run: ";  // for refused connections on stderr
+    // Authenticated connections (clients holding the secret).
     size_t max_connections = 1024;
-    // A connection must send its first authenticated message within this time.
-    std::chrono::milliseconds handshake_timeout{10000};
+    // Connections that have not yet sent a frame whose MAC verifies. Beyond
+    // this, a new connection evicts the oldest of them (docs/rendezvous.md,
+    // "Admission"), so idle connections cannot keep clients out.
+    size_t max_unauthenticated = 256;
+    // A connection must send its first authenticated message within this
+    // time. Honest clients do so one round trip after connecting.
+    std::chrono::milliseconds handshake_timeout{1000};
   };
 
   // Binds and listens; throws lockstep::Error naming the address on failure.
@@ -65,8 +71,12 @@ class StoreServer {
 
   uint16_t port() const;
   std::string address() const;  // "host:port"
-  // Connections closed for bad authentication or malformed input so far.
+  // Connections closed for bad authentication, malformed input, the handshake
+  // timeout or eviction so far.
   uint64_t refused_connections() const;
+  // Connections open after the serving thread's last turn (for tests and
+  // diagnostics).
+  size_t open_connections() const;
 
  private:
   struct Impl;
