@@ -13,6 +13,10 @@ std::string_view advice(Problem problem) {
     case Problem::kUndecodable:
       return "re-encode or remove the image at its source and re-convert, or set "
              "bad_data=skip to skip such records";
+    case Problem::kIndexMismatch:
+      return "the shard was truncated, appended to or replaced after it was indexed: re-create "
+             "it with 'lockstep convert' (or its index with 'lockstep convert index'), or set "
+             "bad_data=skip to skip the missing records";
     default:
       return "the shard is corrupt or truncated: re-create it with 'lockstep convert', or "
              "set bad_data=skip to skip such records";
@@ -30,6 +34,7 @@ std::string_view problem_name(Problem problem) {
     case Problem::kPayloadCrc: return "payload CRC mismatch";
     case Problem::kBadExample: return "bad tf.train.Example";
     case Problem::kUndecodable: return "undecodable image";
+    case Problem::kIndexMismatch: return "shard does not match its index";
   }
   return "unknown problem";
 }

@@ -70,6 +70,12 @@ Frame parse_frame(std::span<const uint8_t> bytes) {
 }
 
 Frame parse_indexed_frame(std::span<const uint8_t> bytes) {
+  // No frame is empty, so no byte at all means the file ends before the
+  // record: cut at a record boundary (or earlier) after indexing.
+  if (bytes.empty())
+    return problem(Problem::kIndexMismatch,
+                   "the file ends before this record, which its index lists; it is shorter "
+                   "than when it was indexed");
   Frame frame = parse_frame(bytes);
   if (frame.problem == Problem::kNone && frame.size != bytes.size())
     return problem(Problem::kLengthCrc,

@@ -18,6 +18,13 @@ RecordReader::RecordReader(std::string path, BadDataPolicy policy)
     throw Error(fmt::format("cannot open record file {}: {}", path_, std::strerror(errno)));
 }
 
+RecordReader::RecordReader(const ShardInfo& shard, BadDataPolicy policy)
+    : RecordReader(shard.path, policy) {
+  indexed_ = true;
+  indexed_offsets_ = shard.offsets;
+  indexed_bytes_ = shard.bytes;
+}
+
 RecordReader::~RecordReader() {
   if (file_) std::fclose(file_);
 }
@@ -54,26 +61,62 @@ void RecordReader::fail(const Frame& frame) {
   if (skipped_++ == 0) first_skip_reason_ = error.what();
 }
 
+// `count` records are lost to the mismatch (with kSkip they are counted).
+void RecordReader::fail_index(const std::string& detail, uint64_t count) {
+  BadRecord error(Problem::kIndexMismatch, path_, index_, offset_, detail);
+  if (policy_ == BadDataPolicy::kThrow) throw error;
+  if (skipped_ == 0) first_skip_reason_ = error.what();
+  skipped_ += count;
+}
+
+uint64_t RecordReader::indexed_remaining() const {
+  return index_ < indexed_offsets_.size() ? indexed_offsets_.size() - index_ : 0;
+}
+
+bool RecordReader::end_of_file() {
+  done_ = true;
+  if (indexed_remaining() > 0)
+    fail_index(fmt::format("the file ends after {} of the {} records its index lists ({} of {} "
+                           "bytes)", index_, indexed_offsets_.size(), offset_, indexed_bytes_),
+               indexed_remaining());
+  return false;
+}
+
 bool RecordReader::next(std::string* payload) {
   while (!done_) {
     fill(kHeaderBytes);
-    if (unread().empty()) return false;  // clean end of file
+    if (unread().empty()) return end_of_file();
+    if (indexed_remaining() > 0 && indexed_offsets_[index_] != offset_) {
+      done_ = true;
+      fail_index(fmt::format("the record starts at byte {} but its index says {}", offset_,
+                             indexed_offsets_[index_]),
+                 indexed_remaining());
+      return false;
+    }
     Frame frame = parse_frame(unread());
     if (frame.problem == Problem::kTruncatedPayload) {
       fill(frame.size);  // the header is valid; the rest may just not be buffered yet
       frame = parse_frame(unread());
     }
-    size_t advance = frame.size;
-    if (frame.problem == Problem::kNone) payload->assign(frame.payload);
     if (frame.problem != Problem::kNone) fail(frame);
     if (frame.problem != Problem::kNone && frame.problem != Problem::kPayloadCrc) {
-      done_ = true;  // a bad length or a truncation hides where the next record starts
+      // A bad length or a truncation hides where the next record starts; the
+      // index says how many records that loses.
+      if (indexed_remaining() > 1) skipped_ += indexed_remaining() - 1;
+      done_ = true;
       return false;
     }
-    pos_ += advance;
-    offset_ += advance;
+    const bool beyond_index = indexed_ && indexed_remaining() == 0;
+    if (beyond_index)
+      fail_index(fmt::format("the file holds records beyond the {} its index lists ({} bytes)",
+                             indexed_offsets_.size(), indexed_bytes_),
+                 1);
+    const bool deliver = frame.problem == Problem::kNone && !beyond_index;
+    if (deliver) payload->assign(frame.payload);
+    pos_ += frame.size;
+    offset_ += frame.size;
     ++index_;
-    if (frame.problem == Problem::kNone) return true;
+    if (deliver) return true;
   }
   return false;
 }

@@ -46,6 +46,9 @@ const Damage kDamages[] = {
      [](std::string& b, const ShardInfo& s) { b.resize(s.offsets.back() + 12 + 3); }},
     {"mid-header truncation", Problem::kTruncatedHeader, kRecords - 1, nullptr,
      [](std::string& b, const ShardInfo& s) { b.resize(s.offsets.back() + 5); }},
+    // The bug behind a silent 53,636-of-60,000 epoch: a cut at a record boundary.
+    {"cut at a record boundary", Problem::kIndexMismatch, kRecords - 1, nullptr,
+     [](std::string& b, const ShardInfo& s) { b.resize(s.offsets.back()); }},
     {"garbage protobuf", Problem::kBadExample, kBad,
      [](int) { return std::string("\xff\xff\xff\xff not a proto"); }, nullptr},
     {"undecodable jpeg", Problem::kUndecodable, kBad,

@@ -17,6 +17,9 @@ enum class Problem {
   kPayloadCrc,        // masked CRC of the payload does not match
   kBadExample,        // payload is not a tf.train.Example or lacks a needed feature
   kUndecodable,       // image bytes libjpeg/libpng cannot decode, or wrong size
+  kIndexMismatch,     // the shard disagrees with its index: it ends before an indexed
+                      // record (cut at a record boundary), holds records the index
+                      // does not list, or a record starts elsewhere than indexed
 };
 
 std::string_view problem_name(Problem problem);

@@ -14,8 +14,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lockstep/data/bad_record.h"
+#include "lockstep/data/record_index.h"
 
 namespace lockstep::data {
 
@@ -36,6 +38,7 @@ struct Frame {
 Frame parse_frame(std::span<const uint8_t> bytes);
 // Like parse_frame for a record whose extent an index gave: the frame must
 // fill `bytes` exactly, else the index is stale (reported as kLengthCrc).
+// Empty `bytes` (the file ends before the record) is kIndexMismatch.
 Frame parse_indexed_frame(std::span<const uint8_t> bytes);
 
 // Writes framed records to a new file (truncating it). Throws Error on I/O failure.
@@ -61,13 +64,22 @@ class RecordWriter {
   std::string frame_;
 };
 
-// Reads a record file front to back (no index needed), e.g. a shard written by
-// TensorFlow. With kThrow a bad record raises BadRecord; with kSkip a payload
-// CRC mismatch skips one record, while a bad length or a truncation
-// ends the file (the next record cannot be located), counted in skipped().
+// Reads a record file front to back, e.g. a shard written by TensorFlow.
+// With kThrow a bad record raises BadRecord; with kSkip a payload CRC mismatch
+// skips one record, while a bad length or a truncation ends the file (the
+// next record cannot be located), counted in skipped().
+//
+// Given the shard's index entry (ShardInfo), it also checks the file against
+// it: every record must start at its indexed offset, and the file must hold
+// exactly the indexed records. A file that ends early, even cleanly at a
+// record boundary, is kIndexMismatch naming the first missing record (with
+// kSkip every missing record is counted); records beyond the index are
+// kIndexMismatch too (with kSkip counted, not returned). Without it, the end
+// of the file is the end of the data: use it only where no index exists.
 class RecordReader {
  public:
   explicit RecordReader(std::string path, BadDataPolicy policy = BadDataPolicy::kThrow);
+  explicit RecordReader(const ShardInfo& shard, BadDataPolicy policy = BadDataPolicy::kThrow);
   ~RecordReader();
   RecordReader(const RecordReader&) = delete;
   RecordReader& operator=(const RecordReader&) = delete;
@@ -83,6 +95,9 @@ class RecordReader {
   bool fill(size_t needed);  // ensures `needed` unread bytes; false at EOF
   std::span<const uint8_t> unread() const;
   void fail(const Frame& frame);
+  void fail_index(const std::string& detail, uint64_t count);
+  bool end_of_file();
+  uint64_t indexed_remaining() const;
 
   std::string path_;
   BadDataPolicy policy_;
@@ -94,6 +109,9 @@ class RecordReader {
   uint64_t skipped_ = 0;
   bool done_ = false;
   std::string first_skip_reason_;
+  std::vector<uint64_t> indexed_offsets_;  // from the ShardInfo, when given
+  uint64_t indexed_bytes_ = 0;
+  bool indexed_ = false;
 };
 
 }  // namespace lockstep::data
