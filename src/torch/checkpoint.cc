@@ -15,6 +15,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
+#include "torch/checkpoint_temps.h"
 
 namespace lockstep::torch {
 namespace {
@@ -72,23 +73,23 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   namespace fs = std::filesystem;
   fs::path target(path);
   std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
-  std::string temp = fmt::format("{}/.{}.tmp.{}", dir, target.filename().string(), ::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_error("cannot create", temp);
+  detail::LockedTemp temp = detail::create_locked_temp(path);
   try {
-    write_all(fd, bytes, temp);
-    if (::fsync(fd) != 0) io_error("cannot fsync", temp);
+    write_all(temp.fd, bytes, temp.path);
+    if (::fsync(temp.fd) != 0) io_error("cannot fsync", temp.path);
+    if (::rename(temp.path.c_str(), path.c_str()) != 0)
+      io_error("cannot rename the temporary file onto", path);
   } catch (...) {
-    ::close(fd);
-    ::unlink(temp.c_str());
+    ::unlink(temp.path.c_str());
+    ::close(temp.fd);
     throw;
   }
-  ::close(fd);
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    ::unlink(temp.c_str());
-    io_error("cannot rename the temporary file onto", path);
-  }
+  ::close(temp.fd);  // after the rename: the lock guards the temp file's whole life
   fsync_directory(dir);
+}
+
+uint64_t remove_stale_temporary_files(const std::string& path) {
+  return detail::remove_stale_temps(path).files;
 }
 
 void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
@@ -110,6 +111,7 @@ void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
 
 bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
                      ::torch::optim::Optimizer& optimizer, TrainingProgress& progress) {
+  remove_stale_temporary_files(path);  // start-up is when an interrupted write is found
   if (!std::filesystem::exists(path)) return false;
   std::string bytes = read_file(path);
   try {

@@ -226,6 +226,7 @@ void ElasticState::save_checkpoint(const std::string& path) const {
 }
 
 bool ElasticState::load_checkpoint(const std::string& path) {
+  remove_stale_temporary_files(path);  // left by a run killed mid-save
   if (!std::filesystem::exists(path)) return false;
   const std::string bytes = read_whole_file(path);
   Snapshot s;

@@ -36,6 +36,15 @@ bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
                      ::torch::optim::Optimizer& optimizer, TrainingProgress& progress);
 
 // Writes `bytes` to `path` atomically (temp file, fsync, rename, fsync dir).
+// The temp file is `.<name>.tmp.<host>.<pid>.<n>` beside `path`, locked by
+// this process while it exists, so clean-up can tell a live writer's from one
+// a killed writer left (docs/torch.md, "Checkpoints").
 void write_file_atomically(const std::string& path, const std::string& bytes);
+
+// Removes the temporary files an interrupted write_file_atomically(path)
+// left beside `path`, never one whose writer is still alive; returns how many
+// (logged as a warning). load_checkpoint() and ElasticState::load_checkpoint()
+// call it, so a resumed job cleans up after the run that was killed.
+uint64_t remove_stale_temporary_files(const std::string& path);
 
 }  // namespace lockstep::torch
