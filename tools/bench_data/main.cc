@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cases.h"
+#include "common/cli_checks.h"
 #include "datasets.h"
 #include "lockstep/base/error.h"
 #include "lockstep/data/idx.h"
@@ -105,17 +106,28 @@ int main(int argc, char** argv) {
   bool keep = false;
   CLI::App app{"Input pipeline throughput against the training consumption rate",
                "lockstep bench data"};
-  app.add_option("--consume-rate", s.consume_rate, "samples/s training consumes")->default_val(8000);
-  app.add_option("--seconds", s.seconds, "minimum timed seconds per case")->default_val(2);
-  app.add_option("--threads", s.threads, "decode thread counts to try")->delimiter(',');
-  app.add_option("--images", s.images, "generated JPEGs")->default_val(1000);
-  app.add_option("--image-size", s.image_size, "JPEG side in pixels")->default_val(256);
-  app.add_option("--crop", s.crop, "random crop side for JPEGs")->default_val(224);
+  using lockstep::cli::at_least;
+  using lockstep::cli::greater_than;
+  app.add_option("--consume-rate", s.consume_rate, "samples/s training consumes")
+      ->default_val(8000)->check(greater_than(0));
+  app.add_option("--seconds", s.seconds, "minimum timed seconds per case")
+      ->default_val(2)->check(greater_than(0));
+  app.add_option("--threads", s.threads, "decode thread counts to try")
+      ->delimiter(',')->check(at_least(1));
+  app.add_option("--images", s.images, "generated JPEGs")->default_val(1000)->check(at_least(1));
+  app.add_option("--image-size", s.image_size, "JPEG side in pixels")
+      ->default_val(256)->check(at_least(1));
+  app.add_option("--crop", s.crop, "random crop side for JPEGs")->default_val(224)->check(at_least(1));
   app.add_option("--mnist-dir", s.mnist_dir, "Fashion-MNIST folder (synthetic data if missing)");
   app.add_option("--work-dir", s.work_dir, "where to write shards (default: a temp folder)");
   app.add_flag("--keep", keep, "keep the work folder");
   app.add_flag("--json", s.json, "JSON lines instead of a table");
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = lockstep::cli::parse_or_status(app, argc, argv)) return *status;
+  if (s.crop > s.image_size) {
+    std::fprintf(stderr, "lockstep bench data: --crop %d is larger than --image-size %d\n", s.crop,
+                 s.image_size);
+    return 2;
+  }
   bool temp = s.work_dir.empty();
   if (temp) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "lockstep-bench-data-XXXXXX").string();

@@ -18,6 +18,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/engine/engine.h"
+#include "common/cli_checks.h"
 #include "resnet50.h"
 
 namespace lockstep::bench {
@@ -223,13 +224,14 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   lockstep::bench::Options o;
   CLI::App app{"lockstep bench engine: ResNet-50 gradient allreduce through the engine"};
-  app.add_option("--steps", o.steps, "timed steps per mode and round");
-  app.add_option("--warmup", o.warmup, "untimed steps per mode and round");
-  app.add_option("--rounds", o.rounds, "rounds; modes alternate within each");
+  using lockstep::cli::at_least;
+  app.add_option("--steps", o.steps, "timed steps per mode and round")->check(at_least(1));
+  app.add_option("--warmup", o.warmup, "untimed steps per mode and round")->check(at_least(0));
+  app.add_option("--rounds", o.rounds, "rounds; modes alternate within each")->check(at_least(1));
   app.add_option("--sweep", o.sweep, "also time these fusion thresholds, e.g. 0,1MiB,16MiB,64MiB");
   app.add_flag("!--no-timeline", o.timeline, "skip the timeline-overhead run");
   app.add_flag("--json", o.json, "JSON lines instead of a table");
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = lockstep::cli::parse_or_status(app, argc, argv)) return *status;
   try {
     return lockstep::bench::run(o);
   } catch (const std::exception& e) {

@@ -18,6 +18,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/comm/communicator.h"
+#include "common/cli_checks.h"
 #include "lockstep/commands.h"
 
 namespace lockstep::cli {
@@ -91,7 +92,6 @@ std::vector<size_t> size_list(const Options& o, size_t es) {
   for (double s = static_cast<double>(lo); s <= static_cast<double>(hi) * 1.0000001; s *= o.factor) {
     size_t b = std::max(es, static_cast<size_t>(s) / es * es);
     if (out.empty() || out.back() != b) out.push_back(b);
-    if (o.factor <= 1) break;
   }
   return out;
 }
@@ -206,22 +206,21 @@ int bench_collective_main(int argc, char** argv) {
   CLI::App app{"Benchmark one collective over message sizes. Run it under `lockstep run -np N`.",
                "lockstep bench " + o.collective};
   app.add_option("--sizes", o.sizes, "MIN:MAX message bytes per rank, e.g. 8B:256MiB")->capture_default_str();
-  app.add_option("-f,--factor", o.factor, "size multiplier between steps")->capture_default_str();
+  app.add_option("-f,--factor", o.factor, "size multiplier between steps")
+      ->check(greater_than(1))->capture_default_str();
   app.add_option("--dtype", o.dtype, "f16 bf16 f32 f64 i8 u8 i32 i64")->capture_default_str();
   app.add_option("--op", o.op, "sum average min max product")->capture_default_str();
   app.add_option("--backend", o.backend, "auto shm mpi gloo (default: LOCKSTEP_BACKEND)")
       ->capture_default_str();
-  app.add_option("--seconds", o.seconds_per_size, "timed seconds per size")->capture_default_str();
-  app.add_option("--max-iters", o.max_iters, "iteration cap per size")->capture_default_str();
+  app.add_option("--seconds", o.seconds_per_size, "timed seconds per size")
+      ->check(greater_than(0))->capture_default_str();
+  app.add_option("--max-iters", o.max_iters, "iteration cap per size (at least 5)")
+      ->check(at_least(5))->capture_default_str();
   app.add_flag("--check", o.check, "verify results (allreduce f32) before timing");
   app.add_flag("--json", o.json, "one JSON object per size (rank 0)");
   app.add_option("--run-dir", o.run_dir,
                  "rank 0 also writes run.json and appends bench.jsonl there for `lockstep report`");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (auto status = parse_or_status(app, argc, argv)) return *status;
   try {
     return run_bench(o);
   } catch (const InvalidArgument& e) {
