@@ -59,6 +59,12 @@ TEST(PeerFailure, SigkillDuringLargeAllreduceIsReportedByEverySurvivorWithinFive
       std::string what = e.what();
       EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
       EXPECT_NE(what.find("died"), std::string::npos) << what;
+      // The bug: a survivor printed the text of the rank that noticed first
+      // ("rank 0 cannot complete ...") as its own. Each message is either in
+      // this rank's words or says it is relayed.
+      bool own = what.find(fmt::format("rank {} cannot complete", c.rank())) != std::string::npos;
+      bool relayed = what.find(fmt::format("relayed to rank {} from rank", c.rank())) != std::string::npos;
+      EXPECT_TRUE(own != relayed) << what;
     }
   });
   ASSERT_EQ(results.size(), 3u);

@@ -91,8 +91,12 @@ void Waiter::check_abort() {
   while (h.abort_posted.load(std::memory_order_acquire) == 0 && Clock::now() < until)
     std::this_thread::yield();
   std::string reason(h.abort_reason, strnlen(h.abort_reason, sizeof h.abort_reason));
-  // A death is reported as such on every survivor, not as a secondary abort.
-  if (h.abort_posted.load() && h.abort_dead_rank >= 0) throw PeerFailure(h.abort_dead_rank, reason);
+  // A death is reported as such on every survivor, not as a secondary abort,
+  // but in the words of the rank that noticed it: say so.
+  if (h.abort_posted.load() && h.abort_dead_rank >= 0)
+    throw PeerFailure(h.abort_dead_rank,
+                      fmt::format("{} (relayed to rank {} from rank {}, which noticed first)",
+                                  reason, rank_, who));
   throw Aborted(fmt::format("rank {} aborted the job's collectives: {}", who, reason));
 }
 
