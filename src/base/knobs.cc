@@ -95,6 +95,13 @@ constexpr std::array kKnobs = {
          "seconds before rank 0 logs which ranks have not submitted a tensor"},
     Knob{"LOCKSTEP_STALL_TIMEOUT", "300",
          "seconds before pending tensors that some ranks never submitted fail"},
+    Knob{"LOCKSTEP_DEADLOCK_TIMEOUT", "1",
+         "seconds every rank may be blocked waiting with no pending operation able to complete "
+         "before those operations fail with a deadlock report; 0 = off"},
+    Knob{"LOCKSTEP_FLIGHT_RECORDER", "1024",
+         "operations each rank's flight recorder keeps for failure dumps; 0 = off"},
+    Knob{"LOCKSTEP_FLIGHT_DIR", "",
+         "folder for flight-recorder dumps (rank<R>.json); empty = $TMPDIR/lockstep-flight-<job>"},
     Knob{"LOCKSTEP_TIMELINE", "", "path of a Chrome-trace timeline to write"},
     Knob{"LOCKSTEP_AUTOTUNE", "0", "1: tune the fusion threshold online"},
     Knob{"LOCKSTEP_AUTOTUNE_SAMPLES", "10",

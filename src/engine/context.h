@@ -4,10 +4,13 @@
 #include <atomic>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
+#include "engine/flight_recorder.h"
 #include "engine/timeline.h"
+#include "engine/wait_tracker.h"
 #include "lockstep/engine/engine.h"
 
 namespace lockstep::engine::detail {
@@ -24,6 +27,10 @@ struct EngineContext {
   // What this rank asks for (only set rank 0 of the global set is heard).
   std::atomic<size_t> requested_threshold{0};
   std::atomic<bool> autotune_converged{false};
+  // This rank's last operations (Note [Flight recorder]); set by Engine.
+  std::shared_ptr<FlightRecorder> flight;
+  // Threads of this process waiting on operations of any set.
+  std::shared_ptr<WaitTracker> waits = std::make_shared<WaitTracker>();
   // Wakes every worker (set by Engine) so they notice a fatal error.
   std::function<void()> wake_all;
 

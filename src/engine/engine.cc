@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/flight_signal.h"
 #include "engine/submission.h"
 #include "engine/worker.h"
 #include "lockstep/base/error.h"
@@ -48,6 +49,7 @@ struct Engine::Impl {
       set_ranks[id] = ranks;
     }
     if (std::find(ranks.begin(), ranks.end(), world.rank) == ranks.end()) return id;
+    ctx.flight->set_members(id, ranks);
     auto sub = world_comm.split(ranks, fmt::format("ps{}", id));
     auto w = std::make_shared<ProcessSetWorker>(id, ranks, std::move(sub), ctx);
     std::lock_guard lock(mu);
@@ -59,13 +61,16 @@ struct Engine::Impl {
     auto w = worker(set);
     auto state = std::make_shared<detail::OpState>(static_cast<int>(entries.size()),
                                                    std::move(on_done));
+    state->waits = ctx.waits;
     auto now = detail::Clock::now();
-    for (Entry& e : entries) {
-      detail::validate(e, w->set_size());
+    for (Entry& e : entries) detail::validate(e, w->set_size());
+    for (Entry& e : entries) {  // all valid: now they are operations
       e.state = state;
       e.submitted = now;
+      e.flight_id = ctx.flight->submitted(set, e.request);
     }
     w->submit(std::move(entries));
+    ctx.waits->submissions.fetch_add(1);
     return Handle(state);
   }
 };
@@ -79,6 +84,7 @@ Engine::Engine(std::unique_ptr<comm::Communicator> comm, EngineConfig config)
     log(LogLevel::kInfo, "engine: LOCKSTEP_DETERMINISTIC=1 disables LOCKSTEP_AUTOTUNE");
     config.autotune = false;
   }
+  impl_->ctx.flight = detail::make_flight_recorder(config, impl_->world);
   impl_->ctx.current_threshold = config.fusion_threshold;
   impl_->ctx.requested_threshold = config.fusion_threshold;
   impl_->ctx.config = std::move(config);
@@ -96,6 +102,7 @@ Engine::Engine(std::unique_ptr<comm::Communicator> comm, EngineConfig config)
   std::vector<int> all(impl_->world.size);
   for (int r = 0; r < impl_->world.size; ++r) all[r] = r;
   impl_->set_ranks[0] = all;
+  impl_->ctx.flight->set_members(0, all);
   std::vector<std::vector<int>> static_sets;  // all checked before any starts
   for (const auto& ranks : impl_->ctx.config.process_sets)
     static_sets.push_back(detail::checked_set_ranks(ranks, impl_->world.size));

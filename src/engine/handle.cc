@@ -41,6 +41,7 @@ bool Handle::poll() const {
 
 void Handle::wait() const {
   const auto& s = state();
+  detail::WaitScope waiting(s.waits.get());
   std::unique_lock lock(s.mu);
   s.cv.wait(lock, [&] { return s.done; });
   if (s.error) std::rethrow_exception(s.error);
@@ -48,6 +49,7 @@ void Handle::wait() const {
 
 bool Handle::wait_for(std::chrono::milliseconds timeout) const {
   const auto& s = state();
+  detail::WaitScope waiting(s.waits.get());
   std::unique_lock lock(s.mu);
   if (!s.cv.wait_for(lock, timeout, [&] { return s.done; })) return false;
   if (s.error) std::rethrow_exception(s.error);

@@ -20,8 +20,9 @@ struct Layout {
   size_t blob_len(int r) const { return kFixed + r; }
   size_t joined(int r) const { return kFixed + n + r; }
   size_t shutdown(int r) const { return kFixed + 2 * n + r; }
-  size_t slot(uint32_t s) const { return kFixed + 3 * n + s; }
-  size_t total(size_t slots) const { return kFixed + 3 * n + slots; }
+  size_t blocked(int r) const { return kFixed + 3 * n + r; }
+  size_t slot(uint32_t s) const { return kFixed + 4 * n + s; }
+  size_t total(size_t slots) const { return kFixed + 4 * n + slots; }
 };
 
 bool cacheable(Collective c) { return traits(c).cacheable; }
@@ -63,6 +64,7 @@ CycleResult Negotiator::run_cycle(const Offer& offer) {
   header[layout.blob_len(me)] = static_cast<int32_t>(blob.size());
   header[layout.joined(me)] = offer.joined ? 1 : 0;
   header[layout.shutdown(me)] = offer.shutdown ? 1 : 0;
+  header[layout.blocked(me)] = offer.blocked ? 1 : 0;
   for (uint32_t s : offer.cached_slots) header[layout.slot(s)] = 1;
   comm_.allreduce(header.data(), header.size(), DataType::kInt32, ReduceOp::kSum);
 
@@ -70,6 +72,7 @@ CycleResult Negotiator::run_cycle(const Offer& offer) {
   out.fusion_threshold = static_cast<size_t>(std::max<int32_t>(0, header[kThreshold]));
   out.autotune_converged = header[kAutotune] != 0;
   out.joined.resize(size_);
+  out.blocked.resize(size_);
   for (int r = 0; r < size_; ++r) {
     // Each per-rank field has one writer: a sum above 1 (or a negative blob
     // length) means the ranks' header layouts differ, i.e. their replicated
@@ -80,6 +83,7 @@ CycleResult Negotiator::run_cycle(const Offer& offer) {
     LOCKSTEP_DCHECK(header[layout.blob_len(r)] >= 0, "negotiation header: rank {}'s blob is {} bytes",
                     r, header[layout.blob_len(r)]);
     out.joined[r] = header[layout.joined(r)] != 0;
+    out.blocked[r] = header[layout.blocked(r)] != 0;
     out.num_joined += out.joined[r];
     if (header[layout.shutdown(r)] != 0) out.shutdown_ranks.push_back(r);
   }
@@ -93,7 +97,7 @@ CycleResult Negotiator::run_cycle(const Offer& offer) {
     comm_.allgatherv(blob.data(), all.data(), blob_lens, DataType::kUInt8);
     const uint8_t* p = all.data();
     for (int r = 0; r < size_; ++r) {
-      apply_blob(r, p, p + blob_lens[r], slot_holders);
+      out.announced |= apply_blob(r, p, p + blob_lens[r], slot_holders) > 0;
       p += blob_lens[r];
     }
   }
@@ -111,15 +115,16 @@ CycleResult Negotiator::run_cycle(const Offer& offer) {
   out.stall_report = stall_report_due();
   out.stall_action = stall_action_;
   collect_partial(counts, expected, slot_holders, out);
-  if (stall_action_ == StallAction::kAbort) table_.clear();
+  if (stall_action_ == StallAction::kAbort || stall_action_ == StallAction::kDeadlock)
+    table_.clear();
   stall_action_ = static_cast<StallAction>(header[kStallAction]);
   ++cycle_;
   return out;
 }
 
-void Negotiator::apply_blob(int rank, const uint8_t* p, const uint8_t* end,
-                            std::vector<std::vector<int>>& slot_holders) {
-  if (p == end) return;
+uint32_t Negotiator::apply_blob(int rank, const uint8_t* p, const uint8_t* end,
+                                std::vector<std::vector<int>>& slot_holders) {
+  if (p == end) return 0;
   uint32_t n = get_u32(p, end);
   for (uint32_t i = 0; i < n; ++i) {
     Request r = deserialize(p, end);
@@ -131,6 +136,7 @@ void Negotiator::apply_blob(int rank, const uint8_t* p, const uint8_t* end,
     uint32_t s = get_u32(p, end);
     if (s < slot_holders.size()) slot_holders[s].push_back(rank);
   }
+  return n;
 }
 
 void Negotiator::collect_cached_ready(std::span<const int32_t> counts, int expected,

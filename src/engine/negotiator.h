@@ -11,7 +11,8 @@
 //
 //   1. one allreduce(sum) of an int32 vector:
 //        [rank-0 fields: fusion threshold, stall action, autotune state]
-//        [per rank: announcement blob length | joined flag | shutdown flag]
+//        [per rank: announcement blob length | joined flag | shutdown flag |
+//                   blocked flag (Note [Deadlock detection])]
 //        [per cache slot: 1 if this rank has that cached name pending]
 //      A slot whose count equals the number of non-joined ranks is ready.
 //      Rank-0 fields are broadcasts in disguise (the others add 0); per-rank
@@ -56,7 +57,8 @@ inline constexpr auto kHeartbeat = std::chrono::milliseconds(100);
 inline constexpr auto kMinBackoff = std::chrono::microseconds(20);
 inline constexpr auto kMaxBackoff = std::chrono::microseconds(1000);
 
-enum class StallAction : int32_t { kNone = 0, kReport = 1, kAbort = 2 };
+// kDeadlock: fail the set's pending operations now (deadlock_detector.h).
+enum class StallAction : int32_t { kNone = 0, kReport = 1, kAbort = 2, kDeadlock = 3 };
 
 // What this rank tells the others in one cycle.
 struct Offer {
@@ -64,6 +66,7 @@ struct Offer {
   std::vector<uint32_t> cached_slots;  // pending requests matching their cached slot
   bool joined = false;
   bool shutdown = false;
+  bool blocked = false;  // a thread waits on an operation and nothing was submitted since
   // Only rank 0's values are used.
   int64_t fusion_threshold = 0;
   StallAction stall_action = StallAction::kNone;
@@ -80,6 +83,7 @@ struct PartialItem {
 struct CycleResult {
   std::vector<ReadyItem> ready;  // in execution order
   std::vector<uint8_t> joined;   // by set rank
+  std::vector<uint8_t> blocked;  // by set rank (Offer::blocked)
   int num_joined = 0;
   std::vector<int> shutdown_ranks;           // set ranks asking to shut down
   std::optional<int> join_completed_last;    // set rank of the last to join
@@ -88,6 +92,7 @@ struct CycleResult {
   // Something changed: a name ran or was announced, a join completed. Ranks
   // that keep cycling without progress back off (Note [Negotiation]).
   bool progressed = false;
+  bool announced = false;  // some rank announced a request (not just stall-report slots)
   std::vector<PartialItem> partial;          // after this cycle
   bool stall_report = false;                 // `partial` has full `have` lists
   StallAction stall_action = StallAction::kNone;  // when stall_report
@@ -108,8 +113,9 @@ class Negotiator {
 
  private:
   std::vector<uint8_t> encode_blob(const Offer& offer) const;
-  void apply_blob(int rank, const uint8_t* p, const uint8_t* end,
-                  std::vector<std::vector<int>>& slot_holders);
+  // Returns how many requests the blob announced.
+  uint32_t apply_blob(int rank, const uint8_t* p, const uint8_t* end,
+                      std::vector<std::vector<int>>& slot_holders);
   void collect_cached_ready(std::span<const int32_t> counts, int expected, CycleResult& out);
   void collect_announced_ready(CycleResult& out);
   void collect_partial(std::span<const int32_t> counts, int expected,

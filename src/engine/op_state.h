@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "engine/request.h"
+#include "engine/wait_tracker.h"
 #include "lockstep/engine/handle.h"
 
 namespace lockstep::engine::detail {
@@ -36,6 +37,8 @@ struct OpState {
   Shape output_shape;
   std::vector<int64_t> received_splits;
   int value = -1;
+  // Counts threads waiting on this operation (set once at submission).
+  std::shared_ptr<WaitTracker> waits;
 };
 
 // One submitted tensor on this rank. Owned by the ProcessSetWorker's queue
@@ -48,6 +51,7 @@ struct Entry {
   std::shared_ptr<OpState> state;
   Clock::time_point submitted;
   Clock::time_point ready;  // when negotiation found it ready everywhere
+  uint64_t flight_id = 0;   // its FlightRecorder record
 };
 
 }  // namespace lockstep::engine::detail

@@ -27,6 +27,7 @@ StallAction StallInspector::observe(const CycleResult& result, Clock::time_point
     still[p.name] = it == first_seen_.end() ? now : it->second;
   }
   first_seen_ = std::move(still);
+  if (first_seen_.empty()) report_interval_s_ = warning_s_;  // the next stall starts afresh
   if (requested_ || first_seen_.empty()) return StallAction::kNone;
   auto oldest = std::min_element(first_seen_.begin(), first_seen_.end(),
                                  [](auto& a, auto& b) { return a.second < b.second; })->second;
@@ -35,9 +36,10 @@ StallAction StallInspector::observe(const CycleResult& result, Clock::time_point
     requested_ = true;
     return StallAction::kAbort;
   }
-  if (warning_s_ > 0 && age >= warning_s_ && seconds(now - last_report_) >= warning_s_) {
+  if (warning_s_ > 0 && age >= warning_s_ && seconds(now - last_report_) >= report_interval_s_) {
     requested_ = true;
     last_report_ = now;
+    report_interval_s_ *= 2;  // until this stall clears
     return StallAction::kReport;
   }
   return StallAction::kNone;

@@ -20,9 +20,12 @@ class StallInspector {
  public:
   using Clock = std::chrono::steady_clock;
   // timeout_s <= 0 never aborts; warning_s <= 0 never reports.
-  StallInspector(double warning_s, double timeout_s) : warning_s_(warning_s), timeout_s_(timeout_s) {}
+  StallInspector(double warning_s, double timeout_s)
+      : warning_s_(warning_s), timeout_s_(timeout_s), report_interval_s_(warning_s) {}
 
   // After each cycle on set rank 0: what to ask for in the next header.
+  // Reports repeat at a growing interval (warning_s, then twice that, ...)
+  // while the same stall lasts, so a long one is neither silent nor spam.
   StallAction observe(const CycleResult& result, Clock::time_point now);
 
  private:
@@ -30,6 +33,7 @@ class StallInspector {
   double timeout_s_;
   std::unordered_map<std::string, Clock::time_point> first_seen_;
   Clock::time_point last_report_{};
+  double report_interval_s_;  // until the next report; doubles after each
   bool requested_ = false;
 };
 

@@ -23,10 +23,13 @@ EngineConfig EngineConfig::from_knobs() {
   c.deterministic = knob_bool("LOCKSTEP_DETERMINISTIC");
   c.stall_warning_s = knob_double("LOCKSTEP_STALL_WARNING");
   c.stall_timeout_s = knob_double("LOCKSTEP_STALL_TIMEOUT");
+  c.deadlock_timeout_s = knob_double("LOCKSTEP_DEADLOCK_TIMEOUT");
   c.timeline_path = knob_string("LOCKSTEP_TIMELINE");
   c.autotune = knob_bool("LOCKSTEP_AUTOTUNE");
   c.autotune_samples = static_cast<size_t>(knob_int("LOCKSTEP_AUTOTUNE_SAMPLES"));
   c.cache_capacity = static_cast<size_t>(knob_int("LOCKSTEP_CACHE_CAPACITY"));
+  c.flight_recorder = static_cast<size_t>(knob_int("LOCKSTEP_FLIGHT_RECORDER"));
+  c.flight_dir = knob_string("LOCKSTEP_FLIGHT_DIR");
   return c;
 }
 

@@ -18,8 +18,10 @@ ProcessSetWorker::ProcessSetWorker(int id, std::vector<int> global_ranks,
       set_rank_(comm_->rank()),
       negotiator_(*comm_, ranks_, context.config.cache_capacity),
       executor_(*comm_, &context.timeline) {
-  if (set_rank_ == 0)
+  if (set_rank_ == 0) {
     stall_.emplace(ctx_.config.stall_warning_s, ctx_.config.stall_timeout_s);
+    deadlock_.emplace(ctx_.config.deadlock_timeout_s);
+  }
   if (set_rank_ == 0 && id_ == 0 && ctx_.config.autotune && !ctx_.config.deterministic)
     autotune_.emplace(ctx_.config.fusion_threshold, ctx_.config.autotune_samples);
   thread_ = std::thread([this] { loop(); });
@@ -106,6 +108,7 @@ void ProcessSetWorker::drain_incoming() {
 void ProcessSetWorker::loop() {
   for (;;) {
     bool stopping = wait_for_work();
+    sample_blocked();  // before draining: what it saw submitted is in this offer
     drain_incoming();
     Offer offer = build_offer();
     offer.shutdown = stopping;
@@ -120,6 +123,10 @@ void ProcessSetWorker::loop() {
               "engine: process set {} was shut down by {} while this operation was pending", id_,
               format_ranks(who))));
         }
+        // A shutdown that cuts operations short is a failure worth a dump
+        // (taken first, so it shows them pending); an orderly one is not.
+        drain_incoming();
+        if (!pending_.empty() || join_) dump_flight(error_message(why));
         fail_everything(why);
         return;
       }
@@ -130,14 +137,23 @@ void ProcessSetWorker::loop() {
     } catch (...) {
       std::exception_ptr error = translate(std::current_exception());
       ctx_.set_fatal(error);
+      dump_flight(error_message(ctx_.fatal_error()));
       fail_everything(ctx_.fatal_error());
       return;
     }
   }
 }
 
+void ProcessSetWorker::sample_blocked() {
+  const WaitTracker& waits = *ctx_.waits;
+  uint64_t submissions = waits.submissions.load();
+  blocked_ = waits.waiting.load() > 0 && submissions == submissions_seen_;
+  submissions_seen_ = submissions;
+}
+
 Offer ProcessSetWorker::build_offer() {
   Offer offer;
+  offer.blocked = blocked_;
   const int me = set_rank_;
   for (auto& [seq, p] : pending_) {
     if (p.state == State::kNew) {
@@ -175,6 +191,7 @@ void ProcessSetWorker::finish(Entry& entry, std::exception_ptr error) {
     if (entry.request.collective == Collective::kJoin) join_pending_ = false;
     else active_names_.erase(entry.request.name);
   }
+  ctx_.flight->finished(entry.flight_id, error);
   entry.state->complete_one(error);
 }
 
@@ -192,6 +209,10 @@ void ProcessSetWorker::fail_everything(std::exception_ptr error) {
     finish(*join_, error);
     join_.reset();
   }
+}
+
+void ProcessSetWorker::dump_flight(std::string_view reason) {
+  ctx_.flight->dump(fmt::format("process set {}: {}", id_, reason));
 }
 
 std::exception_ptr ProcessSetWorker::translate(std::exception_ptr error) const {

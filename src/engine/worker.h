@@ -23,6 +23,7 @@
 
 #include "engine/autotune.h"
 #include "engine/context.h"
+#include "engine/deadlock_detector.h"
 #include "engine/executor.h"
 #include "engine/negotiator.h"
 #include "engine/stall_inspector.h"
@@ -65,9 +66,12 @@ class ProcessSetWorker {
   void process(CycleResult& result);
   void execute(const CycleResult& result, std::vector<Entry*>& entries);
   void handle_stall(const CycleResult& result);
+  void fail_pending(std::exception_ptr error);
+  void sample_blocked();
   void revalidate_cached();
   void finish(Entry& entry, std::exception_ptr error);
   void fail_everything(std::exception_ptr error);
+  void dump_flight(std::string_view reason);
   std::exception_ptr translate(std::exception_ptr error) const;
   Pending* find(const std::string& name);
 
@@ -91,10 +95,14 @@ class ProcessSetWorker {
   Negotiator negotiator_;
   Executor executor_;
   std::optional<StallInspector> stall_;
+  std::optional<DeadlockDetector> deadlock_;
+  uint64_t submissions_seen_ = 0;  // WaitTracker::submissions at the last cycle
+  bool blocked_ = false;           // sampled before draining (Note [Deadlock detection])
   std::optional<Autotuner> autotune_;
   StallAction next_stall_action_ = StallAction::kNone;
   std::chrono::microseconds backoff_{0};
   uint64_t next_seq_ = 0;
+  int64_t negotiated_seq_ = 0;  // ready items so far: the same count on every rank
   std::map<uint64_t, Pending> pending_;
   std::unordered_map<std::string, uint64_t> seq_of_;
   std::optional<Entry> join_;

@@ -23,13 +23,16 @@ void ProcessSetWorker::process(CycleResult& result) {
     finish(done, nullptr);
   }
   std::vector<Entry*> entries(result.ready.size(), nullptr);
-  for (size_t i = 0; i < result.ready.size(); ++i)
+  for (size_t i = 0; i < result.ready.size(); ++i) {
+    const int64_t seq = negotiated_seq_++;  // counted on every rank, entry or not
     if (Pending* p = find(result.ready[i].request.name)) {
       entries[i] = &p->entry;
+      ctx_.flight->negotiated(p->entry.flight_id, seq);
       p->entry.ready = now;
       if (ctx_.timeline.active())
         ctx_.timeline.record(p->entry.request.name, Phase::kNegotiate, p->entry.submitted, now);
     }
+  }
   auto started = Clock::now();
   execute(result, entries);
   if (autotune_) {
@@ -60,6 +63,8 @@ void ProcessSetWorker::execute(const CycleResult& result, std::vector<Entry*>& e
       if (entries[i0]) entries[i0]->state->value = id;
       continue;
     }
+    for (size_t i : batch.items)
+      if (entries[i]) ctx_.flight->started(entries[i]->flight_id);
     executor_.run(batch, result, entries, errors);
   }
   for (size_t i = 0; i < result.ready.size(); ++i) {
@@ -70,19 +75,39 @@ void ProcessSetWorker::execute(const CycleResult& result, std::vector<Entry*>& e
     seq_of_.erase(name);
     finish(done, errors[i]);
   }
+  for (const ReadyItem& item : result.ready)
+    if (item.error_kind == ItemError::kMismatch) {
+      dump_flight(item.error);  // after finish(): the dump shows them failed
+      break;
+    }
+}
+
+void ProcessSetWorker::fail_pending(std::exception_ptr error) {
+  for (auto& [seq, p] : pending_) finish(p.entry, error);
+  pending_.clear();
+  seq_of_.clear();
 }
 
 void ProcessSetWorker::handle_stall(const CycleResult& result) {
   if (result.stall_report && !result.partial.empty()) {
     std::string what = describe_stall(result, ranks_);
-    if (result.stall_action == StallAction::kAbort) {
+    if (result.stall_action == StallAction::kDeadlock) {
+      std::string message = fmt::format(
+          "engine: deadlock in process set {}: every rank is blocked waiting and no pending "
+          "operation can complete: {}. Each rank must submit the same names; a rank that waits "
+          "for one before submitting another that the others wait for deadlocks "
+          "(LOCKSTEP_DEADLOCK_TIMEOUT={} s)",
+          id_, what, ctx_.config.deadlock_timeout_s);
+      if (set_rank_ == 0) log(LogLevel::kError, "{}", message);
+      dump_flight("deadlock: " + what);  // first, so it shows them pending
+      fail_pending(std::make_exception_ptr(DeadlockError(message)));
+    } else if (result.stall_action == StallAction::kAbort) {
       auto error = std::make_exception_ptr(TimeoutError(fmt::format(
           "engine: stall timeout (LOCKSTEP_STALL_TIMEOUT={} s) in process set {}: {}",
           ctx_.config.stall_timeout_s, id_, what)));
       if (set_rank_ == 0) log(LogLevel::kError, "engine: failing stalled operations: {}", what);
-      for (auto& [seq, p] : pending_) finish(p.entry, error);
-      pending_.clear();
-      seq_of_.clear();
+      dump_flight("stall timeout: " + what);
+      fail_pending(error);
     } else if (set_rank_ == 0) {
       log(LogLevel::kWarning,
           "engine: stall in process set {} (waiting > {} s): {}. A rank that never submits one "
@@ -91,7 +116,9 @@ void ProcessSetWorker::handle_stall(const CycleResult& result) {
           id_, ctx_.config.stall_warning_s, what, ctx_.config.stall_timeout_s);
     }
   }
-  if (stall_) next_stall_action_ = stall_->observe(result, Clock::now());
+  const auto now = Clock::now();
+  if (stall_) next_stall_action_ = stall_->observe(result, now);
+  if (deadlock_ && deadlock_->observe(result, now)) next_stall_action_ = StallAction::kDeadlock;
 }
 
 void ProcessSetWorker::revalidate_cached() {

@@ -26,6 +26,8 @@ commands:
   convert <format> [options]               write record shards (lockstep convert --help)
   sweep --space S.json [options] -- CMD    hyper-parameter search (lockstep sweep --help)
   config                                   print every LOCKSTEP_* knob with its value
+  doctor DIR                               which rank diverged or stalled first, from
+                                           the ranks' flight-recorder dumps
 
 Run 'lockstep <command> --help' for the options of a command.
 )";
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
   if (command == "run") return lockstep::launcher::run_main(argc - 1, argv + 1);
   if (command == "remote-worker") return lockstep::launcher::remote_worker_main(argc - 1, argv + 1);
   if (command == "config") return lockstep::cli::config_main(argc - 1, argv + 1);
+  if (command == "doctor") return lockstep::cli::doctor_main(argc - 1, argv + 1);
   if (command == "bench") {
     if (argc < 3 || argv[2][0] == '-') {
       std::fputs(kUsage, stderr);

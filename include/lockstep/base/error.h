@@ -35,6 +35,15 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
+// Every rank of a process set is blocked waiting for operations that cannot
+// complete (each waits for a collective some other rank never submitted):
+// reported within about a second instead of at the stall timeout. The message
+// names the operations and the ranks that did and did not submit them.
+class DeadlockError : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
+
 // A peer process died or closed its connection. rank() is the dead rank, or -1
 // when the transport cannot tell which.
 class PeerFailure : public Error {

@@ -13,6 +13,7 @@
 // InvalidArgument (bad arguments, a name already pending in that process set,
 // an engine that is shut down). Errors discovered by communicating fail the
 // Handle: MismatchError (ranks disagree), TimeoutError (stall timeout),
+// DeadlockError (every rank waits for operations others never submitted),
 // PeerFailure (a rank died: fails every pending and future operation),
 // Aborted (another rank shut the engine down).
 #pragma once
@@ -39,6 +40,10 @@ struct EngineConfig {
   double stall_warning_s = knob_double("LOCKSTEP_STALL_WARNING", KnobRead::kDefault);
   // <= 0: never fail stalled tensors.
   double stall_timeout_s = knob_double("LOCKSTEP_STALL_TIMEOUT", KnobRead::kDefault);
+  // Every rank blocked waiting with nothing able to complete for this long
+  // fails the set's pending operations with DeadlockError (docs/engine.md,
+  // "Deadlocks"); <= 0: off.
+  double deadlock_timeout_s = knob_double("LOCKSTEP_DEADLOCK_TIMEOUT", KnobRead::kDefault);
   // Empty: no timeline.
   std::string timeline_path = knob_string("LOCKSTEP_TIMELINE", KnobRead::kDefault);
   bool autotune = knob_bool("LOCKSTEP_AUTOTUNE", KnobRead::kDefault);
@@ -48,6 +53,11 @@ struct EngineConfig {
   // Names remembered for the fast path.
   size_t cache_capacity =
       static_cast<size_t>(knob_int("LOCKSTEP_CACHE_CAPACITY", KnobRead::kDefault));
+  // Operations the flight recorder keeps (0: off) and where it dumps them
+  // (empty: $TMPDIR/lockstep-flight-<job id>); docs/engine.md.
+  size_t flight_recorder =
+      static_cast<size_t>(knob_int("LOCKSTEP_FLIGHT_RECORDER", KnobRead::kDefault));
+  std::string flight_dir = knob_string("LOCKSTEP_FLIGHT_DIR", KnobRead::kDefault);
   // Sets created at init, ids 1, 2, ... in this order (ascending global ranks).
   std::vector<std::vector<int>> process_sets;
 
