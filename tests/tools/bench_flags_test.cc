@@ -48,6 +48,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlag{"bench broadcast --seconds 0", "--seconds"},
                       BadFlag{"bench allgather --max-iters 0", "--max-iters"},
                       BadFlag{"bench allreduce --dtype f17", "--dtype"},
+                      BadFlag{"bench allreduce --sizes 0:1MiB", "--sizes"},
                       BadFlag{"bench engine --steps 0", "--steps"},
                       BadFlag{"bench engine --rounds -1", "--rounds"}));
 

@@ -155,6 +155,7 @@ int run_bench(const Options& o) {
   auto op = comm::parse_reduce_op(o.op);
   if (!dtype) throw InvalidArgument(fmt::format("--dtype {}: unknown (f16 bf16 f32 f64 i8 u8 i32 i64)", o.dtype));
   if (!op) throw InvalidArgument(fmt::format("--op {}: unknown (sum average min max product)", o.op));
+  const std::vector<size_t> sizes = size_list(o, comm::dtype_size(*dtype));  // before any rank waits
   auto comm = Communicator::create(comm::WorldInfo::from_environment(), o.backend);
   Runner r{*comm, o, *dtype, *op, comm::dtype_size(*dtype), {}, {}};
   bool lead = comm->rank() == 0;
@@ -164,7 +165,7 @@ int run_bench(const Options& o) {
                "p99(us)", "algbw(GB/s)", "busbw(GB/s)", o.check ? "  check" : "");
   if (lead && !o.run_dir.empty()) write_run_json(o, comm->backend_name(), comm->size());
   bool all_ok = true;
-  for (size_t bytes : size_list(o, r.es)) {
+  for (size_t bytes : sizes) {
     bool ok = !o.check || check_once(r, bytes);
     int32_t bad = ok ? 0 : 1;
     comm->allreduce(&bad, 1, DataType::kInt32, ReduceOp::kMax);
