@@ -84,7 +84,9 @@ class StoreServer {
 };
 
 struct StoreClientOptions {
-  // Connecting retries (the launcher may not be listening yet) until this.
+  // Connecting, including the authenticating HELLO, retries until this: the
+  // launcher may not be listening yet, and a store flooded with connections
+  // may drop ours before it authenticated. A refused secret fails at once.
   std::chrono::milliseconds connect_timeout{30000};
   // How long to wait for the server's reply beyond the operation's own timeout.
   std::chrono::milliseconds reply_slack{10000};
