@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cctype>
 #include <cstdlib>
 #include <string>
 
@@ -50,6 +51,12 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlag{"bench allreduce --dtype f17", "--dtype"},
                       BadFlag{"bench allreduce --sizes 0:1MiB", "--sizes"},
                       BadFlag{"bench engine --steps 0", "--steps"},
-                      BadFlag{"bench engine --rounds -1", "--rounds"}));
+                      BadFlag{"bench engine --rounds -1", "--rounds"}),
+    [](const auto& info) {  // e.g. "bench_allreduce___factor_0"
+      std::string name = info.param.args;
+      for (char& ch : name)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return name;
+    });
 
 }  // namespace
