@@ -10,6 +10,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
+#include "lockstep/comm/traffic.h"
 
 namespace lockstep::comm {
 namespace {
@@ -52,6 +53,12 @@ void check_counts(const char* op, const char* which, std::span<const size_t> cou
 
 size_t sum(std::span<const size_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), size_t{0});
+}
+
+std::vector<size_t> in_bytes(std::span<const size_t> counts, DataType dtype) {
+  std::vector<size_t> out(counts.begin(), counts.end());
+  for (auto& c : out) c *= dtype_size(dtype);
+  return out;
 }
 
 }  // namespace
@@ -109,6 +116,8 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
   check_op("allreduce", op);
   check_buffer("allreduce", "send", send, count);
   check_buffer("allreduce", "recv", recv, count);
+  const uint64_t bytes = count * dtype_size(dtype);
+  detail::count_traffic(bytes, wire::allreduce(bytes, size()));
   guarded(*backend_, [&] { backend_->allreduce(send, recv, count, dtype, op); });
 }
 
@@ -119,6 +128,8 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType d
   check_root("reduce", root, size());
   check_buffer("reduce", "send", send, count);
   if (rank() == root) check_buffer("reduce", "recv", recv, count);
+  const uint64_t bytes = count * dtype_size(dtype);
+  detail::count_traffic(bytes, wire::reduce(bytes, size()));
   guarded(*backend_, [&] { backend_->reduce(send, recv, count, dtype, op, root); });
 }
 
@@ -126,6 +137,8 @@ void Communicator::broadcast(void* buffer, size_t count, DataType dtype, int roo
   check_dtype("broadcast", dtype);
   check_root("broadcast", root, size());
   check_buffer("broadcast", "data", buffer, count);
+  const uint64_t bytes = count * dtype_size(dtype);
+  detail::count_traffic(rank() == root ? bytes : 0, wire::broadcast(bytes, rank(), root, size()));
   guarded(*backend_, [&] { backend_->broadcast(buffer, count, dtype, root); });
 }
 
@@ -140,6 +153,8 @@ void Communicator::allgatherv(const void* send, void* recv, std::span<const size
   check_counts("allgather", "recv_counts", recv_counts, size());
   check_buffer("allgather", "send", send, recv_counts[rank()]);
   check_buffer("allgather", "recv", recv, sum(recv_counts));
+  const auto blocks = in_bytes(recv_counts, dtype);
+  detail::count_traffic(blocks[rank()], wire::allgatherv(blocks, rank()));
   guarded(*backend_, [&] { backend_->allgatherv(send, recv, recv_counts, dtype); });
 }
 
@@ -149,6 +164,8 @@ void Communicator::gather(const void* send, void* recv, size_t count, DataType d
   check_buffer("gather", "send", send, count);
   if (rank() == root) check_buffer("gather", "recv", recv, count * size());
   std::vector<size_t> counts(size(), count);
+  const uint64_t bytes = count * dtype_size(dtype);
+  detail::count_traffic(bytes, rank() == root ? 0 : bytes);
   guarded(*backend_, [&] { backend_->gatherv(send, recv, counts, dtype, root); });
 }
 
@@ -157,6 +174,9 @@ void Communicator::scatter(const void* send, void* recv, size_t count, DataType 
   check_root("scatter", root, size());
   if (rank() == root) check_buffer("scatter", "send", send, count * size());
   check_buffer("scatter", "recv", recv, count);
+  const uint64_t block = count * dtype_size(dtype);
+  const uint64_t sent = rank() == root ? block * static_cast<uint64_t>(size() - 1) : 0;
+  detail::count_traffic(sent, sent);
   guarded(*backend_, [&] { backend_->scatter(send, recv, count, dtype, root); });
 }
 
@@ -166,6 +186,8 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   check_op("reduce_scatter", op);
   check_buffer("reduce_scatter", "send", send, recv_count * size());
   check_buffer("reduce_scatter", "recv", recv, recv_count);
+  const uint64_t bytes = recv_count * static_cast<uint64_t>(size()) * dtype_size(dtype);
+  detail::count_traffic(bytes, wire::reduce_scatter(bytes, size()));
   guarded(*backend_, [&] { backend_->reduce_scatter(send, recv, recv_count, dtype, op); });
 }
 
@@ -187,6 +209,8 @@ void Communicator::alltoallv(const void* send, std::span<const size_t> send_coun
         send_counts[rank()], recv_counts[rank()]));
   if (send == recv && sum(send_counts) > 0)
     throw InvalidArgument("alltoall: send and recv must not be the same buffer");
+  const auto blocks = in_bytes(send_counts, dtype);
+  detail::count_traffic(sum(blocks), wire::alltoallv(blocks, rank()));
   guarded(*backend_, [&] { backend_->alltoallv(send, send_counts, recv, recv_counts, dtype); });
 }
 
@@ -198,6 +222,8 @@ void Communicator::send(const void* buffer, size_t count, DataType dtype, int ds
   check_dtype("send", dtype);
   check_peer("send", dst, rank(), size());
   check_buffer("send", "data", buffer, count);
+  const uint64_t bytes = count * dtype_size(dtype);
+  detail::count_traffic(bytes, bytes);
   guarded(*backend_, [&] { backend_->send(buffer, count, dtype, dst, tag); });
 }
 

@@ -77,7 +77,7 @@ void validate(const DistributedOptimizerOptions& o) {
 // every core of this worker computing, overlapping only time-slices the
 // core between backward and the engine's thread (measured on 2 cores,
 // 2 workers: ~5% fewer samples/s than one fused allreduce per step).
-bool decide_overlap(Overlap requested) {
+bool decide_overlap(Overlap requested, const Group& group) {
   if (requested == Overlap::kOn) return true;
   if (requested == Overlap::kOff) return false;
   const std::string knob = knob_string("LOCKSTEP_OVERLAP");
@@ -86,6 +86,7 @@ bool decide_overlap(Overlap requested) {
   if (knob != "auto" && !knob.empty())
     throw InvalidArgument(fmt::format("LOCKSTEP_OVERLAP='{}' is not one of auto, on, off", knob));
   const bool one_host = local_size() == size();
+  if (group.size() == 1) return false;
   const bool overlap = overlap_pays(one_host, worker_cpu_count(local_size()),
                                     ::at::get_num_threads());
   static std::once_flag logged;
@@ -105,9 +106,10 @@ bool decide_overlap(Overlap requested) {
 DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                                            NamedParameters named,
                                            DistributedOptimizerOptions options)
-    : optimizer_(optimizer), options_(std::move(options)), overlap_(decide_overlap(options_.overlap)) {
+    : optimizer_(optimizer), options_(std::move(options)), overlap_(decide_overlap(options_.overlap, options_.group)) {
   validate(options_);
   detail::init_step_profiler();
+  options_.group.require_member("DistributedOptimizer");
   for (auto& [name, param] : named)
     if (param.requires_grad()) add_slot(name, param);
 }
@@ -115,9 +117,10 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
 DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                                            const ::torch::nn::Module& module,
                                            DistributedOptimizerOptions options)
-    : optimizer_(optimizer), options_(std::move(options)), overlap_(decide_overlap(options_.overlap)) {
+    : optimizer_(optimizer), options_(std::move(options)), overlap_(decide_overlap(options_.overlap, options_.group)) {
   validate(options_);
   detail::init_step_profiler();
+  options_.group.require_member("DistributedOptimizer");
   for (const auto& item : module.named_parameters())
     if (item.value().requires_grad()) add_slot(item.key(), item.value());
 }
@@ -182,7 +185,8 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
         "step() once every backward_passes_per_step={} backward passes",
         slot.name, options_.backward_passes_per_step));
   }
-  if (++slot.passes == options_.backward_passes_per_step && overlap_ && size() > 1) submit(slot);
+  if (++slot.passes == options_.backward_passes_per_step && overlap_ && options_.group.size() > 1)
+    submit(slot);
 }
 
 ::torch::Tensor& DistributedOptimizer::wire_tensor(Slot& slot) {
@@ -192,7 +196,7 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
   if (options_.compression == Compression::kNone) return grad;
   // The whole divisor goes before the cast so the half-precision sum stays in range.
   const bool average = options_.op == ReduceOp::kAverage;
-  slot.wire = (average ? grad / size() : grad).to(wire_dtype(options_.compression));
+  slot.wire = (average ? grad / options_.group.size() : grad).to(wire_dtype(options_.compression));
   return slot.wire;
 }
 
@@ -202,7 +206,8 @@ AllreduceOptions DistributedOptimizer::wire_options() const {
   const double f = options_.gradient_predivide_factor;
   return {.op = ReduceOp::kSum,
           .prescale = scale ? 1.0 / f : 1.0,
-          .postscale = scale ? f / size() : 1.0};
+          .postscale = scale ? f / options_.group.size() : 1.0,
+          .process_set = options_.group.id()};
 }
 
 void DistributedOptimizer::submit(Slot& slot) {
@@ -240,7 +245,7 @@ void DistributedOptimizer::finish(Slot& slot) {
 
 void DistributedOptimizer::synchronize() {
   detail::profile_sync_begin(this);
-  if (size() > 1) {
+  if (options_.group.size() > 1) {
     std::vector<Slot*> pending;
     for (auto& slot : slots_)
       if (!slot->submitted) pending.push_back(slot.get());

@@ -21,21 +21,23 @@ std::string tensor_bytes(const ::torch::Tensor& t) {
 
 }  // namespace
 
-std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name) {
+std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name,
+                            int process_set) {
   if (size() == 1) return bytes;
   auto length = ::torch::tensor({static_cast<int64_t>(bytes.size())}, ::torch::kInt64);
-  broadcast_(length, root, name + ".size");
+  broadcast_(length, root, name + ".size", process_set);
   auto payload = rank() == root ? bytes_tensor(bytes)
                                 : ::torch::empty({length.item<int64_t>()}, ::torch::kUInt8);
-  broadcast_(payload, root, name + ".bytes");
+  broadcast_(payload, root, name + ".bytes", process_set);
   return tensor_bytes(payload);
 }
 
-std::vector<std::string> allgather_bytes(const std::string& bytes, const std::string& name) {
+std::vector<std::string> allgather_bytes(const std::string& bytes, const std::string& name,
+                                         int process_set) {
   if (size() == 1) return {bytes};
   auto lengths = allgather(::torch::tensor({static_cast<int64_t>(bytes.size())}, ::torch::kInt64),
-                           name + ".size");
-  auto payload = allgather(bytes_tensor(bytes), name + ".bytes");
+                           name + ".size", process_set);
+  auto payload = allgather(bytes_tensor(bytes), name + ".bytes", process_set);
   std::vector<std::string> out;
   int64_t offset = 0;
   for (int64_t r = 0; r < lengths.numel(); ++r) {

@@ -27,9 +27,10 @@ std::vector<int64_t> channel_shape(const Tensor& x) {
 }
 
 // Sums of several per-channel tensors over every rank, in f64 in one message.
-std::vector<Tensor> global_sums(const std::vector<Tensor>& parts, const std::string& name) {
+std::vector<Tensor> global_sums(const std::vector<Tensor>& parts, const std::string& name,
+                                int process_set) {
   Tensor packed = ::torch::cat(parts).to(::torch::kFloat64);
-  allreduce_(packed, name, {.op = ReduceOp::kSum});
+  allreduce_(packed, name, {.op = ReduceOp::kSum, .process_set = process_set});
   std::vector<int64_t> sizes;
   for (const auto& p : parts) sizes.push_back(p.numel());
   return packed.split_with_sizes(sizes);
@@ -38,11 +39,12 @@ std::vector<Tensor> global_sums(const std::vector<Tensor>& parts, const std::str
 struct SyncBatchNormFunction : public ::torch::autograd::Function<SyncBatchNormFunction> {
   static Tensor forward(AutogradContext* ctx, Tensor x, Tensor weight, Tensor bias,
                         Tensor running_mean, Tensor running_var, double eps, double momentum,
-                        std::string name) {
+                        std::string name, int64_t process_set) {
     auto dims = reduce_dims(x);
     const int64_t channels = x.size(1);
     auto count = ::torch::full({1}, static_cast<double>(x.numel() / channels), ::torch::kFloat64);
-    auto sums = global_sums({x.sum(dims), (x * x).sum(dims), count}, name + ".stats");
+    auto sums = global_sums({x.sum(dims), (x * x).sum(dims), count}, name + ".stats",
+                          static_cast<int>(process_set));
     const double m = sums[2].item<double>();
     auto mean = sums[0] / m;
     auto var = (sums[1] / m - mean * mean).clamp_min(0);
@@ -59,6 +61,7 @@ struct SyncBatchNormFunction : public ::torch::autograd::Function<SyncBatchNormF
     ctx->save_for_backward({x, weight, mean_x, invstd_x});
     ctx->saved_data["count"] = m;
     ctx->saved_data["name"] = name;
+    ctx->saved_data["process_set"] = process_set;
     return (x - mean_x) * invstd_x * weight.view(shape) + bias.view(shape);
   }
 
@@ -73,12 +76,13 @@ struct SyncBatchNormFunction : public ::torch::autograd::Function<SyncBatchNormF
     Tensor xmu = x - mean;
     Tensor sum_dy = dy.sum(dims);
     Tensor sum_dy_xmu = (dy * xmu).sum(dims);
-    auto global = global_sums({sum_dy, sum_dy_xmu}, name + ".grad");
+    auto global = global_sums({sum_dy, sum_dy_xmu}, name + ".grad",
+                            static_cast<int>(ctx->saved_data["process_set"].toInt()));
     auto mean_dy = (global[0] / m).to(x.dtype()).view(shape);
     auto mean_dy_xmu = (global[1] / m).to(x.dtype()).view(shape);
     Tensor dx = weight.view(shape) * invstd * (dy - mean_dy - xmu * invstd * invstd * mean_dy_xmu);
     Tensor grad_weight = sum_dy_xmu * invstd.view({-1});
-    return {dx, grad_weight, sum_dy, Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    return {dx, grad_weight, sum_dy, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -89,8 +93,8 @@ std::string next_instance_name() {
 
 }  // namespace
 
-SyncBatchNormImpl::SyncBatchNormImpl(::torch::nn::BatchNormOptions options_)
-    : options(std::move(options_)) {
+SyncBatchNormImpl::SyncBatchNormImpl(::torch::nn::BatchNormOptions options_, Group group_)
+    : options(std::move(options_)), group(std::move(group_)) {
   reset();
 }
 
@@ -117,14 +121,14 @@ void SyncBatchNormImpl::reset() {
     num_batches_tracked.add_(1);
     if (!options.momentum()) momentum = 1.0 / num_batches_tracked.item<double>();
   }
-  if (!use_batch_stats || size() == 1) {
+  if (!use_batch_stats || group.size() == 1) {
     return ::torch::batch_norm(input, weight, bias, running_mean, running_var, use_batch_stats,
                                momentum, options.eps(), /*cudnn_enabled=*/false);
   }
   Tensor rm = is_training() ? running_mean : Tensor();
   Tensor rv = is_training() ? running_var : Tensor();
   return SyncBatchNormFunction::apply(input, weight, bias, rm, rv, options.eps(), momentum,
-                                      name_);
+                                      name_, static_cast<int64_t>(group.id()));
 }
 
 void SyncBatchNormImpl::pretty_print(std::ostream& stream) const {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when a layer includes a layer above it (docs/architecture.md):
-#   base < rendezvous < comm < engine < torch;  optim, data stand on base
+#   base < rendezvous < comm < engine < torch < parallel;  optim, data stand on base
 #   (and LibTorch); launcher on base + rendezvous; plan (the planner's
 #   model) on base alone; tools/examples on top.
 set -u
@@ -24,14 +24,15 @@ check() {  # check <layer> <forbidden lockstep layers...> [-- notorch]
     echo "layer '$layer' must not depend on LibTorch"; status=1
   fi
 }
-check base rendezvous comm engine launcher torch optim data notorch
-check plan rendezvous comm engine launcher torch optim data notorch
-check rendezvous comm engine launcher torch optim data notorch
-check comm engine launcher torch optim data notorch
-check engine launcher torch optim data notorch
-check launcher engine torch optim data notorch
-check optim comm engine launcher torch data
-check data comm engine launcher torch optim
-check torch launcher
+check base rendezvous comm engine launcher torch parallel optim data notorch
+check plan rendezvous comm engine launcher torch parallel optim data notorch
+check rendezvous comm engine launcher torch parallel optim data notorch
+check comm engine launcher torch parallel optim data notorch
+check engine launcher torch parallel optim data notorch
+check launcher engine torch parallel optim data notorch
+check optim comm engine launcher torch parallel data
+check data comm engine launcher torch parallel optim
+check torch launcher parallel
+check parallel launcher
 [[ $status == 0 ]] && echo "layering: ok"
 exit $status

@@ -32,6 +32,7 @@
 
 #include "lockstep/comm/types.h"
 #include "lockstep/torch/collectives.h"
+#include "lockstep/torch/group.h"
 
 namespace lockstep::torch {
 
@@ -57,6 +58,9 @@ struct DistributedOptimizerOptions {
   double gradient_predivide_factor = 1.0;
   std::string name_prefix = "grad";  // tensor names: <prefix>.<parameter name>
   Overlap overlap = Overlap::kAuto;
+  // Ranks whose gradients are averaged (default: all), e.g. the data-parallel
+  // replicas of one pipeline stage or tensor shard (lockstep/parallel/mesh.h).
+  Group group{};
 };
 
 class DistributedOptimizer {

@@ -17,10 +17,13 @@
 
 namespace lockstep::torch {
 
-// Root's bytes on every rank.
-std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name);
-// Every rank's bytes, in rank order.
-std::vector<std::string> allgather_bytes(const std::string& bytes, const std::string& name);
+// Root's bytes on every rank (of the process set: a Group's id(); root is a
+// rank of that set).
+std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name,
+                            int process_set = 0);
+// Every rank's bytes, in rank order (of the process set).
+std::vector<std::string> allgather_bytes(const std::string& bytes, const std::string& name,
+                                         int process_set = 0);
 
 template <typename T>
 T broadcast_object(const T& value, int root, const std::string& name,

@@ -10,6 +10,8 @@
 // single-process job. Every rank must run forward/backward of the same
 // layers in the same order (the allreduces are named per layer instance).
 // Accepts any input of shape [N, C, ...] (BatchNorm1d/2d/3d layouts).
+// `group` (default: every rank) limits the statistics to a subset, e.g. the
+// data-parallel replicas of one pipeline stage.
 //
 // Thread-safety: as any torch module, none; forward/backward of one
 // instance run on the training thread (their allreduces are collectives).
@@ -19,11 +21,13 @@
 
 #include <string>
 
+#include "lockstep/torch/group.h"
+
 namespace lockstep::torch {
 
 class SyncBatchNormImpl : public ::torch::nn::Cloneable<SyncBatchNormImpl> {
  public:
-  explicit SyncBatchNormImpl(::torch::nn::BatchNormOptions options);
+  explicit SyncBatchNormImpl(::torch::nn::BatchNormOptions options, Group group = {});
   explicit SyncBatchNormImpl(int64_t num_features)
       : SyncBatchNormImpl(::torch::nn::BatchNormOptions(num_features)) {}
 
@@ -32,6 +36,7 @@ class SyncBatchNormImpl : public ::torch::nn::Cloneable<SyncBatchNormImpl> {
   void pretty_print(std::ostream& stream) const override;
 
   ::torch::nn::BatchNormOptions options;
+  Group group;
   ::torch::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:

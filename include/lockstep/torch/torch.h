@@ -5,6 +5,7 @@
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/distributed_optimizer.h"
 #include "lockstep/torch/elastic.h"
+#include "lockstep/torch/group.h"
 #include "lockstep/torch/metrics.h"
 #include "lockstep/torch/mixed_precision.h"
 #include "lockstep/torch/objects.h"
