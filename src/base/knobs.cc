@@ -44,6 +44,8 @@ constexpr std::array kKnobs = {
          "allreduce gradients during backward (on) or fused once per step (off); auto = on "
          "across hosts or with a spare core",
          "auto|on|off"},
+    Knob{"LOCKSTEP_SERVERS", "0",
+         "dedicated parameter-server ranks (the last K of the job); set by lockstep run --servers K"},
     Knob{"LOCKSTEP_BIND_TO", "auto", "CPU affinity per worker, applied by the torch layer",
          "core|none|auto"},
     Knob{"LOCKSTEP_INTRA_OP_THREADS", "auto",

@@ -62,6 +62,7 @@ struct Parsed {
   std::string min_np, max_np, reset_limit;
   std::vector<std::string> knob_values;  // parallel to knob_flags()
   std::vector<std::string> env_flags;
+  int servers = 0;
 };
 
 void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
@@ -110,6 +111,11 @@ void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
                  "worker; repeatable")
       ->option_text("NAME=VALUE")
       ->allow_extra_args(false);  // one value each: the next word may be the program
+  app.add_option("--servers", p.servers,
+                 "K dedicated parameter-server processes started after the -np workers (ranks "
+                 "N..N+K-1; sets LOCKSTEP_SERVERS; docs/parallelism.md)")
+      ->option_text("K")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--verbose", p.spec.verbose, "print the job id, rendezvous address and worker pids");
   app.add_option("--min-np", p.min_np,
                  "elastic: keep going while at least this many workers live (docs/elastic.md)");
@@ -203,16 +209,25 @@ void resolve_hosts(Parsed& p) {
   if (p.spec.hosts.empty()) {
     if (p.spec.num_proc == 0)
       throw InvalidArgument("-np N is required: the number of workers (or give -H / --hostfile)");
-    check_worker_count(p.spec.num_proc, p.spec.num_proc);
+    check_worker_count(p.spec.num_proc + p.servers, p.spec.num_proc + p.servers);
     return;
   }
   if (p.spec.num_proc == 0)
     for (const auto& h : p.spec.hosts) p.spec.num_proc += h.slots;
   int local = 0;
-  for (const auto& where : place_ranks(p.spec.hosts, p.spec.num_proc))  // checks the slots
+  for (const auto& where : place_ranks(p.spec.hosts, p.spec.num_proc + p.servers))  // checks the slots
     local += where.local;
   if (p.spec.through_slurm) local = 0;  // Slurm placed the allocation
-  check_worker_count(local, p.spec.num_proc);
+  check_worker_count(local, p.spec.num_proc + p.servers);
+}
+
+// --servers K: K more processes after the workers, told their role by the knob.
+void add_servers(Parsed& p) {
+  if (p.servers == 0) return;
+  if (p.spec.elastic.enabled())
+    throw InvalidArgument("--servers cannot be combined with an elastic job (--min-np/--max-np)");
+  p.spec.num_proc += p.servers;
+  p.spec.env.emplace_back("LOCKSTEP_SERVERS", std::to_string(p.servers));
 }
 
 // Every check that needs no worker: exit status 2 with the flag's name.
@@ -220,6 +235,7 @@ void resolve(Parsed& p) {
   resolve_hosts(p);
   resolve_elastic(p);
   collect_env(p);
+  add_servers(p);
 }
 
 // Whether a flag given without "=VALUE" takes the next word as its value.
