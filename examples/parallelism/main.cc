@@ -45,6 +45,9 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--schedule", f.s.schedule, "pipeline: gpipe|1f1b")
       ->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
+  app.add_option("--partition", f.s.partition,
+                 "pipeline: layers per stage, e.g. 7,7 (default: balanced by parameter count)")
+      ->delimiter(',');
   app.add_option("--zero-stage", f.s.zero_stage, "zero: 1 or 2")
       ->check(CLI::IsMember({1, 2}))->capture_default_str();
   app.add_option("--servers", f.s.servers,

@@ -189,6 +189,7 @@ class Pipelined : public Strategy {
     layer_features_ = output_features(net);
     pipe_.emplace(net, lp::PipelineOptions{.micro_batches = f.micro_batches,
                                            .schedule = lp::parse_schedule(f.schedule),
+                                           .partition = f.partition,
                                            .group = mesh_.group("pipeline")});
     params_ = pipe_->parameters();
     optimizer_ = std::make_unique<::torch::optim::Adam>(params_, ::torch::optim::AdamOptions(f.lr));

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "lockstep/parallel/parallel.h"
 
@@ -18,6 +19,7 @@ struct StrategyFlags {
   std::string mesh;               // e.g. data=2,tensor=2 (tensor/pipeline)
   int micro_batches = 4;
   std::string schedule = "1f1b";
+  std::vector<int> partition;     // pipeline: layers per stage (empty: by parameter count)
   int zero_stage = 2;
   int servers = 0;                // ps: colocated servers (0: every worker)
   double lr = 1e-3;

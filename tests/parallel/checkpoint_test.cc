@@ -44,17 +44,9 @@ double train_step(::torch::nn::Sequential& model, Wrapper& wrapper, int step) {
   return lt::allreduce(loss.detach(), fmt::format("loss.{}", step)).item<double>();
 }
 
-// A plain optimizer that looks like the wrappers (single process).
-struct Plain {
-  ::torch::optim::Optimizer& o;
-  void zero_grad() { o.zero_grad(); }
-  void step() { o.step(); }
-};
-
 std::vector<double> uninterrupted() {
   auto model = make_model();
   ::torch::optim::Adam adam(model->parameters(), 0.02);
-  Plain plain{adam};
   std::vector<double> losses;
   for (int s = 0; s < kBefore + kAfter; ++s) {
     auto [x, y] = global_batch(s);
@@ -75,11 +67,11 @@ void write(Kind kind, const std::string& path) {
   if (kind == Kind::kZero) {
     ShardedOptimizer zero(adam, *model, {.stage = 2, .bucket_bytes = 256});
     for (int s = 0; s < kBefore; ++s) train_step(model, zero, s);
-    save_checkpoint(path, *model, zero, {.epoch = 0, .step = kBefore});
+    save_checkpoint(path, *model, zero, {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
   } else {
     lt::DistributedOptimizer dist(adam, *model);
     for (int s = 0; s < kBefore; ++s) train_step(model, dist, s);
-    lt::save_checkpoint(path, *model, adam, {.epoch = 0, .step = kBefore});
+    lt::save_checkpoint(path, *model, adam, {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
   }
 }
 
