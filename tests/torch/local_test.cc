@@ -339,6 +339,75 @@ TEST(Checkpoint, KillDuringWriteLeavesPreviousLoadable) {
   }
 }
 
+// ---- DataLoader sampler
+
+// Yields each example's own index, so batches show which indices were drawn.
+struct IndexDataset : ::torch::data::datasets::Dataset<IndexDataset, int64_t> {
+  explicit IndexDataset(size_t n) : n(n) {}
+  int64_t get(size_t index) override { return static_cast<int64_t>(index); }
+  c10::optional<size_t> size() const override { return n; }
+  size_t n;
+};
+
+// Issue 16.8: a sampler that plugs into LibTorch's DataLoader, with the same
+// number of batches on every rank (else a rank waits for a collective the
+// others never issue) and a new shuffle every epoch.
+TEST(DataLoaderSampler, EveryRankGetsTheSameBatchCountAndEpochsReshuffle) {
+  constexpr size_t kSize = 103, kBatch = 8, kRanks = 3;
+  std::vector<std::vector<std::vector<int64_t>>> seen(kRanks);  // [rank][epoch] -> indices
+  std::vector<size_t> batches(kRanks * 2, 0);
+  for (size_t r = 0; r < kRanks; ++r) {
+    auto loader = ::torch::data::make_data_loader(
+        IndexDataset(kSize), DistributedDataSampler(kSize, kRanks, r),
+        ::torch::data::DataLoaderOptions(kBatch));
+    for (size_t epoch = 0; epoch < 2; ++epoch) {
+      seen[r].emplace_back();
+      for (auto& batch : *loader) {
+        ++batches[r * 2 + epoch];
+        seen[r][epoch].insert(seen[r][epoch].end(), batch.begin(), batch.end());
+      }
+    }
+  }
+  for (size_t i = 1; i < batches.size(); ++i) EXPECT_EQ(batches[i], batches[0]) << i;
+  EXPECT_EQ(batches[0], 5u);  // ceil(ceil(103 / 3) / 8)
+  for (size_t epoch = 0; epoch < 2; ++epoch) {
+    std::set<int64_t> all;
+    for (size_t r = 0; r < kRanks; ++r) all.insert(seen[r][epoch].begin(), seen[r][epoch].end());
+    EXPECT_EQ(all.size(), kSize) << "epoch " << epoch << " misses samples";
+  }
+  EXPECT_NE(seen[0][0], seen[0][1]) << "the second epoch repeated the first one's order";
+  DistributedDataSampler dropping(kSize, kRanks, 0, /*allow_duplicates=*/false);
+  EXPECT_EQ(dropping.batches_per_epoch(kBatch), 5u);  // floor(103 / 3) = 34 -> 5 batches
+}
+
+TEST(DataLoaderSampler, SetEpochChoosesTheShuffleAndDefaultsComeFromTheWorld) {
+  DistributedDataSampler a(50), b(50);  // before init(): rank 0 of 1
+  EXPECT_EQ(a.indices().options().size, 1);
+  a.set_epoch(3);
+  a.reset();
+  b.set_epoch(3);
+  b.reset();
+  EXPECT_EQ(a.next(50), b.next(50));
+  EXPECT_THROW(DistributedDataSampler(10, 2, 2), InvalidArgument);
+}
+
+TEST(DataLoaderSampler, NextTensorBatchGathersTheRowsOfTheSampledIndices) {
+  auto data = ::torch::arange(20).reshape({10, 2});
+  auto targets = ::torch::arange(10) * 100;
+  DistributedSampler sampler({.dataset_size = 10, .rank = 1, .size = 2, .seed = 9});
+  std::vector<int64_t> expected = DistributedSampler(sampler.options()).next_batch(4);
+  auto batch = next_tensor_batch(sampler, data, targets, 4);
+  ASSERT_TRUE(batch.has_value());
+  ASSERT_EQ(batch->data.size(0), 4);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(batch->target[static_cast<int64_t>(i)].item<int64_t>(), expected[i] * 100);
+    EXPECT_EQ(batch->data[static_cast<int64_t>(i)][1].item<int64_t>(), expected[i] * 2 + 1);
+  }
+  EXPECT_TRUE(next_tensor_batch(sampler, data, targets, 4).has_value());  // rows 4..5 of 5
+  EXPECT_FALSE(next_tensor_batch(sampler, data, targets, 4).has_value());
+  EXPECT_THROW(next_tensor_batch(sampler, data.narrow(0, 0, 9), targets, 4), InvalidArgument);
+}
+
 // ---- placement
 
 TEST(Placement, CoreBindingSplitsCpusIntoBlocks) {

@@ -3,6 +3,7 @@
 
 #include "lockstep/torch/checkpoint.h"
 #include "lockstep/torch/collectives.h"
+#include "lockstep/torch/data_loader.h"
 #include "lockstep/torch/distributed_optimizer.h"
 #include "lockstep/torch/elastic.h"
 #include "lockstep/torch/group.h"
