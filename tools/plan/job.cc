@@ -21,6 +21,19 @@ namespace lockstep::plan_tool {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+volatile sig_atomic_t g_interrupted = 0;
+void on_signal(int) { g_interrupted = 1; }
+}  // namespace
+
+void stop_on_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 std::string bin_dir() {
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -107,6 +120,16 @@ JobResult run_job(const JobSpec& spec) {
       break;
     }
     const double t = elapsed();
+    if (g_interrupted) {
+      // `lockstep run` stops its workers and removes their shared memory on
+      // SIGTERM; SIGKILL only if it has not finished within 5 s.
+      kill(pid, SIGTERM);
+      for (int i = 0; i < 100 && waitpid(pid, nullptr, WNOHANG) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      kill(-pid, SIGKILL);
+      waitpid(pid, nullptr, WNOHANG);
+      throw Error(fmt::format("interrupted while running {}", spec.label));
+    }
     if (!signalled && !spec.stop_when.empty() && std::filesystem::exists(spec.stop_when)) {
       // SIGTERM to `lockstep run`: it stops its workers and cleans up.
       kill(pid, SIGTERM);

@@ -25,8 +25,13 @@ struct JobSpec {
 };
 
 // Blocks until the job ends (or is stopped). Throws lockstep::Error when it
-// cannot be started.
+// cannot be started, or after stopping it when SIGINT/SIGTERM arrived (see
+// stop_on_signals), so that the caller's destructors clean up.
 JobResult run_job(const JobSpec& spec);
+
+// SIGINT and SIGTERM set a flag that run_job() turns into an exception
+// instead of killing this process (which would leave namespaces behind).
+void stop_on_signals();
 
 // The folder of this executable (where the lockstep binaries live).
 std::string bin_dir();

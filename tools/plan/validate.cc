@@ -4,7 +4,9 @@
 // and network fits taken beforehand (docs/plan.md).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -39,6 +41,7 @@ struct Options {
   std::string workdir;
   bool json = false;
   bool quick = false;  // short fits (CI): fewer sizes, less time per size
+  int rounds = 1;
   double timeout_s = 300;
   std::vector<std::string> program;
 };
@@ -47,14 +50,25 @@ struct Point {
   int np = 1, hosts = 1;
   std::string network = "shm";
   bool oversubscribed = false;
-  double measured_ms = 0, predicted_ms = 0, error_pct = 0;
-  double measured_sync_ms = 0, predicted_exposed_ms = 0;
   std::string backend;
   bool overlap = false;
+  // One entry per round.
+  std::vector<double> measured_ms, predicted_ms, measured_sync_ms, predicted_comm_ms;
 };
 
 int cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// Runs the points round by round: each round profiles np 1 again and
+// predicts that round's points from it, so slow drifts of a shared
+// machine's load hit the profile and the measurements alike. Medians over
+// rounds are reported.
 class Validator {
  public:
   explicit Validator(const Options& o) : o_(o) {
@@ -65,13 +79,18 @@ class Validator {
   }
 
   int run() {
-    progress("profile at np 1 ({} thread(s) per rank)", o_.threads);
-    profile_ = measure({"-np", "1"}, "np1");
-    if (!profile_) return 1;
-    std::vector<int> nps = parse_int_list(o_.np, "--np");
-    shm_network_ = network_for_shm(nps);
-    for (int np : nps) shm_point(np);
-    if (o_.netns > 0) netns_points();
+    if (o_.netns > 0) prepare_netns();  // bad shapes fail before any measurement
+    nps_ = parse_int_list(o_.np, "--np");
+    for (int round = 0; round < o_.rounds; ++round) {
+      const std::string r = o_.rounds > 1 ? fmt::format("-r{}", round) : "";
+      progress("round {}/{}: profile at np 1 ({} thread(s) per rank)", round + 1, o_.rounds,
+               o_.threads);
+      auto profile = measure({"-np", "1"}, "np1" + r);
+      if (!profile) return 1;
+      if (round == 0) shm_network_ = network_for_shm();
+      for (int np : nps_) shm_point(*profile, np, r);
+      netns_points(*profile, r, round == 0);
+    }
     report();
     return 0;
   }
@@ -142,13 +161,13 @@ class Validator {
   // The shared-memory costs: the given networks if they have them, else a
   // fit at the validated world sizes that fit on the cores (an
   // oversubscribed sweep would measure the scheduler).
-  plan::NetworkModel network_for_shm(const std::vector<int>& nps) {
+  plan::NetworkModel network_for_shm() {
     if (!o_.networks.empty()) {
       plan::NetworkModel m = plan::resolve_network(o_.networks);
       if (m.has("shm")) return m;
     }
     std::string list;
-    for (int np : nps)
+    for (int np : nps_)
       if (np >= 2 && np <= cores()) list += (list.empty() ? "" : ",") + std::to_string(np);
     if (list.empty()) list = "2";
     progress("fitting shared memory at np {}", list);
@@ -166,117 +185,142 @@ class Validator {
     return s;
   }
 
-  void record(Point p, const plan::Profile& measured, const plan::NetworkModel& net,
-              const plan::Scenario& s) {
-    plan::StepPrediction pred = plan::simulate(*profile_, net, s);
-    plan::ProfileSummary m = plan::summarize(measured);
-    p.measured_ms = m.step_ms;
-    p.measured_sync_ms = m.sync_ms;
-    p.predicted_ms = pred.step_ms;
-    p.predicted_exposed_ms = pred.exposed_comm_ms + pred.straggler_ms;
-    p.error_pct = 100 * (pred.step_ms - m.step_ms) / m.step_ms;
-    p.backend = pred.backend;
-    p.overlap = pred.overlap;
-    points_.push_back(p);
-    progress("np {} hosts {} {}: measured {:.2f} ms, predicted {:.2f} ms ({:+.1f}%)", p.np,
-             p.hosts, p.network, p.measured_ms, p.predicted_ms, p.error_pct);
-  }
-
-  void shm_point(int np) {
-    progress("measuring np {} on this host", np);
-    auto measured = np == 1 ? profile_ : measure({"-np", std::to_string(np)}, fmt::format("np{}", np));
-    if (np == 1) {  // a second run: the run-to-run noise of the profile itself
-      measured = measure({"-np", "1"}, "np1-again");
-    }
-    if (!measured) return;
+  Point& point(int np, int hosts, const std::string& network) {
+    for (auto& p : points_)
+      if (p.np == np && p.hosts == hosts && p.network == network) return p;
     Point p;
     p.np = np;
-    p.network = np == 1 ? "none" : "shm";
+    p.hosts = hosts;
+    p.network = network;
     p.oversubscribed = np * o_.threads > cores();
-    record(p, *measured, shm_network_, scenario(1, np, "gloo"));
+    points_.push_back(p);
+    return points_.back();
   }
 
-  void netns_points() {
-    std::unique_ptr<NetnsHosts> hosts;
+  void record(Point& p, const plan::Profile& profile, const plan::Profile& measured,
+              const plan::NetworkModel& net, const plan::Scenario& s) {
+    plan::StepPrediction pred = plan::simulate(profile, net, s);
+    plan::ProfileSummary m = plan::summarize(measured);
+    p.measured_ms.push_back(m.step_ms);
+    p.measured_sync_ms.push_back(m.sync_ms);
+    p.predicted_ms.push_back(pred.step_ms);
+    p.predicted_comm_ms.push_back(pred.exposed_comm_ms + pred.straggler_ms);
+    p.backend = pred.backend;
+    p.overlap = pred.overlap;
+    progress("np {} hosts {} {}: measured {:.2f} ms, predicted {:.2f} ms ({:+.1f}%)", p.np,
+             p.hosts, p.network, m.step_ms, pred.step_ms,
+             100 * (pred.step_ms - m.step_ms) / m.step_ms);
+  }
+
+  void shm_point(const plan::Profile& profile, int np, const std::string& r) {
+    progress("measuring np {} on this host", np);
+    // np 1 runs again: its error is the run-to-run noise of the profile.
+    auto measured = measure({"-np", std::to_string(np)},
+                            np == 1 ? "np1-again" + r : fmt::format("np{}{}", np, r));
+    if (!measured) return;
+    record(point(np, 1, np == 1 ? "none" : "shm"), profile, *measured, shm_network_,
+           scenario(1, np, "gloo"));
+  }
+
+  void prepare_netns() {
+    size_t start = 0;
+    for (;;) {
+      size_t comma = o_.shapes.find(',', start);
+      shapes_.push_back(
+          parse_shape(o_.shapes.substr(start, comma == std::string::npos ? comma : comma - start)));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
     try {
-      hosts = std::make_unique<NetnsHosts>(o_.netns);
+      hosts_ = std::make_unique<NetnsHosts>(o_.netns);
+    } catch (const InvalidArgument&) {
+      throw;
     } catch (const Error& e) {
       progress("skipping the network-namespace points: {}", e.what());
       return;
     }
     progress("{} network-namespace hosts; netem {}", o_.netns,
-             hosts->netem_available() ? "available (latency can be shaped)"
-                                      : "NOT available in this kernel: links are shaped by rate "
-                                        "(tbf) only, latency is the veth's own");
+             hosts_->netem_available() ? "available (latency can be shaped)"
+                                       : "NOT available in this kernel: links are shaped by rate "
+                                         "(tbf) only, latency is the veth's own");
+    for (const auto& shape : shapes_)
+      if (shape.latency_ms > 0 && !hosts_->netem_available())
+        throw InvalidArgument(fmt::format(
+            "--shape {}: this kernel has no netem (CONFIG_NET_SCH_NETEM), so latency cannot be "
+            "added; give the rate alone (e.g. --shape {})", shape.label, shape.rate));
+  }
+
+  void netns_points(const plan::Profile& profile, const std::string& r, bool first_round) {
+    if (!hosts_) return;
     // The fit runs one rank per host: the flat ring among hosts that is also
     // the hierarchical allreduce's cross-host stage.
     const std::vector<std::string> common = {"--remote-exec", "ip netns exec {host}",
-                                             "--rendezvous-addr", hosts->launcher_ip(), "-H"};
+                                             "--rendezvous-addr", hosts_->launcher_ip(), "-H"};
     std::vector<std::string> launch = common, fit_launch = common;
-    launch.push_back(hosts->host_list(o_.per_host));
-    fit_launch.push_back(hosts->host_list(1));
-    size_t start = 0;
-    for (;;) {
-      size_t comma = o_.shapes.find(',', start);
-      std::string text = o_.shapes.substr(start, comma == std::string::npos ? comma : comma - start);
-      LinkShape shape = parse_shape(text);
-      hosts->shape(shape);
-      progress("fitting Gloo over {} hosts shaped to {}", o_.netns, shape.label);
-      std::vector<std::string> fit_args;
-      for (const auto& a : fit_launch) fit_args.push_back("--launcher-arg=" + a);
-      plan::NetworkModel net = plan::merge(shm_network_, fit("gloo", fit_args, "gloo-" + text));
-      progress("measuring {} hosts over {}", o_.netns, shape.label);
-      if (auto measured = measure(launch, fmt::format("netns{}-{}", o_.netns, text))) {
-        Point p;
-        p.np = o_.netns * o_.per_host;
-        p.hosts = o_.netns;
-        p.network = "gloo " + shape.label;
-        p.oversubscribed = p.np * o_.threads > cores();
-        record(p, *measured, net, scenario(o_.netns, o_.per_host, "gloo"));
+    launch.push_back(hosts_->host_list(o_.per_host));
+    fit_launch.push_back(hosts_->host_list(1));
+    for (const LinkShape& shape : shapes_) {
+      hosts_->shape(shape);
+      if (first_round) {
+        progress("fitting Gloo over {} hosts shaped to {}", o_.netns, shape.label);
+        std::vector<std::string> fit_args;
+        for (const auto& a : fit_launch) fit_args.push_back("--launcher-arg=" + a);
+        net_of_[shape.label] = plan::merge(shm_network_, fit("gloo", fit_args, "gloo-" + shape.label));
       }
-      if (comma == std::string::npos) break;
-      start = comma + 1;
+      progress("measuring {} hosts over {}", o_.netns, shape.label);
+      if (auto measured = measure(launch, fmt::format("netns{}-{}{}", o_.netns, shape.label, r)))
+        record(point(o_.netns * o_.per_host, o_.netns, "gloo " + shape.label), profile, *measured,
+               net_of_[shape.label], scenario(o_.netns, o_.per_host, "gloo"));
     }
   }
 
   void report() {
-    if (o_.json) {
-      for (const auto& p : points_)
+    for (const auto& p : points_) {
+      const double meas = median(p.measured_ms), pred = median(p.predicted_ms);
+      const double err = meas > 0 ? 100 * (pred - meas) / meas : 0;
+      if (o_.json) {
         fmt::print("{}\n", nlohmann::json{{"np", p.np},
                                           {"hosts", p.hosts},
                                           {"network", p.network},
                                           {"backend", p.backend},
                                           {"overlap", p.overlap},
-                                          {"measured_step_ms", p.measured_ms},
-                                          {"predicted_step_ms", p.predicted_ms},
-                                          {"error_pct", p.error_pct},
-                                          {"measured_sync_ms", p.measured_sync_ms},
-                                          {"predicted_comm_ms", p.predicted_exposed_ms},
+                                          {"rounds", p.measured_ms.size()},
+                                          {"measured_step_ms", meas},
+                                          {"predicted_step_ms", pred},
+                                          {"error_pct", err},
+                                          {"measured_rounds_ms", p.measured_ms},
+                                          {"predicted_rounds_ms", p.predicted_ms},
+                                          {"measured_sync_ms", median(p.measured_sync_ms)},
+                                          {"predicted_comm_ms", median(p.predicted_comm_ms)},
                                           {"oversubscribed", p.oversubscribed}}
                                            .dump());
-      return;
-    }
-    fmt::print("# lockstep plan validate: {} ({} cores, {} intra-op thread(s) per rank, profile "
-               "at np 1: {:.2f} ms/step)\n", shell_join(o_.program), cores(), o_.threads,
-               plan::summarize(*profile_).step_ms);
-    fmt::print("{:>4} {:>6} {:>18} {:>20} {:>8} {:>13} {:>14} {:>8} {:>12} {:>12}  {}\n", "np",
-               "hosts", "network", "backend", "overlap", "measured(ms)", "predicted(ms)",
-               "error", "sync meas.", "comm pred.", "note");
-    for (const auto& p : points_)
-      fmt::print("{:>4} {:>6} {:>18} {:>20} {:>8} {:>13.2f} {:>14.2f} {:>+7.1f}% {:>12.2f} "
-                 "{:>12.2f}  {}\n", p.np, p.hosts, p.network, p.backend, p.overlap ? "on" : "off",
-                 p.measured_ms, p.predicted_ms, p.error_pct, p.measured_sync_ms,
-                 p.predicted_exposed_ms,
+        continue;
+      }
+      if (&p == &points_.front()) {
+        fmt::print("# lockstep plan validate: {} ({} cores, {} intra-op thread(s) per rank, {} "
+                   "round(s), medians over rounds)\n", shell_join(o_.program), cores(), o_.threads,
+                   o_.rounds);
+        fmt::print("{:>4} {:>6} {:>16} {:>20} {:>8} {:>13} {:>14} {:>8} {:>11} {:>11}  {}\n",
+                   "np", "hosts", "network", "backend", "overlap", "measured(ms)",
+                   "predicted(ms)", "error", "sync meas.", "comm pred.", "note");
+      }
+      fmt::print("{:>4} {:>6} {:>16} {:>20} {:>8} {:>13.2f} {:>14.2f} {:>+7.1f}% {:>11.2f} "
+                 "{:>11.2f}  {}\n", p.np, p.hosts, p.network, p.backend, p.overlap ? "on" : "off",
+                 meas, pred, err, median(p.measured_sync_ms), median(p.predicted_comm_ms),
                  p.oversubscribed ? "OVERSUBSCRIBED (more ranks than cores: measures the "
                                     "scheduler)" : "");
-    fmt::print("# files: {}\n", dir_);
+    }
+    if (!o_.json) fmt::print("# files: {}\n", dir_);
   }
 
   const Options& o_;
   std::string dir_;
   int64_t threshold_ = 0;
-  std::optional<plan::Profile> profile_;
+  std::vector<int> nps_;
   plan::NetworkModel shm_network_;
+  std::vector<LinkShape> shapes_;
+  std::unique_ptr<NetnsHosts> hosts_;  // removed (namespaces and all) with the validator
+  std::map<std::string, plan::NetworkModel> net_of_;  // per link shape
   std::vector<Point> points_;
 };
 
@@ -303,6 +347,8 @@ int validate_main(int argc, char** argv) {
   app.add_option("--timeout", o.timeout_s, "seconds per run")->capture_default_str();
   app.add_flag("--json", o.json, "one JSON line per point");
   app.add_flag("--quick", o.quick, "short network fits (for CI; less accurate)");
+  app.add_option("--rounds", o.rounds, "repeat every point (and the np 1 profile) this many "
+                 "times, interleaved; medians are reported")->capture_default_str();
   app.add_option("program", o.program, "-- PROGRAM ARGS...")->required();
   try {
     app.parse(argc, argv);
@@ -310,9 +356,11 @@ int validate_main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.netns < 0 || o.per_host < 1)
+    if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.netns < 0 || o.per_host < 1 ||
+        o.rounds < 1)
       throw InvalidArgument(
-          "--steps, --threads and --per-host must be >= 1, --warmup and --netns >= 0");
+          "--steps, --threads, --per-host and --rounds must be >= 1, --warmup and --netns >= 0");
+    stop_on_signals();
     Validator v(o);
     return v.run();
   } catch (const InvalidArgument& e) {
