@@ -43,7 +43,9 @@ TEST(SweepMainJob, AshaStopsADivergingLearningRateEarly) {
   for (const auto& t : results["trials"]) {
     stopped += t["status"] == "stopped";
     completed += t["status"] == "completed";
-    if (t["status"] == "stopped") EXPECT_LT(t["epochs"].get<int>(), 3) << t;
+    if (t["status"] == "stopped") {
+      EXPECT_LT(t["epochs"].get<int>(), 3) << t;
+    }
   }
   EXPECT_GE(stopped, 1) << results.dump(2);
   EXPECT_GE(completed, 1) << results.dump(2);
