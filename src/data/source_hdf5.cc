@@ -130,11 +130,33 @@ void check_shapes(Hdf5File& f, const SourceSpec& spec) {
 // read allocates it, and a contiguous dataset the file cannot hold.
 constexpr size_t kMaxItemBytes = size_t{256} << 20;
 
+// libhdf5 allocates a whole chunk to read any row of it, so a corrupt (or
+// fuzzed) chunk shape of 4 GiB becomes a 4 GiB calloc inside H5Dread. Real
+// data sets chunk at kilobytes to megabytes; refuse chunks past the limit.
+constexpr hsize_t kMaxChunkBytes = hsize_t{256} << 20;
+
+void check_chunk(const Hdf5File& f, hid_t dataset, const std::string& name) {
+  Id plist(H5Dget_create_plist(dataset), H5Pclose);
+  if (H5Pget_layout(plist.get()) != H5D_CHUNKED) return;
+  hsize_t chunk[H5S_MAX_RANK] = {};
+  int rank = H5Pget_chunk(plist.get(), H5S_MAX_RANK, chunk);
+  Id type(H5Dget_type(dataset), H5Tclose);
+  hsize_t bytes = H5Tget_size(type.get());
+  for (int d = 0; d < rank && bytes <= kMaxChunkBytes; ++d) bytes *= chunk[d];
+  if (rank <= 0 || bytes > kMaxChunkBytes)
+    fail(f.path, fmt::format("dataset '{}' has chunks of more than 256 MiB (or an unreadable "
+                             "chunk shape): the file is corrupt, or rechunk it smaller (for "
+                             "example `h5repack -l {}:CHUNK=64x...`)",
+                             name, name));
+}
+
 void check_extent(const Hdf5File& f, const SourceSpec& spec) {
   if (f.item_bytes() == 0 || f.item_bytes() > kMaxItemBytes)
     fail(f.path, fmt::format("dataset '{}' claims images of {} bytes each; more than 256 MiB "
                              "(or empty) means a corrupt file or images that need tiling",
                              spec.images_dataset, f.item_bytes()));
+  check_chunk(f, f.images.get(), spec.images_dataset);
+  check_chunk(f, f.labels.get(), spec.labels_dataset);
   Id plist(H5Dget_create_plist(f.images.get()), H5Pclose);
   if (H5Pget_layout(plist.get()) != H5D_CONTIGUOUS) return;
   hsize_t stored = H5Dget_storage_size(f.images.get());

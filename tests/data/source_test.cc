@@ -227,6 +227,19 @@ TEST_F(SourceTest, Hdf5UnsupportedDtypeIsAnError) {
   EXPECT_NE(error.find("'/images' has unsupported dtype int32"), std::string::npos) << error;
 }
 
+// The fuzzer's find: a chunk shape of 4 GiB made libhdf5 calloc 4 GiB for
+// the first read. A chunk past 256 MiB is refused at open, naming the dataset.
+TEST_F(SourceTest, Hdf5HugeChunkIsRefusedBeforeAnyRead) {
+  std::string h5 = dir_ / "huge-chunk.h5";
+  // 400000 rows of 28x28 bytes: a 299 MiB chunk, never written (so the file is small).
+  write_reference(fmt::format("h5 {} {} {} --count 10 --empty-chunk-rows 400000", h5, kImages,
+                              kLabels));
+  std::string error = open_error({{h5}});
+  EXPECT_NE(error.find(h5), std::string::npos) << error;
+  EXPECT_NE(error.find("dataset '/images' has chunks of more than 256 MiB"), std::string::npos)
+      << error;
+}
+
 TEST_F(SourceTest, Hdf5TruncatedFileIsAnErrorNamingIt) {
   ConvertResult h5 = convert_idx(kImages, kLabels, {dir_.str(), "cut", 1, {}, SourceFormat::kHdf5});
   std::string bytes = testing::read_file(h5.index_path);

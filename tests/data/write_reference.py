@@ -68,6 +68,8 @@ def main():
     p.add_argument("--labels-name", default="labels")
     p.add_argument("--labels-count", type=int, default=-1)
     p.add_argument("--image-dtype", default="")
+    p.add_argument("--empty-chunk-rows", type=int, default=0,
+                   help="images left unwritten, chunked by this many rows (a chunk shape test)")
     a = p.parse_args()
     images, labels = read_idx(a.images), read_idx(a.labels)
     if a.count:
@@ -79,7 +81,12 @@ def main():
             if a.image_dtype:
                 data = images.astype(a.image_dtype)
             kw = {"chunks": (a.chunk,) + data.shape[1:]} if a.chunk else {}
-            f.create_dataset(a.images_name, data=data, **kw)
+            if a.empty_chunk_rows:
+                f.create_dataset(a.images_name, shape=data.shape, dtype=data.dtype,
+                                 maxshape=(None,) + data.shape[1:],
+                                 chunks=(a.empty_chunk_rows,) + data.shape[1:])
+            else:
+                f.create_dataset(a.images_name, data=data, **kw)
             n = len(labels) if a.labels_count < 0 else a.labels_count
             f.create_dataset(a.labels_name, data=labels[:n].astype(np.int32))
     else:
