@@ -40,8 +40,11 @@ ex::FashionSplit load(const ex::Options& o, const std::string& split, int64_t li
   return out;
 }
 
-int run(const ex::Options& o) {
+// `run_dir` fills in --metrics and --timeline, so it is applied here, once
+// lt::init() knows the rank, and before the timeline starts.
+int run(ex::Options o, const std::string& run_dir, int argc, char** argv) {
   lt::init();
+  ex::apply_run_dir(run_dir, o.metrics, o.timeline, argc, argv);
   if (!o.timeline.empty()) lockstep::engine::global().start_timeline(o.timeline);
   ex::FashionSplit train = load(o, "train", o.train_subset);
   ex::FashionSplit test = load(o, "t10k", o.test_subset);
@@ -73,8 +76,7 @@ int main(int argc, char** argv) {
   if (int status = ex::parse_options(app, argc, argv); status >= 0) return status;
   ex::apply_recipe(app, options);
   try {
-    ex::apply_run_dir(run_dir, options.metrics, options.timeline, argc, argv);
-    return run(options);
+    return run(options, run_dir, argc, argv);
   } catch (const lockstep::engine::RemovedFromWorld& e) {
     fmt::print(stderr, "lockstep-fashion-mnist: leaving the job: {}\n", e.what());
     return 0;

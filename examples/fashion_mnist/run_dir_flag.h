@@ -5,12 +5,12 @@
 // from main.cc so the training program stays about training.
 #pragma once
 
-#include <cstdlib>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "common/run_dir.h"
+#include "lockstep/torch/collectives.h"
 
 namespace lockstep::examples {
 
@@ -20,18 +20,18 @@ inline void add_run_dir_flag(CLI::App& app, std::string& dir) {
                  "(--metrics/--timeline override the last two)");
 }
 
-// Call after parsing, before training. Only rank 0 records the run: every
-// rank computes the same paths, and rank 0 is the one that writes them.
+// Call after lockstep::torch::init() (before it, rank() and size() answer 0
+// and 1, and every rank would write) and before training. Only rank 0
+// records the run: every rank computes the same paths, and rank 0 is the one
+// that writes them.
 inline void apply_run_dir(const std::string& dir, std::string& metrics, std::string& timeline,
                           int argc, char** argv) {
   if (dir.empty()) return;
   if (metrics.empty()) metrics = dir + "/metrics.jsonl";
   if (timeline.empty()) timeline = dir + "/timeline.json";
-  const char* rank = std::getenv("LOCKSTEP_RANK");
-  const char* size = std::getenv("LOCKSTEP_SIZE");
-  if (rank != nullptr && std::string(rank) != "0") return;
+  if (lockstep::torch::rank() != 0) return;
   RunDir(dir, "train", argc, argv,
-         {{"metrics", metrics}, {"timeline", timeline}, {"workers", size ? std::atoi(size) : 1}});
+         {{"metrics", metrics}, {"timeline", timeline}, {"workers", lockstep::torch::size()}});
 }
 
 }  // namespace lockstep::examples

@@ -74,14 +74,22 @@ TEST(FashionMnist, TwoWorkersViaLauncher) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep launcher is not built";
   auto dir = scratch("np2");
-  auto cmd = fmt::format("'{}' run -np 2 '{}' {} --metrics '{}' 2>'{}'", bin("lockstep"),
-                         bin("lockstep-fashion-mnist"), kQuick, (dir / "m.jsonl").string(),
+  auto cmd = fmt::format("'{}' run -np 2 '{}' {} --metrics '{}' --run-dir '{}' 2>'{}'",
+                         bin("lockstep"), bin("lockstep-fashion-mnist"), kQuick,
+                         (dir / "m.jsonl").string(), (dir / "run").string(),
                          (dir / "err.txt").string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto lines = read_metrics(dir / "m.jsonl");
   ASSERT_EQ(lines.size(), 2u);  // rank 0 only
   EXPECT_EQ(lines[1]["workers"].get<int>(), 2);
   EXPECT_GT(lines[1]["test_accuracy"].get<double>(), 0.7);
+  // --run-dir: run.json records the job's size (from lockstep::torch, after
+  // init), and the explicit --metrics wins over DIR/metrics.jsonl.
+  std::ifstream run_json(dir / "run" / "run.json");
+  auto run = nlohmann::json::parse(run_json);
+  EXPECT_EQ(run["workers"].get<int>(), 2);
+  EXPECT_EQ(run["metrics"].get<std::string>(), (dir / "m.jsonl").string());
+  EXPECT_FALSE(fs::exists(dir / "run" / "metrics.jsonl"));
 }
 
 TEST(FashionMnist, TwoWorkersSyncBatchNormAndTimeline) {
