@@ -6,7 +6,7 @@
 # BEHAVIOUR: ok | crash (exit 3 in epoch 2) | hang (sleeps forever in epoch 1)
 set -eu
 metrics=$1 epochs=$2 quality=$3 behaviour=$4
-echo "fake trial: pid $$ quality $quality $behaviour"
+echo "fake trial: pid $$ quality $quality $behaviour host ${LOCKSTEP_HOST:-none}"
 for ((e = 1; e <= epochs; e++)); do
   sleep "${FAKE_EPOCH_SECONDS:-0.3}"
   if [[ $behaviour == crash && $e == 2 ]]; then

@@ -152,6 +152,55 @@ TEST(SweepEndToEnd, ResumesAfterSigkillWithoutRerunningEndedTrials) {
   EXPECT_NE(slurp(dir / "sweep.out").find("resuming"), std::string::npos);
 }
 
+// -H across two hosts on this one machine: the remote-exec wrapper
+// (fake_remote.sh) logs the host it was asked for and runs `lockstep
+// remote-worker` here, as ssh would run it there, so the whole remote path of
+// `lockstep run` (launch block, rendezvous over TCP, output and exit status
+// back through the wrapper) carries every trial. With one slot per host and
+// trials outlasting a poll, both hosts must be used, each trial must run
+// where the journal says, and every result must come back to RUN_DIR.
+TEST(SweepEndToEnd, TrialsRunOnEveryHostOfDashHAndTheirResultsAreGathered) {
+  auto dir = scratch("hosts");
+  auto space = write_space(dir, R"({"quality": {"type": "choice", "values": [1, 2, 3, 4]},
+      "behaviour": {"type": "choice", "values": ["ok"]}})");
+  const auto remote_log = (dir / "remote.log").string();
+  pid_t pid = start_sweep(
+      dir, {"--space", space, "--scheduler", "grid", "-np", "1", "-H", "sweephostA:1,sweephostB:1",
+            "--remote-exec", "bash " LOCKSTEP_SWEEP_TEST_DIR "/fake_remote.sh " + remote_log + " {host}",
+            "--run-arg=--rendezvous-addr=127.0.0.1"}, 2);
+  ASSERT_EQ(wait_exit(pid), 0) << slurp(dir / "sweep.out");
+  const auto events = journal(dir);
+  std::map<std::string, int> trials_on;
+  std::map<int, std::string> host_of;
+  for (const auto& e : events)
+    if (e["event"] == "start") {
+      trials_on[e["host"].get<std::string>()]++;
+      host_of[e["trial"].get<int>()] = e["host"].get<std::string>();
+    }
+  EXPECT_EQ(trials_on.size(), 2u) << slurp(dir / "sweep.out");
+  EXPECT_GE(trials_on["sweephostA"], 1);
+  EXPECT_GE(trials_on["sweephostB"], 1);
+  // Every launch went through the wrapper, once per trial, to the host the journal names.
+  std::map<std::string, int> launched_on;
+  std::ifstream in(remote_log);
+  for (std::string host; std::getline(in, host);) launched_on[host]++;
+  EXPECT_EQ(launched_on, trials_on);
+  const auto e = ends(events);
+  ASSERT_EQ(e.size(), 4u) << slurp(dir / "sweep.out");
+  for (const auto& [trial, end] : e) {
+    EXPECT_EQ(end["status"], "completed") << end;
+    EXPECT_EQ(end["epochs"], 2) << end;
+    EXPECT_EQ(end["value"], 2.0 * (trial + 1)) << end;  // score = quality * epoch
+    EXPECT_NE(slurp(end["log"].get<std::string>()).find("host " + host_of[trial]), std::string::npos)
+        << "trial " << trial << " did not run as a worker of " << host_of[trial] << ":\n"
+        << slurp(end["log"].get<std::string>());
+  }
+  auto results = nlohmann::json::parse(slurp(dir / "run" / "results.json"));
+  ASSERT_EQ(results["trials"].size(), 4u);
+  EXPECT_EQ(results["best"]["trial"], 3);
+  EXPECT_EQ(results["best"]["value"], 8.0);
+}
+
 TEST(SweepEndToEnd, RefusesToOversubscribeAndNamesTheFix) {
   auto dir = scratch("oversubscribe");
   auto space = write_space(dir, R"({"quality": {"type": "choice", "values": [1]},
