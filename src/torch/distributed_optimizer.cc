@@ -169,7 +169,8 @@ void DistributedOptimizer::add_slot(std::string name, const ::torch::Tensor& par
     throw InvalidArgument(fmt::format(
         "DistributedOptimizer: parameter {} is not a leaf tensor requiring grad", name));
   slot->profile_id = detail::profile_add_gradient(
-      this, slot->name, param.numel() * param.element_size(), profile_dtype(param.scalar_type()));
+      this, slot->name, param.numel() * param.element_size(), profile_dtype(param.scalar_type()),
+      overlap_);
   Slot* raw = slot.get();
   slot->hook_key = slot->accumulator->add_post_hook(
       std::make_unique<GradientReadyHook>([this, raw] { on_gradient_ready(*raw); }));

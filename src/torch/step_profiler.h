@@ -28,8 +28,10 @@ class StepProfiler {
   // is destroyed the next one to register starts a fresh recording (its
   // gradients differ). Hooks from any other optimizer are ignored.
   bool owned_by(const void* owner) const { return owner_.load(std::memory_order_relaxed) == owner; }
+  // `overlap`: the owner's decision (overlaps_backward), recorded with the
+  // gradients since it decides how the planner replays them.
   int add_gradient(const void* owner, const std::string& name, int64_t bytes,
-                   const std::string& dtype);
+                   const std::string& dtype, bool overlap);
   void detach(const void* owner);
   void zero_grad();
   void backward_function();  // any autograd node starting (RecordFunction)
@@ -66,9 +68,9 @@ inline StepProfiler* step_profiler() { return g_step_profiler.load(std::memory_o
 
 // `owner` is the calling DistributedOptimizer.
 inline int profile_add_gradient(const void* owner, const std::string& name, int64_t bytes,
-                                const std::string& dtype) {
+                                const std::string& dtype, bool overlap) {
   StepProfiler* p = step_profiler();
-  return p ? p->add_gradient(owner, name, bytes, dtype) : -1;
+  return p ? p->add_gradient(owner, name, bytes, dtype, overlap) : -1;
 }
 inline void profile_detach(const void* owner) {
   if (StepProfiler* p = step_profiler()) p->detach(owner);

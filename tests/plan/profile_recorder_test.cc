@@ -19,11 +19,11 @@ std::string temp_path(const std::string& name) {
           (name + "-" + std::to_string(::getpid()) + ".json")).string();
 }
 
-void train(int steps) {
+void train(int steps, lt::Overlap overlap = lt::Overlap::kAuto) {
   torch::manual_seed(0);
   torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 4));
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  lt::DistributedOptimizer opt(sgd, *model);
+  lt::DistributedOptimizer opt(sgd, *model, {.overlap = overlap});
   lt::DistributedSampler sampler({.dataset_size = 1000, .rank = 0, .size = 1});
   sampler.set_epoch(0);
   torch::Tensor data = torch::randn({1000, 8});
@@ -48,13 +48,16 @@ TEST(PlanProfileRecorder, RecordsStepsGradientsAndSamples) {
   // A new optimizer starts the recording over: 4 more steps are not enough.
   train(4);
   EXPECT_FALSE(std::filesystem::exists(path));
-  train(5);
+  // Regression (ProfileOverlapAlwaysFalse): the profile's `overlap` was
+  // never set, so every recorded run read as overlap off.
+  train(5, lt::Overlap::kOn);
   ASSERT_TRUE(std::filesystem::exists(path));
   EXPECT_FALSE(lt::profiling());
   lockstep::plan::Profile p = lockstep::plan::load_profile(path);
   ASSERT_EQ(p.steps.size(), 3u);
   EXPECT_EQ(p.world_size, 1);
   EXPECT_EQ(p.warmup_steps, 2);
+  EXPECT_TRUE(p.overlap);
   ASSERT_EQ(p.gradients.size(), 4u);
   EXPECT_EQ(p.gradients[0].name, "grad.0.weight");
   EXPECT_EQ(p.gradients[0].bytes, 16 * 8 * 4);
