@@ -30,7 +30,9 @@ def variants(bin_dir, np, extra):
         f"plain-1x{np}": [(plain + ["--threads", str(np)], {})],
         f"plain-1x{np}-tuned": [(plain + ["--threads", str(np)], TUNED)],
         f"indep-{np}x1-tuned": [(plain + ["--threads", "1"], TUNED)] * np,
-        "lockstep-1": [(dist, {})],
+        # One thread, like plain-1x1: alone on an idle host, the placement
+        # rule would give a single worker every CPU.
+        "lockstep-1": [(dist, {"LOCKSTEP_INTRA_OP_THREADS": "1"})],
         f"lockstep-{np}": [([f"{bin_dir}/lockstep", "run", "-np", str(np), "--no-prefix-output",
                              "--"] + dist, {})],
     }
@@ -60,10 +62,21 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--build", default="build")
     ap.add_argument("--only", default="", help="comma-separated variants")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:K=V,K=V",
+                    help="also run lockstep-NP with these environment variables, as NAME "
+                         "(e.g. spin0:LOCKSTEP_SPIN_US=0); repeatable")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     table = variants(f"{a.build}/bin", a.np, a.extra)
+    for spec in a.variant:
+        name, _, assigns = spec.partition(":")
+        env = dict(kv.split("=", 1) for kv in assigns.split(",") if kv)
+        if not name or name in table or any(not k for k in env):
+            raise SystemExit(f"cnn_sgd.py: --variant {spec}: want NEW_NAME:K=V,K=V")
+        table[name] = [(argv, {**e, **env}) for argv, e in table[f"lockstep-{a.np}"]]
     order = a.only.split(",") if a.only else list(table)
+    if a.only:
+        order += [spec.partition(":")[0] for spec in a.variant]
     for name in order:
         if name not in table:
             raise SystemExit(f"cnn_sgd.py: unknown variant {name} (one of {', '.join(table)})")

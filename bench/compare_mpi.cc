@@ -38,6 +38,8 @@ struct Options {
   size_t lo = 8, hi = 256u << 20;
   int rounds = 3;
   double seconds = 0.1;  // per size, per library, per round
+  bool rewrite = true;   // --rewrite 0: time on the same input (cache-flattered)
+  bool barrier = false;  // --barrier 1: a barrier before each timed call (no skew)
 };
 
 Options parse(int argc, char** argv) {
@@ -50,10 +52,15 @@ Options parse(int argc, char** argv) {
       o.hi = c == std::string::npos ? o.lo : lockstep::parse_bytes(v.substr(c + 1), "--sizes");
     } else if (k == "--rounds") {
       o.rounds = std::max(1, std::atoi(v.c_str()));
+    } else if (k == "--rewrite") {
+      o.rewrite = v != "0";
+    } else if (k == "--barrier") {
+      o.barrier = v != "0";
     } else if (k == "--seconds") {
       o.seconds = std::atof(v.c_str());
     } else {
-      std::fprintf(stderr, "compare_mpi: unknown option %s (--sizes A:B --rounds R --seconds S)\n",
+      std::fprintf(stderr, "compare_mpi: unknown option %s (--sizes A:B --rounds R --seconds S "
+                   "--rewrite 0|1 --barrier 0|1)\n",
                    k.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
@@ -76,10 +83,12 @@ comm::WorldInfo lockstep_world(int rank, int size) {
 struct Buffers {
   std::vector<float> in, out;
   int rank;
+  bool enabled = true;
   float stamp = 0;
   // New values every iteration: rank r holds (r + 1) * stamp everywhere but
   // element 0 carries the iteration, so results differ between calls.
   void rewrite() {
+    if (!enabled && stamp != 0) return;
     stamp = stamp >= 1000 ? 1 : stamp + 1;
     std::fill(in.begin(), in.end(), static_cast<float>(rank + 1) * stamp);
   }
@@ -125,7 +134,7 @@ int main(int argc, char** argv) {
   bool all_ok = true;
   for (size_t bytes = std::max<size_t>(o.lo, 4); bytes <= o.hi; bytes *= 2) {
     const size_t count = bytes / 4;
-    Buffers b{std::vector<float>(count), std::vector<float>(count), rank};
+    Buffers b{std::vector<float>(count), std::vector<float>(count), rank, o.rewrite};
     auto ls = [&] { shm->allreduce(b.in.data(), b.out.data(), count, comm::DataType::kFloat32, comm::ReduceOp::kSum); };
     auto mpi = [&] {
       MPI_Allreduce(b.in.data(), b.out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
@@ -150,11 +159,11 @@ int main(int argc, char** argv) {
     for (int r = 0; r < o.rounds; ++r) {
       // Alternate which library goes first.
       if (r % 2 == 0) {
-        l_med.push_back(median(timed(b, iters, false, ls)));
-        m_med.push_back(median(timed(b, iters, false, mpi)));
+        l_med.push_back(median(timed(b, iters, o.barrier, ls)));
+        m_med.push_back(median(timed(b, iters, o.barrier, mpi)));
       } else {
-        m_med.push_back(median(timed(b, iters, false, mpi)));
-        l_med.push_back(median(timed(b, iters, false, ls)));
+        m_med.push_back(median(timed(b, iters, o.barrier, mpi)));
+        l_med.push_back(median(timed(b, iters, o.barrier, ls)));
       }
       c_med.push_back(median(timed(b, std::min(iters, 200L), true, copy)));
     }
