@@ -76,6 +76,7 @@ ShmBackend::~ShmBackend() {
 void ShmBackend::begin(const kit::OpDesc& desc) {
   ++seq_;
   op_kind_ = desc.kind;
+  peers_arrived_ = false;
   fills_at_begin_ = fills_;
   RankLine& line = segment_->rank_line(rank_);
   line.desc[seq_ & 1] = desc;
@@ -90,8 +91,10 @@ void ShmBackend::arrive() {
 void ShmBackend::wait_all() {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    waiter_->wait(segment_->rank_line(r).step, step_, r, kit::kind_name(op_kind_));
+    waiter_->wait(segment_->rank_line(r).step, step_, r, kit::kind_name(op_kind_),
+                  peers_arrived_ ? Waiter::Phase::kWithinCall : Waiter::Phase::kArrival);
   }
+  peers_arrived_ = true;
 }
 
 void ShmBackend::first_step() {

@@ -79,6 +79,9 @@ class ShmBackend final : public Backend {
   uint64_t fills_at_begin_ = 0;  // fills_ when the current collective began
   uint64_t seq_ = 0;
   kit::OpKind op_kind_ = kit::OpKind::kBarrier;
+  // False until every rank has arrived at the current collective's first
+  // step: later steps wait on peers known to be working on the same call.
+  bool peers_arrived_ = false;
 };
 
 }  // namespace lockstep::comm::shm

@@ -1,7 +1,8 @@
 // Waiting on shared-memory words without hanging and without starving peers.
 //
 // A wait spins for a short, bounded time (cheap when the peer is running on
-// another core), then sleeps on a futex with a short timeout so it can keep
+// another core; Note [Two spin budgets] in sync.cc), then sleeps on a futex
+// with a short timeout so it can keep
 // checking, in order: the job-wide abort flag, whether the awaited peer has
 // died or left (kit::PeerLiveness), the repeating warning and the deadline
 // (kit::WaitPolicy). Writers only issue FUTEX_WAKE when a sleeper is
@@ -29,10 +30,16 @@ class Waiter {
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
 
+  // kArrival: waiting for a peer to reach a collective (it may be computing
+  // for milliseconds). kWithinCall: a later step of a collective every rank
+  // has reached (the peer is copying or reducing right now).
+  enum class Phase { kArrival, kWithinCall };
+
   // Blocks until word.value has reached `target` (wrap-around aware).
   // `peer` is the rank expected to advance it and `what` names the operation,
   // both for error messages. Throws PeerFailure, TimeoutError or Aborted.
-  void wait(WaitWord& word, uint32_t target, int peer, std::string_view what);
+  void wait(WaitWord& word, uint32_t target, int peer, std::string_view what,
+            Phase phase = Phase::kArrival);
 
   // Throws Aborted if another rank has aborted the job's collectives.
   void check_abort();
@@ -46,7 +53,8 @@ class Waiter {
 
  private:
   void sleep_once(WaitWord& word, uint32_t target);
-  bool spin_once(WaitWord& word, uint32_t target, std::chrono::steady_clock::time_point start);
+  bool spin_once(WaitWord& word, uint32_t target, std::chrono::steady_clock::time_point start,
+                 Phase phase);
   [[noreturn]] void fail_dead(int peer, std::string_view what);
 
   Segment& segment_;
@@ -55,7 +63,8 @@ class Waiter {
   kit::WaitPolicy policy_;
   kit::PeerLiveness liveness_;
   bool aborted_by_me_ = false;
-  std::chrono::nanoseconds spin_budget_;
+  std::chrono::nanoseconds spin_budget_;  // adaptive, for kArrival waits only
+  std::chrono::steady_clock::time_point last_return_{};  // when a wait last ended
 };
 
 }  // namespace lockstep::comm::shm
