@@ -240,6 +240,17 @@ TEST_F(SourceTest, Hdf5HugeChunkIsRefusedBeforeAnyRead) {
       << error;
 }
 
+// The fuzzer's second find: a chunk index giving a 32-byte chunk a stored
+// size of 3.5 GB, which libhdf5 allocated to read it.
+TEST(SourceCorruptHdf5, ChunkStoredSizeBeyondTheFileIsRefusedAtOpen) {
+  std::string h5 = std::string(LOCKSTEP_HDF5_CORPUS) + "/corrupt-chunk-size.h5";
+  std::string error = open_error({{h5}});
+  EXPECT_NE(error.find(h5), std::string::npos) << error;
+  EXPECT_NE(error.find("dataset '/images' claims 3495952492 stored bytes in a file of 8011"),
+            std::string::npos)
+      << error;
+}
+
 TEST_F(SourceTest, Hdf5TruncatedFileIsAnErrorNamingIt) {
   ConvertResult h5 = convert_idx(kImages, kLabels, {dir_.str(), "cut", 1, {}, SourceFormat::kHdf5});
   std::string bytes = testing::read_file(h5.index_path);
