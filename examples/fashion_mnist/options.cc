@@ -70,9 +70,11 @@ double Options::eval_interval() const {
 void add_recipe_options(CLI::App& app, Options& o) {
   const char* g = "Recipe";
   app.add_option("--recipe", o.recipe,
-                 "default | fast (time to accuracy: --pool-first --channels-last --ema 0.99; "
-                 "flags given explicitly win)")
-      ->check(CLI::IsMember({"default", "fast"}))->capture_default_str()->group(g);
+                 "default (the values shown) | fast (time to accuracy: the default with "
+                 "--channels1 16 --channels2 32 --flip 0 --tta none) | plain (the default "
+                 "before 2026-11-24: 16/32 channels, no pool-first, channels-last, EMA, flip "
+                 "or TTA); flags given explicitly win")
+      ->check(CLI::IsMember({"default", "fast", "plain"}))->capture_default_str()->group(g);
   app.add_option("--epochs", o.epochs, "passes over the training set")
       ->check(at_least(1, "an integer >= 1"))->capture_default_str()->group(g);
   app.add_option("--batch-size", o.batch_size, "samples per worker per step")

@@ -15,7 +15,9 @@ namespace lockstep::examples {
 
 struct Options {
   // Recipe
-  std::string recipe = "default";  // default | fast (recipe.h: apply_recipe)
+  // The defaults below are the default recipe (docs/main-job.md); --recipe
+  // fast and plain change the flags not given (recipe.h: apply_recipe).
+  std::string recipe = "default";  // default | fast | plain
   int epochs = 4;
   int64_t batch_size = 64;  // per worker
   double lr = 2e-3;         // base: one worker's
@@ -25,14 +27,14 @@ struct Options {
   std::string optimizer = "adam";
   uint64_t seed = 42;
   bool sync_batch_norm = false;
-  int64_t channels1 = 16, channels2 = 32;
+  int64_t channels1 = 32, channels2 = 64;
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (fashion_mnist/precision.h)
-  bool pool_first = false;     // conv-pool-BN-ReLU blocks
-  bool channels_last = false;  // NHWC activations
+  bool pool_first = true;      // conv-pool-BN-ReLU blocks
+  bool channels_last = true;   // NHWC activations
   double label_smoothing = 0;
-  double flip = 0;             // probability of a horizontal flip per training sample
-  std::string tta = "none";    // test-time augmentation: none|flip
-  double ema = 0;              // evaluate an EMA of the weights with this decay (0: off)
+  double flip = 0.5;           // probability of a horizontal flip per training sample
+  std::string tta = "flip";    // test-time augmentation: none|flip
+  double ema = 0.99;           // evaluate an EMA of the weights with this decay (0: off)
   int64_t lookahead = 0;       // Lookahead every k steps (0: off)
   double lookahead_alpha = 0.5;
   // Evaluation and time to accuracy

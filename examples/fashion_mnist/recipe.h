@@ -16,10 +16,12 @@
 
 namespace lockstep::examples {
 
-// --recipe fast: sets the flags of the time-to-accuracy recipe
-// (docs/main-job.md) that the command line did not set itself, so
-// `--recipe fast --no-channels-last` is the recipe less one piece. Call after
-// parsing. --recipe default changes nothing.
+// --recipe fast | plain: sets the flags of that recipe (docs/main-job.md)
+// that the command line did not set itself, so `--recipe fast
+// --no-channels-last` is the recipe less one piece. fast is the
+// time-to-accuracy recipe (the default's pieces on the narrower, unaugmented
+// model), plain the default recipe before 2026-11-24. Call after parsing.
+// --recipe default changes nothing (Options' defaults are that recipe).
 void apply_recipe(const CLI::App& app, Options& o);
 
 // The recipe pieces in use beyond plain data-parallel Adam, e.g.

@@ -11,7 +11,8 @@ using namespace lockstep::testing;
 
 std::string main_job() { return bin("lockstep-fashion-mnist"); }
 
-// --recipe fast names the pieces it turned on; a flag given explicitly wins.
+// --recipe fast and plain name the pieces they leave on; a flag given
+// explicitly wins.
 TEST(FashionMnistRecipe, FastTurnsOnItsPiecesUnlessAFlagSaysOtherwise) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   auto dir = scratch("recipe");
@@ -26,6 +27,9 @@ TEST(FashionMnistRecipe, FastTurnsOnItsPiecesUnlessAFlagSaysOtherwise) {
   EXPECT_NE(run("--recipe fast --no-channels-last --ema 0.9").find("recipe fast: pool-first, ema 0.9"),
             std::string::npos);
   EXPECT_EQ(run("").find("recipe"), std::string::npos);  // the default says nothing
+  // plain: the default before the recipe pieces, less whatever is asked.
+  EXPECT_NE(run("--recipe plain").find("recipe plain: none"), std::string::npos);
+  EXPECT_NE(run("--recipe plain --flip 0.5").find("recipe plain: flip 0.5\n"), std::string::npos);
 }
 
 // The EMA of the weights (and its update count) is saved beside the
