@@ -9,19 +9,31 @@
 //   ZeRO:          the overloads below gather the optimizer shards into
 //                  whole-parameter state before rank 0 writes, and on load
 //                  every rank reads the whole state and keeps its slices;
-//   tensor parallel: full_state_dict / load_full_state_dict
-//                  (lockstep/parallel/tensor_parallel.h) move whole tensors.
+//   tensor and pipeline parallel (and both): the ModelParts overloads
+//                  below gather the whole parameters *and* their optimizer
+//                  state (Adam's moments...) to rank 0, which writes them
+//                  under the whole model's names; loading takes this rank's
+//                  slices of both. So a tensor-parallel checkpoint written
+//                  at 2 ranks resumes at 3, or as a 2-stage pipeline, or on
+//                  one process with a plain model (ModelParts of a dense
+//                  module), with the same optimizer state.
 //
-// Collective over the ShardedOptimizer's group. Memory: saving assembles the
-// whole optimizer state on every rank of the group for a moment; loading
-// reads it on every rank (as lockstep::torch::load_checkpoint does).
+// Collective over the ShardedOptimizer's group (ZeRO) or every rank of the
+// job (ModelParts). Memory: saving assembles the whole optimizer state on
+// every rank of the group for a moment; loading reads it on every rank (as
+// lockstep::torch::load_checkpoint does).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "lockstep/parallel/pipeline.h"
 #include "lockstep/parallel/sharded_optimizer.h"
+#include "lockstep/parallel/tensor_parallel.h"
 #include "lockstep/torch/checkpoint.h"
 
 namespace lockstep::parallel {
@@ -32,5 +44,36 @@ void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
 // does not match the model.
 bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
                      ShardedOptimizer& optimizer, lockstep::torch::TrainingProgress& progress);
+
+// What this rank holds of a model split by tensor and/or pipeline
+// parallelism: its parameters and buffers under the whole model's names
+// (the names a single-process model has), each sharded one with its slice.
+// Replicas (data-parallel copies) may hold the same names; one is kept.
+struct ModelParts {
+  std::vector<std::pair<std::string, ::torch::Tensor>> parameters{};
+  std::vector<std::pair<std::string, ::torch::Tensor>> buffers{};
+  std::map<std::string, ShardSpec> shards{};  // by name in `parameters`
+  int stage = 0;  // pipeline stage: the whole model's order is (stage, position)
+};
+// A (tensor-parallel or plain) module: shards found through ShardedModule.
+ModelParts model_parts(::torch::nn::Module& module);
+// A pipeline stage (whose layers may be tensor-parallel).
+ModelParts model_parts(Pipeline& pipeline);
+
+// `optimizer` holds this rank's parameters of `parts` (param group g must
+// mean the same on every rank: a single-process optimizer's group g holds
+// group g's parameters of every stage, in model order). The file is the one
+// lockstep::torch::save_checkpoint writes, with the whole model's names;
+// a plain model loads it with load_checkpoint(path, model_parts(model), ...).
+// Collective over every rank of the job. Throws lockstep::Error naming a
+// parameter whose shape, slices or param group disagree between ranks.
+void save_checkpoint(const std::string& path, const ModelParts& parts,
+                     ::torch::optim::Optimizer& optimizer,
+                     const lockstep::torch::TrainingProgress& progress);
+// False when `path` does not exist; lockstep::Error when it is corrupt or
+// lacks (or has another shape for) one of the model's parameters.
+bool load_checkpoint(const std::string& path, const ModelParts& parts,
+                     ::torch::optim::Optimizer& optimizer,
+                     lockstep::torch::TrainingProgress& progress);
 
 }  // namespace lockstep::parallel

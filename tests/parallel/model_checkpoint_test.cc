@@ -1,0 +1,233 @@
+// Layout-independent checkpoints of tensor- and pipeline-parallel models,
+// optimizer state included: Adam trained for a few steps in one layout,
+// saved, loaded in another layout or world size (real worker processes),
+// must hold the single-process run's Adam moments (sliced like the
+// parameters) and continue its losses. f64, relative tolerance 1e-9.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+
+#include <filesystem>
+
+#include "lockstep/base/error.h"
+#include "lockstep/parallel/checkpoint.h"
+#include "lockstep/parallel/optimizer_state.h"
+#include "lockstep/parallel/pipeline.h"
+#include "lockstep/parallel/tensor_parallel.h"
+#include "torch/helpers.h"
+
+namespace lockstep::parallel {
+namespace {
+
+using lockstep::torch::testing::run_torch_workers;
+namespace lt = lockstep::torch;
+using ::torch::Tensor;
+
+constexpr int kBefore = 3, kAfter = 3;
+constexpr int64_t kIn = 6, kHidden = 10, kOut = 4;  // 10 = 4+3+3 on 3 ranks
+constexpr uint64_t kSeed = 5, kOtherSeed = 77;    // resumed models start elsewhere
+
+void use_f64() { ::torch::set_default_dtype(caffe2::TypeMeta::Make<double>()); }
+
+// Built one statement at a time: the first layer must draw first.
+::torch::nn::Sequential dense_model(uint64_t seed, int64_t hidden = kHidden) {
+  ::torch::manual_seed(seed);
+  ::torch::nn::Linear first(kIn, hidden);
+  ::torch::nn::Linear second(hidden, kOut);
+  return ::torch::nn::Sequential(first, ::torch::nn::Tanh(), second);
+}
+
+// The same names ("0.weight", "2.bias"...) and, from the same seed, the
+// same whole matrices as dense_model.
+::torch::nn::Sequential tensor_parallel_model(uint64_t seed) {
+  ::torch::manual_seed(seed);
+  ColumnParallelLinear first(ColumnParallelLinearOptions(kIn, kHidden));
+  RowParallelLinear second(RowParallelLinearOptions(kHidden, kOut));
+  return ::torch::nn::Sequential(first, ::torch::nn::Tanh(), second);
+}
+
+std::pair<Tensor, Tensor> batch(int step) {
+  auto g = ::torch::make_generator<at::CPUGeneratorImpl>(700 + step);
+  return {::torch::randn({8, kIn}, g), ::torch::randn({8, kOut}, g)};
+}
+
+Tensor mse(const Tensor& out, const Tensor& target) {
+  return ::torch::nn::functional::mse_loss(out, target);
+}
+
+// One layout: a model (or pipeline stage), its parts and its optimizer.
+struct Layout {
+  enum Kind { kDense, kTensor, kPipeline } kind;
+  ::torch::nn::Sequential model{nullptr};
+  std::unique_ptr<Pipeline> pipe;
+  std::unique_ptr<::torch::optim::Adam> adam;
+  ModelParts parts;
+
+  Layout(Kind k, uint64_t seed) : kind(k) {
+    model = k == kTensor ? tensor_parallel_model(seed) : dense_model(seed);
+    if (k == kPipeline) {
+      pipe = std::make_unique<Pipeline>(model, PipelineOptions{.micro_batches = 2,
+                                                               .partition = {2, 1}});
+      parts = model_parts(*pipe);
+      adam = std::make_unique<::torch::optim::Adam>(pipe->parameters(), 0.05);
+    } else {
+      parts = model_parts(*model);
+      adam = std::make_unique<::torch::optim::Adam>(model->parameters(), 0.05);
+    }
+  }
+
+  // The batch's loss on every rank.
+  double step(int s) {
+    auto [x, y] = batch(s);
+    adam->zero_grad();
+    double loss = 0;
+    if (pipe) {
+      loss = lt::broadcast_object(pipe->train_step(x, y, mse), lt::size() - 1,
+                                  fmt::format("loss.{}", s));
+    } else {
+      auto l = mse(model->forward(x), y);
+      l.backward();
+      loss = l.item<double>();
+    }
+    adam->step();
+    return loss;
+  }
+};
+
+// The uninterrupted single-process run: its losses, and its Adam state after
+// kBefore steps by parameter name.
+struct Reference {
+  std::vector<double> losses;
+  std::map<std::string, StateValues> state;
+};
+
+Reference reference() {
+  Layout dense(Layout::kDense, kSeed);
+  Reference r;
+  for (int s = 0; s < kBefore + kAfter; ++s) {
+    r.losses.push_back(dense.step(s));
+    if (s + 1 != kBefore) continue;
+    for (const auto& [name, p] : dense.parts.parameters)
+      r.state[name] = state_values(*dense.adam->state().at(state_key(p)));
+  }
+  return r;
+}
+
+double relative_error(const Tensor& actual, const Tensor& expected) {
+  return (actual - expected).abs().max().item<double>() /
+         std::max(expected.abs().max().item<double>(), 1e-300);
+}
+
+// This rank's Adam state equals the reference's, sliced like its parameter.
+void expect_reference_state(const Layout& layout, const Reference& ref) {
+  for (const auto& [name, param] : layout.parts.parameters) {
+    auto it = layout.adam->state().find(state_key(param));
+    ASSERT_NE(it, layout.adam->state().end()) << name << " has no Adam state on rank " << lt::rank();
+    const StateValues mine = state_values(*it->second);
+    const StateValues& whole = ref.state.at(name);
+    ASSERT_EQ(mine.size(), whole.size()) << name;
+    auto shard = layout.parts.shards.find(name);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const auto& [key, value] = mine[k];
+      if (!value.isTensor()) {
+        EXPECT_EQ(value, whole[k].second) << name << "." << key;
+        continue;
+      }
+      Tensor expected = whole[k].second.toTensor();
+      if (!value.toTensor().defined() || !expected.defined()) {  // Adam's unused max_exp_avg_sq
+        EXPECT_EQ(value.toTensor().defined(), expected.defined()) << name << "." << key;
+        continue;
+      }
+      if (shard != layout.parts.shards.end()) {
+        auto [begin, length] = shard_range(shard->second.full_size, shard->second.group.rank(),
+                                           shard->second.group.size());
+        expected = expected.narrow(shard->second.dim, begin, length);
+      }
+      ASSERT_TRUE(value.toTensor().sizes().equals(expected.sizes())) << name << "." << key;
+      EXPECT_LE(relative_error(value.toTensor(), expected), 1e-9)
+          << name << "." << key << " on rank " << lt::rank() << " of " << lt::size();
+    }
+  }
+}
+
+void write(Layout::Kind kind, const std::string& path) {
+  use_f64();
+  Layout layout(kind, kSeed);
+  for (int s = 0; s < kBefore; ++s) layout.step(s);
+  save_checkpoint(path, layout.parts, *layout.adam, {.epoch = 0, .step = kBefore, .sampler = {},
+                                                     .user = {}});
+}
+
+void resume_and_compare(Layout::Kind kind, const std::string& path) {
+  use_f64();
+  const Reference ref = reference();
+  Layout layout(kind, kOtherSeed);
+  lt::TrainingProgress progress;
+  ASSERT_TRUE(load_checkpoint(path, layout.parts, *layout.adam, progress));
+  EXPECT_EQ(progress.step, kBefore);
+  expect_reference_state(layout, ref);
+  for (int s = kBefore; s < kBefore + kAfter; ++s) {
+    const double loss = layout.step(s);
+    EXPECT_NEAR(loss, ref.losses[s], 1e-9 * std::max(1.0, ref.losses[s]))
+        << "step " << s << " on rank " << lt::rank() << " of " << lt::size();
+  }
+}
+
+class ModelCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           fmt::format("lockstep-model-ckpt-{}-{}", ::getpid(), counter_++);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path() const { return (dir_ / "checkpoint.pt").string(); }
+  std::filesystem::path dir_;
+  static inline int counter_ = 0;
+};
+
+TEST_F(ModelCheckpointTest, TensorParallelAtTwoResumesAtThreeAsDenseAndAsPipeline) {
+  const std::string p = path();
+  run_torch_workers(2, [&] { write(Layout::kTensor, p); });
+  run_torch_workers(3, [&] { resume_and_compare(Layout::kTensor, p); });
+  run_torch_workers(1, [&] { resume_and_compare(Layout::kDense, p); });
+  run_torch_workers(2, [&] { resume_and_compare(Layout::kPipeline, p); });
+}
+
+TEST_F(ModelCheckpointTest, PipelineAtTwoResumesAsTensorParallelAndDense) {
+  const std::string p = path();
+  run_torch_workers(2, [&] { write(Layout::kPipeline, p); });
+  run_torch_workers(2, [&] { resume_and_compare(Layout::kTensor, p); });
+  run_torch_workers(1, [&] { resume_and_compare(Layout::kDense, p); });
+}
+
+// A file lockstep::torch::save_checkpoint wrote for a plain model (what data
+// parallelism writes) is a whole-model checkpoint too.
+TEST_F(ModelCheckpointTest, PlainCheckpointResumesAsTensorParallel) {
+  const std::string p = path();
+  run_torch_workers(1, [&] {
+    use_f64();
+    Layout dense(Layout::kDense, kSeed);
+    for (int s = 0; s < kBefore; ++s) dense.step(s);
+    lt::save_checkpoint(p, *dense.model, *dense.adam, {.epoch = 0, .step = kBefore, .sampler = {},
+                                                       .user = {}});
+  });
+  run_torch_workers(3, [&] { resume_and_compare(Layout::kTensor, p); });
+}
+
+TEST_F(ModelCheckpointTest, ShapeMismatchNamesTheParameter) {
+  const std::string p = path();
+  run_torch_workers(2, [&] {
+    use_f64();
+    write(Layout::kTensor, p);
+    auto wider = dense_model(kSeed, kHidden + 2);
+    ::torch::optim::Adam adam(wider->parameters(), 0.05);
+    lt::TrainingProgress progress;
+    EXPECT_THAT([&] { load_checkpoint(p, model_parts(*wider), adam, progress); },
+                ::testing::ThrowsMessage<Error>(::testing::HasSubstr(
+                    "'0.weight' is [10, 6] in the file but [12, 6] in this model")));
+    EXPECT_FALSE(load_checkpoint(p + ".missing", model_parts(*wider), adam, progress));
+  });
+}
+
+}  // namespace
+}  // namespace lockstep::parallel
