@@ -66,6 +66,30 @@ TEST(EngineNegotiation, MismatchAfterTheNameWasCached) {
   expect_all_ok(results);
 }
 
+// reduce_scatter splits dim 0 over the ranks, so unlike allgather every rank
+// must bring the same element count and op. A review suspected the traits
+// refactor (49ccb1f) dropped this check; it holds, and this pins it.
+TEST(EngineNegotiation, ReduceScatterCountAndOpMismatchesAreNamed) {
+  auto results = run_engines(2, [](Engine& e) {
+    const bool odd = e.rank() == 1;
+    std::vector<float> in(8, 1.0f), out_count, out_op, out_ok;
+    Handle count = e.reduce_scatter_async("rs.count", in.data(), {odd ? int64_t{8} : int64_t{6}},
+                                          DataType::kFloat32, ReduceOp::kSum,
+                                          vector_allocator(out_count));
+    Handle op = e.reduce_scatter_async("rs.op", in.data(), {4}, DataType::kFloat32,
+                                       odd ? ReduceOp::kMax : ReduceOp::kSum,
+                                       vector_allocator(out_op));
+    expect_throw_with<MismatchError>([&] { count.wait(); },
+                                     {"'rs.count'", "shape [6] on rank 0 but [8] on rank 1"});
+    expect_throw_with<MismatchError>([&] { op.wait(); }, {"'rs.op'", "op sum on rank 0 but max on rank 1"});
+    // The engine keeps working afterwards.
+    e.reduce_scatter_async("rs.ok", in.data(), {4}, DataType::kFloat32, ReduceOp::kSum,
+                           vector_allocator(out_ok)).wait();
+    EXPECT_EQ(out_ok, (std::vector<float>{2.0f, 2.0f}));
+  });
+  expect_all_ok(results);
+}
+
 TEST(EngineNegotiation, DuplicatePendingNameFailsAtSubmission) {
   auto results = run_engines(2, [](Engine& e) {
     std::vector<float> x(4), y(4), g(1);
