@@ -100,10 +100,12 @@ void add_recipe_options(CLI::App& app, Options& o) {
   app.add_option("--channels2", o.channels2, "width of the second conv")
       ->check(at_least(1, "an integer >= 1"))->capture_default_str()->group(g);
   app.add_flag("--pool-first,!--no-pool-first", o.pool_first,
-               "conv-maxpool-BN-ReLU blocks (BN and ReLU on a quarter of the pixels)")
+               "conv-maxpool-BN-ReLU blocks (BN and ReLU on a quarter of the pixels); on by "
+               "default")
       ->capture_default_str()->group(g);
   app.add_flag("--channels-last,!--no-channels-last", o.channels_last,
-               "NHWC activations (LibTorch's CPU BN/ReLU/pool kernels are faster on them)")
+               "NHWC activations (LibTorch's CPU BN/ReLU/pool kernels are faster on them); on "
+               "by default")
       ->capture_default_str()->group(g);
   app.add_option("--label-smoothing", o.label_smoothing, "cross-entropy label smoothing")
       ->check(number_in(0, 0.999, false, "a fraction in [0, 1)"))->capture_default_str()->group(g);
