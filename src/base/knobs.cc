@@ -48,6 +48,9 @@ constexpr std::array kKnobs = {
          "dedicated parameter-server ranks (the last K of the job); set by lockstep run --servers K"},
     Knob{"LOCKSTEP_BIND_TO", "auto", "CPU affinity per worker, applied by the torch layer",
          "core|none|auto"},
+    Knob{"LOCKSTEP_FINGERPRINT_EVERY", "100",
+         "DistributedOptimizer compares parameter fingerprints across ranks at the first step and "
+         "every N steps (0 = never)"},
     Knob{"LOCKSTEP_INTRA_OP_THREADS", "auto",
          "LibTorch intra-op threads per worker (lockstep run --threads-per-worker): a whole "
          "number, or auto (or 0) = CPUs / workers on this host, at least 1 (a process no "

@@ -104,6 +104,8 @@ int rank() { return engine::is_initialized() ? engine::rank() : 0; }
 int size() { return engine::is_initialized() ? engine::size() : 1; }
 int local_rank() { return engine::is_initialized() ? engine::local_rank() : 0; }
 int local_size() { return engine::is_initialized() ? engine::local_size() : 1; }
+int cross_rank() { return engine::is_initialized() ? engine::cross_rank() : 0; }
+int cross_size() { return engine::is_initialized() ? engine::cross_size() : 1; }
 
 // ---- TensorHandle
 
@@ -283,5 +285,10 @@ TensorHandle alltoall_async(const ::torch::Tensor& tensor, std::vector<int64_t> 
 void barrier() {
   if (engine::is_initialized()) eng().barrier();
 }
+
+int join() { return engine::is_initialized() ? eng().join() : 0; }
+int add_process_set(std::vector<int> ranks) { return eng().add_process_set(std::move(ranks)); }
+void start_timeline(const std::string& path) { eng().start_timeline(path); }
+void stop_timeline() { eng().stop_timeline(); }
 
 }  // namespace lockstep::torch

@@ -12,6 +12,9 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
+#include "lockstep/engine/elastic.h"
+#include "lockstep/torch/adasum.h"
+#include "lockstep/torch/fingerprint.h"
 #include "lockstep/torch/placement.h"
 #include "torch/step_profiler.h"
 
@@ -59,6 +62,18 @@ const char* profile_dtype(::torch::ScalarType t) {
   return c == Compression::kFp16 ? ::torch::kFloat16 : ::torch::kBFloat16;
 }
 
+// Off by default in elastic jobs: a worker that joins later counts its steps
+// from 0 while the others do not, so their checks would not line up.
+int64_t fingerprint_interval(const DistributedOptimizerOptions& o) {
+  if (o.fingerprint_every < 0 && engine::elastic_enabled()) return 0;
+  const int64_t every = o.fingerprint_every >= 0 ? o.fingerprint_every
+                                                 : knob_int("LOCKSTEP_FINGERPRINT_EVERY");
+  if (every < 0)
+    throw InvalidArgument(fmt::format(
+        "LOCKSTEP_FINGERPRINT_EVERY={} must be >= 0 (0 turns the check off)", every));
+  return every;
+}
+
 void validate(const DistributedOptimizerOptions& o) {
   if (o.op != ReduceOp::kAverage && o.op != ReduceOp::kSum)
     throw InvalidArgument("DistributedOptimizer: op must be kAverage or kSum");
@@ -70,6 +85,10 @@ void validate(const DistributedOptimizerOptions& o) {
     throw InvalidArgument("DistributedOptimizer: gradient_predivide_factor must be > 0");
   if (o.gradient_predivide_factor != 1.0 && o.op != ReduceOp::kAverage)
     throw InvalidArgument("DistributedOptimizer: gradient_predivide_factor needs op kAverage");
+  if (o.adasum && (o.compression != Compression::kNone || o.gradient_predivide_factor != 1.0))
+    throw InvalidArgument(
+        "DistributedOptimizer: adasum works on full-precision gradients; drop compression and "
+        "gradient_predivide_factor");
 }
 
 // Overlap pays when communication runs on resources backward leaves idle: a
@@ -110,6 +129,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   validate(options_);
   detail::init_step_profiler();
   options_.group.require_member("DistributedOptimizer");
+  fingerprint_every_ = fingerprint_interval(options_);
   for (auto& [name, param] : named)
     if (param.requires_grad()) add_slot(name, param);
 }
@@ -121,6 +141,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   validate(options_);
   detail::init_step_profiler();
   options_.group.require_member("DistributedOptimizer");
+  fingerprint_every_ = fingerprint_interval(options_);
   for (const auto& item : module.named_parameters())
     if (item.value().requires_grad()) add_slot(item.key(), item.value());
 }
@@ -186,7 +207,8 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
         "step() once every backward_passes_per_step={} backward passes",
         slot.name, options_.backward_passes_per_step));
   }
-  if (++slot.passes == options_.backward_passes_per_step && overlap_ && options_.group.size() > 1)
+  if (++slot.passes == options_.backward_passes_per_step && overlap_ && options_.group.size() > 1 &&
+      !options_.adasum)
     submit(slot);
 }
 
@@ -246,7 +268,9 @@ void DistributedOptimizer::finish(Slot& slot) {
 
 void DistributedOptimizer::synchronize() {
   detail::profile_sync_begin(this);
-  if (options_.group.size() > 1) {
+  if (options_.adasum && options_.group.size() > 1) {
+    adasum_gradients();
+  } else if (options_.group.size() > 1) {
     std::vector<Slot*> pending;
     for (auto& slot : slots_)
       if (!slot->submitted) pending.push_back(slot.get());
@@ -263,11 +287,39 @@ void DistributedOptimizer::synchronize() {
   detail::profile_sync_end(this);
 }
 
+// Every gradient (zeros where none) in one Adasum collective.
+void DistributedOptimizer::adasum_gradients() {
+  std::vector<::torch::Tensor> grads;
+  grads.reserve(slots_.size());
+  for (auto& slot : slots_) {
+    grads.push_back(wire_tensor(*slot));  // no compression with adasum: the gradient itself
+    slot->passes = 0;
+  }
+  adasum_allreduce_(grads, options_.name_prefix + ".adasum", options_.group);
+}
+
 void DistributedOptimizer::step() {
   if (!synchronized_) synchronize();
+  check_fingerprint_if_due();
   optimizer_.step();
+  ++steps_;
   synchronized_ = false;
   detail::profile_step_end(this);
+}
+
+// At the first step rather than in the constructor: programs (the README's
+// too) may broadcast the parameters after wrapping the optimizer.
+void DistributedOptimizer::check_fingerprint_if_due() {
+  if (fingerprint_every_ == 0 || options_.group.size() == 1 || steps_ % fingerprint_every_ != 0)
+    return;
+  NamedParameters named;
+  named.reserve(slots_.size());
+  const size_t prefix = options_.name_prefix.size() + 1;
+  for (const auto& slot : slots_) named.emplace_back(slot->name.substr(prefix), slot->param);
+  // Over the optimizer's group only: ranks of other tensor-parallel shards or
+  // pipeline stages legitimately hold different parameters.
+  check_parameters_agree(named, steps_ == 0 ? "at the first step" : fmt::format("at step {}", steps_),
+                         options_.group);
 }
 
 void DistributedOptimizer::zero_grad() {

@@ -171,6 +171,253 @@ TEST(DistributedOptimizer, UnusedParameterContributesZeros) {
   });
 }
 
+// Issue 16.7: without broadcast_parameters and with per-rank seeds, training
+// ran to the end with different weights on each rank.
+TEST(DistributedOptimizer, DifferentSeedsFailAtTheFirstStepNamingTheFirstDifferingParameter) {
+  run_torch_workers(2, [] {
+    auto model = make_mlp(100 + rank());
+    ::torch::optim::SGD sgd(model->parameters(), 0.1);
+    DistributedOptimizer dist(sgd, *model);
+    auto [x, y] = global_batch(0);
+    nnf::mse_loss(model->forward(x), y).backward();
+    try {
+      dist.step();
+      ADD_FAILURE() << "no error on rank " << rank();
+    } catch (const MismatchError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("parameters differ across ranks at the first "
+                                                 "step: '0.weight' (the first of 4 that differs)"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("on rank 1"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("broadcast_parameters(model, 0)"));
+    }
+  });
+}
+
+TEST(DistributedOptimizer, BroadcastAfterWrappingPassesEveryFingerprint) {
+  run_torch_workers(2, [] {
+    auto model = make_mlp(100 + rank());
+    ::torch::optim::Adam adam(model->parameters(), 0.01);
+    DistributedOptimizer dist(adam, *model, {.fingerprint_every = 1});
+    broadcast_parameters(*model, 0);  // after the constructor, as in the README
+    for (int s = 0; s < 3; ++s) {
+      auto [x, y] = global_batch(s);
+      dist.zero_grad();
+      nnf::mse_loss(model->forward(x.narrow(0, rank() * kBatch, kBatch)),
+                    y.narrow(0, rank() * kBatch, kBatch)).backward();
+      EXPECT_NO_THROW(dist.step()) << s;
+    }
+  });
+}
+
+TEST(DistributedOptimizer, DivergenceDuringTrainingIsFoundAtTheNextCheck) {
+  run_torch_workers(2, [] {
+    auto model = make_mlp(7);
+    ::torch::optim::SGD sgd(model->parameters(), 0.1);
+    DistributedOptimizer dist(sgd, *model, {.fingerprint_every = 2});
+    for (int s = 0; s < 3; ++s) {
+      auto [x, y] = global_batch(s);
+      dist.zero_grad();
+      nnf::mse_loss(model->forward(x), y).backward();
+      if (s == 1 && rank() == 1) {
+        ::torch::NoGradGuard no_grad;
+        model->parameters()[1].add_(0.01);  // "0.bias" moves on rank 1 only
+      }
+      if (s < 2) {
+        dist.step();
+        continue;
+      }
+      try {
+        dist.step();
+        ADD_FAILURE() << "no error on rank " << rank();
+      } catch (const MismatchError& e) {
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("at step 2: '0.bias'"));
+      }
+    }
+  });
+}
+
+// Held back from landing: the fingerprint compared over every rank, so with
+// tensor parallelism (data=2 x tensor=2) the shards of different tensor ranks
+// made every step fail. It compares within the optimizer's group: here the
+// data groups {0,2} and {1,3}, whose members share a seed while the two
+// groups differ (as two tensor shards do).
+std::pair<Group, Group> data_groups_of_four() {
+  Group even = Group::create({0, 2});  // collective: every rank creates both
+  Group odd = Group::create({1, 3});
+  return {even, odd};
+}
+
+TEST(DistributedOptimizer, FingerprintComparesOnlyTheOptimizersGroup) {
+  run_torch_workers(4, [] {
+    auto [even, odd] = data_groups_of_four();
+    const Group& mine = rank() % 2 == 0 ? even : odd;
+    auto model = make_mlp(100 + rank() % 2);
+    ::torch::optim::SGD sgd(model->parameters(), 0.1);
+    DistributedOptimizer dist(sgd, *model, {.group = mine, .fingerprint_every = 1});
+    for (int s = 0; s < 2; ++s) {
+      auto [x, y] = global_batch(s);
+      dist.zero_grad();
+      nnf::mse_loss(model->forward(x), y).backward();
+      EXPECT_NO_THROW(dist.step()) << "step " << s << " on rank " << rank();
+    }
+    // The same parameters compared over the world do differ: the group is
+    // what keeps the check above quiet.
+    DistributedOptimizer::NamedParameters named;
+    for (const auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
+    EXPECT_THROW(check_parameters_agree(named), MismatchError) << rank();
+  });
+}
+
+TEST(DistributedOptimizer, FingerprintNamesTheGroupAndGlobalRanksOfADivergedReplica) {
+  run_torch_workers(4, [] {
+    auto [even, odd] = data_groups_of_four();
+    const Group& mine = rank() % 2 == 0 ? even : odd;
+    auto model = make_mlp(rank() == 3 ? 999 : 100 + rank() % 2);  // rank 3 forgot to broadcast
+    ::torch::optim::SGD sgd(model->parameters(), 0.1);
+    DistributedOptimizer dist(sgd, *model, {.group = mine});
+    auto [x, y] = global_batch(0);
+    nnf::mse_loss(model->forward(x), y).backward();
+    if (rank() % 2 == 0) {
+      EXPECT_NO_THROW(dist.step()) << rank();
+      return;
+    }
+    try {
+      dist.step();
+      ADD_FAILURE() << "no error on rank " << rank();
+    } catch (const MismatchError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("parameters differ across ranks of group {1,3} "
+                                                 "at the first step: '0.weight'"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("on rank 1 but"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("on rank 3."));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("broadcast_(param, 1, name, group.id())"));
+    }
+  });
+}
+
+TEST(Fingerprint, IdenticalWeightsAgreeWhateverTheThreadCountAndSmallChangesDoNot) {
+  auto w = ::torch::randn({1000, 300});
+  at::set_num_threads(1);
+  ParameterFingerprint one = fingerprint_of(w);
+  at::set_num_threads(2);
+  ParameterFingerprint two = fingerprint_of(w);
+  EXPECT_TRUE(fingerprints_agree(one, two));
+  EXPECT_FALSE(fingerprints_agree(one, fingerprint_of(w * 1.001)));
+  auto moved = w.clone();
+  moved[3][4] += 10.0;
+  EXPECT_FALSE(fingerprints_agree(one, fingerprint_of(moved)));
+  EXPECT_FALSE(fingerprints_agree(one, fingerprint_of(w.flatten().narrow(0, 0, 299999))));
+  auto nan = w.clone();
+  nan[0][0] = std::nan("");
+  EXPECT_TRUE(fingerprints_agree(fingerprint_of(nan), fingerprint_of(nan)));
+  EXPECT_FALSE(fingerprints_agree(fingerprint_of(nan), one));
+}
+
+// ---- Adasum: against its definition, evaluated with tensor ops
+
+::torch::Tensor definition_pair(const ::torch::Tensor& a, const ::torch::Tensor& b) {
+  auto x = a.to(::torch::kDouble).flatten(), y = b.to(::torch::kDouble).flatten();
+  double dot = ::torch::dot(x, y).item<double>();
+  double aa = ::torch::dot(x, x).item<double>(), bb = ::torch::dot(y, y).item<double>();
+  return ((1 - dot / (2 * aa)) * x + (1 - dot / (2 * bb)) * y).reshape(a.sizes());
+}
+
+// Rank r's contribution: two tensors drawn from seed r.
+std::vector<::torch::Tensor> adasum_inputs(int r) {
+  auto g = ::torch::make_generator<at::CPUGeneratorImpl>(500 + r);
+  return {::torch::randn({5, 3}, g), ::torch::randn({7}, g) * (r + 1)};
+}
+
+TEST(Adasum, PairFollowsTheDefinitionAndItsLimits) {
+  auto [a, b] = std::make_pair(::torch::randn({9}), ::torch::randn({9}));
+  EXPECT_TRUE(::torch::allclose(adasum_pair(a, b).to(::torch::kDouble), definition_pair(a, b)));
+  auto x = ::torch::tensor({1.0, 0.0}), y = ::torch::tensor({0.0, 2.0});
+  EXPECT_TRUE(::torch::equal(adasum_pair(x, y), ::torch::tensor({1.0, 2.0})));  // orthogonal: sum
+  EXPECT_TRUE(::torch::equal(adasum_pair(y, y), y));                             // parallel: mean
+  EXPECT_TRUE(::torch::equal(adasum_pair(::torch::zeros({2}), y), y));  // below the floor: 1
+}
+
+class AdasumWorld : public ::testing::TestWithParam<int> {};
+
+// Rank counts 2 and 4 (Horovod's recursive doubling) and 3 (not a power of
+// two: the tree splits at 2).
+TEST_P(AdasumWorld, EveryRankGetsThePairwiseTreeOfTheDefinition) {
+  const int n = GetParam();
+  std::vector<std::vector<::torch::Tensor>> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(adasum_inputs(r));
+  std::vector<::torch::Tensor> expected;
+  for (size_t t = 0; t < 2; ++t) {
+    auto level01 = definition_pair(inputs[0][t], inputs[1][t]);
+    if (n == 2) expected.push_back(level01);
+    if (n == 3) expected.push_back(definition_pair(level01, inputs[2][t]));
+    if (n == 4)
+      expected.push_back(definition_pair(level01, definition_pair(inputs[2][t], inputs[3][t])));
+  }
+  run_torch_workers(n, [&] {
+    auto mine = adasum_inputs(rank());
+    adasum_allreduce_(mine, "test.adasum");
+    for (size_t t = 0; t < 2; ++t)
+      EXPECT_TRUE(::torch::allclose(mine[t].to(::torch::kDouble), expected[t], 1e-6, 1e-6))
+          << "rank " << rank() << " tensor " << t << "\n" << mine[t] << "\n" << expected[t];
+    auto all = allgather(::torch::cat({mine[0].flatten(), mine[1]}).unsqueeze(0), "test.same");
+    for (int r = 1; r < size(); ++r) EXPECT_TRUE(::torch::equal(all[0], all[r])) << r;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AdasumWorld, ::testing::Values(2, 3, 4));
+
+// Adasum over a group: each data group {0,2} and {1,3} combines only its own
+// members' tensors.
+TEST(Adasum, CombinesWithinTheGivenGroupOnly) {
+  std::vector<std::vector<::torch::Tensor>> inputs;
+  for (int r = 0; r < 4; ++r) inputs.push_back(adasum_inputs(r));
+  run_torch_workers(4, [&] {
+    auto [even, odd] = data_groups_of_four();
+    const Group& mine = rank() % 2 == 0 ? even : odd;
+    auto tensors = adasum_inputs(rank());
+    adasum_allreduce_(tensors, "test.adasum.group", mine);
+    const int first = rank() % 2, second = first + 2;
+    for (size_t t = 0; t < 2; ++t)
+      EXPECT_TRUE(::torch::allclose(tensors[t].to(::torch::kDouble),
+                                    definition_pair(inputs[first][t], inputs[second][t]), 1e-6,
+                                    1e-6))
+          << "rank " << rank() << " tensor " << t;
+  });
+}
+
+TEST(DistributedOptimizer, AdasumStepIsSgdOnTheAdasumOfTheRanksGradients) {
+  // Reference in one process: each rank's gradient on its half of the batch.
+  auto [x, y] = global_batch(0);
+  std::vector<std::vector<::torch::Tensor>> grads(2);
+  for (int r = 0; r < 2; ++r) {
+    auto model = make_mlp(7);
+    nnf::mse_loss(model->forward(x.narrow(0, r * kBatch, kBatch)), y.narrow(0, r * kBatch, kBatch))
+        .backward();
+    for (auto& p : model->parameters()) grads[r].push_back(p.grad().clone());
+  }
+  auto start = make_mlp(7);
+  std::vector<::torch::Tensor> expected;
+  for (size_t i = 0; i < grads[0].size(); ++i)
+    expected.push_back(start->parameters()[i].detach().to(::torch::kDouble) -
+                       0.1 * definition_pair(grads[0][i], grads[1][i]));
+  run_torch_workers(2, [&] {
+    auto model = make_mlp(7);
+    ::torch::optim::SGD sgd(model->parameters(), 0.1);
+    DistributedOptimizer dist(sgd, *model, {.adasum = true});
+    nnf::mse_loss(model->forward(x.narrow(0, rank() * kBatch, kBatch)),
+                  y.narrow(0, rank() * kBatch, kBatch)).backward();
+    dist.step();
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_TRUE(::torch::allclose(model->parameters()[i].to(::torch::kDouble), expected[i],
+                                    1e-5, 1e-6)) << i;
+  });
+  EXPECT_THROW(
+      {
+        auto m = make_mlp(1);
+        ::torch::optim::SGD sgd(m->parameters(), 0.1);
+        DistributedOptimizer bad(sgd, *m, {.adasum = true, .compression = Compression::kFp16});
+      },
+      InvalidArgument);
+}
+
 TEST(Broadcast, ParametersAndOptimizerStateFromRoot) {
   run_torch_workers(2, [] {
     auto model = make_mlp(100 + rank());  // different init per rank
@@ -219,6 +466,13 @@ TEST(Collectives, TensorLevel) {
     EXPECT_TRUE(::torch::allclose(reduce_scatter(rs_in, "t.rs.avg"), mine / 2));
     auto async = allreduce_async(t, "t.async", {.op = ReduceOp::kMax});
     EXPECT_TRUE(::torch::equal(async.result(), ::torch::full({4}, 2.f)));
+  });
+}
+
+TEST(Collectives, CrossRankAndSizeNameTheHost) {
+  run_torch_workers(2, [] {
+    EXPECT_EQ(cross_size(), 1);
+    EXPECT_EQ(cross_rank(), 0);
   });
 }
 

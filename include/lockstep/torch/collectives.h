@@ -39,6 +39,8 @@ int rank();
 int size();
 int local_rank();
 int local_size();
+int cross_rank();  // index of this host among the job's hosts
+int cross_size();  // number of hosts
 
 class TensorHandle {
  public:
@@ -119,6 +121,18 @@ TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string nam
                                ReduceScatterOptions options = {});
 
 void barrier();
+// Uneven data: this rank has no more batches. Until every rank joined, the
+// others' collectives go on with this rank contributing neutral values
+// (averages divide by the ranks that have not joined). Returns the last rank
+// to join. Before init(): 0.
+int join();
+// Collective over all ranks (all pass the same ranks): a new process set, the
+// id to pass as `process_set` above.
+int add_process_set(std::vector<int> ranks);
+// Chrome-trace timeline of the collectives (rank 0 writes; LOCKSTEP_TIMELINE
+// starts one at init()).
+void start_timeline(const std::string& path);
+void stop_timeline();
 
 // Maps between LibTorch and lockstep element types; throws InvalidArgument
 // naming the dtype for unsupported ones.

@@ -51,6 +51,13 @@ enum class Overlap { kAuto, kOn, kOff };
 
 struct DistributedOptimizerOptions {
   ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum
+  // Combine gradients with Adasum (adasum.h, Horovod's op=hvd.Adasum) instead
+  // of op: per parameter, at step()/synchronize() (never during backward).
+  // Do not scale the learning rate by the number of workers. Not with
+  // compression or gradient_predivide_factor. Horovod applies Adasum to each
+  // rank's optimizer update rather than its gradient; for SGD the two agree.
+  // Combines over `group`, like op.
+  bool adasum = false;
   int backward_passes_per_step = 1;  // allreduce only on the last pass
   Compression compression = Compression::kNone;
   // Average only: divide by this before the reduction and by size()/factor
@@ -61,6 +68,12 @@ struct DistributedOptimizerOptions {
   // Ranks whose gradients are averaged (default: all), e.g. the data-parallel
   // replicas of one pipeline stage or tensor shard (lockstep/parallel/mesh.h).
   Group group{};
+  // Compare parameter fingerprints across the ranks of `group` (fingerprint.h)
+  // at the first step() and then every this many steps; -1:
+  // LOCKSTEP_FINGERPRINT_EVERY, 0: never (parameters that are meant to differ
+  // across the group's ranks). Ranks outside the group (other tensor shards,
+  // pipeline stages) are never compared.
+  int64_t fingerprint_every = -1;
 };
 
 class DistributedOptimizer {
@@ -84,7 +97,10 @@ class DistributedOptimizer {
   void synchronize();
   // synchronize() unless already done since the last zero_grad(), then the
   // wrapped optimizer's step(). Call it once per backward_passes_per_step
-  // backward passes.
+  // backward passes. At the first step and every fingerprint_every steps it
+  // first checks that every rank of options().group holds the same
+  // parameters (MismatchError naming the first that differs: call
+  // broadcast_parameters()). Collective over the group.
   void step();
   void zero_grad();
   // Drops everything in flight after a failed step (handles failed with
@@ -108,6 +124,8 @@ class DistributedOptimizer {
   void submit(Slot& slot);
   void submit_together(const std::vector<Slot*>& slots);
   void finish(Slot& slot);
+  void check_fingerprint_if_due();
+  void adasum_gradients();
 
   ::torch::optim::Optimizer& optimizer_;
   DistributedOptimizerOptions options_;
@@ -115,6 +133,8 @@ class DistributedOptimizer {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<TensorHandle> group_handles_;
   bool synchronized_ = false;
+  int64_t steps_ = 0;
+  int64_t fingerprint_every_ = 0;
 };
 
 }  // namespace lockstep::torch

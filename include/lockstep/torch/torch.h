@@ -1,11 +1,13 @@
 // lockstep::torch: data-parallel training for LibTorch (Horovod's torch API).
 #pragma once
 
+#include "lockstep/torch/adasum.h"
 #include "lockstep/torch/checkpoint.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/data_loader.h"
 #include "lockstep/torch/distributed_optimizer.h"
 #include "lockstep/torch/elastic.h"
+#include "lockstep/torch/fingerprint.h"
 #include "lockstep/torch/group.h"
 #include "lockstep/torch/metrics.h"
 #include "lockstep/torch/mixed_precision.h"
