@@ -8,13 +8,16 @@ if(LOCKSTEP_SANITIZE)
 endif()
 
 # lockstep_library(<layer> SOURCES ... DEPS ...): one library per layer, exported
-# as lockstep::<layer>.
+# as lockstep::<layer>. Every target carries cxx_std_20 in its usage
+# requirements: the public headers need C++20 (docs/package.md), so CMake
+# compiles a consumer as C++20 whatever its CMAKE_CXX_STANDARD says.
 function(lockstep_library layer)
   cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(lockstep_${layer} ${ARG_SOURCES})
   add_library(lockstep::${layer} ALIAS lockstep_${layer})
   set_target_properties(lockstep_${layer} PROPERTIES EXPORT_NAME ${layer}
                         OUTPUT_NAME lockstep_${layer})
+  target_compile_features(lockstep_${layer} PUBLIC cxx_std_20)
   target_include_directories(lockstep_${layer} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
