@@ -25,9 +25,7 @@ std::vector<uint8_t> run_kernel(DataType dt, ReduceOp op, size_t count, int n, i
 class KernelFamilies : public ::testing::TestWithParam<k::Family> {
  protected:
   void SetUp() override {
-    __builtin_cpu_init();
-    if (GetParam() == k::Family::kAvx2 &&
-        !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")))
+    if (GetParam() == k::Family::kAvx2 && !k::cpu_has_avx2_f16c())
       GTEST_SKIP() << "CPU lacks AVX2/F16C";
     saved_ = k::active_family();
     k::set_family(GetParam());

@@ -19,6 +19,9 @@ enum class Family { kScalar, kAvx2 };
 void reduce(DataType dtype, ReduceOp op, const void* const* in, int n, void* out, size_t count,
             int divisor);
 
+// Whether this CPU runs the AVX2 family (AVX2 and F16C).
+bool cpu_has_avx2_f16c();
+
 // The family chosen at start-up: AVX2+F16C when the CPU has it (and
 // LOCKSTEP_KERNELS allows), else scalar.
 Family active_family();
