@@ -5,12 +5,12 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "engine/flight_recorder.h"
 #include "engine/timeline.h"
 #include "engine/wait_tracker.h"
+#include "lockstep/base/mutex.h"
 #include "lockstep/engine/engine.h"
 
 namespace lockstep::engine::detail {
@@ -38,20 +38,20 @@ struct EngineContext {
   // every pending and future operation fails with it. Thread-safe.
   void set_fatal(std::exception_ptr error) {
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (fatal) return;
       fatal = error;
     }
     if (wake_all) wake_all();
   }
   std::exception_ptr fatal_error() const {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     return fatal;
   }
 
  private:
-  mutable std::mutex mu;
-  std::exception_ptr fatal;
+  mutable Mutex mu;
+  std::exception_ptr fatal LOCKSTEP_GUARDED_BY(mu);
 };
 
 }  // namespace lockstep::engine::detail

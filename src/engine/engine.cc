@@ -12,6 +12,7 @@
 #include "engine/worker.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/log.h"
+#include "lockstep/base/mutex.h"
 
 namespace lockstep::engine {
 
@@ -21,15 +22,16 @@ using detail::ProcessSetWorker;
 struct Engine::Impl {
   comm::WorldInfo world;
   detail::EngineContext ctx;
-  std::mutex mu;  // guards the maps below
-  std::map<int, std::vector<int>> set_ranks;                  // every set, member or not
-  std::map<int, std::shared_ptr<ProcessSetWorker>> workers;   // sets this rank is in
-  int next_set_id = 1;
-  int add_calls = 0;
-  bool shut_down = false;
+  Mutex mu;
+  // Every set, member or not; the workers of the sets this rank is in.
+  std::map<int, std::vector<int>> set_ranks LOCKSTEP_GUARDED_BY(mu);
+  std::map<int, std::shared_ptr<ProcessSetWorker>> workers LOCKSTEP_GUARDED_BY(mu);
+  int next_set_id LOCKSTEP_GUARDED_BY(mu) = 1;
+  int add_calls LOCKSTEP_GUARDED_BY(mu) = 0;
+  bool shut_down LOCKSTEP_GUARDED_BY(mu) = false;
 
   std::shared_ptr<ProcessSetWorker> worker(int set) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     if (shut_down) throw InvalidArgument("engine: shut down; call init() again to use it");
     auto it = workers.find(set);
     if (it != workers.end()) return it->second;
@@ -44,7 +46,7 @@ struct Engine::Impl {
   int add_set(const std::vector<int>& ranks, comm::Communicator& world_comm) {
     int id;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       id = next_set_id++;
       set_ranks[id] = ranks;
     }
@@ -52,7 +54,7 @@ struct Engine::Impl {
     ctx.flight->set_members(id, ranks);
     auto sub = world_comm.split(ranks, fmt::format("ps{}", id));
     auto w = std::make_shared<ProcessSetWorker>(id, ranks, std::move(sub), ctx);
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     workers[id] = std::move(w);
     return id;
   }
@@ -92,7 +94,7 @@ Engine::Engine(std::unique_ptr<comm::Communicator> comm, EngineConfig config)
     return impl_->add_set(std::vector<int>(ranks.begin(), ranks.end()), w);
   };
   impl_->ctx.wake_all = [this] {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     for (auto& [id, w] : impl_->workers) w->wake();
   };
   if (!impl_->ctx.config.timeline_path.empty() && rank() == 0)
@@ -101,13 +103,18 @@ Engine::Engine(std::unique_ptr<comm::Communicator> comm, EngineConfig config)
   // still the world communicator's only user.
   std::vector<int> all(impl_->world.size);
   for (int r = 0; r < impl_->world.size; ++r) all[r] = r;
-  impl_->set_ranks[0] = all;
+  {
+    MutexLock lock(impl_->mu);
+    impl_->set_ranks[0] = all;
+  }
   impl_->ctx.flight->set_members(0, all);
   std::vector<std::vector<int>> static_sets;  // all checked before any starts
   for (const auto& ranks : impl_->ctx.config.process_sets)
     static_sets.push_back(detail::checked_set_ranks(ranks, impl_->world.size));
   for (const auto& ranks : static_sets) impl_->add_set(ranks, *comm);
-  impl_->workers[0] = std::make_shared<ProcessSetWorker>(0, all, std::move(comm), impl_->ctx);
+  auto global_worker = std::make_shared<ProcessSetWorker>(0, all, std::move(comm), impl_->ctx);
+  MutexLock lock(impl_->mu);
+  impl_->workers[0] = std::move(global_worker);
 }
 
 Engine::~Engine() { shutdown(); }
@@ -115,7 +122,7 @@ Engine::~Engine() { shutdown(); }
 void Engine::shutdown() {
   std::map<int, std::shared_ptr<ProcessSetWorker>> workers;
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (impl_->shut_down) return;
     impl_->shut_down = true;
     workers = impl_->workers;
@@ -123,7 +130,7 @@ void Engine::shutdown() {
   for (auto& [id, w] : workers) w->request_stop();
   for (auto& [id, w] : workers) w->join();
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->workers.clear();
   }
   impl_->ctx.timeline.stop();
@@ -233,7 +240,7 @@ int Engine::add_process_set(std::vector<int> ranks) {
   ranks = detail::checked_set_ranks(ranks, size());
   std::string name;
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     name = fmt::format("add_process_set#{}", impl_->add_calls++);
   }
   std::vector<Entry> entries;

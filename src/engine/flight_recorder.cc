@@ -118,17 +118,17 @@ std::string default_flight_dir(const std::string& job_id) {
 }
 
 FlightRecorder::FlightRecorder(size_t capacity, FlightIdentity identity)
-    : identity_(std::move(identity)), ring_(capacity) {}
+    : identity_(std::move(identity)), capacity_(capacity), ring_(capacity) {}
 
 FlightRecord* FlightRecorder::find(uint64_t id) {
-  if (id == 0 || ring_.empty()) return nullptr;
+  if (id == 0 || !enabled()) return nullptr;
   FlightRecord& r = ring_[id % ring_.size()];
   return r.id == id ? &r : nullptr;
 }
 
 uint64_t FlightRecorder::submitted(int set, const Request& request) {
   if (!enabled()) return 0;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   uint64_t id = next_id_++;
   FlightRecord& r = ring_[id % ring_.size()];
   r = FlightRecord{};
@@ -144,7 +144,7 @@ uint64_t FlightRecorder::submitted(int set, const Request& request) {
 }
 
 void FlightRecorder::negotiated(uint64_t id, int64_t seq) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (FlightRecord* r = find(id)) {
     r->seq = seq;
     r->state = FlightState::kNegotiated;
@@ -153,7 +153,7 @@ void FlightRecorder::negotiated(uint64_t id, int64_t seq) {
 }
 
 void FlightRecorder::started(uint64_t id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (FlightRecord* r = find(id)) {
     r->state = FlightState::kRunning;
     r->started_us = wall_clock_us();
@@ -164,7 +164,7 @@ void FlightRecorder::finished(uint64_t id, std::exception_ptr error) {
   if (!enabled()) return;
   std::string text = error_message(error);  // outside the lock
   std::string kind = error_kind(error);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (FlightRecord* r = find(id)) {
     r->state = error ? FlightState::kFailed : FlightState::kDone;
     r->finished_us = wall_clock_us();
@@ -174,7 +174,7 @@ void FlightRecorder::finished(uint64_t id, std::exception_ptr error) {
 }
 
 void FlightRecorder::set_members(int set, std::vector<int> ranks) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [id, members] : sets_)
     if (id == set) {
       members = std::move(ranks);
@@ -193,7 +193,7 @@ std::vector<FlightRecord> FlightRecorder::newest(size_t n) const {
 }
 
 std::string FlightRecorder::to_json(std::string_view reason) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   nlohmann::json sets = nlohmann::json::array();
   for (const auto& [id, ranks] : sets_) sets.push_back({{"id", id}, {"ranks", ranks}});
   nlohmann::json ops = nlohmann::json::array();
@@ -228,7 +228,7 @@ std::string FlightRecorder::summary(const std::string& path, std::string_view re
 std::string FlightRecorder::dump(std::string_view reason, bool failure) {
   if (!enabled()) return {};
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (dumps_ >= kMaxDumps || dumped_reasons_.count(reason)) return {};
     ++dumps_;
     dumped_reasons_.emplace(reason);
@@ -250,7 +250,7 @@ std::string FlightRecorder::dump(std::string_view reason, bool failure) {
     log(LogLevel::kError, "flight recorder: cannot write a dump in {} (set LOCKSTEP_FLIGHT_DIR "
         "to a writable folder)", identity_.dir);
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   log(failure ? LogLevel::kError : LogLevel::kWarning, "{}", summary(path, reason));
   return path;
 }

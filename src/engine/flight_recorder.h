@@ -30,13 +30,13 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/request.h"
+#include "lockstep/base/mutex.h"
 
 namespace lockstep::engine::detail {
 
@@ -74,7 +74,7 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  bool enabled() const { return !ring_.empty(); }
+  bool enabled() const { return capacity_ > 0; }
   // Returns the record id to pass to the calls below (0 when disabled).
   uint64_t submitted(int set, const Request& request);
   void negotiated(uint64_t id, int64_t seq);
@@ -92,17 +92,19 @@ class FlightRecorder {
   const FlightIdentity& identity() const { return identity_; }
 
  private:
-  FlightRecord* find(uint64_t id);  // mu_ held
-  std::vector<FlightRecord> newest(size_t n) const;  // mu_ held; oldest first
-  std::string summary(const std::string& path, std::string_view reason) const;  // mu_ held
+  FlightRecord* find(uint64_t id) LOCKSTEP_REQUIRES(mu_);
+  std::vector<FlightRecord> newest(size_t n) const LOCKSTEP_REQUIRES(mu_);  // oldest first
+  std::string summary(const std::string& path, std::string_view reason) const
+      LOCKSTEP_REQUIRES(mu_);
 
   const FlightIdentity identity_;
-  mutable std::mutex mu_;  // guards everything below
-  std::vector<FlightRecord> ring_;
-  uint64_t next_id_ = 1;
-  std::vector<std::pair<int, std::vector<int>>> sets_;
-  std::set<std::string, std::less<>> dumped_reasons_;
-  int dumps_ = 0;
+  const size_t capacity_;  // ring_.size()
+  mutable Mutex mu_;
+  std::vector<FlightRecord> ring_ LOCKSTEP_GUARDED_BY(mu_);
+  uint64_t next_id_ LOCKSTEP_GUARDED_BY(mu_) = 1;
+  std::vector<std::pair<int, std::vector<int>>> sets_ LOCKSTEP_GUARDED_BY(mu_);
+  std::set<std::string, std::less<>> dumped_reasons_ LOCKSTEP_GUARDED_BY(mu_);
+  int dumps_ LOCKSTEP_GUARDED_BY(mu_) = 0;
 };
 
 // The dump folder when LOCKSTEP_FLIGHT_DIR is empty:

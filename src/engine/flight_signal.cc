@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lockstep/base/log.h"
+#include "lockstep/base/mutex.h"
 
 namespace lockstep::engine::detail {
 namespace {
@@ -24,13 +25,13 @@ void on_sigusr1(int) {
 }
 
 struct Registry {
-  std::mutex mu;  // guards recorders
-  std::vector<std::weak_ptr<FlightRecorder>> recorders;
+  Mutex mu;
+  std::vector<std::weak_ptr<FlightRecorder>> recorders LOCKSTEP_GUARDED_BY(mu);
 
   void dump_all() {
     std::vector<std::shared_ptr<FlightRecorder>> live;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       std::erase_if(recorders, [](const auto& w) { return w.expired(); });
       for (const auto& w : recorders)
         if (auto r = w.lock()) live.push_back(std::move(r));
@@ -85,8 +86,9 @@ std::shared_ptr<FlightRecorder> make_flight_recorder(const EngineConfig& config,
   auto recorder = std::make_shared<FlightRecorder>(config.flight_recorder, std::move(identity));
   if (!recorder->enabled()) return recorder;
   install_handler_once();
-  std::lock_guard lock(registry().mu);
-  registry().recorders.push_back(recorder);
+  Registry& reg = registry();
+  MutexLock lock(reg.mu);
+  reg.recorders.push_back(recorder);
   return recorder;
 }
 

@@ -1,17 +1,16 @@
 // The process-wide engine behind engine::init() / engine::shutdown().
-#include <mutex>
-
 #include "lockstep/base/error.h"
+#include "lockstep/base/mutex.h"
 #include "lockstep/base/terminate.h"
 #include "lockstep/engine/engine.h"
 
 namespace lockstep::engine {
 namespace {
 
-std::mutex g_mu;
-std::unique_ptr<Engine> g_engine;
+Mutex g_mu;
+std::unique_ptr<Engine> g_engine LOCKSTEP_GUARDED_BY(g_mu);
 
-void check_not_initialized() {
+void check_not_initialized() LOCKSTEP_REQUIRES(g_mu) {
   if (g_engine) throw InvalidArgument("engine::init: already initialized; call shutdown() first");
 }
 
@@ -21,7 +20,7 @@ void check_not_initialized() {
 // collide with the running engine's.
 void init() {
   {
-    std::lock_guard lock(g_mu);
+    MutexLock lock(g_mu);
     check_not_initialized();
   }
   init(comm::Communicator::from_environment());
@@ -29,7 +28,7 @@ void init() {
 
 void init(const comm::WorldInfo& world) {
   {
-    std::lock_guard lock(g_mu);
+    MutexLock lock(g_mu);
     check_not_initialized();
   }
   init(comm::Communicator::create(world));
@@ -37,27 +36,27 @@ void init(const comm::WorldInfo& world) {
 
 void init(std::unique_ptr<comm::Communicator> comm, EngineConfig config) {
   install_terminate_handler();  // an uncaught lockstep::Error names itself and the rank
-  std::lock_guard lock(g_mu);
+  MutexLock lock(g_mu);
   check_not_initialized();
   g_engine = std::make_unique<Engine>(std::move(comm), std::move(config));
 }
 
 bool is_initialized() {
-  std::lock_guard lock(g_mu);
+  MutexLock lock(g_mu);
   return g_engine != nullptr;
 }
 
 void shutdown() {
   std::unique_ptr<Engine> engine;
   {
-    std::lock_guard lock(g_mu);
+    MutexLock lock(g_mu);
     engine = std::move(g_engine);
   }
   if (engine) engine->shutdown();
 }
 
 Engine& global() {
-  std::lock_guard lock(g_mu);
+  MutexLock lock(g_mu);
   if (!g_engine) throw InvalidArgument("engine: not initialized; call lockstep::engine::init() first");
   return *g_engine;
 }

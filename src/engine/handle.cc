@@ -10,7 +10,7 @@ void OpState::complete_one(std::exception_ptr e) {
   Callback callback;
   std::exception_ptr final_error;
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     if (done || remaining == 0) return;
     if (e && !error) error = e;
     if (--remaining > 0) return;
@@ -20,7 +20,7 @@ void OpState::complete_one(std::exception_ptr e) {
   // The callback runs before waiters wake, so a returned wait() implies it ran.
   if (callback) callback(final_error);
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     done = true;
   }
   cv.notify_all();
@@ -35,23 +35,25 @@ const detail::OpState& Handle::state() const {
 
 bool Handle::poll() const {
   const auto& s = state();
-  std::lock_guard lock(s.mu);
+  MutexLock lock(s.mu);
   return s.done;
 }
 
 void Handle::wait() const {
   const auto& s = state();
   detail::WaitScope waiting(s.waits.get());
-  std::unique_lock lock(s.mu);
-  s.cv.wait(lock, [&] { return s.done; });
+  MutexLock lock(s.mu);
+  while (!s.done) lock.wait(s.cv);
   if (s.error) std::rethrow_exception(s.error);
 }
 
 bool Handle::wait_for(std::chrono::milliseconds timeout) const {
   const auto& s = state();
   detail::WaitScope waiting(s.waits.get());
-  std::unique_lock lock(s.mu);
-  if (!s.cv.wait_for(lock, timeout, [&] { return s.done; })) return false;
+  const auto deadline = detail::Clock::now() + timeout;
+  MutexLock lock(s.mu);
+  while (!s.done)
+    if (!lock.wait_until(s.cv, deadline) && !s.done) return false;
   if (s.error) std::rethrow_exception(s.error);
   return true;
 }

@@ -6,10 +6,10 @@
 #include <condition_variable>
 #include <exception>
 #include <memory>
-#include <mutex>
 
 #include "engine/request.h"
 #include "engine/wait_tracker.h"
+#include "lockstep/base/mutex.h"
 #include "lockstep/engine/handle.h"
 
 namespace lockstep::engine::detail {
@@ -27,12 +27,12 @@ struct OpState {
   // completes.
   void complete_one(std::exception_ptr error);
 
-  mutable std::mutex mu;
-  mutable std::condition_variable cv;
-  bool done = false;
-  std::exception_ptr error;
-  int remaining;
-  Callback on_done;
+  mutable Mutex mu;
+  mutable std::condition_variable cv;  // notified when done turns true
+  bool done LOCKSTEP_GUARDED_BY(mu) = false;
+  std::exception_ptr error LOCKSTEP_GUARDED_BY(mu);
+  int remaining LOCKSTEP_GUARDED_BY(mu);
+  Callback on_done LOCKSTEP_GUARDED_BY(mu);
   // Results; written by the background thread before completion.
   Shape output_shape;
   std::vector<int64_t> received_splits;

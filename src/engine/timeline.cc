@@ -43,14 +43,14 @@ const char* phase_name(Phase phase) {
 }
 
 void Timeline::start(const std::string& path) {
-  std::lock_guard control(control_mu_);
+  MutexLock control(control_mu_);
   stop_locked();
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     throw InvalidArgument(fmt::format("timeline: cannot open '{}': {}", path, std::strerror(errno)));
   write_all(fd, "[\n");
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     fd_ = fd;
     stopping_ = false;
     dropped_ = 0;
@@ -62,7 +62,7 @@ void Timeline::start(const std::string& path) {
 }
 
 void Timeline::stop() {
-  std::lock_guard control(control_mu_);
+  MutexLock control(control_mu_);
   stop_locked();
 }
 
@@ -70,7 +70,7 @@ void Timeline::stop_locked() {
   if (!writer_.joinable()) return;
   active_.store(false);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -78,7 +78,7 @@ void Timeline::stop_locked() {
   int fd;
   uint64_t dropped;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     fd = fd_;
     fd_ = -1;
     dropped = dropped_;
@@ -95,7 +95,7 @@ void Timeline::record(const std::string& tensor, Phase phase, Clock::time_point 
                       Clock::time_point end, std::string detail) {
   if (!active()) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_ || fd_ < 0) return;
     if (queue_.size() >= kQueueCapacity) {
       ++dropped_;
@@ -134,18 +134,22 @@ void Timeline::writer_loop() {
   std::deque<Event> batch;
   for (;;) {
     bool last = false;
+    int fd;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, kFlushPeriod, [&] { return stopping_ || queue_.size() >= kWakeBatch; });
+      MutexLock lock(mu_);
+      const auto deadline = Clock::now() + kFlushPeriod;
+      while (!stopping_ && queue_.size() < kWakeBatch)
+        if (!lock.wait_until(cv_, deadline)) break;
       batch.swap(queue_);
       last = stopping_;
+      fd = fd_;
     }
     std::string text;
     for (const Event& e : batch) text += format(e);
     batch.clear();
-    if (!text.empty()) write_all(fd_, text);  // whole lines per write: a kill leaves valid lines
+    if (!text.empty()) write_all(fd, text);  // whole lines per write: a kill leaves valid lines
     if (last) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (queue_.empty()) return;
     }
   }

@@ -18,10 +18,11 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
+
+#include "lockstep/base/mutex.h"
 
 namespace lockstep::engine::detail {
 
@@ -61,21 +62,22 @@ class Timeline {
     Phase phase;
     Clock::time_point begin, end;
   };
-  void stop_locked();
+  void stop_locked() LOCKSTEP_REQUIRES(control_mu_);
   void writer_loop();
   std::string format(const Event& e);
 
   std::atomic<bool> active_{false};
-  std::mutex control_mu_;  // serializes start/stop
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Event> queue_;
-  bool stopping_ = false;
-  uint64_t dropped_ = 0;
-  int fd_ = -1;
+  Mutex control_mu_;  // serializes start/stop
+  Mutex mu_;
+  std::condition_variable cv_;  // a batch is ready or stopping_
+  std::deque<Event> queue_ LOCKSTEP_GUARDED_BY(mu_);
+  bool stopping_ LOCKSTEP_GUARDED_BY(mu_) = false;
+  uint64_t dropped_ LOCKSTEP_GUARDED_BY(mu_) = 0;
+  int fd_ LOCKSTEP_GUARDED_BY(mu_) = -1;
+  // Set by start() before the writer starts, read by the writer only.
   Clock::time_point origin_;
-  std::unordered_map<std::string, int> rows_;  // writer thread only
-  std::thread writer_;
+  std::unordered_map<std::string, int> rows_;
+  std::thread writer_ LOCKSTEP_GUARDED_BY(control_mu_);
 };
 
 }  // namespace lockstep::engine::detail

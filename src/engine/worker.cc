@@ -35,7 +35,7 @@ ProcessSetWorker::~ProcessSetWorker() {
 void ProcessSetWorker::submit(std::vector<Entry> entries) {
   std::exception_ptr fatal = ctx_.fatal_error();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!fatal && exited_) fatal = exit_error_;
     if (!fatal) {
       if (stop_requested_ || exited_)
@@ -68,7 +68,7 @@ void ProcessSetWorker::submit(std::vector<Entry> entries) {
 
 void ProcessSetWorker::request_stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_requested_ = true;
   }
   cv_.notify_one();
@@ -81,17 +81,20 @@ void ProcessSetWorker::join() {
 void ProcessSetWorker::wake() { cv_.notify_one(); }
 
 bool ProcessSetWorker::wait_for_work() {
-  std::unique_lock lock(mu_);
-  auto woken = [&] { return !incoming_.empty() || stop_requested_ || ctx_.fatal_error(); };
-  if (pending_.empty() && !join_) cv_.wait_for(lock, kHeartbeat, woken);
-  else if (backoff_.count() > 0) cv_.wait_for(lock, backoff_, woken);
+  MutexLock lock(mu_);
+  const bool idle = pending_.empty() && !join_;
+  if (idle || backoff_.count() > 0) {
+    const auto deadline = Clock::now() + (idle ? std::chrono::microseconds(kHeartbeat) : backoff_);
+    while (incoming_.empty() && !stop_requested_ && !ctx_.fatal_error())
+      if (!lock.wait_until(cv_, deadline)) break;
+  }
   return stop_requested_ || ctx_.fatal_error() != nullptr;
 }
 
 void ProcessSetWorker::drain_incoming() {
   std::vector<Entry> fresh;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     fresh.swap(incoming_);
   }
   for (Entry& e : fresh) {
@@ -187,7 +190,7 @@ ProcessSetWorker::Pending* ProcessSetWorker::find(const std::string& name) {
 void ProcessSetWorker::finish(Entry& entry, std::exception_ptr error) {
   {
     // Release the name first: a caller woken by the handle may resubmit it.
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (entry.request.collective == Collective::kJoin) join_pending_ = false;
     else active_names_.erase(entry.request.name);
   }
@@ -197,7 +200,7 @@ void ProcessSetWorker::finish(Entry& entry, std::exception_ptr error) {
 
 void ProcessSetWorker::fail_everything(std::exception_ptr error) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     exited_ = true;
     exit_error_ = error;
   }

@@ -14,7 +14,6 @@
 #include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -27,6 +26,7 @@
 #include "engine/executor.h"
 #include "engine/negotiator.h"
 #include "engine/stall_inspector.h"
+#include "lockstep/base/mutex.h"
 
 namespace lockstep::engine::detail {
 
@@ -82,14 +82,14 @@ class ProcessSetWorker {
   const int set_rank_;
 
   // Submission side.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Entry> incoming_;
-  std::unordered_set<std::string> active_names_;
-  bool join_pending_ = false;
-  bool stop_requested_ = false;
-  bool exited_ = false;
-  std::exception_ptr exit_error_;
+  Mutex mu_;
+  std::condition_variable cv_;  // submissions, stop requests and wake()
+  std::vector<Entry> incoming_ LOCKSTEP_GUARDED_BY(mu_);
+  std::unordered_set<std::string> active_names_ LOCKSTEP_GUARDED_BY(mu_);
+  bool join_pending_ LOCKSTEP_GUARDED_BY(mu_) = false;
+  bool stop_requested_ LOCKSTEP_GUARDED_BY(mu_) = false;
+  bool exited_ LOCKSTEP_GUARDED_BY(mu_) = false;
+  std::exception_ptr exit_error_ LOCKSTEP_GUARDED_BY(mu_);
 
   // Worker-thread side.
   Negotiator negotiator_;

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <mutex>
 
 #include <gloo/barrier.h>
 #include <gloo/allgather.h>
@@ -21,6 +20,7 @@
 #include "comm/transport/gloo/gloo_store.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
+#include "lockstep/base/mutex.h"
 
 namespace lockstep::comm::gloo_transport {
 namespace {
@@ -79,14 +79,19 @@ std::string host_label() {
 }
 
 // One TCP device (and its event-loop thread) per process and interface.
+struct DeviceCache {
+  Mutex mu;
+  std::shared_ptr<::gloo::transport::Device> dev LOCKSTEP_GUARDED_BY(mu);
+  std::string iface LOCKSTEP_GUARDED_BY(mu);  // what dev was opened for
+};
+
 std::shared_ptr<::gloo::transport::Device> device() {
-  static std::mutex mutex;
-  static std::shared_ptr<::gloo::transport::Device> dev;
-  static std::string dev_iface;
-  std::lock_guard lock(mutex);
+  static DeviceCache cache;
+  MutexLock lock(cache.mu);
+  auto& dev = cache.dev;
   ignore_sigpipe();
   std::string iface = knob_string("LOCKSTEP_NETWORK_INTERFACE");
-  if (dev && dev_iface == iface) return dev;
+  if (dev && cache.iface == iface) return dev;
   ::gloo::transport::tcp::attr attr;
   std::string towards_store = iface.empty() ? address_towards_rendezvous() : "";
   if (!iface.empty()) {
@@ -109,7 +114,7 @@ std::shared_ptr<::gloo::transport::Device> device() {
                                 : "address " + towards_store,
         e.what()));
   }
-  dev_iface = iface;
+  cache.iface = iface;
   return dev;
 }
 

@@ -2,20 +2,20 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/log.h"
+#include "lockstep/base/mutex.h"
 
 namespace lockstep::comm::mpi {
 namespace {
 
-std::mutex g_mutex;
-bool g_we_initialized = false;
-bool g_broken = false;
-std::string g_broken_reason;
+Mutex g_mutex;
+bool g_we_initialized LOCKSTEP_GUARDED_BY(g_mutex) = false;
+bool g_broken LOCKSTEP_GUARDED_BY(g_mutex) = false;
+std::string g_broken_reason LOCKSTEP_GUARDED_BY(g_mutex);
 
 void finalize_at_exit() {
   int finalized = 0;
@@ -24,7 +24,7 @@ void finalize_at_exit() {
   std::string reason;
   bool broken;
   {
-    std::lock_guard lock(g_mutex);
+    MutexLock lock(g_mutex);
     broken = g_broken;
     reason = g_broken_reason;
   }
@@ -43,7 +43,7 @@ void finalize_at_exit() {
 }  // namespace
 
 void ensure_initialized() {
-  std::lock_guard lock(g_mutex);
+  MutexLock lock(g_mutex);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) return;
@@ -69,7 +69,7 @@ bool started_by_mpi_launcher() {
 }
 
 void mark_broken(const std::string& reason) {
-  std::lock_guard lock(g_mutex);
+  MutexLock lock(g_mutex);
   if (!g_broken) g_broken_reason = reason;
   g_broken = true;
 }
