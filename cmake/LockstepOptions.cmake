@@ -2,8 +2,8 @@
 add_library(lockstep_warnings INTERFACE)
 target_compile_options(lockstep_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter)
 # clang checks the LOCKSTEP_GUARDED_BY / LOCKSTEP_REQUIRES annotations
-# (include/lockstep/base/mutex.h); CI's TSan build is a clang build, so a lock
-# misuse fails CI. GCC has no such analysis (the macros expand to nothing).
+# (include/lockstep/base/mutex.h); CI's fuzz build (scripts/fuzz.sh) is a
+# clang build that compiles comm and engine, so a lock misuse fails CI. GCC has no such analysis (the macros expand to nothing).
 if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   target_compile_options(lockstep_warnings INTERFACE -Wthread-safety -Werror=thread-safety)
 endif()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan+UBSan) and runs each for a bounded
 # time from its seed corpus in fuzz/corpus/. A crash or sanitizer report fails
-# the script and leaves the reproducer in build-fuzz/artifacts/.
+# the script and leaves the reproducer in build-fuzz/artifacts/. Being CI's
+# clang build, it also compiles the comm and engine layers, whose locks clang
+# checks (-Werror=thread-safety; include/lockstep/base/mutex.h).
 #
 #   bash scripts/fuzz.sh [SECONDS_PER_TARGET]    (default 30)
 set -euo pipefail
@@ -14,7 +16,7 @@ if [[ ! -f $dir/build.ninja ]]; then
     -DLOCKSTEP_BUILD_FUZZ=ON -DLOCKSTEP_SANITIZE=address,undefined,fuzzer-no-link
 fi
 targets=(lockstep-fuzz-rendezvous lockstep-fuzz-launch-block lockstep-fuzz-records lockstep-fuzz-hdf5)
-cmake --build $dir -j"$(nproc)" --target "${targets[@]}"
+cmake --build $dir -j"$(nproc)" --target "${targets[@]}" lockstep_comm lockstep_engine
 mkdir -p $dir/artifacts
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp

@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds everything and runs the whole test suite: the main build's
 # ctest, then ASan+UBSan builds of the non-LibTorch layers, a TSan build of
-# the engine (with clang, so -Wthread-safety checks every annotated lock: see
-# include/lockstep/base/mutex.h) and 30 s of each libFuzzer target
-# (scripts/fuzz.sh).
+# the engine and 30 s of each libFuzzer target (scripts/fuzz.sh).
 #
 #   bash scripts/test.sh            everything
 #   bash scripts/test.sh --quick    main build's tests only
@@ -40,11 +38,6 @@ stage "tests: main build" ctest --test-dir build --output-on-failure -j"$jobs" -
 
 sanitized_build() {  # sanitized_build <dir> <sanitizers>
   local dir=$1 sanitizers=$2
-  # A build folder configured with another compiler (CC/CXX) starts over.
-  if [[ -f "$dir/CMakeCache.txt" && -n "${CXX:-}" ]] &&
-     ! grep -q "^CMAKE_CXX_COMPILER:FILEPATH=$(command -v "$CXX")\$" "$dir/CMakeCache.txt"; then
-    rm -rf "$dir"
-  fi
   if [[ ! -f "$dir/build.ninja" ]]; then
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DLOCKSTEP_WITH_TORCH=OFF \
       -DLOCKSTEP_BUILD_BENCH=OFF -DLOCKSTEP_SANITIZE="$sanitizers"
@@ -67,8 +60,6 @@ LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp ASAN_OPTIONS=detect_leaks=1:abo
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 stage "tests: address,undefined build (build-asan): -L mpi" \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -L mpi
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-# clang: its -Werror=thread-safety (cmake/LockstepOptions.cmake) makes this
-# build the lock-annotation check too, at no extra build.
-CC=clang CXX=clang++ sanitized build-tsan thread -L engine
+sanitized build-tsan thread -L engine
 
 stage "fuzz: 30 s per target" bash scripts/fuzz.sh 30
