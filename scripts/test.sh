@@ -59,7 +59,7 @@ LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp ASAN_OPTIONS=detect_leaks=1:abo
   sanitized build-asan address,undefined -L 'comm|launcher|rendezvous|engine|data' -LE mpi
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 stage "tests: address,undefined build (build-asan): -L mpi" \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -L mpi
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp
 sanitized build-tsan thread -L engine
 
 stage "fuzz: 30 s per target" bash scripts/fuzz.sh 30
