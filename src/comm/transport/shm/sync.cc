@@ -148,9 +148,11 @@ void Waiter::sleep_once(WaitWord& word, uint32_t target) {
 // paid a cross-core wake-up (~25-50 µs on this VM): a 0.88 MB allreduce took
 // 256 µs in training against ~100 µs in the benchmark. Within-call waits
 // get a fixed spin of kWithinCallSpins policy spins and leave the arrival
-// budget alone. So does an arrival within kRecent of the previous wait's
-// end: the engine's gradient allreduce follows its negotiation by the ~80 µs
-// of the fusion copy, so the peer is coming, not computing.
+// budget alone. So does an arrival within kRecent of the end of the last
+// wait that had to wait (a word already reached returns before reading the
+// clock, to keep the latency path free of it): the engine's gradient
+// allreduce follows its negotiation by the ~80 µs of the fusion copy, so the
+// peer is coming, not computing.
 constexpr int kWithinCallSpins = 4;
 constexpr auto kRecent = std::chrono::milliseconds(1);
 
