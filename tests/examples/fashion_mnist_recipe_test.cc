@@ -40,8 +40,11 @@ TEST(FashionMnistRecipe, ResumedFastRunEvaluatesLikeAnUninterruptedOne) {
   auto dir = scratch("recipe-resume");
   const auto job = [&](const std::string& name, const std::string& flags) {
     // A constant lr, so that stopping after epoch 1 (--epochs 1) trains
-    // with the same rates as the first epoch of --epochs 2.
-    auto cmd = fmt::format("'{}' --recipe fast --schedule constant --train-subset 2000 "
+    // with the same rates as the first epoch of --epochs 2. One pinned
+    // intra-op thread: otherwise init() fits the thread count to the CPUs
+    // idle at start, a busy CI machine gives the three runs different
+    // counts, and OpenMP's reduction order moves the loss in the 7th digit.
+    auto cmd = fmt::format("LOCKSTEP_INTRA_OP_THREADS=1 '{}' --recipe fast --schedule constant --train-subset 2000 "
                            "--test-subset 500 --checkpoint-dir '{}' --metrics '{}' {} 2>>'{}'",
                            main_job(), (dir / name).string(), (dir / (name + ".jsonl")).string(),
                            flags, (dir / "err.txt").string());
