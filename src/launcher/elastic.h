@@ -1,8 +1,9 @@
 // Elastic mode of `lockstep run` (--min-np/--max-np/--host-discovery-script):
 // the pure planning (who gets which rank in the next generation of the world,
 // which hosts are cooling down, what the discovery script says) and the
-// publication of each generation in the job's store. The process handling
-// stays in supervisor.cc. Internal; protocol in docs/elastic.md.
+// publication of each generation in the job's store. What the supervisor does
+// with it is in elastic_supervisor.h; the processes stay in supervisor.cc.
+// Internal; protocol in docs/elastic.md.
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,8 @@
 // Supervises the workers with one poll loop over a signalfd (SIGCHLD and the
-// signals to forward) and the workers' output pipes.
+// signals to forward) and the workers' output pipes, sleeping until the
+// earliest of its timers (deadlines.h). Elastic jobs hand the decisions about
+// generations to the ElasticSupervisor (elastic_supervisor.h); this file
+// starts, signals and reaps the processes.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,13 +23,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "launcher/failure_note.h"
+#include "launcher/deadlines.h"
+#include "launcher/elastic_supervisor.h"
 #include "launcher/hosts.h"
 #include "launcher/job.h"
-#include "launcher/output_relay.h"
 #include "launcher/remote.h"
+#include "launcher/say.h"
 #include "launcher/spawn.h"
 #include "launcher/spec.h"
+#include "launcher/worker.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/terminate.h"
 #include "lockstep/rendezvous/store.h"
@@ -51,47 +56,11 @@ constexpr auto kPeerGrace = std::chrono::seconds(2);
 // After the last worker is reaped, output still buffered in pipes held by
 // processes outside its group gets this long to arrive.
 constexpr auto kDrainGrace = std::chrono::seconds(1);
-// Elastic: failures this close together re-form the job once.
-constexpr auto kReformDebounce = std::chrono::milliseconds(300);
-
-template <typename... Args>
-void say(fmt::format_string<Args...> format, Args&&... args) {
-  std::string line = "lockstep run: " + fmt::format(format, std::forward<Args>(args)...) + "\n";
-  write_fully(STDERR_FILENO, line);
-}
 
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
 }
-
-struct Stream {
-  int fd = -1;
-  OutputRelay relay;
-  bool watch_failures = false;  // stderr: the terminate handler's line
-  FailureNoteScanner failures;
-};
-
-struct Worker {
-  int index = 0;  // stable: output prefix, elastic worker id "w<index>"
-  int rank = 0;   // in the current generation (elastic jobs re-rank survivors)
-  Placement where;
-  pid_t pid = -1;
-  bool running = false;
-  bool started = true;  // remote: checked in with the store
-  bool removing = false;  // elastic: left out by discovery; its exit is not a failure
-  int wait_status = 0;
-  int launch_fd = -1;   // remote: write end of the shim's stdin, open while it runs
-  std::vector<Stream> streams;  // stdout, stderr
-};
-
-// Only multi-host jobs name hosts in messages.
-std::string rank_label(const Worker& w, bool multi_host) {
-  return multi_host ? fmt::format("rank {} on host {}", w.rank, w.where.host)
-                    : fmt::format("rank {}", w.rank);
-}
-
-std::string elastic_id(int index) { return fmt::format("w{}", index); }
 
 std::vector<std::string> launcher_environment() {
   std::vector<std::string> env;
@@ -122,14 +91,9 @@ class Supervisor {
  private:
   void spawn(int index, const Placement& where, int null_fd);
   std::vector<std::pair<std::string, std::string>> environment_of(const Worker& w) const;
-  // Elastic mode (elastic.h): publish generations, survive failures, scale up.
-  void start_elastic();
-  void on_elastic_failure(Worker& w, const std::string& how);
-  void reform();
-  void stop_elastic_job(const std::string& reason, int code);
-  void publish_generation(const std::vector<ElasticMember>& newcomers);
-  void scale_up();
-  bool scale_down(const std::vector<HostSlots>& discovered);
+  rendezvous::StoreClient& store_client();
+  void poll_elastic();
+  void stop_job(int code);
   SpawnedWorker spawn_remote(Worker& w);
   void check_started();
   void close_launch_fd(Worker& w);
@@ -148,18 +112,13 @@ class Supervisor {
   bool multi_host_ = false;
   JobIdentity job_;
   std::optional<rendezvous::StoreClient> store_client_;  // set when remote ranks must check in
-  std::optional<Clock::time_point> start_deadline_, next_start_check_;
   int signal_fd_;
   std::vector<Worker> workers_;
   std::optional<int> first_failure_code_;
   int interrupted_by_ = 0;
-  std::optional<Clock::time_point> term_at_;
-  std::optional<Clock::time_point> kill_at_;
-  std::optional<Clock::time_point> drain_until_;
+  Deadlines deadlines_;
   std::string path_;
-  std::optional<ElasticController> elastic_;
-  std::optional<Clock::time_point> reform_at_;
-  int last_failure_code_ = 1;
+  std::optional<ElasticSupervisor> elastic_;  // elastic mode (elastic_supervisor.h)
 };
 
 Supervisor::~Supervisor() {
@@ -176,9 +135,22 @@ void Supervisor::close_launch_fd(Worker& w) {
   w.launch_fd = -1;
 }
 
+rendezvous::StoreClient& Supervisor::store_client() {
+  if (!store_client_) {
+    rendezvous::StoreClient::Options options;
+    options.connect_timeout = std::chrono::seconds(10);
+    store_client_.emplace(job_.rendezvous, rendezvous::decode_secret_hex(job_.secret_hex),
+                          options);
+  }
+  return *store_client_;
+}
+
 void Supervisor::start(const std::string& path) {
   path_ = path;
-  if (spec_.elastic.enabled()) start_elastic();
+  if (spec_.elastic.enabled()) {
+    elastic_.emplace(spec_.elastic, store_client(), deadlines_, multi_host_);
+    elastic_->start(placements_);
+  }
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   workers_.reserve(spec_.num_proc);
   for (int rank = 0; rank < spec_.num_proc && !interrupted_by_ && !first_failure_code_; ++rank)
@@ -187,13 +159,9 @@ void Supervisor::start(const std::string& path) {
   bool any_remote = std::any_of(workers_.begin(), workers_.end(),
                                 [](const Worker& w) { return !w.started; });
   if (any_remote) {
-    rendezvous::StoreClient::Options options;
-    options.connect_timeout = std::chrono::seconds(10);
-    if (!store_client_)
-      store_client_.emplace(job_.rendezvous, rendezvous::decode_secret_hex(job_.secret_hex),
-                            options);
-    start_deadline_ = Clock::now() + spec_.start_timeout;
-    next_start_check_ = Clock::now();
+    store_client();
+    deadlines_.arm(Deadline::kStartTimeout, Clock::now() + spec_.start_timeout);
+    deadlines_.arm(Deadline::kStartCheck, Clock::now());
   }
 }
 
@@ -237,21 +205,7 @@ SpawnedWorker Supervisor::spawn_remote(Worker& w) {
 // comes from the generation the launcher last published.
 std::vector<std::pair<std::string, std::string>> Supervisor::environment_of(const Worker& w) const {
   auto env = worker_environment(spec_, job_, w.rank, w.where);
-  if (!elastic_) return env;
-  std::map<std::string, std::string> map(env.begin(), env.end());
-  const std::string id = elastic_id(w.index);
-  if (auto a = elastic_->assignment_of(id)) {
-    map["LOCKSTEP_RANK"] = std::to_string(a->rank);
-    map["LOCKSTEP_SIZE"] = std::to_string(a->size);
-    map["LOCKSTEP_LOCAL_RANK"] = std::to_string(a->local_rank);
-    map["LOCKSTEP_LOCAL_SIZE"] = std::to_string(a->local_size);
-    map["LOCKSTEP_CROSS_RANK"] = std::to_string(a->cross_rank);
-    map["LOCKSTEP_CROSS_SIZE"] = std::to_string(a->cross_size);
-  }
-  map["LOCKSTEP_ELASTIC"] = "1";
-  map["LOCKSTEP_WORKER_ID"] = id;
-  map["LOCKSTEP_ELASTIC_GENERATION"] = std::to_string(elastic_->generation());
-  return {map.begin(), map.end()};
+  return elastic_ ? elastic_->environment_of(w.index, env) : env;
 }
 
 void Supervisor::spawn(int index, const Placement& where, int null_fd) {
@@ -260,7 +214,7 @@ void Supervisor::spawn(int index, const Placement& where, int null_fd) {
   w.rank = index;
   w.where = where;
   if (elastic_)
-    if (auto a = elastic_->assignment_of(elastic_id(index))) w.rank = a->rank;
+    if (auto rank = elastic_->rank_of(index)) w.rank = *rank;
   SpawnedWorker child =
       w.where.local
           ? spawn_worker(ExecImage(path_, spec_.program, as_env_strings(environment_of(w))),
@@ -279,7 +233,9 @@ void Supervisor::spawn(int index, const Placement& where, int null_fd) {
 // Remote ranks prove they reached the store; at --start-timeout the hosts
 // that have not are named and the job is stopped.
 void Supervisor::check_started() {
-  if (!start_deadline_ || Clock::now() < *next_start_check_) return;
+  if (!deadlines_.armed(Deadline::kStartTimeout) ||
+      !deadlines_.passed(Deadline::kStartCheck, Clock::now()))
+    return;
   std::vector<Worker*> pending;
   for (auto& w : workers_)
     if (!w.started && w.running) pending.push_back(&w);
@@ -289,11 +245,12 @@ void Supervisor::check_started() {
   }
   std::erase_if(pending, [](Worker* w) { return w->started; });
   if (pending.empty() || first_failure_code_ || interrupted_by_) {
-    start_deadline_.reset();
+    deadlines_.disarm(Deadline::kStartTimeout);
+    deadlines_.disarm(Deadline::kStartCheck);
     return;
   }
-  next_start_check_ = Clock::now() + std::chrono::milliseconds(200);
-  if (Clock::now() < *start_deadline_) return;
+  deadlines_.arm(Deadline::kStartCheck, Clock::now() + std::chrono::milliseconds(200));
+  if (!deadlines_.passed(Deadline::kStartTimeout, Clock::now())) return;
   std::map<std::string, std::vector<int>> by_host;
   for (auto* w : pending) by_host[w->where.host].push_back(w->rank);
   std::string missing;
@@ -304,9 +261,10 @@ void Supervisor::check_started() {
       "(--start-timeout); check the remote-exec command ('{}'), that lockstep is installed at the "
       "same path there, and that those hosts can reach this address; stopping the job",
       missing, job_.rendezvous, spec_.start_timeout.count(), spec_.remote_exec);
-  start_deadline_.reset();
+  deadlines_.disarm(Deadline::kStartTimeout);
+  deadlines_.disarm(Deadline::kStartCheck);
   first_failure_code_ = 1;
-  term_at_ = Clock::now();
+  deadlines_.arm(Deadline::kTerm, Clock::now());
 }
 
 void Supervisor::signal_all(int sig) {
@@ -329,7 +287,7 @@ void Supervisor::on_signal() {
       interrupted_by_ = sig;
       say("received {}; forwarding it to the workers", signal_name(sig));
       signal_all(sig);
-      if (!kill_at_) kill_at_ = Clock::now() + kTermGrace;
+      deadlines_.arm_once(Deadline::kKill, Clock::now() + kTermGrace);
     } else {
       say("received {} again; killing the workers", signal_name(sig));
       signal_all(SIGKILL);
@@ -370,168 +328,42 @@ void Supervisor::on_exit(Worker& w) {
     return;
   }
   bool first_failure = !ok && !interrupted_by_ && !first_failure_code_;
-  if (first_failure && elastic_) return on_elastic_failure(w, how);
+  if (first_failure && elastic_) return elastic_->on_failure(w, how);
   if (!first_failure) {
     if (spec_.verbose) say("{} (pid {}) {}", who, w.pid, how);
     return;
   }
-  first_failure_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   say("{} (pid {}) {}; stopping the other workers{}", who, w.pid, how,
       multi_host_ ? " on every host" : "");
-  term_at_ = Clock::now() + kPeerGrace;
+  stop_job(exit_code_of(status));
 }
 
-// ---- elastic mode
-
-void Supervisor::start_elastic() {
-  rendezvous::StoreClient::Options options;
-  options.connect_timeout = std::chrono::seconds(10);
-  store_client_.emplace(job_.rendezvous, rendezvous::decode_secret_hex(job_.secret_hex), options);
-  elastic_.emplace(spec_.elastic);
-  std::vector<ElasticMember> members;
-  for (int i = 0; i < spec_.num_proc; ++i)
-    members.push_back({elastic_id(i), placements_[i].host, i});
-  elastic_->publish(*store_client_, members);
+// The job failed with `code`: the other workers get kPeerGrace to notice and
+// exit on their own before SIGTERM.
+void Supervisor::stop_job(int code) {
+  first_failure_code_ = code;
+  deadlines_.arm(Deadline::kTerm, Clock::now() + kPeerGrace);
 }
 
-// A lost worker. Re-forming waits kReformDebounce so that workers dying
-// together (a whole host) cost one re-formation, and no generation names a
-// worker that is already dead but not yet reaped.
-void Supervisor::on_elastic_failure(Worker& w, const std::string& how) {
-  say("{} (pid {}) {}", rank_label(w, multi_host_), w.pid, how);
-  if (elastic_->record_failure(w.where.host))
-    say("host {} failed {} times; leaving it out for {} s", w.where.host,
-        spec_.elastic.host_failure_limit, spec_.elastic.cooldown.count());
-  last_failure_code_ =
-      WIFEXITED(w.wait_status) ? WEXITSTATUS(w.wait_status) : 128 + WTERMSIG(w.wait_status);
-  if (!reform_at_) reform_at_ = Clock::now() + kReformDebounce;
-}
-
-// Re-form with the survivors, unless that breaks a limit.
-void Supervisor::reform() {
-  reform_at_.reset();
-  int survivors = 0;
-  for (const auto& other : workers_) survivors += other.running && !other.removing;
-  const int limit = spec_.elastic.reset_limit;
-  if (limit >= 0 && elastic_->reformations() >= limit)
-    return stop_elastic_job(
-        fmt::format("the job already re-formed {} time(s), the --reset-limit; stopping", limit),
-        last_failure_code_);
-  if (survivors < spec_.elastic.min_np)
-    return stop_elastic_job(fmt::format("{} worker(s) left, fewer than --min-np {}; stopping",
-                                        survivors, spec_.elastic.min_np),
-                            last_failure_code_);
-  elastic_->count_reformation();
-  say("re-forming the job with the {} remaining worker(s)", survivors);
-  publish_generation({});
-}
-
-void Supervisor::stop_elastic_job(const std::string& reason, int code) {
-  say("{}", reason);
-  try {
-    elastic_->fail(*store_client_, reason);
-  } catch (const std::exception& e) {
-    say("could not tell the workers why: {}", e.what());
-  }
-  first_failure_code_ = code == 0 ? 1 : code;
-  term_at_ = Clock::now() + kPeerGrace;
-}
-
-// Discovery no longer offers room for some workers (a host left the list):
-// publish a generation without them; they leave at the next commit, and
-// their exit is not counted as a failure. Additions wait for the next round.
-bool Supervisor::scale_down(const std::vector<HostSlots>& discovered) {
-  std::vector<Worker*> running;
-  for (auto& w : workers_)
-    if (w.running && !w.removing) running.push_back(&w);
-  std::sort(running.begin(), running.end(),
-            [](const Worker* a, const Worker* b) { return a->rank < b->rank; });
-  std::vector<std::pair<int, std::string>> by_rank;
-  for (const Worker* w : running) by_rank.emplace_back(w->index, w->where.host);
-  auto leaving = workers_to_remove(discovered, by_rank);
-  if (leaving.empty()) return false;
-  const int staying = static_cast<int>(running.size() - leaving.size());
-  if (staying < spec_.elastic.min_np) {
-    say("the discovery script offers room for only {} of the {} running worker(s); keeping them "
-        "all (--min-np {})", staying, running.size(), spec_.elastic.min_np);
-    return false;
-  }
-  std::vector<std::string> who;
-  for (auto& w : workers_)
-    if (std::find(leaving.begin(), leaving.end(), w.index) != leaving.end()) {
-      w.removing = true;
-      who.push_back(fmt::format("{} on {}", elastic_id(w.index), w.where.host));
-    }
-  say("the discovery script no longer offers room for {}; removing them at the next commit",
-      fmt::join(who, ", "));
-  elastic_->count_reformation();
-  publish_generation({});
-  return true;
-}
-
-// The running workers (survivors keep their order) plus `newcomers`, which
-// the caller starts afterwards.
-void Supervisor::publish_generation(const std::vector<ElasticMember>& newcomers) {
-  std::vector<ElasticMember> members;
-  for (const auto& w : workers_)
-    if (w.running && !w.removing) members.push_back({elastic_id(w.index), w.where.host, w.rank});
-  members.insert(members.end(), newcomers.begin(), newcomers.end());
-  const int g = elastic_->publish(*store_client_, members);
-  std::vector<std::string> ranks;
-  for (auto& w : workers_)
-    if (auto a = elastic_->assignment_of(elastic_id(w.index))) {
-      w.rank = a->rank;
-      ranks.push_back(fmt::format("{}->{}", elastic_id(w.index), a->rank));
-    }
-  for (const auto& m : newcomers)
-    ranks.push_back(fmt::format("{}->{} (new)", m.id, elastic_->assignment_of(m.id)->rank));
-  say("generation {}: {} worker(s) ({})", g, members.size(), fmt::join(ranks, " "));
-}
-
-// Discovery found free slots: start workers there; they join the running
-// ones at their next commit (docs/elastic.md).
-void Supervisor::scale_up() {
-  auto discovered = elastic_->discover();
-  if (!discovered || scale_down(*discovered)) return;
-  std::map<std::string, int> running_per_host;
-  int running = 0;
-  for (const auto& w : workers_)
-    if (w.running && !w.removing) {
-      ++running_per_host[w.where.host];
-      ++running;
-    }
-  auto hosts = hosts_for_new_workers(*discovered, running_per_host, elastic_->cooling_down(),
-                                     spec_.elastic.max_np - running);
-  if (hosts.empty()) return;
-  say("discovered {} free slot(s) ({}); starting new worker(s) that join at the next commit",
-      hosts.size(), fmt::join(hosts, ","));
-  // The generation names the new workers before they start.
-  std::vector<ElasticMember> newcomers;
-  for (const auto& host : hosts)
-    newcomers.push_back({elastic_id(static_cast<int>(workers_.size() + newcomers.size())), host, {}});
-  elastic_->count_reformation();
-  publish_generation(newcomers);
+// Re-forms or scales the elastic job; starts the workers it asks for.
+void Supervisor::poll_elastic() {
+  auto decision = elastic_->poll(workers_, Clock::now());
+  if (decision.stop_code) return stop_job(*decision.stop_code);
+  if (decision.start.empty()) return;
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  for (const auto& m : newcomers) {
-    Placement where;  // local/cross ranks come from the generation (environment_of)
-    where.host = m.host;
-    where.local = is_local_host(m.host);
-    spawn(static_cast<int>(workers_.size()), where, null_fd);
-  }
+  for (const auto& where : decision.start) spawn(static_cast<int>(workers_.size()), where, null_fd);
   if (null_fd >= 0) ::close(null_fd);
 }
 
 void Supervisor::on_deadlines() {
   auto now = Clock::now();
-  if (term_at_ && now >= *term_at_) {
-    term_at_.reset();
+  if (deadlines_.take_due(Deadline::kTerm, now)) {
     if (any_running()) {
       signal_all(SIGTERM);
-      if (!kill_at_) kill_at_ = now + kTermGrace;
+      deadlines_.arm_once(Deadline::kKill, now + kTermGrace);
     }
   }
-  if (kill_at_ && now >= *kill_at_) {
-    kill_at_.reset();
+  if (deadlines_.take_due(Deadline::kKill, now)) {
     if (any_running()) {
       say("workers still running {} s after being signalled; sending SIGKILL",
           std::chrono::duration_cast<std::chrono::seconds>(kTermGrace).count());
@@ -585,7 +417,10 @@ bool Supervisor::any_stream_open() const {
 void Supervisor::run() {
   std::vector<pollfd> fds;
   std::vector<Stream*> polled;
-  while (any_running() || (any_stream_open() && drain_until_ && Clock::now() < *drain_until_)) {
+  auto draining = [&] {
+    return deadlines_.armed(Deadline::kDrain) && !deadlines_.passed(Deadline::kDrain, Clock::now());
+  };
+  while (any_running() || (any_stream_open() && draining())) {
     fds.assign(1, pollfd{signal_fd_, POLLIN, 0});
     polled.clear();
     for (auto& w : workers_)
@@ -594,32 +429,18 @@ void Supervisor::run() {
           fds.push_back({s.fd, POLLIN, 0});
           polled.push_back(&s);
         }
-    std::optional<Clock::time_point> deadline = kill_at_;
-    if (term_at_ && (!deadline || *term_at_ < *deadline)) deadline = term_at_;
-    if (drain_until_ && (!deadline || *drain_until_ < *deadline)) deadline = drain_until_;
-    if (start_deadline_ && (!deadline || *next_start_check_ < *deadline)) deadline = next_start_check_;
-    if (elastic_ && !first_failure_code_) {
-      if (auto next = elastic_->next_discovery(); next && (!deadline || *next < *deadline))
-        deadline = next;
-      if (reform_at_ && (!deadline || *reform_at_ < *deadline)) deadline = reform_at_;
-    }
-    int timeout = -1;
-    if (deadline) {
-      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now()).count();
-      timeout = ms <= 0 ? 0 : static_cast<int>(ms) + 1;
-    }
-    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR)
+    auto wakeup = deadlines_.earliest(
+        {Deadline::kKill, Deadline::kTerm, Deadline::kDrain, Deadline::kStartCheck});
+    if (elastic_ && !first_failure_code_) wakeup = earlier(wakeup, elastic_->next_wakeup());
+    if (::poll(fds.data(), fds.size(), poll_timeout_ms(wakeup, Clock::now())) < 0 && errno != EINTR)
       throw Error(fmt::format("poll failed: {}", std::strerror(errno)));
     if (fds[0].revents & POLLIN) on_signal();
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents) read_stream(*polled[i - 1]);
     check_started();
     on_deadlines();
-    if (elastic_ && !first_failure_code_ && !interrupted_by_) {
-      if (reform_at_ && Clock::now() >= *reform_at_) reform();
-      if (!reform_at_ && !first_failure_code_) scale_up();
-    }
-    if (!any_running() && !drain_until_) drain_until_ = Clock::now() + kDrainGrace;
+    if (elastic_ && !first_failure_code_ && !interrupted_by_) poll_elastic();
+    if (!any_running()) deadlines_.arm_once(Deadline::kDrain, Clock::now() + kDrainGrace);
   }
   for (auto& w : workers_)
     for (auto& s : w.streams)
