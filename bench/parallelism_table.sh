@@ -8,7 +8,9 @@
 #
 #   bench/parallelism_table.sh [-np 2] [--rounds 2] [--steps 60] [--micro-batches 4]
 #       [--variants "data tensor pipeline:gpipe pipeline:1f1b zero:1 zero:2 ps ps:dedicated"]
-#   a variant is STRATEGY[:DETAIL][@MESH], e.g. tensor@data=2,tensor=2
+#   a variant is STRATEGY[:DETAIL][+overlap][@MESH], e.g. tensor@data=2,tensor=2;
+#   +overlap runs it under `lockstep run --overlap on` (zero: the parameter
+#   all-gather left in flight for the next forward), e.g. zero:2+overlap
 #       [--json FILE] [--build build]
 #
 # Run it under /work/bin/quiet (or on an otherwise idle machine): only the
@@ -25,7 +27,7 @@ while (($#)); do
     --variants) variants=$2; shift 2 ;;
     --json) json=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "parallelism_table: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +43,7 @@ for ((round = 1; round <= rounds; round++)); do
   for v in $variants; do
     spec=${v%%@*} mesh=${v#*@} launcher=() extra=()
     [[ $mesh == "$v" ]] && mesh=""
+    if [[ $spec == *+overlap ]]; then spec=${spec%+overlap} launcher+=(--overlap on); fi
     strategy=${spec%%:*} detail=${spec#*:}
     [[ $detail == "$spec" ]] && detail=""
     [[ -n $mesh ]] && extra+=(--mesh "$mesh")

@@ -204,7 +204,10 @@ int run(const Flags& f) {
         line["bubble_measured"] = sums[3] > 0 ? sums[2] / sums[3] : 0;
         line["bubble_theory"] = static_cast<double>(p - 1) / (m + p - 1);
       }
-      if (f.s.strategy == "zero") line["zero_stage"] = f.s.zero_stage;
+      if (f.s.strategy == "zero") {
+        line["zero_stage"] = f.s.zero_stage;
+        line["zero_gather_overlap"] = st.gather_overlap;
+      }
       fmt::print("{}\n", line.dump());
     }
   }

@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "lockstep/base/error.h"
 #include "lockstep/torch/torch.h"
 #include "net.h"
@@ -42,10 +44,13 @@ Tensor loss_of(const Tensor& logits, const Tensor& y) {
   return ::torch::nn::functional::cross_entropy(logits, y);
 }
 
-// Sequential forward that also sums the layer outputs autograd keeps.
-Tensor forward_counting(::torch::nn::Sequential& net, Tensor x, int64_t* activation_bytes) {
+// Sequential forward that also sums the layer outputs autograd keeps;
+// `before` runs ahead of each layer (ZeRO waits there for its parameters).
+Tensor forward_counting(::torch::nn::Sequential& net, Tensor x, int64_t* activation_bytes,
+                        const std::function<void(const ::torch::nn::Module&)>& before = {}) {
   int64_t bytes = 0;
   for (auto& layer : *net) {
+    if (before) before(*layer.ptr());
     x = layer.forward(x);
     bytes += bytes_of(x);
   }
@@ -64,12 +69,17 @@ class Replicated : public Strategy {
   }
   std::optional<double> train_step(const Tensor& x, const Tensor& y) override {
     zero_grad();
-    auto loss = loss_of(forward_counting(net_, x, &peak_activation_bytes), y);
+    auto loss = loss_of(forward_counting(net_, x, &peak_activation_bytes,
+                                         [this](const ::torch::nn::Module& m) { before_layer(m); }),
+                        y);
     loss.backward();
     step();
     return loss.item<double>();
   }
-  std::optional<Tensor> predict(const Tensor& x) override { return net_->forward(x); }
+  std::optional<Tensor> predict(const Tensor& x) override {
+    before_layer(*net_);
+    return net_->forward(x);
+  }
   double closed_form_bytes_per_step(int64_t) const override {
     return allreduce_bytes(static_cast<double>(param_bytes()), data_size);
   }
@@ -77,6 +87,7 @@ class Replicated : public Strategy {
  protected:
   virtual void zero_grad() = 0;
   virtual void step() = 0;
+  virtual void before_layer(const ::torch::nn::Module&) {}
   ::torch::nn::Sequential net_;
 };
 
@@ -99,11 +110,15 @@ class Zero : public Replicated {
       : Replicated(f), zero_(*optimizer_, *net_, {.stage = f.zero_stage}) {
     data_rank = lt::rank();
     data_size = lt::size();
+    gather_overlap = zero_.overlaps_gather();
   }
 
  private:
   void zero_grad() override { zero_.zero_grad(); }
   void step() override { zero_.step(); }
+  // The overlapped all-gather (LOCKSTEP_OVERLAP / lockstep run --overlap)
+  // lands layer by layer as the forward reaches it.
+  void before_layer(const ::torch::nn::Module& layer) override { zero_.wait_for(layer); }
   lp::ShardedOptimizer zero_;
 };
 

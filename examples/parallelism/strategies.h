@@ -38,6 +38,8 @@ class Strategy {
 
   // Which data shard this rank reads, of how many.
   int data_rank = 0, data_size = 1;
+  // zero: whether step() leaves the parameter all-gather to the next forward.
+  bool gather_overlap = false;
   // The ranks that train (all but dedicated parameter servers).
   lockstep::torch::Group workers;
 

@@ -41,8 +41,9 @@ constexpr std::array kKnobs = {
          "plain srun across nodes: directory (shared by the nodes) for task 0's 0600 rendezvous "
          "file; empty = SLURM_SUBMIT_DIR, else the working directory"},
     Knob{"LOCKSTEP_OVERLAP", "auto",
-         "allreduce gradients during backward (on) or fused once per step (off); auto = on "
-         "across hosts or with a spare core",
+         "allreduce gradients during backward (on) or fused once per step (off), and leave "
+         "ZeRO's parameter all-gather to the next forward (on); auto = on across hosts or with "
+         "a spare core",
          "auto|on|off"},
     Knob{"LOCKSTEP_SERVERS", "0",
          "dedicated parameter-server ranks (the last K of the job); set by lockstep run --servers K"},

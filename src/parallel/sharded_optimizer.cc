@@ -122,28 +122,6 @@ void ShardedOptimizer::Impl::bind_pieces(::torch::optim::Optimizer& optimizer) {
   }
 }
 
-void ShardedOptimizer::Impl::gather_parameters(const ShardedOptimizerOptions& o) {
-  ::torch::NoGradGuard no_grad;
-  std::vector<lt::TensorHandle> handles;
-  for (size_t bi = 0; bi < buckets.size(); ++bi) {
-    const ShardBucket& layout = buckets[bi].layout;
-    Tensor mine = ::torch::zeros({layout.shard}, ::torch::TensorOptions().dtype(dtype));
-    for (const ShardPlacement& p : layout.placements)
-      if (layout.owner(p) == me)
-        mine.narrow(0, p.flat_offset - me * layout.shard, p.length)
-            .copy_(params[p.param].detach().reshape({-1}).narrow(0, p.param_offset, p.length));
-    handles.push_back(lt::allgather_async(mine, fmt::format("{}.ag.{}", o.name, bi), o.group.id()));
-  }
-  for (size_t bi = 0; bi < buckets.size(); ++bi) {
-    Tensor all = handles[bi].result();
-    for (const ShardPlacement& p : buckets[bi].layout.placements) {
-      if (buckets[bi].layout.owner(p) == me) continue;
-      Tensor target = params[p.param].detach().view({-1}).narrow(0, p.param_offset, p.length);
-      target.copy_(all.narrow(0, p.flat_offset, p.length));
-    }
-  }
-}
-
 namespace {
 
 void validate(const ShardedOptimizerOptions& o, const ::torch::optim::Optimizer& optimizer) {
@@ -180,7 +158,7 @@ ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, NamedPa
   m.me = options_.group.rank();
   m.named = std::move(named);
   if (m.named.empty()) throw InvalidArgument("ShardedOptimizer: no parameters");
-  std::map<const void*, int> index;
+  std::map<const void*, int>& index = m.index;
   std::vector<int64_t> numels;
   m.dtype = m.named.front().second.scalar_type();
   for (const auto& [name, p] : m.named) {
@@ -200,7 +178,7 @@ ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, NamedPa
   m.passes.assign(m.params.size(), 0);
   for (size_t b = 0; b < layouts.size(); ++b) {
     for (int p : layouts[b].params) m.buckets_of[p].push_back(static_cast<int>(b));
-    m.buckets.push_back({std::move(layouts[b]), Tensor(), {}, 0, false});
+    m.buckets.push_back({std::move(layouts[b]), Tensor(), {}, 0, false, {}});
   }
   size_t seen = 0;
   for (auto& group : optimizer.param_groups()) {
@@ -219,7 +197,8 @@ ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, NamedPa
     throw InvalidArgument(fmt::format("ShardedOptimizer: {} parameters wrapped but the optimizer "
                                       "updates {}", m.params.size(), seen));
   m.bind_pieces(optimizer);
-  if (options_.stage == 2 && m.n > 1)
+  m.overlap = decide_gather_overlap(options_.gather_overlap, options_.group, &m.overlap_forced);
+  if ((options_.stage == 2 || m.overlap) && m.n > 1)
     for (size_t p = 0; p < m.params.size(); ++p) {
       auto node = ::torch::autograd::impl::grad_accumulator(m.params[p]);
       if (!node)
@@ -227,7 +206,7 @@ ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, NamedPa
                                           m.named[p].first));
       const int param = static_cast<int>(p);
       uintptr_t key = node->add_post_hook(std::make_unique<GradientReadyHook>(
-          [this, param] { impl_->on_gradient(param, options_); }));
+          [this, param] { on_gradient_ready(param); }));
       m.hooks.emplace_back(node, key);
     }
 }
@@ -235,9 +214,11 @@ ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, NamedPa
 ShardedOptimizer::~ShardedOptimizer() {
   for (auto& [node, key] : impl_->hooks) node->del_post_hook(key);
   for (auto& b : impl_->buckets) {
-    try {
-      if (b.in_flight.valid()) b.in_flight.wait();
-    } catch (...) {  // the failed step already reported it
+    for (auto* handle : {&b.in_flight, &b.gathering}) {
+      try {
+        if (handle->valid()) handle->wait();
+      } catch (...) {  // the failed step already reported it
+      }
     }
   }
   auto& groups = optimizer_->param_groups();
@@ -256,8 +237,25 @@ void ShardedOptimizer::zero_grad() {
   std::fill(impl_->passes.begin(), impl_->passes.end(), 0);
 }
 
+// Backward produced this parameter's gradient (a hook on its accumulator).
+void ShardedOptimizer::on_gradient_ready(int param) {
+  Impl& m = *impl_;
+  if (m.stale_read.empty() && m.gathering(param)) m.stale_read = m.named[param].first;
+  if (options_.stage == 2) m.on_gradient(param, options_);
+}
+
 void ShardedOptimizer::step() {
   Impl& m = *impl_;
+  if (!m.stale_read.empty()) {
+    const std::string name = std::exchange(m.stale_read, {});
+    m.land_all();
+    throw InvalidArgument(fmt::format(
+        "ShardedOptimizer: the forward read {} while its all-gather from the previous step() was "
+        "still in flight (gather_overlap is on); run the forward through zero.forward(net, x), "
+        "call zero.wait_for(module) before each module or zero.wait() before the forward, or set "
+        "gather_overlap = Overlap::kOff (LOCKSTEP_OVERLAP=off)", name));
+  }
+  m.land_all();
   if (m.n > 1) {
     for (size_t b = 0; b < m.buckets.size(); ++b)
       if (!m.buckets[b].sent) m.send(static_cast<int>(b), options_, options_.stage == 2);
@@ -273,7 +271,7 @@ void ShardedOptimizer::step() {
     piece.tensor.mutable_grad() = m.element ? g : g.view(piece.tensor.sizes());
   }
   optimizer_->step();
-  if (m.n > 1) m.gather_parameters(options_);
+  if (m.n > 1) m.start_gathers(options_, m.overlap && (m.overlap_forced || m.waits_seen));
   for (auto& b : m.buckets) {
     b.ready = 0;
     b.sent = false;

@@ -5,7 +5,9 @@
 #include <torch/torch.h>
 #include <torch/csrc/autograd/function.h>
 
+#include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -28,6 +30,7 @@ struct ShardedOptimizer::Impl {
     lockstep::torch::TensorHandle in_flight;
     int ready = 0;  // parameters whose gradient is complete this step
     bool sent = false;
+    lockstep::torch::TensorHandle gathering;  // overlapped all-gather not landed yet
   };
 
   ShardedOptimizer::NamedParameters named;
@@ -41,15 +44,29 @@ struct ShardedOptimizer::Impl {
   std::vector<size_t> group_sizes;
   std::vector<int> passes;
   std::vector<std::pair<std::shared_ptr<::torch::autograd::Node>, uintptr_t>> hooks;
+  std::map<const void*, int> index;  // parameter TensorImpl -> position in params
   bool element = true;
+  bool overlap = false;         // the resolved gather_overlap
+  bool overlap_forced = false;  // kOn (or LOCKSTEP_OVERLAP=on): overlap before any wait is seen
+  bool waits_seen = false;      // the loop has called forward()/wait_for()/wait()
+  int gathers_pending = 0;
+  std::string stale_read;  // first parameter that reached backward with its gather in flight
   int n = 1, me = 0;
   ::torch::ScalarType dtype = ::torch::kFloat32;
 
   ::torch::Tensor pack_gradients(const Bucket& b, bool release);
   void send(int bucket, const ShardedOptimizerOptions& o, bool release);
   void on_gradient(int param, const ShardedOptimizerOptions& o);
-  void gather_parameters(const ShardedOptimizerOptions& o);
+  // sharded_gather.cc
+  void start_gathers(const ShardedOptimizerOptions& o, bool overlapped);
+  void land(int bucket);
+  void land_all();
+  bool gathering(int param) const;
   void bind_pieces(::torch::optim::Optimizer& optimizer);
 };
+
+// The resolved gather_overlap (sharded_gather.cc); *forced: on by request,
+// not only because it pays.
+bool decide_gather_overlap(lockstep::torch::Overlap requested, const Group& group, bool* forced);
 
 }  // namespace lockstep::parallel

@@ -74,6 +74,7 @@ StateValues merge_pieces(std::vector<PieceState> pieces, const Tensor& param, bo
 
 ShardedOptimizer::FullState ShardedOptimizer::gather_full_state() {
   Impl& m = *impl_;
+  m.land_all();  // a checkpoint saves the module's parameters too
   auto& state = optimizer_->state();
   std::string blob;
   const State* prototype = nullptr;
@@ -114,6 +115,7 @@ ShardedOptimizer::FullState ShardedOptimizer::gather_full_state() {
 
 void ShardedOptimizer::scatter_full_state(const FullState& full) {
   Impl& m = *impl_;
+  m.land_all();
   if (full.size() != m.params.size())
     throw InvalidArgument(fmt::format("ShardedOptimizer: a full state for {} parameters, not {}",
                                       full.size(), m.params.size()));
@@ -137,6 +139,7 @@ void ShardedOptimizer::scatter_full_state(const FullState& full) {
 }
 
 void ShardedOptimizer::rebind() {
+  impl_->land_all();
   optimizer_->state().clear();
   impl_->bind_pieces(*optimizer_);
 }
@@ -144,6 +147,7 @@ void ShardedOptimizer::rebind() {
 ShardedOptimizer::FullState ShardedOptimizer::with_full_view(FullState full,
                                                              const std::function<void()>& body) {
   Impl& m = *impl_;
+  m.land_all();
   auto& groups = optimizer_->param_groups();
   auto& state = optimizer_->state();
   auto stashed = std::move(state);

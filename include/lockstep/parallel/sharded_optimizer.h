@@ -26,6 +26,24 @@
 //   lockstep::parallel::ShardedOptimizer zero(adam, *model, {.stage = 2});
 //   zero.zero_grad(); loss.backward(); zero.step();
 //
+// Overlapping the parameter all-gather with the next forward
+// (options.gather_overlap; Note [ZeRO gather overlap] in sharded_gather.cc):
+// step() then returns with each bucket's all-gather in flight, in forward
+// order, and the parameters other ranks own land only when waited for. Run
+// the forward through zero.forward(sequential, x), which waits for each
+// layer's buckets just before that layer runs, or call
+// zero.wait_for(module) before a module runs, or zero.wait() for all.
+// step(), checkpoints and the destructor wait for what is still in flight.
+// A parameter that reaches backward while its all-gather was never waited
+// for (the forward read stale values) fails the next step() with an error
+// naming it; debug and sanitizer builds also fill the values in flight
+// with NaN so that any such read shows. kAuto follows LOCKSTEP_OVERLAP and,
+// like DistributedOptimizer, overlaps only where it pays (across hosts or
+// with a spare core, see overlap_pays in lockstep/torch/placement.h), and
+// only once the training loop has called forward()/wait_for()/wait(), so a
+// loop that calls model->forward(x) directly keeps the synchronous
+// all-gather; kOn forces it (the loop must then wait).
+//
 // Wrap the optimizer before its first step (its state must be empty); resume
 // with lockstep::parallel::load_checkpoint, which accepts checkpoints written
 // by any world size and layout. Every rank of the group must wrap the same
@@ -41,6 +59,7 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/torch/distributed_optimizer.h"
 #include "lockstep/torch/group.h"
 
 namespace lockstep::parallel {
@@ -54,6 +73,9 @@ struct ShardedOptimizerOptions {
   size_t bucket_bytes = 4u << 20;         // gradient bytes per reduce-scatter
   ShardGranularity granularity = ShardGranularity::kAuto;
   int backward_passes_per_step = 1;       // gradients summed over this many backward passes
+  // Leave step()'s parameter all-gathers in flight for the next forward
+  // (kAuto: LOCKSTEP_OVERLAP, then where it pays; see above).
+  lockstep::torch::Overlap gather_overlap = lockstep::torch::Overlap::kAuto;
   Group group{};                          // the data-parallel group (default: every rank)
   std::string name = "zero";              // collective-name prefix
 };
@@ -78,6 +100,19 @@ class ShardedOptimizer {
   // Reduce-scatter (what stage 2 has not sent yet), step the shard,
   // all-gather the parameters.
   void step();
+
+  // The overlapped all-gather's waits (no-ops when nothing is in flight):
+  // the buckets holding any parameter of `module` (recursively) land.
+  void wait_for(const ::torch::nn::Module& module);
+  // Every bucket lands.
+  void wait();
+  // net's layers in order, each after wait_for(layer): the forward that
+  // lets the all-gathers of later layers run behind the earlier layers.
+  ::torch::Tensor forward(::torch::nn::Sequential& net, ::torch::Tensor x);
+  // Whether the all-gathers may be left in flight (the resolved option).
+  bool overlaps_gather() const;
+  // Buckets whose all-gather has not landed yet.
+  int gathers_in_flight() const;
 
   ::torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const ShardedOptimizerOptions& options() const { return options_; }
@@ -111,6 +146,8 @@ class ShardedOptimizer {
   struct Impl;
 
  private:
+  void on_gradient_ready(int param);
+
   ::torch::optim::Optimizer* optimizer_;
   ShardedOptimizerOptions options_;
   std::unique_ptr<Impl> impl_;
