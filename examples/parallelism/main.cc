@@ -140,6 +140,7 @@ Totals train(lockstep::examples::Strategy& s, const Flags& f, const FashionSplit
       }
     }
   }
+  s.settle();
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   t.traffic = lockstep::comm::traffic() - traffic0;
   return t;

@@ -119,6 +119,7 @@ class Zero : public Replicated {
   // The overlapped all-gather (LOCKSTEP_OVERLAP / lockstep run --overlap)
   // lands layer by layer as the forward reaches it.
   void before_layer(const ::torch::nn::Module& layer) override { zero_.wait_for(layer); }
+  void settle() override { zero_.wait(); }
   lp::ShardedOptimizer zero_;
 };
 

@@ -35,6 +35,9 @@ class Strategy {
   // Logits of x on ranks whose predictions count (one per data replica).
   virtual std::optional<::torch::Tensor> predict(const ::torch::Tensor& x) = 0;
   virtual void finish() {}
+  // Completes what the last step left in flight (ZeRO's overlapped
+  // all-gather), so the clock and the traffic counters include it.
+  virtual void settle() {}
 
   // Which data shard this rank reads, of how many.
   int data_rank = 0, data_size = 1;
