@@ -131,8 +131,9 @@ struct Phases {
   double forward = 0, backward = 0, optimizer = 0, compute = 0;
 };
 
-Phases phases_of(const ProfileSummary& s) {
-  Phases p{s.forward_ms, s.backward_ms, s.optimizer_ms, s.compute_ms};
+Phases phases_of(const ProfileSummary& s, double slowdown) {
+  Phases p{s.forward_ms * slowdown, s.backward_ms * slowdown, s.optimizer_ms * slowdown,
+           s.compute_ms * slowdown};
   // Medians of parts need not add up to the median of the whole: the
   // difference (and whatever the loop does outside the phases) is counted
   // as time before backward.
@@ -169,6 +170,9 @@ void validate(const Profile& profile, const NetworkModel& m, const Scenario& s) 
   if (s.fusion_threshold < 0) throw InvalidArgument("--fusion must be >= 0 bytes");
   if (!m.host) throw InvalidArgument(fmt::format("network '{}' has no host costs", m.name));
   if (profile.steps.empty()) throw InvalidArgument("the profile holds no steps");
+  if (!(s.colocated_slowdown > 0) || !std::isfinite(s.colocated_slowdown))
+    throw InvalidArgument(fmt::format("--compute-slowdown {} must be a positive factor",
+                                      s.colocated_slowdown));
 }
 
 }  // namespace
@@ -176,7 +180,9 @@ void validate(const Profile& profile, const NetworkModel& m, const Scenario& s) 
 StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Scenario& s) {
   validate(profile, m, s);
   const ProfileSummary sum = summarize(profile);
-  const Phases ph = phases_of(sum);
+  const double slowdown = s.topology.ranks_per_node > 1 ? s.colocated_slowdown : 1.0;
+  const Phases ph = phases_of(sum, slowdown);
+  const double lone_compute = sum.compute_ms;
   StepPrediction out;
   out.nodes = s.topology.nodes;
   out.ranks = s.topology.ranks();
@@ -186,7 +192,7 @@ StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Sce
   const double samples = sum.samples_per_step;
   auto finish = [&](StepPrediction& p) {
     p.samples_per_s = p.step_ms > 0 ? p.ranks * samples / (p.step_ms / 1e3) : 0;
-    p.efficiency = p.step_ms > 0 ? ph.compute / p.step_ms : 0;
+    p.efficiency = p.step_ms > 0 ? lone_compute / p.step_ms : 0;
     p.exposed_comm_ms = std::max(0.0, p.step_ms - ph.compute - p.straggler_ms);
     p.overlapped_share =
         p.comm_ms > 0 ? std::clamp((p.comm_ms - p.exposed_comm_ms) / p.comm_ms, 0.0, 1.0) : 0;
@@ -215,7 +221,7 @@ StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Sce
     const auto& g = profile.gradients[i];
     const int elem = wire_elem_bytes(g, s.compression);
     const int64_t count = g.bytes / dtype_bytes(g.dtype);
-    grads.push_back({i, g.ready_ms, count * elem, elem, elem});
+    grads.push_back({i, g.ready_ms * slowdown, count * elem, elem, elem});
     if (compress) cast_total += g.bytes * m.host->copy_s_per_byte * 1e3;
   }
   const double backward_start = ph.forward + out.straggler_ms;

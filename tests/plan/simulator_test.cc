@@ -105,6 +105,37 @@ TEST(PlanSimulator, SharedMemoryOnBusyCoresCannotOverlap) {
   EXPECT_NEAR(r.step_ms, r.compute_ms + r.straggler_ms + r.comm_ms, 1e-6);
 }
 
+TEST(PlanSimulator, ColocatedSlowdownScalesComputeOfRanksSharingANode) {
+  Profile p = make_profile(20, 4 << 20, 0);
+  const double alone = summarize(p).compute_ms;
+  Scenario s = scenario(1, 2, "off");
+  const StepPrediction base = simulate(p, make_network(), s);
+  s.colocated_slowdown = 1.5;
+  const StepPrediction slow = simulate(p, make_network(), s);
+  // Without overlap the step is compute + communication: the factor adds
+  // exactly half of the lone compute, and communication stays as it was.
+  EXPECT_NEAR(slow.compute_ms, 1.5 * alone, 1e-9);
+  EXPECT_NEAR(slow.step_ms - base.step_ms, 0.5 * alone, 1e-9);
+  EXPECT_NEAR(slow.comm_ms, base.comm_ms, 1e-9);
+  // Efficiency stays against one rank alone (the profile).
+  EXPECT_NEAR(slow.efficiency, alone / slow.step_ms, 1e-12);
+  // One rank per node: nothing shares the node, the factor does not apply.
+  Scenario apart = scenario(2, 1, "off");
+  const double two_nodes = simulate(p, make_network(), apart).step_ms;
+  apart.colocated_slowdown = 1.5;
+  EXPECT_DOUBLE_EQ(simulate(p, make_network(), apart).step_ms, two_nodes);
+  // With overlap, gradients become ready later by the same factor, so the
+  // step never gets faster.
+  Scenario on = scenario(4, 2, "on");
+  double last = 0;
+  for (double f : {1.0, 1.2, 2.0}) {
+    on.colocated_slowdown = f;
+    const double step = simulate(p, make_network(), on).step_ms;
+    EXPECT_GE(step, last);
+    last = step;
+  }
+}
+
 TEST(PlanSimulator, StragglersGrowWithRanksAndJitter) {
   Profile steady = make_profile(4, 1024, 0), noisy = make_profile(4, 1024, 5);
   EXPECT_DOUBLE_EQ(simulate(steady, make_network(), scenario(64)).straggler_ms, 0);
@@ -165,6 +196,11 @@ TEST(PlanSimulator, BadScenariosAreRejectedByName) {
   s = scenario(2);
   s.overlap = "sometimes";
   EXPECT_THROW(simulate(p, make_network(), s), InvalidArgument);
+  for (double f : {0.0, -1.0, std::nan("")}) {
+    s = scenario(1, 2);
+    s.colocated_slowdown = f;
+    EXPECT_THROW(simulate(p, make_network(), s), InvalidArgument);
+  }
 }
 
 }  // namespace

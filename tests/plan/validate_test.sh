@@ -15,8 +15,18 @@ cat "$out/json"
 [[ $status -eq 0 ]] || { echo "FAILED: validate exited $status"; exit 1; }
 lines=$(grep -c '"predicted_step_ms"' "$out/json")
 [[ $lines -eq 2 ]] || { echo "FAILED: expected 2 points, got $lines"; exit 1; }
-for field in np hosts network measured_step_ms predicted_step_ms error_pct; do
+for field in np hosts network measured_step_ms predicted_step_ms error_pct compute_slowdown; do
   grep -q "\"$field\"" "$out/json" || { echo "FAILED: no $field"; exit 1; }
 done
 if grep -q '"measured_step_ms":0[,}]' "$out/json"; then echo "FAILED: zero measurement"; exit 1; fi
+# Shared memory is fitted on cold buffers by default (docs/plan.md).
+grep -q -- '--buffers cold' "$out/w/net-shm.json" || { echo "FAILED: shm fit not cold"; exit 1; }
+# Bad fit options are refused by name.
+for bad in "--buffers warm" "--statistic mode" "--busy-threads -1"; do
+  # shellcheck disable=SC2086
+  "$BIN/lockstep" bench fit --backend shm --out "$out/x.json" $bad 2>"$out/err"
+  rc=$?
+  [[ $rc -eq 2 ]] && grep -q -- "${bad%% *}" "$out/err" ||
+    { echo "FAILED: bench fit $bad: exit $rc: $(cat "$out/err")"; exit 1; }
+done
 echo "ok: plan validate reported both points"

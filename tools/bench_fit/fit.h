@@ -11,10 +11,16 @@
 
 namespace lockstep::bench_fit {
 
-int worker_main(const std::vector<size_t>& sizes, double seconds);
+// `cold`: every timed allreduce starts from a rewritten, evicted buffer;
+// `busy_threads`: that many computing threads run beside the sweep.
+int worker_main(const std::vector<size_t>& sizes, double seconds, bool cold, int busy_threads);
 
 // gamma (reduction, per byte of one extra operand) and copy speed of this
 // host, by least squares over a size sweep; prints the fit.
-plan::HostModel measure_host(bool print);
+// `cold`: every timing starts with the buffers out of the cache.
+plan::HostModel measure_host(bool print, bool cold);
+
+// The last-level cache (sysconf; 32 MiB where the system does not say).
+size_t last_level_cache_bytes();
 
 }  // namespace lockstep::bench_fit

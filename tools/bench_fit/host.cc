@@ -16,16 +16,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Reads twice the last-level cache, so what the next timing touches comes
+// from memory (as a gradient written early in backward does).
+void evict_caches() {
+  static std::vector<uint64_t> junk(2 * last_level_cache_bytes() / sizeof(uint64_t), 1);
+  static volatile uint64_t sink = 0;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < junk.size(); i += 8) sum += junk[i];
+  sink = sum;
+}
+
 template <typename F>
-double median_seconds(F&& f) {
+double median_seconds(F&& f, bool cold) {
   f();  // warm: page faults, caches
   std::vector<double> t;
-  auto start = Clock::now();
-  while (t.size() < 5 || (std::chrono::duration<double>(Clock::now() - start).count() < 0.05 &&
-                          t.size() < 200)) {
+  double timed = 0;
+  while (t.size() < 5 || (timed < 0.05 && t.size() < (cold ? 20u : 200u))) {
+    if (cold) evict_caches();
     auto s = Clock::now();
     f();
     t.push_back(std::chrono::duration<double>(Clock::now() - s).count());
+    timed += t.back();
   }
   std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
   return t[t.size() / 2];
@@ -33,7 +44,7 @@ double median_seconds(F&& f) {
 
 }  // namespace
 
-plan::HostModel measure_host(bool print) {
+plan::HostModel measure_host(bool print, bool cold) {
   std::vector<std::pair<double, double>> reduce, copy;
   for (size_t bytes = 256 << 10; bytes <= (32u << 20); bytes *= 2) {
     size_t n = bytes / 4;
@@ -42,15 +53,21 @@ plan::HostModel measure_host(bool print) {
     reduce.push_back({double(bytes), median_seconds([&] {
                         comm::kernels::reduce(comm::DataType::kFloat32, comm::ReduceOp::kSum, in,
                                               2, out.data(), n, 1);
-                      })});
-    copy.push_back({double(bytes), median_seconds([&] { std::memcpy(out.data(), a.data(), bytes); })});
+                      }, false)});
+    copy.push_back({double(bytes),
+                    median_seconds([&] { std::memcpy(out.data(), a.data(), bytes); }, cold)});
   }
+  // gamma stays hot even for cold fits: in an allreduce one operand comes
+  // from the peer's slot, which the peer has just written; the fitted beta
+  // absorbs what cold inputs add (the two cannot be told apart, section 2
+  // of docs/plan.md). Copies (fusion in and out, the 1/size pass) touch
+  // the gradients themselves, so they are timed cold.
   plan::LineFit g = plan::fit_line(reduce), c = plan::fit_line(copy);
   if (print)
     fmt::print("# host: f32 sum of 2 operands {:.2f} GB/s of operand (gamma {:.3g} s/B, rms "
-               "{:.1f}%), memcpy {:.2f} GB/s (copy {:.3g} s/B, rms {:.1f}%)\n",
-               1e-9 / g.slope, g.slope, 100 * g.rms_rel_error, 1e-9 / c.slope, c.slope,
-               100 * c.rms_rel_error);
+               "{:.1f}%), memcpy ({} buffers) {:.2f} GB/s (copy {:.3g} s/B, rms {:.1f}%)\n",
+               1e-9 / g.slope, g.slope, 100 * g.rms_rel_error, cold ? "cold" : "hot",
+               1e-9 / c.slope, c.slope, 100 * c.rms_rel_error);
   // The engine's per-cycle overhead (a condition-variable wake-up and the
   // negotiation bookkeeping) is not measured here: docs/plan.md.
   return {.gamma_s_per_byte = g.slope, .copy_s_per_byte = c.slope,

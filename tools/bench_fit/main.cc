@@ -28,6 +28,9 @@ struct Options {
   double seconds = 0.2;
   std::string out;
   std::string name;
+  std::string buffers = "auto";  // hot | cold (worker.cc) | auto: cold for shm
+  int busy_threads = 0;          // computing threads per rank beside the sweep
+  std::string statistic = "median";  // of the iterations: median | mean
   std::vector<std::string> launcher_args;
   bool worker = false;
   bool quiet = false;
@@ -45,7 +48,8 @@ std::vector<size_t> size_list(const std::string& text, double factor) {
   return out;
 }
 
-std::vector<plan::Sample> parse_samples(const std::string& log) {
+// `statistic`: "median" or "mean" of the iterations' times.
+std::vector<plan::Sample> parse_samples(const std::string& log, const std::string& statistic) {
   std::vector<plan::Sample> out;
   std::ifstream in(log);
   for (std::string line; std::getline(in, line);) {
@@ -53,7 +57,8 @@ std::vector<plan::Sample> parse_samples(const std::string& log) {
     if (brace == std::string::npos) continue;
     auto j = nlohmann::json::parse(line.substr(brace), nullptr, false);
     if (j.is_discarded() || !j.contains("seconds")) continue;
-    out.push_back({j["transport"], j["np"], j["bytes"], j["seconds"]});
+    out.push_back({j["transport"], j["np"], j["bytes"],
+                   statistic == "mean" ? j["mean_seconds"] : j["seconds"]});
   }
   return out;
 }
@@ -86,13 +91,15 @@ std::vector<plan::Sample> run_sweeps(const Options& o, const std::string& sizes)
     job.argv.insert(job.argv.end(), {"--backend", o.backend, "-x", "LOCKSTEP_HIERARCHICAL=0", "--",
                                      plan_tool::bin_dir() + "/lockstep-bench-fit", "--worker",
                                      "--sizes", sizes, "--factor", fmt::format("{}", o.factor),
-                                     "--seconds", fmt::format("{}", o.seconds)});
+                                     "--seconds", fmt::format("{}", o.seconds),
+                                     "--buffers", o.buffers, "--busy-threads",
+                                     std::to_string(o.busy_threads)});
     job.log_path = fmt::format("{}/lockstep-fit-{}-{}-{}.log", dir, o.backend, np, getpid());
     job.timeout_s = 600;
     job.label = fmt::format("fit sweep ({} np {})", o.backend, np > 0 ? std::to_string(np) : "hosts");
     if (!o.quiet) fmt::print(stderr, "lockstep bench fit: {}\n", plan_tool::shell_join(job.argv));
     auto r = plan_tool::run_job(job);
-    auto samples = parse_samples(job.log_path);
+    auto samples = parse_samples(job.log_path, o.statistic);
     if (r.exit_code != 0 || samples.empty())
       throw Error(fmt::format("the {} sweep failed (exit {}); last lines of {}:\n{}", o.backend,
                               r.exit_code, job.log_path, plan_tool::tail_of(job.log_path)));
@@ -102,21 +109,36 @@ std::vector<plan::Sample> run_sweeps(const Options& o, const std::string& sizes)
   return all;
 }
 
-int drive(const Options& o) {
+// Shared memory moves gradients through the memory system, so whether they
+// are cached decides its speed; across a network the wire does.
+std::string buffers_for(const Options& o) {
+  if (o.buffers != "auto") return o.buffers;
+  return o.backend == "shm" ? "cold" : "hot";
+}
+
+int drive(Options o) {
   if (o.backend != "shm" && o.backend != "gloo" && o.backend != "mpi")
     throw InvalidArgument(fmt::format("--backend {}: use shm, gloo or mpi", o.backend));
   if (o.out.empty()) throw InvalidArgument("--out FILE is required");
+  if (o.buffers != "hot" && o.buffers != "cold" && o.buffers != "auto")
+    throw InvalidArgument(fmt::format("--buffers {}: use auto, hot or cold", o.buffers));
+  if (o.busy_threads < 0) throw InvalidArgument("--busy-threads must be >= 0");
+  if (o.statistic != "median" && o.statistic != "mean")
+    throw InvalidArgument(fmt::format("--statistic {}: use median or mean", o.statistic));
   // Networks shaped to a few hundred Mbit/s make 16 MiB cost seconds.
   const std::string sizes = !o.sizes.empty() ? o.sizes : o.backend == "shm" ? "4B:16MiB" : "4B:4MiB";
-  plan::HostModel host = measure_host(true);
+  o.buffers = buffers_for(o);
+  plan::HostModel host = measure_host(true, o.buffers == "cold");
   std::vector<plan::Sample> samples = run_sweeps(o, sizes);
   for (auto& s : samples)
     if (s.transport.rfind("hierarchical-", 0) == 0)
       throw Error(fmt::format("the sweep ran {} although LOCKSTEP_HIERARCHICAL=0", s.transport));
   plan::NetworkModel shape;
   shape.name = !o.name.empty() ? o.name : fmt::format("fit: {} on {}", o.backend, knob_string("LOCKSTEP_HOST").empty() ? "this host" : knob_string("LOCKSTEP_HOST"));
-  shape.description = fmt::format("lockstep bench fit --backend {} ({} sizes {})", o.backend,
-                                  samples.size(), sizes);
+  shape.description =
+      fmt::format("lockstep bench fit --backend {} --buffers {} --busy-threads {} --statistic {} "
+                  "({} sizes {})", o.backend, o.buffers, o.busy_threads, o.statistic,
+                  samples.size(), sizes);
   shape.shm_small_bytes = static_cast<int64_t>(parse_bytes(knob_string("LOCKSTEP_SHM_SMALL_BYTES"), "LOCKSTEP_SHM_SMALL_BYTES"));
   shape.shm_slot_bytes = static_cast<int64_t>(parse_bytes(knob_string("LOCKSTEP_SHM_SLOT_BYTES"), "LOCKSTEP_SHM_SLOT_BYTES"));
   plan::NetworkModel m = plan::fit_network(samples, host, shape);
@@ -156,6 +178,15 @@ int main(int argc, char** argv) {
   app.add_option("--launcher-arg", o.launcher_args,
                  "extra `lockstep run` argument (repeat), e.g. --launcher-arg=-H "
                  "--launcher-arg=nsA:1,nsB:1");
+  app.add_option("--buffers", o.buffers, "hot: time one buffer back to back (cache-resident); "
+                 "cold: rewrite and evict it before every timed allreduce, as training's "
+                 "gradients are; auto: cold for shm, hot across a network")->capture_default_str();
+  app.add_option("--busy-threads", o.busy_threads, "computing threads per rank beside the "
+                 "sweep, as training's intra-op threads (for ranks that share cores)")
+      ->capture_default_str();
+  app.add_option("--statistic", o.statistic, "what each size's point is: the median of the "
+                 "iterations, or the mean (what a step of many collectives pays when some wait "
+                 "long)")->capture_default_str();
   app.add_flag("--quiet", o.quiet, "do not echo the commands run");
   app.add_flag("--worker", o.worker, "(internal) measure under lockstep run");
   lockstep::plan_tool::accept_np_flag(argc, argv);
@@ -165,7 +196,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    if (o.worker) return worker_main(size_list(o.sizes, o.factor), o.seconds);
+    if (o.worker) return worker_main(size_list(o.sizes, o.factor), o.seconds, o.buffers == "cold", o.busy_threads);
     return drive(o);
   } catch (const lockstep::InvalidArgument& e) {
     std::fprintf(stderr, "lockstep bench fit: %s\n", e.what());

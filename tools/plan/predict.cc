@@ -28,6 +28,7 @@ struct Options {
   double jitter_ms = -1;
   int cores_per_node = 0;
   int threads_per_rank = 1;
+  double compute_slowdown = 1;
   double samples_per_step = 0;
   bool json = false;
 };
@@ -59,6 +60,9 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--threads-per-rank", o.threads_per_rank, "intra-op threads per worker")
       ->capture_default_str();
+  app.add_option("--compute-slowdown", o.compute_slowdown,
+                 "how much slower a rank computes beside the other ranks of its node than alone "
+                 "(memory-bus contention; plan validate measures it)")->capture_default_str();
   app.add_option("--samples-per-step", o.samples_per_step,
                  "override the profile's samples per step and rank");
   app.add_flag("--json", o.json, "one JSON object per node count");
@@ -83,6 +87,7 @@ int run(const Options& o) {
   s.jitter_ms = o.jitter_ms;
   s.cores_per_node = o.cores_per_node;
   s.threads_per_rank = o.threads_per_rank;
+  s.colocated_slowdown = o.compute_slowdown;
   const std::vector<int> nodes = parse_int_list(o.nodes, "--nodes");
   const plan::ProfileSummary sum = plan::summarize(profile);
   if (!o.json) {

@@ -41,6 +41,7 @@ struct Options {
   std::string workdir;
   bool json = false;
   bool quick = false;  // short fits (CI): fewer sizes, less time per size
+  bool contention = true;  // calibrate the co-location slowdown at np > 1
   int rounds = 1;
   double timeout_s = 300;
   std::vector<std::string> program;
@@ -54,6 +55,7 @@ struct Point {
   bool overlap = false;
   // One entry per round.
   std::vector<double> measured_ms, predicted_ms, measured_sync_ms, predicted_comm_ms;
+  std::vector<double> slowdown;  // the co-location factor each round's prediction used
 };
 
 int cores() { return std::max(1u, std::thread::hardware_concurrency()); }
@@ -87,7 +89,10 @@ class Validator {
                o_.threads);
       auto profile = measure({"-np", "1"}, "np1" + r);
       if (!profile) return 1;
-      if (round == 0) shm_network_ = network_for_shm();
+      // Every round fits again: this VM switches between states where
+      // shared memory is fast and compute contended, or the reverse, so a
+      // fit from another round would mix states.
+      if (round == 0 || o_.networks.empty()) shm_network_ = network_for_shm(r);
       for (int np : nps_) shm_point(*profile, np, r);
       netns_points(*profile, r, round == 0);
     }
@@ -161,7 +166,7 @@ class Validator {
   // The shared-memory costs: the given networks if they have them, else a
   // fit at the validated world sizes that fit on the cores (an
   // oversubscribed sweep would measure the scheduler).
-  plan::NetworkModel network_for_shm() {
+  plan::NetworkModel network_for_shm(const std::string& r) {
     if (!o_.networks.empty()) {
       plan::NetworkModel m = plan::resolve_network(o_.networks);
       if (m.has("shm")) return m;
@@ -171,7 +176,7 @@ class Validator {
       if (np >= 2 && np <= cores()) list += (list.empty() ? "" : ",") + std::to_string(np);
     if (list.empty()) list = "2";
     progress("fitting shared memory at np {}", list);
-    plan::NetworkModel m = fit("shm", {"--np", list}, "shm");
+    plan::NetworkModel m = fit("shm", {"--np", list}, "shm" + r);
     return o_.networks.empty() ? m : plan::merge(plan::resolve_network(o_.networks), m);
   }
 
@@ -199,6 +204,7 @@ class Validator {
 
   void record(Point& p, const plan::Profile& profile, const plan::Profile& measured,
               const plan::NetworkModel& net, const plan::Scenario& s) {
+    p.slowdown.push_back(s.colocated_slowdown);
     plan::StepPrediction pred = plan::simulate(profile, net, s);
     plan::ProfileSummary m = plan::summarize(measured);
     p.measured_ms.push_back(m.step_ms);
@@ -218,8 +224,26 @@ class Validator {
     auto measured = measure({"-np", std::to_string(np)},
                             np == 1 ? "np1-again" + r : fmt::format("np{}{}", np, r));
     if (!measured) return;
-    record(point(np, 1, np == 1 ? "none" : "shm"), profile, *measured, shm_network_,
-           scenario(1, np, "gloo"));
+    plan::Scenario s = scenario(1, np, "gloo");
+    if (np > 1) s.colocated_slowdown = colocated_slowdown(profile, np, r);
+    record(point(np, 1, np == 1 ? "none" : "shm"), profile, *measured, shm_network_, s);
+  }
+
+  // How much slower a rank computes beside np - 1 others on this host:
+  // compute (step - sync) of a separate calibration run at np over the np 1
+  // profile's. Not measured where ranks outnumber cores (that would be the
+  // scheduler, which the point is marked for) nor with --no-contention.
+  double colocated_slowdown(const plan::Profile& profile, int np, const std::string& r) {
+    if (!o_.contention || np * o_.threads > cores()) return 1.0;
+    progress("calibrating co-located compute at np {}", np);
+    auto calib = measure({"-np", std::to_string(np)}, fmt::format("np{}-calib{}", np, r));
+    if (!calib) return 1.0;
+    const double alone = plan::summarize(profile).compute_ms;
+    const double beside = plan::summarize(*calib).compute_ms;
+    const double f = alone > 0 ? beside / alone : 1.0;
+    progress("np {}: compute {:.2f} ms beside the others against {:.2f} ms alone: x{:.3f}", np,
+             beside, alone, f);
+    return f;
   }
 
   void prepare_netns() {
@@ -292,6 +316,7 @@ class Validator {
                                           {"predicted_rounds_ms", p.predicted_ms},
                                           {"measured_sync_ms", median(p.measured_sync_ms)},
                                           {"predicted_comm_ms", median(p.predicted_comm_ms)},
+                                          {"compute_slowdown", median(p.slowdown)},
                                           {"oversubscribed", p.oversubscribed}}
                                            .dump());
         continue;
@@ -300,13 +325,14 @@ class Validator {
         fmt::print("# lockstep plan validate: {} ({} cores, {} intra-op thread(s) per rank, {} "
                    "round(s), medians over rounds)\n", shell_join(o_.program), cores(), o_.threads,
                    o_.rounds);
-        fmt::print("{:>4} {:>6} {:>16} {:>20} {:>8} {:>13} {:>14} {:>8} {:>11} {:>11}  {}\n",
+        fmt::print("{:>4} {:>6} {:>16} {:>8} {:>8} {:>13} {:>14} {:>8} {:>11} {:>11} {:>9}  {}\n",
                    "np", "hosts", "network", "backend", "overlap", "measured(ms)",
-                   "predicted(ms)", "error", "sync meas.", "comm pred.", "note");
+                   "predicted(ms)", "error", "sync meas.", "comm pred.", "compute x", "note");
       }
-      fmt::print("{:>4} {:>6} {:>16} {:>20} {:>8} {:>13.2f} {:>14.2f} {:>+7.1f}% {:>11.2f} "
-                 "{:>11.2f}  {}\n", p.np, p.hosts, p.network, p.backend, p.overlap ? "on" : "off",
-                 meas, pred, err, median(p.measured_sync_ms), median(p.predicted_comm_ms),
+      fmt::print("{:>4} {:>6} {:>16} {:>8} {:>8} {:>13.2f} {:>14.2f} {:>+7.1f}% {:>11.2f} "
+                 "{:>11.2f} {:>9.3f}  {}\n", p.np, p.hosts, p.network, p.backend,
+                 p.overlap ? "on" : "off", meas, pred, err, median(p.measured_sync_ms),
+                 median(p.predicted_comm_ms), median(p.slowdown),
                  p.oversubscribed ? "OVERSUBSCRIBED (more ranks than cores: measures the "
                                     "scheduler)" : "");
     }
@@ -347,6 +373,8 @@ int validate_main(int argc, char** argv) {
   app.add_option("--timeout", o.timeout_s, "seconds per run")->capture_default_str();
   app.add_flag("--json", o.json, "one JSON line per point");
   app.add_flag("--quick", o.quick, "short network fits (for CI; less accurate)");
+  app.add_flag("!--no-contention", o.contention, "predict co-located ranks with their compute "
+               "alone (skip the calibration run that measures the slowdown)");
   app.add_option("--rounds", o.rounds, "repeat every point (and the np 1 profile) this many "
                  "times, interleaved; medians are reported")->capture_default_str();
   app.add_option("program", o.program, "-- PROGRAM ARGS...")->required();

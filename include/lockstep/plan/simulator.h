@@ -22,7 +22,9 @@
 //     compute is late by sigma x E[max of N normals] (sigma: the profile's
 //     measured per-step spread, or the scenario's);
 //   * where communication is CPU work on the cores that compute (shared
-//     memory, no spare core) it cannot overlap: it delays backward instead.
+//     memory, no spare core) it cannot overlap: it delays backward instead;
+//   * co-located ranks compute slower by a measured factor (memory-bus
+//     contention, Scenario::colocated_slowdown).
 //
 // One step costs O(gradients x cycles); 1024 nodes of a 300-tensor model
 // take well under a millisecond. Pure function, thread-safe.
@@ -48,6 +50,13 @@ struct Scenario {
   // more than the ranks' threads) and intra-op threads per rank.
   int cores_per_node = 0;
   int threads_per_rank = 1;
+  // How much slower one rank computes when ranks_per_node ranks share a
+  // node than alone (the profile): co-located ranks contend for the memory
+  // bus and the last-level cache. Measured (plan validate: compute at np N
+  // over compute at np 1 on one host); 1 = no contention. Applies only
+  // with more than one rank per node; efficiency stays against the
+  // profile's lone rank.
+  double colocated_slowdown = 1.0;
 };
 
 struct StepPrediction {
@@ -56,7 +65,8 @@ struct StepPrediction {
   bool overlap = false;
   bool comm_shares_cores = false;
   double step_ms = 0;
-  double compute_ms = 0;      // one rank's step without communication (the profile)
+  double compute_ms = 0;      // one rank's step without communication (the profile,
+                              // times colocated_slowdown with several ranks per node)
   double straggler_ms = 0;    // how much later the slowest rank finishes its compute
   double comm_ms = 0;         // the engine's busy time: cycles, copies, collectives
   double exposed_comm_ms = 0; // step - compute - straggler: what communication adds
