@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (clang, ASan+UBSan) and runs each for a bounded
 # time from its seed corpus in fuzz/corpus/. A crash or sanitizer report fails
 # the script and leaves the reproducer in build-fuzz/artifacts/. Being CI's
-# clang build, it also compiles the comm and engine layers, whose locks clang
+# clang build, it also compiles the comm and engine layers (the fuzz targets
+# already bring base, data, rendezvous and launcher), whose locks clang
 # checks (-Werror=thread-safety; include/lockstep/base/mutex.h).
 #
 #   bash scripts/fuzz.sh [SECONDS_PER_TARGET]    (default 30)

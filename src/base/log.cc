@@ -2,12 +2,12 @@
 
 #include <atomic>
 #include <cstdio>
-#include <mutex>
 #include <string>
 
 #include "base/log_rank.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
+#include "lockstep/base/mutex.h"
 
 namespace lockstep {
 namespace {
@@ -52,14 +52,15 @@ void set_log_rank(int rank) { g_rank.store(rank); }
 int current_log_rank() { return g_rank.load(); }
 
 void log_line(LogLevel level, std::string_view message) {
-  static std::mutex mu;
+  // Guards stderr: log lines from several threads stay whole and in order.
+  static Mutex mu;
   std::string line;
   int rank = g_rank.load();
   if (rank >= 0)
     line = fmt::format("lockstep[{}] {}: {}\n", rank, level_name(level), message);
   else
     line = fmt::format("lockstep {}: {}\n", level_name(level), message);
-  std::lock_guard lock(mu);
+  MutexLock lock(mu);
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 

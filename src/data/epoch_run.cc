@@ -28,7 +28,7 @@ EpochRun::EpochRun(const PipelineOptions& options, const SampleSource& source,
 
 EpochRun::~EpochRun() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   space_.notify_all();
@@ -37,8 +37,8 @@ EpochRun::~EpochRun() {
 }
 
 bool EpochRun::push_job(BatchJob job) {
-  std::unique_lock lock(mu_);
-  space_.wait(lock, [&] { return stop_ || produced_ - taken_ < capacity_; });
+  MutexLock lock(mu_);
+  while (!stop_ && produced_ - taken_ >= capacity_) lock.wait(space_);
   if (stop_) return false;
   ++produced_;
   jobs_.push_back(std::move(job));
@@ -79,9 +79,14 @@ void EpochRun::produce() {
   try {
     produce_batches();
   } catch (...) {
-    deliver(produced_, BatchResult{std::nullopt, std::current_exception(), {}});
+    uint64_t failed_seq = 0;
+    {
+      MutexLock lock(mu_);
+      failed_seq = produced_;
+    }
+    deliver(failed_seq, BatchResult{std::nullopt, std::current_exception(), {}});
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   producer_finished_ = true;
   done_.notify_all();
 }
@@ -90,8 +95,8 @@ void EpochRun::decode_loop() {
   for (;;) {
     BatchJob job;
     {
-      std::unique_lock lock(mu_);
-      work_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      MutexLock lock(mu_);
+      while (!stop_ && jobs_.empty()) lock.wait(work_);
       if (stop_) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
@@ -101,16 +106,15 @@ void EpochRun::decode_loop() {
 }
 
 void EpochRun::deliver(uint64_t seq, BatchResult result) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ready_.emplace(seq, std::move(result));
   done_.notify_all();
 }
 
 BatchResult EpochRun::take() {
-  std::unique_lock lock(mu_);
-  done_.wait(lock, [&] {
-    return ready_.count(taken_) || (producer_finished_ && jobs_.empty() && produced_ <= taken_);
-  });
+  MutexLock lock(mu_);
+  while (!ready_.count(taken_) && !(producer_finished_ && jobs_.empty() && produced_ <= taken_))
+    lock.wait(done_);
   auto it = ready_.find(taken_);
   if (it == ready_.end()) {
     // The producer ended without making batch taken_: the plan promised more

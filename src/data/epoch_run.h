@@ -8,11 +8,11 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "batch_decode.h"
+#include "lockstep/base/mutex.h"
 #include "record_source.h"
 
 namespace lockstep::data {
@@ -43,17 +43,17 @@ class EpochRun {
   const uint64_t batches_;
   const uint64_t capacity_;
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable space_;  // producer waits for room
   std::condition_variable work_;   // decoders wait for jobs
   std::condition_variable done_;   // consumer waits for its batch
-  std::deque<BatchJob> jobs_;
-  std::map<uint64_t, BatchResult> ready_;
-  uint64_t produced_ = 0;
-  uint64_t taken_ = 0;
-  bool producer_finished_ = false;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
+  std::deque<BatchJob> jobs_ LOCKSTEP_GUARDED_BY(mu_);
+  std::map<uint64_t, BatchResult> ready_ LOCKSTEP_GUARDED_BY(mu_);
+  uint64_t produced_ LOCKSTEP_GUARDED_BY(mu_) = 0;
+  uint64_t taken_ LOCKSTEP_GUARDED_BY(mu_) = 0;
+  bool producer_finished_ LOCKSTEP_GUARDED_BY(mu_) = false;
+  bool stop_ LOCKSTEP_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;  // made by the constructor, joined by the destructor
 };
 
 }  // namespace lockstep::data

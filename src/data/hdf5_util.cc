@@ -17,8 +17,8 @@ herr_t collect(unsigned n, const H5E_error2_t* err, void* out) {
 
 }  // namespace
 
-std::mutex& library_mutex() {
-  static std::mutex mu;
+Mutex& library_mutex() {
+  static Mutex mu;
   return mu;
 }
 

@@ -5,9 +5,10 @@
 
 #include <hdf5.h>
 
-#include <mutex>
 #include <string>
 #include <utility>
+
+#include "lockstep/base/mutex.h"
 
 namespace lockstep::data::hdf5 {
 
@@ -45,7 +46,7 @@ class Id {
 // Held around every libhdf5 call lockstep makes, so that the metadata probe
 // (source_hdf5.cc, Note [HDF5 probe]) never forks while a thread of ours is
 // inside the library holding its internal lock.
-std::mutex& library_mutex();
+Mutex& library_mutex();
 
 // Turns off HDF5's printing of error stacks to stderr (once per process);
 // errors are reported through last_error() in our own messages instead.

@@ -158,7 +158,7 @@ class Hdf5File {
 class Hdf5Writer final : public DatasetWriter {
  public:
   ~Hdf5Writer() override {
-    std::lock_guard lock(hdf5::library_mutex());
+    MutexLock lock(hdf5::library_mutex());
     files_.clear();
   }
 
@@ -170,7 +170,7 @@ class Hdf5Writer final : public DatasetWriter {
 
   void add(const Example& example) override {
     Pixels p = pixels_of(example, records_);
-    std::lock_guard lock(hdf5::library_mutex());
+    MutexLock lock(hdf5::library_mutex());
     if (files_.empty()) open_files(p);
     const Hdf5File& first = *files_[0];
     if (p.shape != first.shape() || p.is_float != first.is_float())
@@ -189,7 +189,7 @@ class Hdf5Writer final : public DatasetWriter {
 
   ConvertResult finish() override {
     if (files_.empty()) throw Error(fmt::format("no records to write to {}/{}.h5", out_.dir, out_.name));
-    std::lock_guard lock(hdf5::library_mutex());
+    MutexLock lock(hdf5::library_mutex());
     ConvertResult result{records_, bytes_, files_[0]->path(), {}};
     for (auto& f : files_) {
       f->close();

@@ -9,13 +9,13 @@ SegmentBytes BlockReader::read(const Segment& segment) {
   uint64_t block = segment.first / block_records_;
   auto key = std::make_pair(segment.shard, block);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = blocks_.find(key); it != blocks_.end()) return it->second;
   }
   uint64_t first = block * block_records_;
   uint64_t count = std::min(block_records_, source_.records(segment.shard) - first);
   auto bytes = std::make_shared<const SegmentData>(source_.read({segment.shard, first, count}));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   blocks_.emplace(key, bytes);
   return bytes;
 }

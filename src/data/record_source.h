@@ -8,10 +8,10 @@
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "lockstep/base/mutex.h"
 #include "lockstep/data/assign.h"
 #include "lockstep/data/source.h"
 
@@ -39,8 +39,9 @@ class BlockReader {
   const SampleSource& source_;
   uint64_t block_records_;
   bool cache_;
-  std::mutex mu_;
-  std::map<std::pair<uint32_t, uint64_t>, SegmentBytes> blocks_;  // (shard, block) -> bytes
+  Mutex mu_;
+  // (shard, block) -> bytes
+  std::map<std::pair<uint32_t, uint64_t>, SegmentBytes> blocks_ LOCKSTEP_GUARDED_BY(mu_);
 };
 
 // Single-threaded (the pipeline's producer); its reads run on async tasks, up

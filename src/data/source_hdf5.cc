@@ -230,7 +230,7 @@ constexpr auto kProbeDeadline = std::chrono::seconds(120);
 constexpr int kProbeFoundAnError = 3;  // the child's open threw: the parent reports it
 
 void probe_metadata(const std::string& path, const SourceSpec& spec) {
-  std::lock_guard lock(hdf5::library_mutex());
+  MutexLock lock(hdf5::library_mutex());
   pid_t pid = ::fork();
   if (pid < 0) return;  // no probe possible: the parent's open is the check
   if (pid == 0) {
@@ -287,13 +287,13 @@ class Hdf5Source final : public SampleSource {
     try {
       for (const auto& path : spec.paths) {
         probe_metadata(path, spec);
-        std::lock_guard lock(hdf5::library_mutex());
+        MutexLock lock(hdf5::library_mutex());
         files_.push_back(open_file(path, spec));
         names_.push_back(fmt::format("{} ({})", path, spec.images_dataset));
         records_.push_back(files_.back().dims[0]);
       }
     } catch (...) {
-      std::lock_guard lock(hdf5::library_mutex());
+      MutexLock lock(hdf5::library_mutex());
       files_.clear();
       throw;
     }
@@ -307,7 +307,7 @@ class Hdf5Source final : public SampleSource {
   }
 
   ~Hdf5Source() override {
-    std::lock_guard lock(hdf5::library_mutex());
+    MutexLock lock(hdf5::library_mutex());
     files_.clear();
   }
 
@@ -328,7 +328,7 @@ class Hdf5Source final : public SampleSource {
     data.labels.resize(s.count);
     data.ends.resize(s.count);
     for (size_t i = 0; i < s.count; ++i) data.ends[i] = (i + 1) * item;
-    std::lock_guard lock(hdf5::library_mutex());
+    MutexLock lock(hdf5::library_mutex());
     hdf5::silence_errors();
     if (read_rows(f.images.get(), mem_type(f), f.dims, s.first, s.count, data.bytes.data()) &&
         read_rows(f.labels.get(), H5T_NATIVE_INT64, {f.dims[0]}, s.first, s.count,

@@ -6,9 +6,9 @@
 
 #include <atomic>
 #include <map>
-#include <mutex>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/mutex.h"
 #include "lockstep/base/terminate.h"
 #include "lockstep/engine/elastic.h"
 #include "lockstep/engine/engine.h"
@@ -24,12 +24,15 @@ engine::Engine& eng() {
   return engine::global();
 }
 
+// Per-op counters behind the generated names ("allreduce.0", ...): every
+// rank numbers its unnamed calls alike, in program order.
+Mutex auto_name_mutex;
+std::map<std::string, uint64_t> auto_name_counters LOCKSTEP_GUARDED_BY(auto_name_mutex);
+
 std::string auto_name(std::string name, const char* op) {
   if (!name.empty()) return name;
-  static std::mutex mutex;
-  static std::map<std::string, uint64_t> counters;
-  std::lock_guard lock(mutex);
-  return fmt::format("{}.{}", op, counters[op]++);
+  MutexLock lock(auto_name_mutex);
+  return fmt::format("{}.{}", op, auto_name_counters[op]++);
 }
 
 engine::Shape shape_of(const ::torch::Tensor& t) {

@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -23,14 +22,15 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
+#include "lockstep/base/mutex.h"
 
 namespace lockstep::torch {
 
 namespace {
 std::atomic<bool> bound_by_placement{false};
 
-std::mutex applied_mutex;
-std::optional<Placement> applied;  // guarded by applied_mutex; set by place_this_worker
+Mutex applied_mutex;
+std::optional<Placement> applied LOCKSTEP_GUARDED_BY(applied_mutex);  // set by place_this_worker
 
 // Alone on the host and not placed by `lockstep run` (started by hand, or by
 // srun/mpirun with one task per node): nothing else decided how many CPUs
@@ -166,13 +166,13 @@ Placement place_this_worker(int local_rank, int local_size) {
         p.intra_op_threads, local_size, cpus.size(), std::max<size_t>(1, worker_cpus));
   apply_placement(p);
   log(LogLevel::kInfo, "placement: {}", p.describe());
-  std::lock_guard lock(applied_mutex);
+  MutexLock lock(applied_mutex);
   applied = p;
   return p;
 }
 
 Placement placement() {
-  std::lock_guard lock(applied_mutex);
+  MutexLock lock(applied_mutex);
   if (applied) return *applied;
   Placement p;
   p.intra_op_threads = at::get_num_threads();

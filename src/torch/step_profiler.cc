@@ -99,7 +99,7 @@ StepProfiler::StepProfiler(std::string path, int warmup, int steps)
 
 int StepProfiler::add_gradient(const void* owner, const std::string& name, int64_t bytes,
                                const std::string& dtype, bool overlap) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const void* expected = nullptr;
   if (!owner_.compare_exchange_strong(expected, owner) && expected != owner) return -1;
   profile_.overlap = overlap;
@@ -110,7 +110,7 @@ int StepProfiler::add_gradient(const void* owner, const std::string& name, int64
 }
 
 void StepProfiler::detach(const void* owner) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (owner_.load() != owner) return;
   owner_.store(nullptr);
   // The next optimizer has other gradients: what was recorded no longer
@@ -125,36 +125,36 @@ void StepProfiler::detach(const void* owner) {
 }
 
 void StepProfiler::zero_grad() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (step_start_ns_ == 0) step_start_ns_ = now_ns();
 }
 
 void StepProfiler::gradient_ready(int id) {
   int64_t t = now_ns();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (id >= 0 && static_cast<size_t>(id) < ready_ns_.size()) ready_ns_[id] = t;
 }
 
 void StepProfiler::sync_begin() {
   int64_t t = now_ns();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (sync_begin_ns_ == 0) sync_begin_ns_ = t;
 }
 
 void StepProfiler::sync_end() {
   int64_t t = now_ns();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   sync_end_ns_ = t;
 }
 
 void StepProfiler::samples(int64_t n) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   samples_ += n;
 }
 
 void StepProfiler::step_end() {
   const int64_t now = now_ns();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (done_) return;
   const int64_t backward = g_backward_ns.load(std::memory_order_relaxed);
   if (backward != 0 && step_start_ns_ != 0 && backward >= step_start_ns_) {

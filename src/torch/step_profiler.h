@@ -12,10 +12,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "lockstep/base/mutex.h"
 #include "lockstep/plan/profile.h"
 
 namespace lockstep::torch::detail {
@@ -43,20 +43,23 @@ class StepProfiler {
   bool recording() const { return !done_.load(std::memory_order_relaxed); }
 
  private:
-  void finish_locked();  // writes the file, stops recording
+  void finish_locked() LOCKSTEP_REQUIRES(mu_);  // writes the file, stops recording
 
   const std::string path_;
   const int warmup_, steps_;
   std::atomic<bool> done_{false};
   std::atomic<const void*> owner_{nullptr};
-  std::mutex mu_;
-  // Guarded by mu_:
-  plan::Profile profile_;
-  std::vector<std::vector<double>> ready_ms_;  // per gradient, per recorded step
-  std::vector<int64_t> ready_ns_;              // this step, 0 = not yet
-  int64_t step_start_ns_ = 0, backward_ns_ = 0, sync_begin_ns_ = 0, sync_end_ns_ = 0;
-  int64_t samples_ = 0;
-  int seen_steps_ = 0;
+  Mutex mu_;
+  plan::Profile profile_ LOCKSTEP_GUARDED_BY(mu_);
+  // Per gradient, per recorded step.
+  std::vector<std::vector<double>> ready_ms_ LOCKSTEP_GUARDED_BY(mu_);
+  std::vector<int64_t> ready_ns_ LOCKSTEP_GUARDED_BY(mu_);  // this step, 0 = not yet
+  int64_t step_start_ns_ LOCKSTEP_GUARDED_BY(mu_) = 0;
+  int64_t backward_ns_ LOCKSTEP_GUARDED_BY(mu_) = 0;
+  int64_t sync_begin_ns_ LOCKSTEP_GUARDED_BY(mu_) = 0;
+  int64_t sync_end_ns_ LOCKSTEP_GUARDED_BY(mu_) = 0;
+  int64_t samples_ LOCKSTEP_GUARDED_BY(mu_) = 0;
+  int seen_steps_ LOCKSTEP_GUARDED_BY(mu_) = 0;
 };
 
 extern std::atomic<StepProfiler*> g_step_profiler;
