@@ -1,10 +1,12 @@
 // The elastic half of `lockstep run`'s supervisor (docs/elastic.md): it
-// publishes each generation through an ElasticController, re-forms the job
-// after failures and follows the discovery script, scaling down and up. The
-// Supervisor (supervisor.cc) owns the processes: this class decides, marks
-// workers it leaves out, and tells the Supervisor whom to start or that the
-// job must stop. Internal. Not thread-safe: it runs on the supervisor's poll
-// loop, and borrows the store client and the deadlines from the Supervisor.
+// publishes each generation through an ElasticController (the launcher's
+// side of Note [Elastic generations] in include/lockstep/engine/elastic.h),
+// re-forms the job after failures and follows the discovery script, scaling
+// down and up. The Supervisor (supervisor.cc) owns the processes: this class
+// decides, marks workers it leaves out, and tells the Supervisor whom to
+// start or that the job must stop. Internal. Not thread-safe: it runs on the
+// supervisor's poll loop, and borrows the store client and the deadlines
+// from the Supervisor.
 #pragma once
 
 #include <optional>
