@@ -149,12 +149,13 @@ Phases phases_of(const ProfileSummary& s, double slowdown) {
 std::string bottleneck(const StepPrediction& p) {
   const double step = std::max(p.step_ms, 1e-12);
   if (p.exposed_comm_ms / step < 0.05 && p.straggler_ms / step < 0.05) return "compute";
-  const double busy = std::max(p.alpha_ms + p.beta_ms + p.gamma_ms + p.copy_ms + p.cycle_ms, 1e-12);
+  const double busy = std::max(
+      p.alpha_ms + p.beta_ms + p.gamma_ms + p.copy_ms + p.cycle_ms + p.wake_wait_ms, 1e-12);
   const double exposed = std::max(0.0, p.exposed_comm_ms);
   std::vector<std::pair<double, std::string>> c = {
       {p.straggler_ms, "stragglers"},
       {exposed * p.beta_ms / busy, "network bandwidth"},
-      {exposed * (p.alpha_ms + p.cycle_ms) / busy, "latency"},
+      {exposed * (p.alpha_ms + p.cycle_ms + p.wake_wait_ms) / busy, "latency"},
       {exposed * p.gamma_ms / busy, "reduction"},
       {exposed * p.copy_ms / busy, "memory copies"},
   };
@@ -170,6 +171,8 @@ void validate(const Profile& profile, const NetworkModel& m, const Scenario& s) 
   if (s.fusion_threshold < 0) throw InvalidArgument("--fusion must be >= 0 bytes");
   if (!m.host) throw InvalidArgument(fmt::format("network '{}' has no host costs", m.name));
   if (profile.steps.empty()) throw InvalidArgument("the profile holds no steps");
+  if (!(s.wake_wait_ms >= 0) || !std::isfinite(s.wake_wait_ms))
+    throw InvalidArgument(fmt::format("--wake-wait-ms {} must be >= 0", s.wake_wait_ms));
   if (!(s.colocated_slowdown > 0) || !std::isfinite(s.colocated_slowdown))
     throw InvalidArgument(fmt::format("--compute-slowdown {} must be a positive factor",
                                       s.colocated_slowdown));
@@ -253,8 +256,15 @@ StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Sce
       size_t j = i;
       std::vector<const Grad*> ready;
       while (j < grads.size() && grads[j].submit_ms <= start) ready.push_back(&grads[j++]);
+      const int collectives_before = out.collectives;
       double busy = engine.cycle_ms();
       busy += engine.run(ready, s.fusion_threshold);
+      if (start < backward_end && s.wake_wait_ms > 0) {
+        // Each operation wakes a thread that waits for a computing one's core.
+        const double wait = s.wake_wait_ms * (1 + out.collectives - collectives_before);
+        out.wake_wait_ms += wait;
+        busy += wait;
+      }
       out.comm_ms += busy;
       if (out.comm_shares_cores) {
         // The engine's work takes the training thread's core: everything

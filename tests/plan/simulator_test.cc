@@ -136,6 +136,33 @@ TEST(PlanSimulator, ColocatedSlowdownScalesComputeOfRanksSharingANode) {
   }
 }
 
+TEST(PlanSimulator, WakeWaitDelaysOnlyOperationsThatStartDuringCompute) {
+  Profile p = make_profile(20, 64 << 10, 0);
+  Scenario s = scenario(2, 1, "off");
+  const StepPrediction off = simulate(p, make_network(), s);
+  s.wake_wait_ms = 4;
+  // Without overlap every operation starts after backward: nothing waits.
+  const StepPrediction off_wait = simulate(p, make_network(), s);
+  EXPECT_DOUBLE_EQ(off_wait.step_ms, off.step_ms);
+  EXPECT_DOUBLE_EQ(off_wait.wake_wait_ms, 0);
+  // With overlap, the operations that start before backward ends wait W
+  // each (a cycle and its collectives), and only those.
+  s.overlap = "on";
+  s.wake_wait_ms = 0;
+  const StepPrediction on = simulate(p, make_network(), s);
+  double last = on.step_ms;
+  for (double w : {1.0, 4.0, 16.0}) {
+    s.wake_wait_ms = w;
+    const StepPrediction r = simulate(p, make_network(), s);
+    EXPECT_GT(r.wake_wait_ms, 0);
+    EXPECT_NEAR(std::fmod(r.wake_wait_ms, w), 0, 1e-9);  // whole operations
+    EXPECT_LE(r.wake_wait_ms, w * (r.cycles + r.collectives));
+    EXPECT_GE(r.step_ms, last);
+    EXPECT_NEAR(r.comm_ms - r.wake_wait_ms, on.comm_ms, on.comm_ms * 0.5 + 1e-9);
+    last = r.step_ms;
+  }
+}
+
 TEST(PlanSimulator, StragglersGrowWithRanksAndJitter) {
   Profile steady = make_profile(4, 1024, 0), noisy = make_profile(4, 1024, 5);
   EXPECT_DOUBLE_EQ(simulate(steady, make_network(), scenario(64)).straggler_ms, 0);
@@ -195,6 +222,9 @@ TEST(PlanSimulator, BadScenariosAreRejectedByName) {
   EXPECT_THROW(simulate(p, make_network(), s), InvalidArgument);
   s = scenario(2);
   s.overlap = "sometimes";
+  EXPECT_THROW(simulate(p, make_network(), s), InvalidArgument);
+  s = scenario(2);
+  s.wake_wait_ms = -1;
   EXPECT_THROW(simulate(p, make_network(), s), InvalidArgument);
   for (double f : {0.0, -1.0, std::nan("")}) {
     s = scenario(1, 2);

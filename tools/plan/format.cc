@@ -81,6 +81,7 @@ std::string prediction_json(const plan::StepPrediction& p, const std::string& ne
                       {"gamma_ms", p.gamma_ms},
                       {"copy_ms", p.copy_ms},
                       {"cycle_ms", p.cycle_ms},
+                      {"wake_wait_ms", p.wake_wait_ms},
                       {"largest_algorithm", p.largest_algorithm},
                       {"bottleneck", p.bottleneck}};
   return j.dump();

@@ -29,6 +29,7 @@ struct Options {
   int cores_per_node = 0;
   int threads_per_rank = 1;
   double compute_slowdown = 1;
+  double wake_wait_ms = 0;
   double samples_per_step = 0;
   bool json = false;
 };
@@ -63,6 +64,10 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--compute-slowdown", o.compute_slowdown,
                  "how much slower a rank computes beside the other ranks of its node than alone "
                  "(memory-bus contention; plan validate measures it)")->capture_default_str();
+  app.add_option("--wake-wait-ms", o.wake_wait_ms,
+                 "wait for a core of every engine operation that starts while compute holds all "
+                 "cores (ranks without a core for communication; plan validate measures it)")
+      ->capture_default_str();
   app.add_option("--samples-per-step", o.samples_per_step,
                  "override the profile's samples per step and rank");
   app.add_flag("--json", o.json, "one JSON object per node count");
@@ -88,6 +93,7 @@ int run(const Options& o) {
   s.cores_per_node = o.cores_per_node;
   s.threads_per_rank = o.threads_per_rank;
   s.colocated_slowdown = o.compute_slowdown;
+  s.wake_wait_ms = o.wake_wait_ms;
   const std::vector<int> nodes = parse_int_list(o.nodes, "--nodes");
   const plan::ProfileSummary sum = plan::summarize(profile);
   if (!o.json) {

@@ -274,6 +274,30 @@ class Validator {
             "added; give the rate alone (e.g. --shape {})", shape.label, shape.rate));
   }
 
+  // The namespace hosts share this machine's cores: their training threads
+  // fill them, unlike a cluster host's.
+  bool hosts_share_cores() const { return o_.netns * o_.per_host * o_.threads >= cores(); }
+
+  // What a small collective waits for a core while computing threads hold
+  // them all: the same sweep beside as many busy threads as training runs,
+  // minus the idle one (medians over the points up to 4 KiB).
+  double wake_wait_ms(std::vector<std::string> fit_args, const std::string& label) {
+    progress("fitting Gloo over {} beside busy threads (the wait for a core)", label);
+    fit_args.push_back("--busy-threads=" + std::to_string(o_.threads * o_.per_host));
+    const plan::NetworkModel busy = fit("gloo", fit_args, "gloo-busy-" + label);
+    auto small = [](const plan::NetworkModel& m) {
+      std::vector<double> v;
+      for (const auto& p : m.points)
+        if (p.transport == "gloo" && p.bytes <= 4096) v.push_back(p.measured_s * 1e3);
+      return median(v);
+    };
+    const double w = std::max(0.0, small(busy) - small(net_of_[label]));
+    progress("{}: small collectives {:.3f} ms beside busy threads, {:.3f} ms idle: a wait of "
+             "{:.3f} ms per engine operation during compute", label, small(busy),
+             small(net_of_[label]), w);
+    return w;
+  }
+
   void netns_points(const plan::Profile& profile, const std::string& r, bool first_round) {
     if (!hosts_) return;
     // The fit runs one rank per host: the flat ring among hosts that is also
@@ -290,11 +314,14 @@ class Validator {
         std::vector<std::string> fit_args;
         for (const auto& a : fit_launch) fit_args.push_back("--launcher-arg=" + a);
         net_of_[shape.label] = plan::merge(shm_network_, fit("gloo", fit_args, "gloo-" + shape.label));
+        wake_wait_ms_[shape.label] = hosts_share_cores() ? wake_wait_ms(fit_args, shape.label) : 0;
       }
       progress("measuring {} hosts over {}", o_.netns, shape.label);
+      plan::Scenario s = scenario(o_.netns, o_.per_host, "gloo");
+      s.wake_wait_ms = wake_wait_ms_[shape.label];
       if (auto measured = measure(launch, fmt::format("netns{}-{}{}", o_.netns, shape.label, r)))
         record(point(o_.netns * o_.per_host, o_.netns, "gloo " + shape.label), profile, *measured,
-               net_of_[shape.label], scenario(o_.netns, o_.per_host, "gloo"));
+               net_of_[shape.label], s);
     }
   }
 
@@ -347,6 +374,7 @@ class Validator {
   std::vector<LinkShape> shapes_;
   std::unique_ptr<NetnsHosts> hosts_;  // removed (namespaces and all) with the validator
   std::map<std::string, plan::NetworkModel> net_of_;  // per link shape
+  std::map<std::string, double> wake_wait_ms_;         // per link shape
   std::vector<Point> points_;
 };
 

@@ -57,6 +57,13 @@ struct Scenario {
   // with more than one rank per node; efficiency stays against the
   // profile's lone rank.
   double colocated_slowdown = 1.0;
+  // Extra wait of every engine operation (negotiation cycle, collective)
+  // that starts while the ranks' compute still holds every core: a woken
+  // communication thread waits for the scheduler to hand it a core (one
+  // tick, 4 ms at HZ=250). Only where communication threads have no core
+  // of their own (plan validate's network-namespace hosts on one machine
+  // measure it); 0 elsewhere.
+  double wake_wait_ms = 0;
 };
 
 struct StepPrediction {
@@ -75,6 +82,7 @@ struct StepPrediction {
   double efficiency = 0;      // throughput / (ranks x single-rank throughput)
   int cycles = 0, collectives = 0;
   double alpha_ms = 0, beta_ms = 0, gamma_ms = 0, copy_ms = 0, cycle_ms = 0;
+  double wake_wait_ms = 0;    // engine operations waiting for a core (Scenario::wake_wait_ms)
   std::string largest_algorithm;  // the algorithm of the largest collective
   std::string bottleneck;     // compute | network bandwidth | latency | reduction |
                               // memory copies | stragglers
