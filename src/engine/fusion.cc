@@ -26,12 +26,14 @@ std::vector<Batch> plan_batches(const std::vector<ReadyItem>& ready, size_t thre
     batch.items.push_back(i);
     if (fusible(ready[i])) {
       batch.bytes = ready[i].request.bytes();
+      const size_t largest = largest_fused_tensor(threshold);
+      const bool packs = batch.bytes <= largest;
       // Look past items of other kinds so interleaved dtypes still fuse.
-      for (size_t j = i + 1; j < ready.size() && batch.bytes < threshold; ++j) {
+      for (size_t j = i + 1; packs && j < ready.size() && batch.bytes < threshold; ++j) {
         if (taken[j] || !fusible(ready[j]) || !same_key(ready[i].request, ready[j].request))
           continue;
         size_t b = ready[j].request.bytes();
-        if (batch.bytes + b > threshold) continue;
+        if (b > largest || batch.bytes + b > threshold) continue;
         batch.bytes += b;
         batch.items.push_back(j);
         taken[j] = true;

@@ -22,9 +22,12 @@ std::vector<std::vector<size_t>> fusion_batches(const std::vector<FusionItem>& r
     taken[i] = true;
     std::vector<size_t> batch{i};
     int64_t bytes = ready[i].bytes;
-    for (size_t j = i + 1; j < ready.size() && bytes < threshold; ++j) {
+    // engine::detail::largest_fused_tensor: larger tensors run alone.
+    const int64_t largest = threshold / 8;
+    const bool packs = bytes <= largest;
+    for (size_t j = i + 1; packs && j < ready.size() && bytes < threshold; ++j) {
       if (taken[j] || ready[j].key != ready[i].key) continue;
-      if (bytes + ready[j].bytes > threshold) continue;
+      if (ready[j].bytes > largest || bytes + ready[j].bytes > threshold) continue;
       bytes += ready[j].bytes;
       batch.push_back(j);
       taken[j] = true;

@@ -134,15 +134,39 @@ TEST(Fusion, PacksSameKeyUpToThresholdInOrder) {
   add({10}, DataType::kFloat32);   // 40 B
   add({10}, DataType::kFloat64);   // 80 B
   add({10}, DataType::kFloat32);   // 40 B
-  add({100}, DataType::kFloat32);  // 400 B > threshold
+  add({300}, DataType::kFloat32);  // 1200 B > threshold
   add({5}, DataType::kFloat32);    // 20 B
-  auto batches = plan_batches(ready, 100);
+  auto batches = plan_batches(ready, 1000);
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[0].items, (std::vector<size_t>{0, 2, 4}));
   EXPECT_EQ(batches[0].bytes, 100u);
   EXPECT_EQ(batches[1].items, (std::vector<size_t>{1}));
   EXPECT_EQ(batches[2].items, (std::vector<size_t>{3}));
   EXPECT_EQ(plan_batches(ready, 0).size(), 5u);
+}
+
+// Fusing a tensor copies it twice; above threshold / 8 that costs more than
+// the collective it saves, so it runs alone even where it would fit.
+TEST(Fusion, TensorAboveAnEighthOfTheThresholdRunsAlone) {
+  std::vector<ReadyItem> ready;
+  auto add = [&](int64_t elements) {
+    ReadyItem item;
+    item.request = allreduce("t" + std::to_string(ready.size()), {elements}, DataType::kFloat32);
+    ready.push_back(item);
+  };
+  add(8);   // 32 B
+  add(33);  // 132 B > 1024 / 8
+  add(32);  // 128 B: the largest that fuses
+  add(40);  // 160 B, first in its batch: still alone
+  add(8);   // 32 B
+  ASSERT_EQ(largest_fused_tensor(1024), 128u);
+  auto batches = plan_batches(ready, 1024);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[0].items, (std::vector<size_t>{0, 2, 4}));
+  EXPECT_EQ(batches[0].bytes, 192u);
+  EXPECT_EQ(batches[1].items, (std::vector<size_t>{1}));
+  EXPECT_EQ(batches[1].bytes, 132u);
+  EXPECT_EQ(batches[2].items, (std::vector<size_t>{3}));
 }
 
 TEST(Scaling, NeutralValuesAreIdentities) {

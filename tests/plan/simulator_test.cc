@@ -177,15 +177,21 @@ TEST(PlanSimulator, StragglersGrowWithRanksAndJitter) {
 }
 
 TEST(PlanSimulator, FusionPacksLikeTheEngine) {
-  // In order, same key only, skipping what does not fit; large ones alone.
-  std::vector<FusionItem> items = {{600, 0}, {600, 0}, {300, 0}, {100, 1}, {2000, 0}, {100, 0}};
-  auto b = fusion_batches(items, 1000);
+  // In order, same key only; tensors above threshold / 8 alone.
+  std::vector<FusionItem> items = {{100, 0}, {400, 0}, {100, 0}, {50, 1}, {2000, 0}, {60, 0}};
+  auto b = fusion_batches(items, 800);
   ASSERT_EQ(b.size(), 4u);
   EXPECT_EQ(b[0], (std::vector<size_t>{0, 2, 5}));
   EXPECT_EQ(b[1], (std::vector<size_t>{1}));
   EXPECT_EQ(b[2], (std::vector<size_t>{3}));
   EXPECT_EQ(b[3], (std::vector<size_t>{4}));
   EXPECT_EQ(fusion_batches(items, 0).size(), items.size());
+  // Skipping what does not fit: eight of 100 fill 800, the ninth starts anew.
+  std::vector<FusionItem> nine(9, FusionItem{100, 0});
+  auto full = fusion_batches(nine, 800);
+  ASSERT_EQ(full.size(), 2u);
+  EXPECT_EQ(full[0].size(), 8u);
+  EXPECT_EQ(full[1], (std::vector<size_t>{8}));
 }
 
 TEST(PlanSimulator, OneCycleCostsTheHeaderAllreduceOfEveryRank) {

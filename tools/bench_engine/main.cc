@@ -1,7 +1,8 @@
 // `lockstep bench engine` (lockstep run -np 2 lockstep bench engine [--json]):
 // a ResNet-50 gradient set (161 tensors, 25.6 M f32) enqueued in backward
 // order every step through the engine, against one raw Communicator
-// allreduce of the same bytes, with fusion on and off, and with the timeline.
+// allreduce of the same bytes, with fusion on and off, and with the timeline;
+// and against the same pieces the engine runs, as raw allreduces.
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +42,7 @@ struct Result {
   std::string mode;
   int64_t threshold = -1;
   double median_ms = 0, mean_ms = 0;
+  bool raw_pieces = false;
 };
 
 double median(std::vector<double> v) {
@@ -48,9 +50,19 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-Result summarize(std::string mode, int64_t threshold, const std::vector<double>& ms) {
+Result summarize(std::string mode, int64_t threshold, const std::vector<double>& ms, bool raw_pieces) {
   return {std::move(mode), threshold, median(ms),
-          ms.empty() ? 0 : std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size()};
+          ms.empty() ? 0 : std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size(), raw_pieces};
+}
+
+// An engine mode's median over the raw pieces of the same threshold: the
+// engine's own per-operation cost, apart from how fast the allreduce runs at
+// those sizes (pieces that fit in cache can beat one big allreduce). 0: none.
+double vs_pieces(const Result& r, const std::vector<Result>& all) {
+  if (r.raw_pieces || r.threshold < 0) return 0;
+  for (const auto& p : all)
+    if (p.raw_pieces && p.threshold == r.threshold && p.median_ms > 0) return r.median_ms / p.median_ms;
+  return 0;
 }
 
 struct Gradients {
@@ -78,6 +90,62 @@ std::vector<double> time_raw(comm::Communicator& comm, size_t bytes, const Optio
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     auto t0 = Clock::now();
     comm.allreduce(flat.data(), flat.size(), DataType::kFloat32, ReduceOp::kAverage);
+    if (i >= o.warmup) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return ms;
+}
+
+// The allreduce sizes the engine runs for one step at `threshold`, without the
+// engine: plan_batches' first-fit packing over the tensors in backward order
+// (all ready at once, as this benchmark enqueues them), where tensors above
+// threshold / 8 run alone (engine::detail::largest_fused_tensor). Threshold
+// 0: one allreduce per tensor.
+std::vector<size_t> raw_pieces(const Gradients& g, size_t threshold) {
+  std::vector<size_t> sizes;
+  std::vector<bool> taken(g.params.size(), false);
+  auto bytes = [&](size_t k) { return static_cast<size_t>(g.params[k].elements()) * sizeof(float); };
+  const size_t largest = threshold / 8;
+  for (size_t i = g.params.size(); i-- > 0;) {
+    if (taken[i]) continue;
+    taken[i] = true;
+    size_t batch = bytes(i);
+    const bool packs = batch <= largest;
+    for (size_t j = i; packs && j-- > 0 && batch < threshold;) {
+      if (taken[j] || bytes(j) > largest || batch + bytes(j) > threshold) continue;
+      batch += bytes(j);
+      taken[j] = true;
+    }
+    sizes.push_back(batch);
+  }
+  if (std::accumulate(sizes.begin(), sizes.end(), size_t{0}) != g.bytes)
+    throw Error(fmt::format("raw pieces at threshold {} do not cover the {} gradient bytes",
+                            threshold, g.bytes));
+  return sizes;
+}
+
+// The same pieces as raw Communicator allreduces, back to back: what the
+// engine's fused (or unfused) step would cost with zero per-operation overhead.
+// Unfused (threshold 0) pieces reduce the gradient tensors themselves, as the
+// engine does (separate allocations page and cache differently from one
+// flat buffer); fused pieces reduce consecutive ranges of one flat buffer.
+std::vector<double> time_raw_pieces(comm::Communicator& comm, Gradients& g, size_t threshold,
+                                    std::vector<float>& flat, const Options& o) {
+  const std::vector<size_t> pieces = raw_pieces(g, threshold);
+  std::vector<double> ms;
+  comm.barrier();
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    auto t0 = Clock::now();
+    if (threshold == 0) {
+      for (size_t k = g.data.size(); k-- > 0;)
+        comm.allreduce(g.data[k].data(), g.data[k].size(), DataType::kFloat32, ReduceOp::kAverage);
+    } else {
+      size_t offset = 0;
+      for (size_t bytes : pieces) {
+        comm.allreduce(flat.data() + offset, bytes / sizeof(float), DataType::kFloat32,
+                       ReduceOp::kAverage);
+        offset += bytes / sizeof(float);
+      }
+    }
     if (i >= o.warmup) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   return ms;
@@ -143,28 +211,35 @@ void report(const std::vector<Result>& results, const Gradients& g, int ranks, c
                                          {"threshold_bytes", r.threshold},
                                          {"step_ms_median", r.median_ms}, {"step_ms_mean", r.mean_ms},
                                          {"vs_raw", r.median_ms / raw},
-                                         {"vs_one_tensor", r.median_ms / one}}.dump().c_str());
+                                         {"vs_one_tensor", r.median_ms / one},
+                                         {"vs_raw_pieces", vs_pieces(r, results)}}.dump().c_str());
     return;
   }
   std::printf("lockstep bench engine: ResNet-50 gradients, %zu tensors, %.1f MiB f32, %d ranks, "
               "%d rounds x %d steps\n",
               g.params.size(), g.bytes / 1048576.0, ranks, o.rounds, o.steps);
-  std::printf("%-22s %10s %15s %13s %8s %11s\n", "mode", "threshold", "step ms median",
-              "step ms mean", "vs raw", "vs 1 tensor");
-  for (const auto& r : results)
-    std::printf("%-22s %10s %15.2f %13.2f %7.3fx %10.3fx\n", r.mode.c_str(),
+  std::printf("%-22s %10s %15s %13s %8s %11s %10s\n", "mode", "threshold", "step ms median",
+              "step ms mean", "vs raw", "vs 1 tensor", "vs pieces");
+  for (const auto& r : results) {
+    double p = vs_pieces(r, results);
+    std::printf("%-22s %10s %15.2f %13.2f %7.3fx %10.3fx %9s\n", r.mode.c_str(),
                 r.threshold < 0 ? "-" : fmt::format("{}", r.threshold).c_str(), r.median_ms,
-                r.mean_ms, r.median_ms / raw, r.median_ms / one);
+                r.mean_ms, r.median_ms / raw, r.median_ms / one,
+                p > 0 ? fmt::format("{:.3f}x", p).c_str() : "-");
+  }
   std::printf("raw: one Communicator allreduce of all the bytes (a communicator of its own); "
-              "1 tensor: the same through the engine; all modes interleaved round by round\n");
+              "1 tensor: the same through the engine; raw pieces: the allreduces the engine runs "
+              "at that threshold, back to back on the raw communicator (vs pieces = the engine's "
+              "own cost); all modes interleaved round by round\n");
 }
 
 struct Mode {
-  Mode(std::string n, int64_t t, bool with_timeline = false)
-      : name(std::move(n)), threshold(t), timeline(with_timeline) {}
+  Mode(std::string n, int64_t t, bool with_timeline = false, bool pieces = false)
+      : name(std::move(n)), threshold(t), timeline(with_timeline), raw_pieces(pieces) {}
   std::string name;
   int64_t threshold;  // -1: raw communicator, -2: one engine tensor
   bool timeline;
+  bool raw_pieces;  // raw communicator allreduces of the engine's pieces at `threshold`
   std::vector<double> ms;
 };
 
@@ -184,6 +259,8 @@ int run(const Options& o) {
   modes.emplace_back("engine one tensor", -2);
   modes.emplace_back("engine fused", fused);
   modes.emplace_back("engine no fusion", 0);
+  modes.emplace_back("raw fused pieces", fused, false, true);
+  modes.emplace_back("raw per tensor", 0, false, true);
   if (timeline_mode) modes.emplace_back("engine fused+timeline", fused, true);
   for (int64_t t : parse_sweep(o.sweep)) modes.emplace_back("engine sweep", t);
 
@@ -198,6 +275,12 @@ int run(const Options& o) {
   std::vector<float> flat(g.bytes / sizeof(float), 0.5f);
   for (int round = 0; round < o.rounds; ++round)
     for (auto& m : modes) {
+      if (m.raw_pieces) {
+        e.barrier();
+        auto ms = time_raw_pieces(*raw_comm, g, static_cast<size_t>(m.threshold), flat, o);
+        m.ms.insert(m.ms.end(), ms.begin(), ms.end());
+        continue;
+      }
       if (m.threshold == -1) {
         e.barrier();  // both ranks done with the engine's previous mode
         auto ms = time_raw(*raw_comm, g.bytes, o);
@@ -217,7 +300,7 @@ int run(const Options& o) {
   int rank = e.rank();
   e.shutdown();
   std::vector<Result> results;
-  for (const auto& m : modes) results.push_back(summarize(m.name, m.threshold, m.ms));
+  for (const auto& m : modes) results.push_back(summarize(m.name, m.threshold, m.ms, m.raw_pieces));
   if (rank == 0) report(results, g, ranks, o);
   return 0;
 }
