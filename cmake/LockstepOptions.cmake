@@ -13,8 +13,11 @@ if(LOCKSTEP_SANITIZE)
   add_link_options(-fsanitize=${LOCKSTEP_SANITIZE})
 endif()
 
-# lockstep_library(<layer> SOURCES ... DEPS ...): one library per layer, exported
-# as lockstep::<layer>. Every target carries cxx_std_20 in its usage
+include(LockstepPrivateDeps)
+
+# lockstep_library(<layer> SOURCES ... PUBLIC_DEPS ... PRIVATE_DEPS ...): one
+# library per layer, exported as lockstep::<layer>; PRIVATE_DEPS stay out of
+# the installed package's requirements (cmake/LockstepPrivateDeps.cmake). Every target carries cxx_std_20 in its usage
 # requirements: the public headers need C++20 (docs/package.md), so CMake
 # compiles a consumer as C++20 whatever its CMAKE_CXX_STANDARD says.
 function(lockstep_library layer)
@@ -28,7 +31,8 @@ function(lockstep_library layer)
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(lockstep_${layer} PUBLIC ${ARG_PUBLIC_DEPS}
-                        PRIVATE ${ARG_PRIVATE_DEPS} $<BUILD_INTERFACE:lockstep_warnings>)
+  target_link_libraries(lockstep_${layer} PUBLIC ${ARG_PUBLIC_DEPS})
+  lockstep_link_private(lockstep_${layer} ${ARG_PRIVATE_DEPS})
+  target_link_libraries(lockstep_${layer} PRIVATE $<BUILD_INTERFACE:lockstep_warnings>)
   set_property(GLOBAL APPEND PROPERTY LOCKSTEP_EXPORTED_TARGETS lockstep_${layer})
 endfunction()

@@ -9,7 +9,7 @@ if(LOCKSTEP_WITH_GLOO)
     transport/gloo/gloo_collectives.cc
     transport/gloo/gloo_errors.cc
     transport/gloo/gloo_transport.cc)
-  target_link_libraries(lockstep_comm PRIVATE gloo)
+  lockstep_link_private(lockstep_comm gloo)
   # The launcher's authenticated store (layer below comm), when it is built.
   option(LOCKSTEP_GLOO_RENDEZVOUS "Gloo rendezvous through lockstep's store (else file store only)" ON)
   if(TARGET lockstep_rendezvous AND LOCKSTEP_GLOO_RENDEZVOUS)

@@ -10,6 +10,6 @@ if(LOCKSTEP_WITH_MPI)
     transport/mpi/mpi_backend.cc
     transport/mpi/mpi_collectives.cc
     transport/mpi/mpi_transport.cc)
-  target_link_libraries(lockstep_comm PRIVATE MPI::MPI_CXX)
+  lockstep_link_private(lockstep_comm MPI::MPI_CXX)
   lockstep_register_transport(mpi)
 endif()
