@@ -1,5 +1,5 @@
 // `lockstep run` flag parsing (command_line.h splits off the program);
-// supervision lives in supervisor.cc.
+// supervision starts at supervise() (supervise.cc, supervisor.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

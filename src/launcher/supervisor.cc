@@ -1,8 +1,5 @@
-// Supervises the workers with one poll loop over a signalfd (SIGCHLD and the
-// signals to forward) and the workers' output pipes, sleeping until the
-// earliest of its timers (deadlines.h). Elastic jobs hand the decisions about
-// generations to the ElasticSupervisor (elastic_supervisor.h); this file
-// starts, signals and reaps the processes.
+// The Supervisor's poll loop and its processes: start, relay, signal, reap,
+// tear down (supervisor.h).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -23,20 +20,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "launcher/deadlines.h"
-#include "launcher/elastic_supervisor.h"
-#include "launcher/hosts.h"
-#include "launcher/job.h"
-#include "launcher/remote.h"
 #include "launcher/say.h"
-#include "launcher/spawn.h"
-#include "launcher/spec.h"
-#include "launcher/worker.h"
+#include "launcher/supervisor.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/terminate.h"
-#include "lockstep/rendezvous/store.h"
-
-extern char** environ;
 
 namespace lockstep::launcher {
 namespace {
@@ -62,64 +49,7 @@ std::string signal_name(int sig) {
   return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
 }
 
-std::vector<std::string> launcher_environment() {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  return env;
-}
-
-std::string self_executable() {
-  char path[4096];
-  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) throw Error("cannot read /proc/self/exe to start remote workers");
-  return std::string(path, static_cast<size_t>(n));
-}
-
-class Supervisor {
- public:
-  Supervisor(const LaunchSpec& spec, std::vector<Placement> placements, JobIdentity job,
-             int signal_fd)
-      : spec_(spec), placements_(std::move(placements)), job_(std::move(job)),
-        signal_fd_(signal_fd) {
-    for (const auto& p : placements_) multi_host_ |= p.cross_size > 1 || !p.local;
-  }
-  ~Supervisor();
-  void start(const std::string& path);
-  void run();
-  int exit_status() const;
-
- private:
-  void spawn(int index, const Placement& where, int null_fd);
-  std::vector<std::pair<std::string, std::string>> environment_of(const Worker& w) const;
-  rendezvous::StoreClient& store_client();
-  void poll_elastic();
-  void stop_job(int code);
-  SpawnedWorker spawn_remote(Worker& w);
-  void check_started();
-  void close_launch_fd(Worker& w);
-  void on_signal();
-  void reap();
-  void on_exit(Worker& w);
-  void signal_all(int sig);
-  void on_deadlines();
-  void read_stream(Stream& s);
-  std::string failure_note(Worker& w);
-  bool any_running() const;
-  bool any_stream_open() const;
-
-  const LaunchSpec& spec_;
-  std::vector<Placement> placements_;
-  bool multi_host_ = false;
-  JobIdentity job_;
-  std::optional<rendezvous::StoreClient> store_client_;  // set when remote ranks must check in
-  int signal_fd_;
-  std::vector<Worker> workers_;
-  std::optional<int> first_failure_code_;
-  int interrupted_by_ = 0;
-  Deadlines deadlines_;
-  std::string path_;
-  std::optional<ElasticSupervisor> elastic_;  // elastic mode (elastic_supervisor.h)
-};
+}  // namespace
 
 Supervisor::~Supervisor() {
   signal_all(SIGKILL);  // only when run() did not finish: it reaps everyone
@@ -165,42 +95,6 @@ void Supervisor::start(const std::string& path) {
   }
 }
 
-SpawnedWorker Supervisor::spawn_remote(Worker& w) {
-  std::vector<std::string> argv = remote_command(spec_.remote_exec, w.where.host, self_executable());
-  std::string exec_path = resolve_program(argv[0]);
-  if (exec_path.empty())
-    throw Error(fmt::format("cannot find the remote-exec command '{}' (--remote-exec)", argv[0]));
-  LaunchBlock block;
-  block.host = w.where.host;
-  block.rank = w.index;
-  char cwd[4096];
-  if (::getcwd(cwd, sizeof cwd)) block.cwd = cwd;
-  block.start_timeout = spec_.start_timeout;
-  block.argv = spec_.program;
-  block.env = environment_of(w);
-  int launch[2];
-  if (::pipe2(launch, O_CLOEXEC) != 0)
-    throw Error(fmt::format("cannot create a pipe for rank {}: {}", w.rank,
-                            std::strerror(errno)));
-  SpawnedWorker child;
-  try {
-    // The remote-exec command itself gets the launcher's environment: the
-    // job's identity and secret travel only in the launch block.
-    child = spawn_worker(ExecImage(exec_path, argv, launcher_environment()),
-                         launch[0], w.index);
-  } catch (...) {
-    ::close(launch[0]);
-    ::close(launch[1]);
-    throw;
-  }
-  ::close(launch[0]);
-  // Small (LOCKSTEP_* variables and argv): fits the pipe, so this never blocks.
-  write_fully(launch[1], encode_launch_block(block));
-  w.launch_fd = launch[1];
-  w.started = false;
-  return child;
-}
-
 // The worker's identity in its first generation: an elastic worker's rank
 // comes from the generation the launcher last published.
 std::vector<std::pair<std::string, std::string>> Supervisor::environment_of(const Worker& w) const {
@@ -228,43 +122,6 @@ void Supervisor::spawn(int index, const Placement& where, int null_fd) {
                        true, {}});
   workers_.push_back(std::move(w));
   if (spec_.verbose) say("{} started as pid {}", rank_label(workers_.back(), multi_host_), child.pid);
-}
-
-// Remote ranks prove they reached the store; at --start-timeout the hosts
-// that have not are named and the job is stopped.
-void Supervisor::check_started() {
-  if (!deadlines_.armed(Deadline::kStartTimeout) ||
-      !deadlines_.passed(Deadline::kStartCheck, Clock::now()))
-    return;
-  std::vector<Worker*> pending;
-  for (auto& w : workers_)
-    if (!w.started && w.running) pending.push_back(&w);
-  for (auto* w : pending) {
-    std::string key = started_key(w->index);
-    w->started = store_client_->check(std::span<const std::string>(&key, 1));
-  }
-  std::erase_if(pending, [](Worker* w) { return w->started; });
-  if (pending.empty() || first_failure_code_ || interrupted_by_) {
-    deadlines_.disarm(Deadline::kStartTimeout);
-    deadlines_.disarm(Deadline::kStartCheck);
-    return;
-  }
-  deadlines_.arm(Deadline::kStartCheck, Clock::now() + std::chrono::milliseconds(200));
-  if (!deadlines_.passed(Deadline::kStartTimeout, Clock::now())) return;
-  std::map<std::string, std::vector<int>> by_host;
-  for (auto* w : pending) by_host[w->where.host].push_back(w->rank);
-  std::string missing;
-  for (const auto& [host, ranks] : by_host)
-    missing += fmt::format("{}{} (ranks {})", missing.empty() ? "" : ", ", host,
-                           fmt::join(ranks, ","));
-  say("host(s) {} did not start and reach the rendezvous store at {} within {} s "
-      "(--start-timeout); check the remote-exec command ('{}'), that lockstep is installed at the "
-      "same path there, and that those hosts can reach this address; stopping the job",
-      missing, job_.rendezvous, spec_.start_timeout.count(), spec_.remote_exec);
-  deadlines_.disarm(Deadline::kStartTimeout);
-  deadlines_.disarm(Deadline::kStartCheck);
-  first_failure_code_ = 1;
-  deadlines_.arm(Deadline::kTerm, Clock::now());
 }
 
 void Supervisor::signal_all(int sig) {
@@ -455,79 +312,6 @@ int Supervisor::exit_status() const {
   if (first_failure_code_) return *first_failure_code_;
   if (interrupted_by_) return 128 + interrupted_by_;
   return 0;
-}
-
-std::vector<Placement> placements_of(const LaunchSpec& spec) {
-  if (spec.through_slurm) {
-    std::vector<Placement> placements = place_ranks(spec.hosts, spec.num_proc);
-    for (auto& p : placements) p.local = false;  // this host's ranks go through srun too
-    return placements;
-  }
-  if (!spec.hosts.empty()) return place_ranks(spec.hosts, spec.num_proc);
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return place_ranks({{name, spec.num_proc}}, spec.num_proc);
-}
-
-int supervise_job(const LaunchSpec& spec, const std::string& path) {
-  std::vector<Placement> placements = placements_of(spec);
-  // Before the rendezvous thread starts, so that thread inherits the mask
-  // and never takes the signals.
-  int signal_fd = block_supervision_signals();
-  JobIdentity job{new_job_id(), "", rendezvous::random_secret_hex()};
-  rendezvous::StoreServer::Options store_options;
-  store_options.host = choose_rendezvous_host(spec.rendezvous_addr, placements);
-  store_options.secret = rendezvous::decode_secret_hex(job.secret_hex);
-  rendezvous::StoreServer store(std::move(store_options));
-  store.start();
-  job.rendezvous = store.address();
-  if (spec.verbose)
-    say("job {}: starting {} worker(s) of '{}'{}; rendezvous at {}", job.job_id, spec.num_proc,
-        spec.program[0], spec.through_slurm ? " through srun (Slurm allocation)" : "",
-        job.rendezvous);
-  int status = 0;
-  {
-    Supervisor supervisor(spec, std::move(placements), job, signal_fd);
-    try {
-      supervisor.start(path);
-      supervisor.run();
-    } catch (...) {
-      // Never leave workers behind: they die with us through PDEATHSIG anyway,
-      // but shared memory does not.
-      remove_job_shared_memory(job.job_id);
-      throw;
-    }
-    status = supervisor.exit_status();
-  }
-  store.stop();
-  int removed = remove_job_shared_memory(job.job_id);
-  if (spec.verbose) {
-    if (removed) say("removed {} shared-memory segment(s) left by job {}", removed, job.job_id);
-    say("job {} finished with exit status {}", job.job_id, status);
-  }
-  ::close(signal_fd);
-  return status;
-}
-
-}  // namespace
-
-int supervise(const LaunchSpec& spec) {
-  std::string path = resolve_program(spec.program[0]);
-  if (path.empty()) {
-    say("cannot find or execute '{}'; give a path or check PATH", spec.program[0]);
-    return kProgramNotFound;
-  }
-  try {
-    return supervise_job(spec, path);
-  } catch (const ExecFailed& e) {
-    say("{}", e.what());
-    return e.exit_status();
-  } catch (const std::exception& e) {
-    std::string_view what = e.what();
-    if (what.starts_with("lockstep run: ")) what.remove_prefix(14);  // say() adds it
-    say("{}", what);
-    return 1;
-  }
 }
 
 }  // namespace lockstep::launcher
