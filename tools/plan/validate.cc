@@ -2,6 +2,7 @@
 // machine, measures its step time with lockstep's own step profiler, and
 // compares it with what the planner predicts from a profile taken at np 1
 // and network fits taken beforehand (docs/plan.md).
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 #include <map>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -20,6 +23,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/plan/simulator.h"
+#include "lockstep/plan/validation.h"
 #include "plan/commands.h"
 #include "plan/job.h"
 #include "plan/netns.h"
@@ -42,21 +46,49 @@ struct Options {
   bool json = false;
   bool quick = false;  // short fits (CI): fewer sizes, less time per size
   bool contention = true;  // calibrate the co-location slowdown at np > 1
-  int rounds = 1;
+  int rounds = 3;
+  std::string wake_wait = "tick";  // tick | sweep | milliseconds (netns hosts sharing cores)
   double timeout_s = 300;
   std::vector<std::string> program;
 };
 
-struct Point {
-  int np = 1, hosts = 1;
-  std::string network = "shm";
+// What one point measured and predicted, one entry per round.
+struct PointResult {
   bool oversubscribed = false;
   std::string backend;
   bool overlap = false;
-  // One entry per round.
   std::vector<double> measured_ms, predicted_ms, measured_sync_ms, predicted_comm_ms;
   std::vector<double> slowdown;  // the co-location factor each round's prediction used
+  double wake_wait_ms = 0;
 };
+
+// CONFIG_HZ of the running kernel: /proc/config.gz, else
+// /boot/config-RELEASE; nullopt when neither says.
+std::optional<int> kernel_hz() {
+  std::string text;
+  if (FILE* f = popen("gzip -dc /proc/config.gz 2>/dev/null", "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+    pclose(f);
+  }
+  if (auto hz = plan::kernel_hz_from_config(text)) return hz;
+  struct utsname u {};
+  if (uname(&u) != 0) return std::nullopt;
+  std::ifstream boot(std::string("/boot/config-") + u.release);
+  text.assign(std::istreambuf_iterator<char>(boot), std::istreambuf_iterator<char>());
+  return plan::kernel_hz_from_config(text);
+}
+
+double parse_wake_wait_ms(const std::string& text) {
+  try {
+    size_t used = 0;
+    const double ms = std::stod(text, &used);
+    if (used == text.size() && ms >= 0 && std::isfinite(ms)) return ms;
+  } catch (const std::exception&) {
+  }
+  throw InvalidArgument(fmt::format(
+      "--wake-wait {}: give tick, sweep or a wait in milliseconds (>= 0)", text));
+}
 
 int cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
@@ -67,10 +99,11 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
-// Runs the points round by round: each round profiles np 1 again and
-// predicts that round's points from it, so slow drifts of a shared
-// machine's load hit the profile and the measurements alike. Medians over
-// rounds are reported.
+// Runs the schedule (validation.h): every point's measurement right after a
+// profile at np 1 (and a co-location calibration) of its own, round after
+// round, so that each round's prediction comes from a profile taken seconds
+// before its measurement, in the same state of this VM. Each point reports
+// its per-round errors and their median.
 class Validator {
  public:
   explicit Validator(const Options& o) : o_(o) {
@@ -83,22 +116,43 @@ class Validator {
   int run() {
     if (o_.netns > 0) prepare_netns();  // bad shapes fail before any measurement
     nps_ = parse_int_list(o_.np, "--np");
-    for (int round = 0; round < o_.rounds; ++round) {
-      const std::string r = o_.rounds > 1 ? fmt::format("-r{}", round) : "";
-      progress("round {}/{}: profile at np 1 ({} thread(s) per rank)", round + 1, o_.rounds,
-               o_.threads);
-      auto profile = measure({"-np", "1"}, "np1" + r);
-      if (!profile) return 1;
-      // Every round fits again: this VM switches between states where
-      // shared memory is fast and compute contended, or the reverse, so a
-      // fit from another round would mix states.
-      if (round == 0 || o_.networks.empty()) shm_network_ = network_for_shm(r);
-      for (int np : nps_) shm_point(*profile, np, r);
-      netns_points(*profile, r, round == 0);
+    make_points();
+    bool any_shm = false;
+    for (const auto& p : points_) any_shm |= p.network == "shm";
+    // Every round fits shared memory again: this VM switches between states
+    // where shared memory is fast and compute contended, or the reverse, so
+    // a fit from another round would mix states. Without shm points (or
+    // with --network) one fit serves all rounds.
+    const bool fit_each_round = any_shm && o_.networks.empty();
+    if (!fit_each_round) shm_network_ = network_for_shm("");
+    const auto schedule = plan::validation_schedule(points_, o_.rounds, fit_each_round);
+    int done = 0;
+    for (const auto& run : schedule) {
+      ++done;
+      const std::string r = o_.rounds > 1 ? fmt::format("-r{}", run.round) : "";
+      const plan::ValidationPoint* p = run.point >= 0 ? &points_[run.point] : nullptr;
+      progress("[{}/{}] round {}/{}: {}{}", done, schedule.size(), run.round + 1, o_.rounds,
+               plan::to_string(run.kind), p ? fmt::format(" for np {} {}", p->np, p->network) : "");
+      switch (run.kind) {
+        case plan::ScheduledRun::Kind::kFitShm: shm_network_ = network_for_shm(r); break;
+        case plan::ScheduledRun::Kind::kFitNetns: fit_link(shape_of(*p)); break;
+        case plan::ScheduledRun::Kind::kProfile:
+          profile_ = measure({"-np", "1"}, "np1" + r + "-for-" + tag_of(*p));
+          if (!profile_) return 1;
+          slowdown_ = 1.0;
+          break;
+        case plan::ScheduledRun::Kind::kCalibrate:
+          slowdown_ = colocated_slowdown(*profile_, p->np, r);
+          break;
+        case plan::ScheduledRun::Kind::kMeasure:
+          if (p->netns()) netns_point(run.point, r); else shm_point(run.point, r);
+          break;
+      }
     }
     report();
     return 0;
   }
+
 
  private:
   template <typename... Args>
@@ -190,43 +244,59 @@ class Validator {
     return s;
   }
 
-  Point& point(int np, int hosts, const std::string& network) {
-    for (auto& p : points_)
-      if (p.np == np && p.hosts == hosts && p.network == network) return p;
-    Point p;
-    p.np = np;
-    p.hosts = hosts;
-    p.network = network;
-    p.oversubscribed = np * o_.threads > cores();
-    points_.push_back(p);
-    return points_.back();
+  // The points in schedule order: --np on this host, then each shaped link.
+  void make_points() {
+    for (int np : nps_)
+      points_.push_back({np, 1, np == 1 ? "none" : "shm",
+                         np > 1 && o_.contention && np * o_.threads <= cores()});
+    if (hosts_)
+      for (const LinkShape& shape : shapes_)
+        points_.push_back({o_.netns * o_.per_host, o_.netns, "gloo " + shape.label, false});
+    results_.resize(points_.size());
+    // Namespace hosts are this machine too: all ranks share its cores.
+    for (size_t i = 0; i < points_.size(); ++i)
+      results_[i].oversubscribed = points_[i].np * o_.threads > cores();
   }
 
-  void record(Point& p, const plan::Profile& profile, const plan::Profile& measured,
-              const plan::NetworkModel& net, const plan::Scenario& s) {
-    p.slowdown.push_back(s.colocated_slowdown);
-    plan::StepPrediction pred = plan::simulate(profile, net, s);
+  const LinkShape& shape_of(const plan::ValidationPoint& p) const {
+    for (const auto& s : shapes_)
+      if ("gloo " + s.label == p.network) return s;
+    throw Error(fmt::format("no link shape for point {}", p.network));
+  }
+
+  // The measured run's file tag: np 1 "np1-again" (its error is the
+  // run-to-run noise of the profile), np N "npN", netns "netnsH-SHAPE".
+  std::string tag_of(const plan::ValidationPoint& p) const {
+    if (p.netns()) return fmt::format("netns{}-{}", p.hosts, shape_of(p).label);
+    return p.np == 1 ? "np1-again" : fmt::format("np{}", p.np);
+  }
+
+  void record(int index, const plan::Profile& measured, const plan::NetworkModel& net,
+              const plan::Scenario& s) {
+    const plan::ValidationPoint& p = points_[index];
+    PointResult& res = results_[index];
+    res.slowdown.push_back(s.colocated_slowdown);
+    res.wake_wait_ms = s.wake_wait_ms;
+    plan::StepPrediction pred = plan::simulate(*profile_, net, s);
     plan::ProfileSummary m = plan::summarize(measured);
-    p.measured_ms.push_back(m.step_ms);
-    p.measured_sync_ms.push_back(m.sync_ms);
-    p.predicted_ms.push_back(pred.step_ms);
-    p.predicted_comm_ms.push_back(pred.exposed_comm_ms + pred.straggler_ms);
-    p.backend = pred.backend;
-    p.overlap = pred.overlap;
+    res.measured_ms.push_back(m.step_ms);
+    res.measured_sync_ms.push_back(m.sync_ms);
+    res.predicted_ms.push_back(pred.step_ms);
+    res.predicted_comm_ms.push_back(pred.exposed_comm_ms + pred.straggler_ms);
+    res.backend = pred.backend;
+    res.overlap = pred.overlap;
     progress("np {} hosts {} {}: measured {:.2f} ms, predicted {:.2f} ms ({:+.1f}%)", p.np,
              p.hosts, p.network, m.step_ms, pred.step_ms,
              100 * (pred.step_ms - m.step_ms) / m.step_ms);
   }
 
-  void shm_point(const plan::Profile& profile, int np, const std::string& r) {
-    progress("measuring np {} on this host", np);
-    // np 1 runs again: its error is the run-to-run noise of the profile.
-    auto measured = measure({"-np", std::to_string(np)},
-                            np == 1 ? "np1-again" + r : fmt::format("np{}{}", np, r));
+  void shm_point(int index, const std::string& r) {
+    const plan::ValidationPoint& p = points_[index];
+    auto measured = measure({"-np", std::to_string(p.np)}, tag_of(p) + r);
     if (!measured) return;
-    plan::Scenario s = scenario(1, np, "gloo");
-    if (np > 1) s.colocated_slowdown = colocated_slowdown(profile, np, r);
-    record(point(np, 1, np == 1 ? "none" : "shm"), profile, *measured, shm_network_, s);
+    plan::Scenario s = scenario(1, p.np, "gloo");
+    s.colocated_slowdown = slowdown_;
+    record(index, *measured, shm_network_, s);
   }
 
   // How much slower a rank computes beside np - 1 others on this host:
@@ -278,10 +348,14 @@ class Validator {
   // fill them, unlike a cluster host's.
   bool hosts_share_cores() const { return o_.netns * o_.per_host * o_.threads >= cores(); }
 
-  // What a small collective waits for a core while computing threads hold
-  // them all: the same sweep beside as many busy threads as training runs,
-  // minus the idle one (medians over the points up to 4 KiB).
+  // W, the wait for a core of every engine operation that starts while
+  // the hosts' training threads hold all cores (docs/plan.md, section 4):
+  // one kernel tick by default (--wake-wait tick), the busy sweep's small
+  // collectives minus the idle ones (sweep), or a given value.
   double wake_wait_ms(std::vector<std::string> fit_args, const std::string& label) {
+    if (!hosts_share_cores()) return 0;
+    if (o_.wake_wait == "tick") return tick_ms();
+    if (o_.wake_wait != "sweep") return parse_wake_wait_ms(o_.wake_wait);
     progress("fitting Gloo over {} beside busy threads (the wait for a core)", label);
     fit_args.push_back("--busy-threads=" + std::to_string(o_.threads * o_.per_host));
     const plan::NetworkModel busy = fit("gloo", fit_args, "gloo-busy-" + label);
@@ -298,73 +372,109 @@ class Validator {
     return w;
   }
 
-  void netns_points(const plan::Profile& profile, const std::string& r, bool first_round) {
-    if (!hosts_) return;
-    // The fit runs one rank per host: the flat ring among hosts that is also
-    // the hierarchical allreduce's cross-host stage.
-    const std::vector<std::string> common = {"--remote-exec", "ip netns exec {host}",
-                                             "--rendezvous-addr", hosts_->launcher_ip(), "-H"};
-    std::vector<std::string> launch = common, fit_launch = common;
-    launch.push_back(hosts_->host_list(o_.per_host));
-    fit_launch.push_back(hosts_->host_list(1));
-    for (const LinkShape& shape : shapes_) {
-      hosts_->shape(shape);
-      if (first_round) {
-        progress("fitting Gloo over {} hosts shaped to {}", o_.netns, shape.label);
-        std::vector<std::string> fit_args;
-        for (const auto& a : fit_launch) fit_args.push_back("--launcher-arg=" + a);
-        net_of_[shape.label] = plan::merge(shm_network_, fit("gloo", fit_args, "gloo-" + shape.label));
-        wake_wait_ms_[shape.label] = hosts_share_cores() ? wake_wait_ms(fit_args, shape.label) : 0;
-      }
-      progress("measuring {} hosts over {}", o_.netns, shape.label);
-      plan::Scenario s = scenario(o_.netns, o_.per_host, "gloo");
-      s.wake_wait_ms = wake_wait_ms_[shape.label];
-      if (auto measured = measure(launch, fmt::format("netns{}-{}{}", o_.netns, shape.label, r)))
-        record(point(o_.netns * o_.per_host, o_.netns, "gloo " + shape.label), profile, *measured,
-               net_of_[shape.label], s);
-    }
+  // One period of the kernel's scheduler tick, from its configuration.
+  double tick_ms() {
+    const std::optional<int> hz = kernel_hz();
+    if (!hz)
+      throw Error("--wake-wait tick: CONFIG_HZ is in neither /proc/config.gz nor "
+                  "/boot/config-RELEASE; give --wake-wait MS or --wake-wait sweep");
+    progress("the wait for a core: one scheduler tick, CONFIG_HZ={} ({:.3f} ms)", *hz, 1e3 / *hz);
+    return 1e3 / *hz;
   }
 
+  std::vector<std::string> link_launch(int slots) const {
+    return {"--remote-exec", "ip netns exec {host}", "--rendezvous-addr", hosts_->launcher_ip(),
+            "-H", hosts_->host_list(slots)};
+  }
+
+  // Fits Gloo over one shaped link, one rank per host: the flat ring among
+  // hosts that is also the hierarchical allreduce's cross-host stage.
+  void fit_link(const LinkShape& shape) {
+    hosts_->shape(shape);
+    std::vector<std::string> fit_args;
+    for (const auto& a : link_launch(1)) fit_args.push_back("--launcher-arg=" + a);
+    progress("fitting Gloo over {} hosts shaped to {}", o_.netns, shape.label);
+    net_of_[shape.label] = plan::merge(shm_network_, fit("gloo", fit_args, "gloo-" + shape.label));
+    wake_wait_ms_[shape.label] = wake_wait_ms(fit_args, shape.label);
+  }
+
+  void netns_point(int index, const std::string& r) {
+    const LinkShape& shape = shape_of(points_[index]);
+    hosts_->shape(shape);
+    plan::Scenario s = scenario(o_.netns, o_.per_host, "gloo");
+    s.wake_wait_ms = wake_wait_ms_[shape.label];
+    if (auto measured = measure(link_launch(o_.per_host), tag_of(points_[index]) + r))
+      record(index, *measured, net_of_[shape.label], s);
+  }
+
+
   void report() {
-    for (const auto& p : points_) {
-      const double meas = median(p.measured_ms), pred = median(p.predicted_ms);
-      const double err = meas > 0 ? 100 * (pred - meas) / meas : 0;
+    for (size_t i = 0; i < points_.size(); ++i) {
+      const plan::ValidationPoint& p = points_[i];
+      const PointResult& res = results_[i];
+      const plan::RoundErrors e = res.measured_ms.empty()
+                                      ? plan::RoundErrors{}
+                                      : plan::round_errors(res.measured_ms, res.predicted_ms);
       if (o_.json) {
         fmt::print("{}\n", nlohmann::json{{"np", p.np},
                                           {"hosts", p.hosts},
                                           {"network", p.network},
-                                          {"backend", p.backend},
-                                          {"overlap", p.overlap},
-                                          {"rounds", p.measured_ms.size()},
-                                          {"measured_step_ms", meas},
-                                          {"predicted_step_ms", pred},
-                                          {"error_pct", err},
-                                          {"measured_rounds_ms", p.measured_ms},
-                                          {"predicted_rounds_ms", p.predicted_ms},
-                                          {"measured_sync_ms", median(p.measured_sync_ms)},
-                                          {"predicted_comm_ms", median(p.predicted_comm_ms)},
-                                          {"compute_slowdown", median(p.slowdown)},
-                                          {"oversubscribed", p.oversubscribed}}
+                                          {"backend", res.backend},
+                                          {"overlap", res.overlap},
+                                          {"rounds", res.measured_ms.size()},
+                                          {"measured_step_ms", e.median_measured_ms},
+                                          {"predicted_step_ms", e.median_predicted_ms},
+                                          {"error_pct", e.median_error_pct},
+                                          {"error_rounds_pct", e.error_pct},
+                                          {"error_min_pct", e.min_error_pct},
+                                          {"error_max_pct", e.max_error_pct},
+                                          {"rounds_within_10pct", e.rounds_within(10)},
+                                          {"measured_rounds_ms", res.measured_ms},
+                                          {"predicted_rounds_ms", res.predicted_ms},
+                                          {"measured_sync_ms", median(res.measured_sync_ms)},
+                                          {"predicted_comm_ms", median(res.predicted_comm_ms)},
+                                          {"compute_slowdown", median(res.slowdown)},
+                                          {"compute_slowdown_rounds", res.slowdown},
+                                          {"wake_wait_ms", res.wake_wait_ms},
+                                          {"oversubscribed", res.oversubscribed}}
                                            .dump());
         continue;
       }
-      if (&p == &points_.front()) {
+      if (i == 0) {
         fmt::print("# lockstep plan validate: {} ({} cores, {} intra-op thread(s) per rank, {} "
-                   "round(s), medians over rounds)\n", shell_join(o_.program), cores(), o_.threads,
+                   "round(s); each round predicted from its own np 1 profile; error = median "
+                   "of the rounds' errors)\n", shell_join(o_.program), cores(), o_.threads,
                    o_.rounds);
-        fmt::print("{:>4} {:>6} {:>16} {:>8} {:>8} {:>13} {:>14} {:>8} {:>11} {:>11} {:>9}  {}\n",
-                   "np", "hosts", "network", "backend", "overlap", "measured(ms)",
-                   "predicted(ms)", "error", "sync meas.", "comm pred.", "compute x", "note");
+        fmt::print("{:>4} {:>6} {:>16} {:>8} {:>8} {:>13} {:>14} {:>8} {:>17} {:>8} {:>11} "
+                   "{:>11} {:>9} {:>7}  {}\n", "np", "hosts", "network", "backend", "overlap",
+                   "measured(ms)", "predicted(ms)", "error", "range", "in 10%", "sync meas.",
+                   "comm pred.", "compute x", "W(ms)", "note");
       }
-      fmt::print("{:>4} {:>6} {:>16} {:>8} {:>8} {:>13.2f} {:>14.2f} {:>+7.1f}% {:>11.2f} "
-                 "{:>11.2f} {:>9.3f}  {}\n", p.np, p.hosts, p.network, p.backend,
-                 p.overlap ? "on" : "off", meas, pred, err, median(p.measured_sync_ms),
-                 median(p.predicted_comm_ms), median(p.slowdown),
-                 p.oversubscribed ? "OVERSUBSCRIBED (more ranks than cores: measures the "
-                                    "scheduler)" : "");
+      fmt::print("{:>4} {:>6} {:>16} {:>8} {:>8} {:>13.2f} {:>14.2f} {:>+7.1f}% {:>17} {:>8} "
+                 "{:>11.2f} {:>11.2f} {:>9.3f} {:>7.2f}  {}\n", p.np, p.hosts, p.network,
+                 res.backend, res.overlap ? "on" : "off", e.median_measured_ms,
+                 e.median_predicted_ms, e.median_error_pct,
+                 fmt::format("{:+.1f}..{:+.1f}%", e.min_error_pct, e.max_error_pct),
+                 fmt::format("{}/{}", e.rounds_within(10), e.error_pct.size()),
+                 median(res.measured_sync_ms), median(res.predicted_comm_ms),
+                 median(res.slowdown), res.wake_wait_ms,
+                 res.oversubscribed ? "OVERSUBSCRIBED (more ranks than cores: measures the "
+                                      "scheduler)" : "");
     }
-    if (!o_.json) fmt::print("# files: {}\n", dir_);
+    if (o_.json) return;
+    fmt::print("# per round: measured / predicted (ms), error\n");
+    for (size_t i = 0; i < points_.size(); ++i) {
+      const PointResult& res = results_[i];
+      std::string rounds;
+      for (size_t k = 0; k < res.measured_ms.size(); ++k)
+        rounds += fmt::format("  r{} {:.2f}/{:.2f} {:+.1f}%", k + 1, res.measured_ms[k],
+                              res.predicted_ms[k],
+                              100 * (res.predicted_ms[k] - res.measured_ms[k]) / res.measured_ms[k]);
+      fmt::print("# np {} {}:{}\n", points_[i].np, points_[i].network, rounds);
+    }
+    fmt::print("# files: {}\n", dir_);
   }
+
 
   const Options& o_;
   std::string dir_;
@@ -375,7 +485,10 @@ class Validator {
   std::unique_ptr<NetnsHosts> hosts_;  // removed (namespaces and all) with the validator
   std::map<std::string, plan::NetworkModel> net_of_;  // per link shape
   std::map<std::string, double> wake_wait_ms_;         // per link shape
-  std::vector<Point> points_;
+  std::vector<plan::ValidationPoint> points_;
+  std::vector<PointResult> results_;  // per point
+  std::optional<plan::Profile> profile_;  // the np 1 profile of the point measured next
+  double slowdown_ = 1.0;                 // its co-location calibration
 };
 
 }  // namespace
@@ -403,8 +516,13 @@ int validate_main(int argc, char** argv) {
   app.add_flag("--quick", o.quick, "short network fits (for CI; less accurate)");
   app.add_flag("!--no-contention", o.contention, "predict co-located ranks with their compute "
                "alone (skip the calibration run that measures the slowdown)");
-  app.add_option("--rounds", o.rounds, "repeat every point (and the np 1 profile) this many "
-                 "times, interleaved; medians are reported")->capture_default_str();
+  app.add_option("--rounds", o.rounds, "rounds; in each, every point runs right after an np 1 "
+                 "profile of its own (np 1, np 2, np 1, np 2, ...); the error is the median of "
+                 "the rounds' errors")->capture_default_str();
+  app.add_option("--wake-wait", o.wake_wait, "netns hosts sharing the cores: the wait for a "
+                 "core per engine operation during compute: tick (one period of the kernel's "
+                 "CONFIG_HZ), sweep (a Gloo fit beside busy threads) or milliseconds")
+      ->capture_default_str();
   app.add_option("program", o.program, "-- PROGRAM ARGS...")->required();
   try {
     app.parse(argc, argv);
@@ -416,6 +534,7 @@ int validate_main(int argc, char** argv) {
         o.rounds < 1)
       throw InvalidArgument(
           "--steps, --threads, --per-host and --rounds must be >= 1, --warmup and --netns >= 0");
+    if (o.wake_wait != "tick" && o.wake_wait != "sweep") parse_wake_wait_ms(o.wake_wait);
     stop_on_signals();
     Validator v(o);
     return v.run();
