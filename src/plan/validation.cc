@@ -24,19 +24,19 @@ std::string_view to_string(ScheduledRun::Kind kind) {
 }
 
 std::vector<ScheduledRun> validation_schedule(const std::vector<ValidationPoint>& points,
-                                              int rounds, bool fit_shm) {
+                                              int rounds) {
   if (rounds < 1) throw InvalidArgument(fmt::format("--rounds {} must be >= 1", rounds));
   using Kind = ScheduledRun::Kind;
   std::vector<ScheduledRun> runs;
   std::set<std::string> fitted;  // shaped links fitted so far
   for (int round = 0; round < rounds; ++round) {
-    if (fit_shm) runs.push_back({Kind::kFitShm, round, -1});
     for (int i = 0; i < static_cast<int>(points.size()); ++i) {
       const ValidationPoint& p = points[i];
       // The link's fit goes before the profile, so that the profile stays
       // next to the measurement.
       if (p.netns() && fitted.insert(p.network).second) runs.push_back({Kind::kFitNetns, round, i});
       runs.push_back({Kind::kProfile, round, i});
+      if (p.fit_shm) runs.push_back({Kind::kFitShm, round, i});
       if (p.calibrate) runs.push_back({Kind::kCalibrate, round, i});
       runs.push_back({Kind::kMeasure, round, i});
     }

@@ -117,15 +117,12 @@ class Validator {
     if (o_.netns > 0) prepare_netns();  // bad shapes fail before any measurement
     nps_ = parse_int_list(o_.np, "--np");
     make_points();
-    bool any_shm = false;
-    for (const auto& p : points_) any_shm |= p.network == "shm";
-    // Every round fits shared memory again: this VM switches between states
-    // where shared memory is fast and compute contended, or the reverse, so
-    // a fit from another round would mix states. Without shm points (or
-    // with --network) one fit serves all rounds.
-    const bool fit_each_round = any_shm && o_.networks.empty();
-    if (!fit_each_round) shm_network_ = network_for_shm("");
-    const auto schedule = plan::validation_schedule(points_, o_.rounds, fit_each_round);
+    // Shared-memory points fit again next to each measurement: this VM
+    // switches between states where shared memory is fast and compute
+    // contended, or the reverse, and a fit from elsewhere would mix states.
+    // Otherwise (netns hierarchical stages, --network) one fit serves all.
+    shm_network_ = network_for_shm("", 0);
+    const auto schedule = plan::validation_schedule(points_, o_.rounds);
     int done = 0;
     for (const auto& run : schedule) {
       ++done;
@@ -134,7 +131,9 @@ class Validator {
       progress("[{}/{}] round {}/{}: {}{}", done, schedule.size(), run.round + 1, o_.rounds,
                plan::to_string(run.kind), p ? fmt::format(" for np {} {}", p->np, p->network) : "");
       switch (run.kind) {
-        case plan::ScheduledRun::Kind::kFitShm: shm_network_ = network_for_shm(r); break;
+        case plan::ScheduledRun::Kind::kFitShm:
+          shm_network_ = network_for_shm(fmt::format("-np{}{}", p->np, r), p->np);
+          break;
         case plan::ScheduledRun::Kind::kFitNetns: fit_link(shape_of(*p)); break;
         case plan::ScheduledRun::Kind::kProfile:
           profile_ = measure({"-np", "1"}, "np1" + r + "-for-" + tag_of(*p));
@@ -218,9 +217,9 @@ class Validator {
   }
 
   // The shared-memory costs: the given networks if they have them, else a
-  // fit at the validated world sizes that fit on the cores (an
+  // fit at `np` (0: at the validated world sizes that fit on the cores; an
   // oversubscribed sweep would measure the scheduler).
-  plan::NetworkModel network_for_shm(const std::string& r) {
+  plan::NetworkModel network_for_shm(const std::string& r, int np) {
     if (!o_.networks.empty()) {
       plan::NetworkModel m = plan::resolve_network(o_.networks);
       if (m.has("shm")) return m;
@@ -229,6 +228,7 @@ class Validator {
     for (int np : nps_)
       if (np >= 2 && np <= cores()) list += (list.empty() ? "" : ",") + std::to_string(np);
     if (list.empty()) list = "2";
+    if (np > 0) list = std::to_string(np);
     progress("fitting shared memory at np {}", list);
     plan::NetworkModel m = fit("shm", {"--np", list}, "shm" + r);
     return o_.networks.empty() ? m : plan::merge(plan::resolve_network(o_.networks), m);
@@ -248,6 +248,7 @@ class Validator {
   void make_points() {
     for (int np : nps_)
       points_.push_back({np, 1, np == 1 ? "none" : "shm",
+                         np > 1 && o_.networks.empty() && np * o_.threads <= cores(),
                          np > 1 && o_.contention && np * o_.threads <= cores()});
     if (hosts_)
       for (const LinkShape& shape : shapes_)

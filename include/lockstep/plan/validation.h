@@ -2,9 +2,9 @@
 // from the tool so that both are tested without running anything.
 //
 // The schedule interleaves the np 1 profile with the measured points: every
-// point's measurement runs right after a profile (and, at np > 1, a
-// co-location calibration) of its own, round after round (np 1, np 2, np 1,
-// np 2, ...). This VM switches between two speed states that last seconds;
+// point's measurement runs right after a profile (and, for shared memory at
+// np > 1, a fit and a co-location calibration) of its own, round after
+// round (np 1, np 2, np 1, np 2, ...). This VM switches between two speed states that last seconds;
 // a prediction made from a profile minutes away from its measurement would
 // report the state change as model error (docs/plan.md, section 4).
 //
@@ -24,13 +24,14 @@ struct ValidationPoint {
   int np = 1;
   int hosts = 1;
   std::string network = "none";
+  bool fit_shm = false;    // fit shared memory at np before measuring
   bool calibrate = false;  // run a co-location calibration before measuring
   bool netns() const { return hosts > 1; }
 };
 
 struct ScheduledRun {
   enum class Kind {
-    kFitShm,     // fit shared memory (every round: a fit from another round mixes states)
+    kFitShm,     // fit shared memory at the point's np (every round: states change)
     kFitNetns,   // fit Gloo over one shaped link (first round only; point names the shape)
     kProfile,    // the np 1 profile the next measurement is predicted from
     kCalibrate,  // compute at the point's np beside the other ranks
@@ -38,16 +39,18 @@ struct ScheduledRun {
   };
   Kind kind = Kind::kMeasure;
   int round = 0;
-  int point = -1;  // index into the points (-1 for kFitShm)
+  int point = -1;  // index into the points
 };
 
 std::string_view to_string(ScheduledRun::Kind kind);
 
-// The runs of `rounds` rounds over `points`, in order. Shared memory is
-// fitted at the start of every round when `fit_shm` (no --network given and
-// some point uses it); each shaped link once, just before its first point.
+// The runs of `rounds` rounds over `points`, in order: per point a profile,
+// then (where the point asks) a shared-memory fit and a calibration, then
+// the measurement. Each shaped link is fitted once, just before its first
+// point's profile (a Gloo fit over a shaped link takes long, and the wire's
+// rate does not change with the VM's state).
 std::vector<ScheduledRun> validation_schedule(const std::vector<ValidationPoint>& points,
-                                              int rounds, bool fit_shm);
+                                              int rounds);
 
 // The errors of one point over its rounds. Error = (predicted - measured) /
 // measured, in percent, per round (each round's prediction comes from the
