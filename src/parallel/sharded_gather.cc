@@ -35,27 +35,18 @@ using ::torch::Tensor;
 // shared-memory copies are CPU work on the engine's thread, so overlapping
 // them with the forward only pays with a core to spare.
 bool decide_gather_overlap(lt::Overlap requested, const Group& group, bool* forced) {
-  *forced = requested == lt::Overlap::kOn;
-  if (requested != lt::Overlap::kAuto) return *forced && group.size() > 1;
-  const std::string knob = knob_string("LOCKSTEP_OVERLAP");
-  if (knob != "auto" && knob != "on" && knob != "off" && !knob.empty())
-    throw InvalidArgument(fmt::format("LOCKSTEP_OVERLAP='{}' is not one of auto, on, off", knob));
-  if (group.size() == 1 || knob == "off") return false;
-  if (knob == "on") return *forced = true;
-  const bool one_host = lt::local_size() == lt::size();
-  const bool pays = lt::overlap_pays(one_host, lt::worker_cpu_count(lt::local_size()),
-                                     ::at::get_num_threads());
+  const lt::detail::OverlapChoice c = lt::detail::resolve_overlap(requested, group.size());
+  *forced = c.forced;
+  if (*c.why == '\0') return c.overlap && group.size() > 1;
   static std::once_flag logged;
   std::call_once(logged, [&] {
     if (group.rank() == 0)
       log(LogLevel::kInfo,
           "ShardedOptimizer: parameter all-gather {} (LOCKSTEP_OVERLAP=auto: {}; set on/off to "
-          "choose)", pays ? "overlaps the next forward where the loop waits per layer"
-                          : "completes inside step()",
-          one_host ? (pays ? "a spare core" : "shared memory and no spare core")
-                   : "ranks on several hosts");
+          "choose)", c.overlap ? "overlaps the next forward where the loop waits per layer"
+                               : "completes inside step()", c.why);
   });
-  return pays;
+  return c.overlap;
 }
 
 void ShardedOptimizer::Impl::start_gathers(const ShardedOptimizerOptions& o, bool overlapped) {

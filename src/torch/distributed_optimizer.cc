@@ -97,30 +97,33 @@ void validate(const DistributedOptimizerOptions& o) {
 // core between backward and the engine's thread (measured on 2 cores,
 // 2 workers: ~5% fewer samples/s than one fused allreduce per step).
 bool decide_overlap(Overlap requested, const Group& group) {
-  if (requested == Overlap::kOn) return true;
-  if (requested == Overlap::kOff) return false;
-  const std::string knob = knob_string("LOCKSTEP_OVERLAP");
-  if (knob == "on") return true;
-  if (knob == "off") return false;
-  if (knob != "auto" && !knob.empty())
-    throw InvalidArgument(fmt::format("LOCKSTEP_OVERLAP='{}' is not one of auto, on, off", knob));
-  const bool one_host = local_size() == size();
-  if (group.size() == 1) return false;
-  const bool overlap = overlap_pays(one_host, worker_cpu_count(local_size()),
-                                    ::at::get_num_threads());
+  const detail::OverlapChoice c = detail::resolve_overlap(requested, group.size());
+  if (*c.why == '\0') return c.overlap;
   static std::once_flag logged;
   std::call_once(logged, [&] {
     if (rank() == 0)
       log(LogLevel::kInfo,
           "DistributedOptimizer: gradient allreduce {} (LOCKSTEP_OVERLAP=auto: {}; set on/off "
-          "to choose)", overlap ? "overlaps backward" : "runs once per step, fused",
-          one_host ? (overlap ? "a spare core" : "shared memory and no spare core")
-                   : "ranks on several hosts");
+          "to choose)", c.overlap ? "overlaps backward" : "runs once per step, fused", c.why);
   });
-  return overlap;
+  return c.overlap;
 }
 
 }  // namespace
+
+detail::OverlapChoice detail::resolve_overlap(Overlap requested, int group_size) {
+  if (requested != Overlap::kAuto) return {requested == Overlap::kOn, requested == Overlap::kOn};
+  const std::string knob = knob_string("LOCKSTEP_OVERLAP");
+  if (knob != "auto" && knob != "on" && knob != "off" && !knob.empty())
+    throw InvalidArgument(fmt::format("LOCKSTEP_OVERLAP='{}' is not one of auto, on, off", knob));
+  if (knob == "on") return {true, true};
+  if (knob == "off" || group_size == 1) return {};
+  const bool one_host = local_size() == size();
+  const bool pays = overlap_pays(one_host, worker_cpu_count(local_size()), ::at::get_num_threads());
+  return {pays, false,
+          one_host ? (pays ? "a spare core" : "shared memory and no spare core")
+                   : "ranks on several hosts"};
+}
 
 DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                                            NamedParameters named,

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "support/scratch.h"
+
 namespace lockstep::testing {
 
 namespace fs = std::filesystem;
@@ -26,25 +28,8 @@ inline bool have_dataset() {
   return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 }
 
-// The scratch folders of this process, removed when it exits unless a test
-// failed (then they are what to look at). Without this every CI run left
-// its example outputs (checkpoints, converted shards) in /tmp.
-struct ScratchFolders {
-  std::vector<fs::path> dirs;
-  ~ScratchFolders() {
-    if (::testing::UnitTest::GetInstance()->Failed()) return;
-    std::error_code ec;
-    for (const auto& d : dirs) fs::remove_all(d, ec);
-  }
-};
-
 inline fs::path scratch(const std::string& name) {
-  static ScratchFolders folders;
-  auto dir = fs::temp_directory_path() / fmt::format("lockstep-example-{}-{}", getpid(), name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  folders.dirs.push_back(dir);
-  return dir;
+  return lockstep::testing::scratch_folder("lockstep-example", name);
 }
 
 inline std::vector<nlohmann::json> read_metrics(const fs::path& path) {

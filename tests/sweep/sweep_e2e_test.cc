@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "support/scratch.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -25,10 +27,7 @@ std::string bin(const std::string& name) {
 }
 
 fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / fmt::format("lockstep-sweep-{}-{}", getpid(), name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return lockstep::testing::scratch_folder("lockstep-sweep", name);
 }
 
 std::string write_space(const fs::path& dir, const std::string& json) {

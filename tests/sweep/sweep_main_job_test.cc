@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "support/scratch.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -23,9 +25,7 @@ std::string bin(const std::string& name) {
 TEST(SweepMainJob, AshaStopsADivergingLearningRateEarly) {
   if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "install dataset-fashion-mnist";
-  auto dir = fs::temp_directory_path() / fmt::format("lockstep-sweep-main-{}", getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  auto dir = lockstep::testing::scratch_folder("lockstep-sweep-main", "asha");
   // In grid order 0.002, 4, 6, 0.003 (choice order): whichever of the first
   // two reaches rung 1 (epoch 1) second is judged against the other, and a
   // diverged Adam (lr 4 or 6, ~10% accuracy) is never in the top half.

@@ -17,6 +17,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/torch/torch.h"
+#include "support/scratch.h"
 #include "torch/cpu_load.h"
 
 namespace lockstep::torch {
@@ -267,12 +268,9 @@ struct TrainingRun {
 };
 
 std::string temp_dir() {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("lockstep-ckpt-" + std::to_string(::getpid()) + "-" +
-              ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  return lockstep::testing::scratch_folder(
+             "lockstep-ckpt", ::testing::UnitTest::GetInstance()->current_test_info()->name())
+      .string();
 }
 
 TEST(Checkpoint, ResumedRunContinuesBitwise) {
@@ -425,6 +423,26 @@ TEST(Placement, OverlapPaysAcrossHostsOrWithASpareCore) {
   EXPECT_FALSE(overlap_pays(/*one_host=*/true, 1, 1));
   EXPECT_FALSE(overlap_pays(/*one_host=*/true, 4, 4));
   EXPECT_TRUE(overlap_pays(/*one_host=*/true, 4, 3));
+}
+
+// The option wins over LOCKSTEP_OVERLAP, the variable over the auto rule,
+// and a bad value is named; DistributedOptimizer and ShardedOptimizer share
+// this resolution.
+TEST(Placement, OverlapRequestResolvesOptionThenVariable) {
+  using detail::resolve_overlap;
+  ::setenv("LOCKSTEP_OVERLAP", "on", 1);
+  EXPECT_FALSE(resolve_overlap(Overlap::kOff, 2).overlap);
+  EXPECT_TRUE(resolve_overlap(Overlap::kAuto, 2).overlap);
+  EXPECT_TRUE(resolve_overlap(Overlap::kAuto, 2).forced);
+  ::setenv("LOCKSTEP_OVERLAP", "off", 1);
+  EXPECT_FALSE(resolve_overlap(Overlap::kAuto, 2).overlap);
+  EXPECT_FALSE(resolve_overlap(Overlap::kAuto, 2).forced);
+  EXPECT_TRUE(resolve_overlap(Overlap::kOn, 2).forced);
+  ::setenv("LOCKSTEP_OVERLAP", "sometimes", 1);
+  EXPECT_THROW(resolve_overlap(Overlap::kAuto, 2), InvalidArgument);
+  EXPECT_TRUE(resolve_overlap(Overlap::kOn, 2).overlap);
+  ::unsetenv("LOCKSTEP_OVERLAP");
+  EXPECT_FALSE(resolve_overlap(Overlap::kAuto, 1).overlap);
 }
 
 // Regression: apply_placement bound only the calling thread, so the engine's

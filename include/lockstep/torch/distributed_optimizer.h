@@ -49,6 +49,21 @@ enum class Compression {
 // worker's only cores (see overlap_pays in placement.h).
 enum class Overlap { kAuto, kOn, kOff };
 
+namespace detail {
+// How an Overlap request resolves, shared by every optimizer that overlaps
+// communication with compute: an explicit kOn/kOff wins, then
+// LOCKSTEP_OVERLAP (auto|on|off; anything else throws InvalidArgument),
+// then overlap_pays() for this placement. `forced` is true when the user
+// asked for on (by option or variable); `why` names the auto rule that
+// decided ("" when not auto) for the caller's one-time log line.
+struct OverlapChoice {
+  bool overlap = false;
+  bool forced = false;
+  const char* why = "";
+};
+OverlapChoice resolve_overlap(Overlap requested, int group_size);
+}  // namespace detail
+
 struct DistributedOptimizerOptions {
   ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum
   // Combine gradients with Adasum (adasum.h, Horovod's op=hvd.Adasum) instead
