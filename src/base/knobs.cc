@@ -70,6 +70,15 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_WAIT_WARNING", "10",
          "seconds a collective waits on a live peer before logging who it waits for (again "
          "at every doubling: 10, 20, 40 s...); 0 = never"},
+    Knob{"LOCKSTEP_SHM_CMA", "off",
+         "on: 2-rank allreduce of at least LOCKSTEP_SHM_CMA_BYTES reads the peer's buffers "
+         "directly (process_vm_readv) where the kernel allows it (probed once); off (default: "
+         "slower than the staged path on the hosts measured, docs/performance.md); set it the "
+         "same on every rank",
+         "off|on"},
+    Knob{"LOCKSTEP_SHM_CMA_BYTES", "2MiB",
+         "with LOCKSTEP_SHM_CMA=on, 2-rank allreduce at or above this size uses the single-copy "
+         "path"},
     Knob{"LOCKSTEP_SHM_SLOT_BYTES", "1MiB",
          "per-rank shared-memory staging slot; large messages are pipelined in slot-sized chunks"},
     Knob{"LOCKSTEP_SHM_SMALL_BYTES", "16KiB",

@@ -3,7 +3,8 @@
 // Layout (all offsets fixed by size, slot_bytes and p2p_bytes, which every
 // rank must agree on):
 //   Header                      one page
-//   RankLine[size]              128 B each: step counter, op descriptors, fills, pid
+//   RankLine[size]              128 B each: step counter, op descriptors, fills, pid,
+//                               single-copy addresses
 //   CountsTable[2][2][size][size] bytes each rank sends to / expects from each peer
 //   Channel[size][size]         point-to-point counters (src, dst)
 //   slots[size][2]              per-rank staging buffers, slot_bytes each
@@ -28,7 +29,7 @@
 namespace lockstep::comm::shm {
 
 inline constexpr uint64_t kMagic = 0x6c6f636b73746570ull;  // "lockstep"
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;
 
 // A futex word and the number of processes sleeping on it (so the writer
 // only pays for FUTEX_WAKE when somebody sleeps).
@@ -47,7 +48,14 @@ struct alignas(128) RankLine {
   uint64_t fills[2];
   alignas(64) std::atomic<int32_t> pid{0};
   std::atomic<uint32_t> state{0};  // RankState
+  // Single-copy allreduce (shm_cma.cc): this rank's input and output
+  // addresses for the current call, and its answer to the first-use probe
+  // (CmaProbe). Written before the call's first step, read after it.
+  uint64_t cma_send = 0;
+  uint64_t cma_recv = 0;
+  std::atomic<uint32_t> cma_probe{0};
 };
+static_assert(sizeof(RankLine) == 128);
 
 enum RankState : uint32_t { kAbsent = 0, kAttached = 1, kLeft = 2 };
 

@@ -22,6 +22,9 @@ ShmTuning tuning_from_knobs(size_t slot) {
   tuning.stream_bytes =
       parse_bytes(knob_string("LOCKSTEP_SHM_STREAM_BYTES"), "LOCKSTEP_SHM_STREAM_BYTES");
   tuning.small_bytes = std::min(tuning.small_bytes, slot);
+  tuning.cma = knob_choice("LOCKSTEP_SHM_CMA") == "on";
+  tuning.cma_bytes =
+      parse_bytes(knob_string("LOCKSTEP_SHM_CMA_BYTES"), "LOCKSTEP_SHM_CMA_BYTES");
   return tuning;
 }
 

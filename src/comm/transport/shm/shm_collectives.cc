@@ -41,8 +41,11 @@ void ShmBackend::allreduce(const void* send, void* recv, size_t count, DataType 
                            ReduceOp op) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
   begin(kit::make_desc(kit::OpKind::kAllreduce, dtype, -1, count, op));
-  if (count * dtype_size(dtype) <= tuning_.small_bytes)
+  size_t bytes = count * dtype_size(dtype);
+  if (bytes <= tuning_.small_bytes)
     allreduce_small(send, recv, count, dtype, op, -1);
+  else if (wants_cma(bytes, -1))
+    allreduce_cma(send, recv, count, dtype, op);
   else
     allreduce_large(send, recv, count, dtype, op, -1);
 }

@@ -17,6 +17,8 @@ namespace lockstep::comm::shm {
 struct ShmTuning {
   size_t small_bytes = 0;    // allreduce: one-step algorithm at or below
   size_t stream_bytes = 0;   // allreduce: non-temporal result stores at or above
+  size_t cma_bytes = 0;      // allreduce of 2 ranks: single-copy path at or above
+  bool cma = false;          // LOCKSTEP_SHM_CMA=on: the single-copy path is allowed
 };
 
 class ShmBackend final : public Backend {
@@ -65,6 +67,11 @@ class ShmBackend final : public Backend {
                        int root);
   void allreduce_large(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                        int root);
+  // Single-copy (CMA) allreduce of two ranks (shm_cma.cc).
+  bool wants_cma(size_t bytes, int root) const;
+  bool cma_agreed();  // the first-use probe; after first_step()
+  void allreduce_cma(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  void cma_read_or_abort(void* local, uint64_t remote, size_t bytes, int peer);
   void exchange_blocks(const void* send, void* recv, std::span<const size_t> counts,
                        DataType dtype, int root);
 
@@ -82,6 +89,9 @@ class ShmBackend final : public Backend {
   // False until every rank has arrived at the current collective's first
   // step: later steps wait on peers known to be working on the same call.
   bool peers_arrived_ = false;
+  // Whether both ranks can read each other by CMA: probed once, at the
+  // first allreduce large enough for it, and the same on both ranks.
+  enum class Cma { kUnknown, kOn, kOff } cma_ = Cma::kUnknown;
 };
 
 }  // namespace lockstep::comm::shm
