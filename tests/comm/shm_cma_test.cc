@@ -2,8 +2,8 @@
 // [Single-copy allreduce] in src/comm/transport/shm/shm_cma.cc), in real
 // worker processes: bitwise against the rank-order scalar reference around
 // the size cut-off, in place and not, for several dtypes and ops; the switch
-// (LOCKSTEP_SHM_CMA, off by default); and the fallback when only one rank may
-// use CMA.
+// (LOCKSTEP_SHM_CMA, off by default); the fallback when only one rank may
+// use CMA; and ranks configured differently.
 #include <gtest/gtest.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -12,11 +12,13 @@
 #include <sys/syscall.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "comm/transport/shm/cma.h"
+#include "lockstep/base/error.h"
 #include "lockstep/comm/communicator.h"
 #include "support/multiproc.h"
 #include "support/typed_data.h"
@@ -127,6 +129,26 @@ TEST(ShmSingleCopy, OneRankWithoutCmaSendsBothToTheStagedPath) {
     allreduce_cases(*c);
     EXPECT_EQ(comm::shm::cma_allreduces(), before);
     c->barrier();
+  }, with_env({})));
+}
+
+// Only rank 0 turns the path on: every rank fails the call with an error
+// naming the knobs (instead of each following its own protocol), and the
+// communicator stays usable.
+TEST(ShmSingleCopy, SwitchOnOneRankOnlyFailsEveryRankNamingTheKnob) {
+  expect_all_ok(run_workers_raw(2, [](const comm::WorldInfo& world) {
+    setenv("LOCKSTEP_SHM_CMA", world.rank == 0 ? "on" : "off", 1);
+    auto c = Communicator::create(world, "shm");
+    std::vector<float> big(kCutOff / sizeof(float), 1.0f);
+    try {
+      c->allreduce(big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum);
+      ADD_FAILURE() << "rank " << world.rank << ": the allreduce did not fail";
+    } catch (const MismatchError& e) {
+      EXPECT_NE(std::string(e.what()).find("LOCKSTEP_SHM_CMA"), std::string::npos) << e.what();
+    }
+    float one = 1.0f;
+    c->allreduce(&one, 1, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(one, 2.0f);
   }, with_env({})));
 }
 

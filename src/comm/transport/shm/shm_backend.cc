@@ -28,6 +28,21 @@ ShmTuning tuning_from_knobs(size_t slot) {
   return tuning;
 }
 
+bool differ_only_in_path(std::vector<kit::OpDesc> all) {
+  for (kit::OpDesc& d : all) d.flags = 0;
+  return kit::all_equal(all);
+}
+
+std::string path_mismatch_message(const std::vector<kit::OpDesc>& all) {
+  std::string on, off;
+  for (size_t r = 0; r < all.size(); ++r)
+    ((all[r].flags & kSingleCopyFlag) ? on : off) += fmt::format(" {}", r);
+  return fmt::format(
+      "{}: ranks{} would take the single-copy (CMA) path and ranks{} the staged one: set "
+      "LOCKSTEP_SHM_CMA and LOCKSTEP_SHM_CMA_BYTES the same on every rank",
+      kit::describe(all[0]), on, off);
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag) {
@@ -116,7 +131,8 @@ void ShmBackend::first_step() {
   if (same) return;
   std::vector<kit::OpDesc> all(size_);
   for (int r = 0; r < size_; ++r) all[r] = segment_->rank_line(r).desc[parity];
-  fail_mismatch(kit::mismatch_message(all));
+  fail_mismatch(differ_only_in_path(all) ? path_mismatch_message(all)
+                                         : kit::mismatch_message(all));
 }
 
 void ShmBackend::fail_mismatch(const std::string& message) {

@@ -40,11 +40,17 @@ struct Partition {
 void ShmBackend::allreduce(const void* send, void* recv, size_t count, DataType dtype,
                            ReduceOp op) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
-  begin(kit::make_desc(kit::OpKind::kAllreduce, dtype, -1, count, op));
   size_t bytes = count * dtype_size(dtype);
+  bool cma = bytes > tuning_.small_bytes && wants_cma(bytes, -1);
+  kit::OpDesc desc = kit::make_desc(kit::OpKind::kAllreduce, dtype, -1, count, op);
+  // The path is part of the descriptor, so ranks configured differently
+  // (LOCKSTEP_SHM_CMA*) fail the first step together instead of each
+  // following its own protocol.
+  if (cma) desc.flags = kSingleCopyFlag;
+  begin(desc);
   if (bytes <= tuning_.small_bytes)
     allreduce_small(send, recv, count, dtype, op, -1);
-  else if (wants_cma(bytes, -1))
+  else if (cma)
     allreduce_cma(send, recv, count, dtype, op);
   else
     allreduce_large(send, recv, count, dtype, op, -1);

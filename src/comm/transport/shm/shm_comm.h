@@ -21,6 +21,9 @@ struct ShmTuning {
   bool cma = false;          // LOCKSTEP_SHM_CMA=on: the single-copy path is allowed
 };
 
+// OpDesc::flags of an allreduce taking the single-copy path.
+inline constexpr uint8_t kSingleCopyFlag = 1;
+
 class ShmBackend final : public Backend {
  public:
   ShmBackend(const WorldInfo& world, std::unique_ptr<Segment> segment, kit::WaitPolicy policy,
