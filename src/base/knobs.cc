@@ -88,6 +88,10 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_SPIN_US", "auto",
          "microseconds a wait busy-polls before giving up the core (shm, mpi); auto = 50, or 0 when "
          "this host runs more ranks than cores"},
+    Knob{"LOCKSTEP_IDLE_SPIN_US", "auto",
+         "microseconds a shm wait keeps busy-polling, past LOCKSTEP_SPIN_US, while the engine's "
+         "caller is blocked on the result (its core is idle otherwise); auto = 40 x "
+         "LOCKSTEP_SPIN_US (2 ms, or 0 when that is 0); 0 = off"},
     Knob{"LOCKSTEP_KERNELS", "auto", "reduction kernel family", "auto|avx2|scalar"},
     Knob{"LOCKSTEP_HIERARCHICAL", "auto",
          "multi-host allreduce as shm reduce-scatter + cross-host allreduce + shm allgather "

@@ -24,6 +24,11 @@ ProcessSetWorker::ProcessSetWorker(int id, std::vector<int> global_ranks,
   }
   if (set_rank_ == 0 && id_ == 0 && ctx_.config.autotune && !ctx_.config.deterministic)
     autotune_.emplace(ctx_.config.fusion_threshold, ctx_.config.autotune_samples);
+  // A caller blocked on a handle leaves this process's cores idle: the
+  // transport may spin for the peers instead of sleeping (Note [Spinning
+  // while the caller is blocked] in src/comm/transport/shm/sync.cc). The
+  // tracker outlives the communicator (ctx_ outlives this worker).
+  comm_->backend().set_idle_probe(&ctx_.waits->waiting);
   thread_ = std::thread([this] { loop(); });
 }
 

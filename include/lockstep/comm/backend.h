@@ -19,6 +19,7 @@
 // error, and still gives every rank the right result).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <span>
 #include <string_view>
@@ -37,6 +38,13 @@ class Backend {
   // this one must not wait for its peers any more, e.g. in a goodbye barrier
   // at destruction, since they may be gone. Later calls may fail.
   virtual void abandon() {}
+  // A hint from the caller: while `*blocked` > 0 the calling process's other
+  // threads are blocked on this backend's results, so its cores have nothing
+  // else to run and a wait for a peer may busy-wait longer
+  // (LOCKSTEP_IDLE_SPIN_US) instead of sleeping: waking a sleeper costs
+  // 25-50 us on a VM. nullptr turns it off. Correctness never depends on it;
+  // `*blocked` must outlive the backend or be unset first.
+  virtual void set_idle_probe(const std::atomic<int>* blocked) { (void)blocked; }
 
   // `send == recv` means in place everywhere it is allowed.
   virtual void allreduce(const void* send, void* recv, size_t count, DataType dtype,

@@ -26,6 +26,13 @@ WaitPolicy WaitPolicy::from_knobs(int ranks_on_host) {
   } else {
     p.spin = std::chrono::microseconds(std::max<int64_t>(0, knob_int("LOCKSTEP_SPIN_US")));
   }
+  // 40 x: covers the median skew between two ranks' hand-offs (0.2-0.7 ms
+  // on the held-out program) with room (docs/performance.md).
+  if (knob_string("LOCKSTEP_IDLE_SPIN_US") == "auto")
+    p.idle_spin = 40 * p.spin;
+  else
+    p.idle_spin =
+        std::chrono::microseconds(std::max<int64_t>(0, knob_int("LOCKSTEP_IDLE_SPIN_US")));
   return p;
 }
 

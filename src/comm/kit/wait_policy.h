@@ -10,6 +10,9 @@
 //   (mpi). auto = 50 us, or 0 when this host runs more ranks than it has
 //   cores: a spinning waiter would steal the time slice of the very peer it
 //   waits for. The same meaning for every transport.
+// LOCKSTEP_IDLE_SPIN_US: how long a wait may keep spinning while the caller
+//   says its process is blocked on the result (Backend::set_idle_probe).
+//   auto = 40 x the spin above (2 ms; 0 when that is 0).
 // Value types; not shared between threads.
 #pragma once
 
@@ -21,6 +24,7 @@ struct WaitPolicy {
   std::chrono::milliseconds timeout{0};
   std::chrono::milliseconds warning{0};
   std::chrono::nanoseconds spin{0};
+  std::chrono::nanoseconds idle_spin{0};
 
   // From the knobs above; `ranks_on_host` decides LOCKSTEP_SPIN_US=auto.
   // Throws InvalidArgument naming the knob for a value that does not parse.

@@ -33,6 +33,9 @@ class ShmBackend final : public Backend {
   std::string_view name() const override { return "shm"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  void set_idle_probe(const std::atomic<int>* blocked) override {
+    if (waiter_) waiter_->set_idle_probe(blocked);
+  }
 
   void allreduce(const void* send, void* recv, size_t count, DataType dtype,
                  ReduceOp op) override;

@@ -41,6 +41,11 @@ class Waiter {
   void wait(WaitWord& word, uint32_t target, int peer, std::string_view what,
             Phase phase = Phase::kArrival);
 
+  // Backend::set_idle_probe: while *blocked > 0, a wait that its spin
+  // budget did not satisfy keeps spinning, up to the policy's idle_spin
+  // (Note [Spinning while the caller is blocked] in sync.cc).
+  void set_idle_probe(const std::atomic<int>* blocked) { idle_probe_ = blocked; }
+
   // Throws Aborted if another rank has aborted the job's collectives.
   void check_abort();
   // Marks the communicator unusable for every rank; the first reason wins.
@@ -55,6 +60,7 @@ class Waiter {
   void sleep_once(WaitWord& word, uint32_t target);
   bool spin_once(WaitWord& word, uint32_t target, std::chrono::steady_clock::time_point start,
                  Phase phase);
+  bool spin_while_idle(WaitWord& word, uint32_t target, std::chrono::steady_clock::time_point start);
   [[noreturn]] void fail_dead(int peer, std::string_view what);
 
   Segment& segment_;
@@ -65,6 +71,7 @@ class Waiter {
   bool aborted_by_me_ = false;
   std::chrono::nanoseconds spin_budget_;  // adaptive, for kArrival waits only
   std::chrono::steady_clock::time_point last_return_{};  // when a wait last ended
+  const std::atomic<int>* idle_probe_ = nullptr;         // Backend::set_idle_probe
 };
 
 }  // namespace lockstep::comm::shm
