@@ -27,6 +27,7 @@
 #include "plan/commands.h"
 #include "plan/job.h"
 #include "plan/netns.h"
+#include "plan/stats.h"  // src/plan: the planner's own median
 
 namespace lockstep::plan_tool {
 namespace {
@@ -92,12 +93,7 @@ double parse_wake_wait_ms(const std::string& text) {
 
 int cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
+using plan::detail::median;
 
 // Runs the schedule (validation.h): every point's measurement right after a
 // profile at np 1 (and a co-location calibration) of its own, round after
