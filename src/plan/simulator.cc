@@ -172,7 +172,10 @@ void validate(const Profile& profile, const NetworkModel& m, const Scenario& s) 
   if (s.compression != "none" && s.compression != "fp16" && s.compression != "bf16")
     throw InvalidArgument(fmt::format("--compression {}: use none, fp16 or bf16", s.compression));
   if (s.fusion_threshold < 0) throw InvalidArgument("--fusion must be >= 0 bytes");
-  if (!m.host) throw InvalidArgument(fmt::format("network '{}' has no host costs", m.name));
+  // One rank does not communicate (its step is its compute), so it needs
+  // no network model: plan validate predicts its np 1 points without one.
+  if (!m.host && s.topology.ranks() > 1)
+    throw InvalidArgument(fmt::format("network '{}' has no host costs", m.name));
   if (profile.steps.empty()) throw InvalidArgument("the profile holds no steps");
   if (!(s.wake_wait_ms >= 0) || !std::isfinite(s.wake_wait_ms))
     throw InvalidArgument(fmt::format("--wake-wait-ms {} must be >= 0", s.wake_wait_ms));

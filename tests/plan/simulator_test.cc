@@ -33,6 +33,25 @@ TEST(PlanSimulator, OneRankIsTheProfile) {
   EXPECT_DOUBLE_EQ(r.samples_per_s, 64 / (r.step_ms / 1e3));
 }
 
+// plan validate predicts its np 1 points without fitting anything.
+TEST(PlanSimulator, OneRankNeedsNoNetworkButMoreRanksNeedHostCosts) {
+  Profile p = make_profile(20, 1 << 20, 3);
+  NetworkModel bare;
+  bare.name = "bare-net";
+  StepPrediction r = simulate(p, bare, scenario(1));
+  EXPECT_DOUBLE_EQ(r.step_ms, summarize(p).compute_ms);
+  EXPECT_EQ(r.collectives, 0);
+  for (Scenario s : {scenario(2), scenario(1, 2)}) {
+    try {
+      simulate(p, bare, s);
+      ADD_FAILURE() << "simulated " << s.topology.ranks() << " ranks without host costs";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("'bare-net' has no host costs"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(PlanSimulator, NeverFasterThanComputeOrThanCommunicationWithoutOverlap) {
   for (int64_t bytes : {int64_t(4), int64_t(64) << 10, int64_t(16) << 20})
     for (int nodes : {2, 8, 64, 1024})

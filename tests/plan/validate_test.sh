@@ -31,6 +31,9 @@ want="round 1/2: profile np 1,round 1/2: measure np 1,round 1/2: profile np 2,ro
 want+="round 1/2: calibrate np 2,round 1/2: measure np 2,round 2/2: profile np 1,round 2/2: measure np 1,"
 want+="round 2/2: profile np 2,round 2/2: fit-shm np 2,round 2/2: calibrate np 2,round 2/2: measure np 2,"
 [[ $order == "$want" ]] || { echo "FAILED: run order $order"; exit 1; }
+# np 1 points are predicted without a network: no common shared-memory fit
+# beside the np 2 point's own fits (it used to run before round 1).
+[[ ! -e "$out/w/net-shm.json" ]] || { echo "FAILED: a common shm fit ran beside np 2's own"; exit 1; }
 # Shared memory is fitted on cold buffers by default (docs/plan.md).
 grep -q -- '--buffers cold' "$out/w/net-shm-np2-r0.json" || { echo "FAILED: shm fit not cold"; exit 1; }
 # Bad fit options are refused by name.

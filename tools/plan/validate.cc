@@ -111,13 +111,9 @@ class Validator {
 
   int run() {
     if (o_.netns > 0) prepare_netns();  // bad shapes fail before any measurement
+    if (!o_.networks.empty()) given_ = plan::resolve_network(o_.networks);  // so do bad networks
     nps_ = parse_int_list(o_.np, "--np");
     make_points();
-    // Shared-memory points fit again next to each measurement: this VM
-    // switches between states where shared memory is fast and compute
-    // contended, or the reverse, and a fit from elsewhere would mix states.
-    // Otherwise (netns hierarchical stages, --network) one fit serves all.
-    shm_network_ = network_for_shm("", 0);
     const auto schedule = plan::validation_schedule(points_, o_.rounds);
     int done = 0;
     for (const auto& run : schedule) {
@@ -230,6 +226,19 @@ class Validator {
     return o_.networks.empty() ? m : plan::merge(plan::resolve_network(o_.networks), m);
   }
 
+  // Shared-memory points at np > 1 fit again next to each measurement: this
+  // VM switches between states where shared memory is fast and compute
+  // contended, or the reverse, and a fit from elsewhere would mix states.
+  // Whatever else needs shared-memory costs (oversubscribed points, points
+  // under --network, the netns hosts' intra-host stage at --per-host > 1)
+  // takes the latest of those fits, or one common fit made here the first
+  // time nothing has fitted yet. np 1 points communicate nothing and need
+  // no network (plan::simulate), so `--np 1,2` fits only next to np 2.
+  const plan::NetworkModel& shm_costs() {
+    if (!shm_network_) shm_network_ = network_for_shm("", 0);
+    return *shm_network_;
+  }
+
   plan::Scenario scenario(int hosts, int per_host, const std::string& cross) const {
     plan::Scenario s;
     s.topology = {hosts, per_host, cross, knob_string("LOCKSTEP_HIERARCHICAL")};
@@ -293,7 +302,7 @@ class Validator {
     if (!measured) return;
     plan::Scenario s = scenario(1, p.np, "gloo");
     s.colocated_slowdown = slowdown_;
-    record(index, *measured, shm_network_, s);
+    record(index, *measured, p.np == 1 ? plan::NetworkModel{} : shm_costs(), s);
   }
 
   // How much slower a rank computes beside np - 1 others on this host:
@@ -391,7 +400,9 @@ class Validator {
     std::vector<std::string> fit_args;
     for (const auto& a : link_launch(1)) fit_args.push_back("--launcher-arg=" + a);
     progress("fitting Gloo over {} hosts shaped to {}", o_.netns, shape.label);
-    net_of_[shape.label] = plan::merge(shm_network_, fit("gloo", fit_args, "gloo-" + shape.label));
+    // One rank per host (--per-host 1) has no intra-host stage to cost.
+    const plan::NetworkModel base = o_.per_host > 1 ? shm_costs() : given_;
+    net_of_[shape.label] = plan::merge(base, fit("gloo", fit_args, "gloo-" + shape.label));
     wake_wait_ms_[shape.label] = wake_wait_ms(fit_args, shape.label);
   }
 
@@ -477,7 +488,8 @@ class Validator {
   std::string dir_;
   int64_t threshold_ = 0;
   std::vector<int> nps_;
-  plan::NetworkModel shm_network_;
+  plan::NetworkModel given_;  // --network, resolved (empty without)
+  std::optional<plan::NetworkModel> shm_network_;  // the latest shared-memory costs
   std::vector<LinkShape> shapes_;
   std::unique_ptr<NetnsHosts> hosts_;  // removed (namespaces and all) with the validator
   std::map<std::string, plan::NetworkModel> net_of_;  // per link shape

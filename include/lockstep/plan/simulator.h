@@ -88,6 +88,9 @@ struct StepPrediction {
                               // memory copies | stragglers
 };
 
+// Throws InvalidArgument on a bad scenario, and at more than one rank when
+// `network` has no host costs; one rank does not communicate, so any
+// network (even an empty one) gives the profile's compute.
 StepPrediction simulate(const Profile& profile, const NetworkModel& network,
                         const Scenario& scenario);
 
