@@ -1,7 +1,6 @@
 // The GD lab's regression against the least-squares solution computed
 // another way (normal equations), and the lab binary's run directory.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lab_gd/regression.h"
+#include "support/scratch.h"
 
 namespace lab = lockstep::examples::lab;
 namespace fs = std::filesystem;
@@ -32,8 +32,8 @@ TEST(LabGd, FullBatchDescentReachesTheLeastSquaresSolution) {
 
 TEST(LabGd, WritesEveryMethodsPathForTheReport) {
   const char* dir_env = std::getenv("LOCKSTEP_BIN_DIR");
-  const fs::path dir = fs::temp_directory_path() / fmt::format("lockstep-lab-gd-{}", getpid());
-  fs::remove_all(dir);
+  // Removed at exit unless a test failed (it used to stay in /tmp).
+  const fs::path dir = lockstep::testing::scratch_folder("lockstep-lab-gd", "run");
   const auto cmd = fmt::format("'{}/lockstep-lab-gd' --samples 300 --epochs 5 --run-dir '{}' > /dev/null",
                                dir_env ? dir_env : ".", dir.string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
