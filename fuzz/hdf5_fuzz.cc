@@ -16,22 +16,28 @@
 namespace {
 
 // libhdf5 resolves the real path of what it opens, so a memfd's
-// /proc/self/fd link does not work: one scratch file per fuzzing process.
+// /proc/self/fd link does not work: one scratch file per fuzzing process,
+// removed after every input (an atexit hook, registered while the path's
+// own static was still being built, left the file behind even after runs
+// that ended normally).
 const std::string& scratch_path() {
   static const std::string path = [] {
     const char* dir = std::getenv("TMPDIR");
-    std::string p = std::string(dir ? dir : "/tmp") + "/lockstep-fuzz-hdf5-" +
-                    std::to_string(::getpid()) + ".h5";
-    std::atexit([] { std::remove(scratch_path().c_str()); });
-    return p;
+    return std::string(dir ? dir : "/tmp") + "/lockstep-fuzz-hdf5-" +
+           std::to_string(::getpid()) + ".h5";
   }();
   return path;
 }
+
+struct RemoveScratch {
+  ~RemoveScratch() { std::remove(scratch_path().c_str()); }
+};
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lockstep::data;
+  const RemoveScratch remove_scratch;
   {
     std::ofstream out(scratch_path(), std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
