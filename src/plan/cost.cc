@@ -83,7 +83,7 @@ double gamma_of(const NetworkModel& m) { return m.host ? m.host->gamma_s_per_byt
 AllreduceCost flat(const NetworkModel& m, std::string_view transport, int n, double bytes,
                    double beta_scale = 1) {
   std::string algo = algorithm_for(m, transport, n, bytes);
-  AlphaBeta ab = m.cost(transport, algo);
+  AlphaBeta ab = m.cost(transport, algo, bytes);
   ab.beta_s_per_byte *= beta_scale;
   return {apply(coefficients(m, transport, algo, n, bytes), ab, gamma_of(m)),
           fmt::format("{} {}({})", transport, algo, n)};
@@ -106,11 +106,13 @@ AllreduceCost allreduce_cost(const NetworkModel& m, const Topology& t, double by
   const double padded = block * local;
   Cost c;
   if (local > 1) {
-    const AlphaBeta& shm = m.cost("shm", "two_step");
+    // The shm fit swept the whole allreduce's size, as `padded` is here.
+    const AlphaBeta shm = m.cost("shm", "two_step", padded);
     c += apply(shm_reduce_scatter(local, padded, double(m.shm_slot_bytes)), shm, gamma_of(m));
     c += apply(shm_allgather(local, padded, double(m.shm_slot_bytes)), shm, 0);
   }
-  // All local ranks run their cross-host allreduce at once through one NIC.
+  // All local ranks run their cross-host allreduce at once through one NIC;
+  // each is an allreduce of `block`, which picks the cross fit's band.
   AllreduceCost across = flat(m, t.cross, t.nodes, block, m.nic_shared ? local : 1);
   c += across.cost;
   return {c, fmt::format("hierarchical: shm({}) + {} + shm({})", local, across.algorithm, local)};

@@ -1,5 +1,6 @@
 #include "lockstep/plan/network.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "plan/json_fields.h"
@@ -13,7 +14,31 @@ bool NetworkModel::has(std::string_view transport) const {
   return transports.count(std::string(transport)) > 0;
 }
 
-const AlphaBeta& NetworkModel::cost(std::string_view transport, std::string_view algorithm) const {
+AlphaBeta AlgorithmModel::at(double bytes) const {
+  if (bands.empty()) return cost;
+  if (bytes <= double(bands.front().max_bytes)) return bands.front().cost;
+  for (size_t i = 0; i + 1 < bands.size(); ++i) {
+    const SizeBand &lo = bands[i], &hi = bands[i + 1];
+    if (bytes >= double(hi.min_bytes)) continue;
+    if (bytes <= double(lo.max_bytes)) return lo.cost;
+    // Between the last size measured by `lo` and the first measured by
+    // `hi`: neither line was fitted here, so blend them (the cost is linear
+    // in alpha and beta, so this blends the two lines' costs).
+    double w = std::log(bytes / double(lo.max_bytes)) /
+               std::log(double(hi.min_bytes) / double(lo.max_bytes));
+    return {(1 - w) * lo.cost.alpha_s + w * hi.cost.alpha_s,
+            (1 - w) * lo.cost.beta_s_per_byte + w * hi.cost.beta_s_per_byte};
+  }
+  return bands.back().cost;
+}
+
+AlphaBeta NetworkModel::cost(std::string_view transport, std::string_view algo,
+                             double bytes) const {
+  return algorithm(transport, algo).at(bytes);
+}
+
+const AlgorithmModel& NetworkModel::algorithm(std::string_view transport,
+                                              std::string_view algorithm) const {
   auto t = transports.find(std::string(transport));
   if (t == transports.end())
     throw InvalidArgument(fmt::format(
@@ -24,7 +49,7 @@ const AlphaBeta& NetworkModel::cost(std::string_view transport, std::string_view
     throw InvalidArgument(fmt::format(
         "network '{}' has no cost for {} {} (its fit saw no message sizes that use it; widen "
         "`lockstep bench fit --sizes`)", name, transport, algorithm));
-  return a->second.cost;
+  return a->second;
 }
 
 HostModel default_host() {
@@ -56,16 +81,44 @@ NetworkModel merge(NetworkModel base, const NetworkModel& overlay) {
 
 namespace {
 
+// alpha_s, beta_s_per_byte and the optional fit: an algorithm's line or a band's.
+void parse_line(const Fields& f, AlphaBeta& cost, FitQuality& fit) {
+  cost.alpha_s = f.non_negative("alpha_s");
+  cost.beta_s_per_byte = f.non_negative("beta_s_per_byte");
+  if (f.has("fit")) {
+    Fields q(f.object("fit"), f.where("fit"));
+    fit.points = static_cast<int>(q.integer("points"));
+    fit.rms_rel_error = q.non_negative("rms_rel_error");
+    fit.max_rel_error = q.non_negative("max_rel_error");
+  }
+}
+
+json line_json(const AlphaBeta& cost, const FitQuality& fit) {
+  json body = {{"alpha_s", cost.alpha_s}, {"beta_s_per_byte", cost.beta_s_per_byte}};
+  if (fit.points > 0)
+    body["fit"] = {{"points", fit.points}, {"rms_rel_error", fit.rms_rel_error},
+                   {"max_rel_error", fit.max_rel_error}};
+  return body;
+}
+
 AlgorithmModel parse_algorithm(const json& j, const std::string& where) {
   Fields f(j, where);
   AlgorithmModel a;
-  a.cost.alpha_s = f.non_negative("alpha_s");
-  a.cost.beta_s_per_byte = f.non_negative("beta_s_per_byte");
-  if (f.has("fit")) {
-    Fields q(f.object("fit"), f.where("fit"));
-    a.fit.points = static_cast<int>(q.integer("points"));
-    a.fit.rms_rel_error = q.non_negative("rms_rel_error");
-    a.fit.max_rel_error = q.non_negative("max_rel_error");
+  parse_line(f, a.cost, a.fit);
+  if (!f.has("bands")) return a;
+  const json& bands = f.array("bands");
+  for (size_t i = 0; i < bands.size(); ++i) {
+    Fields b(bands[i], fmt::format("{}.bands[{}]", where, i));
+    SizeBand band;
+    band.min_bytes = b.integer("min_bytes");
+    band.max_bytes = b.integer("max_bytes");
+    parse_line(b, band.cost, band.fit);
+    if (band.min_bytes < 0 || band.max_bytes < band.min_bytes ||
+        (!a.bands.empty() && band.min_bytes <= a.bands.back().max_bytes))
+      throw InvalidArgument(fmt::format(
+          "{}.bands[{}]: min_bytes {} .. max_bytes {} must be a range above the previous band's",
+          where, i, band.min_bytes, band.max_bytes));
+    a.bands.push_back(band);
   }
   return a;
 }
@@ -117,10 +170,17 @@ std::string network_to_json(const NetworkModel& m) {
   json transports = json::object();
   for (const auto& [name, algos] : m.transports)
     for (const auto& [algo, a] : algos) {
-      json body = {{"alpha_s", a.cost.alpha_s}, {"beta_s_per_byte", a.cost.beta_s_per_byte}};
-      if (a.fit.points > 0)
-        body["fit"] = {{"points", a.fit.points}, {"rms_rel_error", a.fit.rms_rel_error},
-                       {"max_rel_error", a.fit.max_rel_error}};
+      json body = line_json(a.cost, a.fit);
+      if (!a.bands.empty()) {
+        json bands = json::array();
+        for (const auto& b : a.bands) {
+          json band = line_json(b.cost, b.fit);
+          band["min_bytes"] = b.min_bytes;
+          band["max_bytes"] = b.max_bytes;
+          bands.push_back(band);
+        }
+        body["bands"] = bands;
+      }
       transports[name][algo] = body;
     }
   json j = {{"schema", kNetworkSchema},      {"name", m.name},

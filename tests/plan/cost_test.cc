@@ -94,23 +94,78 @@ TEST(PlanCost, TopologyPicksTheBackendLikeTheFactory) {
   EXPECT_EQ((Topology{2, 1, "mpi", "1"}).backend(), "hierarchical-mpi");
 }
 
+// `bytes` over 4 hosts x 2 by hand: shm reduce-scatter (2, bytes), gloo
+// ring among 4 hosts of bytes / 2 at `cross` (its beta already doubled for
+// the NIC the 2 local ranks share), shm allgather (2, bytes); model()'s
+// shm two_step costs, gamma 1 ns/B, 1 MiB slots.
+double hierarchical_4x2(double bytes, AlphaBeta cross) {
+  const AlphaBeta shm{2e-6, 2e-10};
+  const double slot = 1 << 20;
+  return apply(shm_reduce_scatter(2, bytes, slot), shm, 1e-9).total() +
+         apply(ring(4, bytes / 2), cross, 1e-9).total() +
+         apply(shm_allgather(2, bytes, slot), shm, 0).total();
+}
+
 TEST(PlanCost, HierarchicalIsTheSumOfItsStages) {
   NetworkModel m = model();
   const double mib = 1 << 20;
   Topology t{4, 2, "gloo", "auto"};
-  // 8 MiB f32 over 4 hosts x 2: shm reduce-scatter (2, 8 MiB), gloo ring
-  // among 4 hosts of 4 MiB with the NIC shared by 2 (beta x 2), shm
-  // allgather (2, 8 MiB).
-  const AlphaBeta shm{2e-6, 2e-10};
-  double want = apply(shm_reduce_scatter(2, 8 * mib, mib), shm, 1e-9).total() +
-                apply(ring(4, 4 * mib), {10e-6, 2e-9}, 1e-9).total() +
-                apply(shm_allgather(2, 8 * mib, mib), shm, 0).total();
+  // 8 MiB f32: the cross stage moves 4 MiB blocks with beta x 2.
+  double want = hierarchical_4x2(8 * mib, {10e-6, 2e-9});
   AllreduceCost c = allreduce_cost(m, t, 8 * mib, 4);
   EXPECT_NEAR(c.cost.total(), want, 1e-12);
   EXPECT_NE(c.algorithm.find("gloo ring(4)"), std::string::npos) << c.algorithm;
   // Fewer elements than local ranks: the flat path over all 8 ranks.
   AllreduceCost tiny = allreduce_cost(m, t, 4, 4);
   EXPECT_NEAR(tiny.cost.total(), apply(ring(8, 4), {10e-6, 1e-9}, 1e-9).total(), 1e-15);
+}
+
+NetworkModel banded() {
+  NetworkModel m = model();
+  // Bands measured at 4 B..16 KiB and 64 KiB..4 MiB; the line over all
+  // sizes (10 us, 1 ns/B) must not be used.
+  m.transports["gloo"]["ring"].bands = {{4, 16384, {150e-6, 2e-8}, {}},
+                                        {65536, 4 << 20, {10e-6, 8e-9}, {}}};
+  return m;
+}
+
+TEST(PlanCost, SizePicksTheBandAroundTheKnot) {
+  const NetworkModel m = banded();
+  auto alpha_us = [&](double b) { return m.cost("gloo", "ring", b).alpha_s * 1e6; };
+  auto beta = [&](double b) { return m.cost("gloo", "ring", b).beta_s_per_byte; };
+  EXPECT_DOUBLE_EQ(alpha_us(1), 150);  // below the first band: its line
+  EXPECT_DOUBLE_EQ(alpha_us(4), 150);
+  EXPECT_DOUBLE_EQ(alpha_us(16384), 150);
+  EXPECT_DOUBLE_EQ(beta(16384), 2e-8);
+  // 32 KiB is halfway from 16 to 64 KiB in log(B): the mean of the lines.
+  EXPECT_NEAR(alpha_us(32768), 80, 1e-9);
+  EXPECT_NEAR(beta(32768), 1.4e-8, 1e-20);
+  // Just past the knot: nearly the lower line (continuous).
+  EXPECT_NEAR(alpha_us(16385), 150, 0.01);
+  EXPECT_NEAR(alpha_us(65535), 10, 0.01);
+  EXPECT_DOUBLE_EQ(alpha_us(65536), 10);
+  EXPECT_DOUBLE_EQ(beta(65536), 8e-9);
+  EXPECT_DOUBLE_EQ(alpha_us(4 << 20), 10);
+  EXPECT_DOUBLE_EQ(alpha_us(100e6), 10);  // above the last band: its line
+  // A flat allreduce over 2 hosts: ring(2, B) at that size's band.
+  Topology flat{2, 1, "gloo", "auto"};
+  EXPECT_NEAR(allreduce_cost(m, flat, 1024, 4).cost.total(),
+              2 * 150e-6 + 1024 * 2e-8 + 512 * 1e-9, 1e-15);
+  EXPECT_NEAR(allreduce_cost(m, flat, 1 << 20, 4).cost.total(),
+              2 * 10e-6 + (1 << 20) * 8e-9 + (1 << 19) * 1e-9, 1e-15);
+}
+
+TEST(PlanCost, HierarchicalCrossStageTakesTheBandOfItsBlock) {
+  const NetworkModel m = banded();
+  const double mib = 1 << 20;
+  Topology t{4, 2, "gloo", "auto"};
+  // 8 MiB over 4 hosts x 2: each local rank's cross-host allreduce is a
+  // 4 MiB block (upper band, beta x 2 for the shared NIC) ...
+  EXPECT_NEAR(allreduce_cost(m, t, 8 * mib, 4).cost.total(),
+              hierarchical_4x2(8 * mib, {10e-6, 16e-9}), 1e-12);
+  // ... and 16 KiB makes 8 KiB blocks (lower band).
+  EXPECT_NEAR(allreduce_cost(m, t, 16384, 4).cost.total(),
+              hierarchical_4x2(16384, {150e-6, 4e-8}), 1e-12);
 }
 
 TEST(PlanCost, MissingTransportIsAnErrorNamingTheFix) {

@@ -86,7 +86,7 @@ TEST(PlanSchema, NetworkRoundTripsAndMerges) {
   EXPECT_EQ(q.name, "test");
   ASSERT_TRUE(q.host.has_value());
   EXPECT_DOUBLE_EQ(q.host->gamma_s_per_byte, 2e-10);
-  EXPECT_DOUBLE_EQ(q.cost("gloo", "ring").alpha_s, 20e-6);
+  EXPECT_DOUBLE_EQ(q.cost("gloo", "ring", 4096).alpha_s, 20e-6);
   EXPECT_EQ(q.transports["gloo"]["ring"].fit.points, 12);
   ASSERT_EQ(q.points.size(), 1u);
   EXPECT_EQ(q.points[0].bytes, 4096);
@@ -94,8 +94,57 @@ TEST(PlanSchema, NetworkRoundTripsAndMerges) {
   NetworkModel merged = merge(q, *find_preset("eth-25g"));
   EXPECT_TRUE(merged.preset);
   EXPECT_DOUBLE_EQ(merged.host->gamma_s_per_byte, 2e-10);
-  EXPECT_DOUBLE_EQ(merged.cost("shm", "two_step").alpha_s, 2e-6);
-  EXPECT_DOUBLE_EQ(merged.cost("gloo", "ring").alpha_s, 25e-6);
+  EXPECT_DOUBLE_EQ(merged.cost("shm", "two_step", 1 << 20).alpha_s, 2e-6);
+  EXPECT_DOUBLE_EQ(merged.cost("gloo", "ring", 1 << 20).alpha_s, 25e-6);
+}
+
+// A gloo fit as lockstep.network/1 files were written before size bands.
+constexpr const char* kFitWithoutBands = R"({"schema": "lockstep.network/1", "name": "old fit",
+  "description": "lockstep bench fit --backend gloo", "preset": false,
+  "shm_small_bytes": 16384, "shm_slot_bytes": 1048576, "nic_shared": true,
+  "host": {"gamma_s_per_byte": 3e-10, "copy_s_per_byte": 1e-10, "cycle_overhead_s": 2e-5},
+  "transports": {"gloo": {"ring": {"alpha_s": 1.07e-4, "beta_s_per_byte": 7.7e-9,
+    "fit": {"points": 11, "rms_rel_error": 0.39, "max_rel_error": 0.71}}}},
+  "points": [{"transport": "gloo", "algorithm": "ring", "np": 2, "bytes": 4194304,
+              "measured_s": 0.0354, "fitted_s": 0.0331}]})";
+
+TEST(PlanSchema, NetworkWithoutBandsParsesAndRoundTrips) {
+  NetworkModel m = parse_network(kFitWithoutBands, "old.json");
+  const AlgorithmModel& a = m.transports["gloo"]["ring"];
+  EXPECT_TRUE(a.bands.empty());
+  for (double b : {4.0, 65536.0, 4194304.0, 1e9}) {
+    EXPECT_DOUBLE_EQ(m.cost("gloo", "ring", b).alpha_s, 1.07e-4) << b;
+    EXPECT_DOUBLE_EQ(m.cost("gloo", "ring", b).beta_s_per_byte, 7.7e-9) << b;
+  }
+  const std::string written = network_to_json(m);
+  EXPECT_EQ(nlohmann::json::parse(written)["transports"]["gloo"]["ring"].count("bands"), 0u);
+  NetworkModel q = parse_network(written, "again.json");
+  EXPECT_EQ(network_to_json(q), written);
+  EXPECT_EQ(q.transports["gloo"]["ring"].fit.points, 11);
+  ASSERT_EQ(q.points.size(), 1u);
+  EXPECT_DOUBLE_EQ(q.points[0].measured_s, 0.0354);
+}
+
+TEST(PlanSchema, NetworkBandsRoundTripAndBadRangesAreNamed) {
+  NetworkModel m = testing::make_network();
+  m.transports["gloo"]["ring"].bands = {{4, 16384, {150e-6, 2e-8}, {7, 0.01, 0.02}},
+                                        {65536, 4 << 20, {10e-6, 8e-9}, {4, 0.005, 0.01}}};
+  const std::string written = network_to_json(m);
+  NetworkModel q = parse_network(written, "n.json");
+  const auto& bands = q.transports["gloo"]["ring"].bands;
+  ASSERT_EQ(bands.size(), 2u);
+  EXPECT_EQ(bands[1].min_bytes, 65536);
+  EXPECT_EQ(bands[1].max_bytes, 4 << 20);
+  EXPECT_DOUBLE_EQ(bands[0].cost.alpha_s, 150e-6);
+  EXPECT_DOUBLE_EQ(bands[1].cost.beta_s_per_byte, 8e-9);
+  EXPECT_EQ(bands[0].fit.points, 7);
+  EXPECT_DOUBLE_EQ(bands[1].fit.max_rel_error, 0.01);
+  EXPECT_EQ(network_to_json(q), written);
+  nlohmann::json j = nlohmann::json::parse(written);
+  j["transports"]["gloo"]["ring"]["bands"][1]["min_bytes"] = 8192;  // overlaps band 0
+  EXPECT_NE(error_of([&] { parse_network(j.dump(), "n.json"); })
+                .find("n.json.transports.gloo.ring.bands[1]"),
+            std::string::npos);
 }
 
 TEST(PlanSchema, PresetsAreMarkedAndComplete) {

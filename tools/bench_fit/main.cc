@@ -34,6 +34,7 @@ struct Options {
   std::vector<std::string> launcher_args;
   bool worker = false;
   bool quiet = false;
+  std::string refit;  // a fit file whose points are fitted again, without measuring
 };
 
 std::vector<size_t> size_list(const std::string& text, double factor) {
@@ -116,7 +117,62 @@ std::string buffers_for(const Options& o) {
   return o.backend == "shm" ? "cold" : "hot";
 }
 
+void print_line(const std::string& what, const plan::AlphaBeta& ab, const plan::FitQuality& q) {
+  fmt::print("# {}: alpha {:.2f} us, beta {:.4g} s/B ({:.3f} GB/s), rms residual {:.1f}%, max "
+             "{:.1f}% over {} points\n", what, ab.alpha_s * 1e6, ab.beta_s_per_byte,
+             1e-9 / std::max(ab.beta_s_per_byte, 1e-30), 100 * q.rms_rel_error,
+             100 * q.max_rel_error, q.points);
+}
+
+// The line over every size, then the bands the model uses instead, if any.
+void print_fit(const std::string& t, const std::string& a, const plan::AlgorithmModel& m) {
+  print_line(fmt::format("{} {}{}", t, a, m.bands.empty() ? "" : ", one line (not used)"), m.cost,
+             m.fit);
+  for (size_t i = 0; i < m.bands.size(); ++i)
+    print_line(fmt::format("{} {} band {} ({}..{} B)", t, a, i + 1, m.bands[i].min_bytes,
+                           m.bands[i].max_bytes),
+               m.bands[i].cost, m.bands[i].fit);
+}
+
+void fit_print_save(const std::vector<plan::Sample>& samples, const plan::HostModel& host,
+                    const plan::NetworkModel& shape, const Options& o) {
+  plan::NetworkModel m = plan::fit_network(samples, host, shape);
+  fmt::print("# lockstep bench fit {}: residuals (fitted vs measured)\n",
+             o.refit.empty() ? "--backend " + o.backend : "--refit " + o.refit);
+  fmt::print("{:>6} {:>18} {:>4} {:>10} {:>14} {:>14} {:>9}\n", "trans.", "algorithm", "np",
+             "bytes", "measured(us)", "fitted(us)", "resid.");
+  for (const auto& p : m.points)
+    fmt::print("{:>6} {:>18} {:>4} {:>10} {:>14.2f} {:>14.2f} {:>8.1f}%\n", p.transport,
+               p.algorithm, p.np, p.bytes, p.measured_s * 1e6, p.fitted_s * 1e6,
+               100 * (p.fitted_s - p.measured_s) / p.measured_s);
+  for (const auto& [t, algos] : m.transports)
+    for (const auto& [a, model] : algos) print_fit(t, a, model);
+  plan::save_network(o.out, m);
+  fmt::print("# wrote {}\n", o.out);
+}
+
+// --refit: the stored points fitted again (a fit from before size bands, or
+// to compare fits on the same measurements).
+int refit(const Options& o) {
+  plan::NetworkModel old = plan::load_network(o.refit);
+  if (old.points.empty() || !old.host)
+    throw InvalidArgument(fmt::format("--refit {}: no measured points or host section (write it "
+                                      "with `lockstep bench fit`)", o.refit));
+  std::vector<plan::Sample> samples;
+  for (const auto& p : old.points) samples.push_back({p.transport, p.np, p.bytes, p.measured_s});
+  plan::NetworkModel shape = old;
+  shape.transports.clear();
+  shape.points.clear();
+  shape.description += fmt::format("; refitted from {}", o.refit);
+  fit_print_save(samples, *old.host, shape, o);
+  return 0;
+}
+
 int drive(Options o) {
+  if (!o.refit.empty()) {
+    if (o.out.empty()) throw InvalidArgument("--out FILE is required");
+    return refit(o);
+  }
   if (o.backend != "shm" && o.backend != "gloo" && o.backend != "mpi")
     throw InvalidArgument(fmt::format("--backend {}: use shm, gloo or mpi", o.backend));
   if (o.out.empty()) throw InvalidArgument("--out FILE is required");
@@ -141,22 +197,7 @@ int drive(Options o) {
                   samples.size(), sizes);
   shape.shm_small_bytes = static_cast<int64_t>(parse_bytes(knob_string("LOCKSTEP_SHM_SMALL_BYTES"), "LOCKSTEP_SHM_SMALL_BYTES"));
   shape.shm_slot_bytes = static_cast<int64_t>(parse_bytes(knob_string("LOCKSTEP_SHM_SLOT_BYTES"), "LOCKSTEP_SHM_SLOT_BYTES"));
-  plan::NetworkModel m = plan::fit_network(samples, host, shape);
-  fmt::print("# lockstep bench fit --backend {}: residuals (fitted vs measured)\n", o.backend);
-  fmt::print("{:>6} {:>18} {:>4} {:>10} {:>14} {:>14} {:>9}\n", "trans.", "algorithm", "np",
-             "bytes", "measured(us)", "fitted(us)", "resid.");
-  for (const auto& p : m.points)
-    fmt::print("{:>6} {:>18} {:>4} {:>10} {:>14.2f} {:>14.2f} {:>8.1f}%\n", p.transport,
-               p.algorithm, p.np, p.bytes, p.measured_s * 1e6, p.fitted_s * 1e6,
-               100 * (p.fitted_s - p.measured_s) / p.measured_s);
-  for (const auto& [t, algos] : m.transports)
-    for (const auto& [a, model] : algos)
-      fmt::print("# {} {}: alpha {:.2f} us, beta {:.4g} s/B ({:.3f} GB/s), rms residual {:.1f}%, "
-                 "max {:.1f}% over {} points\n", t, a, model.cost.alpha_s * 1e6,
-                 model.cost.beta_s_per_byte, 1e-9 / std::max(model.cost.beta_s_per_byte, 1e-30),
-                 100 * model.fit.rms_rel_error, 100 * model.fit.max_rel_error, model.fit.points);
-  plan::save_network(o.out, m);
-  fmt::print("# wrote {}\n", o.out);
+  fit_print_save(samples, host, shape, o);
   return 0;
 }
 
@@ -188,6 +229,8 @@ int main(int argc, char** argv) {
                  "iterations, or the mean (what a step of many collectives pays when some wait "
                  "long)")->capture_default_str();
   app.add_flag("--quiet", o.quiet, "do not echo the commands run");
+  app.add_option("--refit", o.refit, "fit the points stored in this fit file again, without "
+                 "measuring (same host section; --backend only names the table)");
   app.add_flag("--worker", o.worker, "(internal) measure under lockstep run");
   lockstep::plan_tool::accept_np_flag(argc, argv);
   try {

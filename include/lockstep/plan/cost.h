@@ -80,7 +80,10 @@ struct AllreduceCost {
 };
 
 // One allreduce of `bytes` per rank (elements of `elem_bytes`), as the
-// topology's backend would run it.
+// topology's backend would run it. Each stage's costs come from the band of
+// the size that stage allreduces per rank: `bytes` for a flat allreduce,
+// the padded input for the hierarchical shm stages and one local rank's
+// block for its cross-host stage.
 AllreduceCost allreduce_cost(const NetworkModel& model, const Topology& topo, double bytes,
                              int elem_bytes);
 

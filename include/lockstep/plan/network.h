@@ -9,6 +9,11 @@
 // gamma: seconds per byte of one extra operand reduced (the host's kernel
 // speed). a, b and c are the algorithm's step and byte counts (cost.h).
 //
+// A fitted algorithm may have size bands: one alpha-beta line per range of
+// B, the per-rank allreduce size its sweep measured, where one line over
+// the whole sweep misses its own points (docs/plan.md, section 2). Files
+// without bands (presets, older fits) are one line for every size.
+//
 // Plain values; no thread-safety concerns.
 #pragma once
 
@@ -34,9 +39,24 @@ struct FitQuality {
   double max_rel_error = 0;
 };
 
-struct AlgorithmModel {
+// One alpha-beta line, fitted on the sweep's sizes min_bytes..max_bytes.
+struct SizeBand {
+  int64_t min_bytes = 0, max_bytes = 0;  // the band's smallest and largest measured B
   AlphaBeta cost;
-  FitQuality fit;  // points == 0 for presets
+  FitQuality fit;
+};
+
+struct AlgorithmModel {
+  AlphaBeta cost;  // one line over every size (what a model without bands uses)
+  FitQuality fit;  // of that line; points == 0 for presets
+  // Ascending, disjoint; empty: `cost` at every size. A message of B bytes
+  // per rank takes the band whose measured range holds B; below the first
+  // or above the last, the first or the last line; between two bands'
+  // measured sizes, the two lines blended by log(B), so that the cost is
+  // continuous in B.
+  std::vector<SizeBand> bands;
+
+  AlphaBeta at(double bytes) const;
 };
 
 // Costs of the work the engine does on the host around each collective.
@@ -73,9 +93,11 @@ struct NetworkModel {
   std::vector<MeasuredPoint> points;
 
   bool has(std::string_view transport) const;
-  // Throws InvalidArgument naming the network when the transport or the
-  // algorithm is not in the model.
-  const AlphaBeta& cost(std::string_view transport, std::string_view algorithm) const;
+  // The costs for one allreduce of `bytes` per rank (the size picks the
+  // band, AlgorithmModel::bands). Throws InvalidArgument naming the network
+  // when the transport or the algorithm is not in the model.
+  AlphaBeta cost(std::string_view transport, std::string_view algorithm, double bytes) const;
+  const AlgorithmModel& algorithm(std::string_view transport, std::string_view algorithm) const;
 };
 
 // `overlay`'s host and transports replace `base`'s; names are joined.
