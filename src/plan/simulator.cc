@@ -189,7 +189,9 @@ void validate(const Profile& profile, const NetworkModel& m, const Scenario& s) 
 StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Scenario& s) {
   validate(profile, m, s);
   const ProfileSummary sum = summarize(profile);
-  const double slowdown = s.topology.ranks_per_node > 1 ? s.colocated_slowdown : 1.0;
+  const bool colocated =
+      s.topology.ranks_per_node > 1 || (s.nodes_share_machine && s.topology.ranks() > 1);
+  const double slowdown = colocated ? s.colocated_slowdown : 1.0;
   const Phases ph = phases_of(sum, slowdown);
   const double lone_compute = sum.compute_ms;
   StepPrediction out;
@@ -243,6 +245,13 @@ StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Sce
     std::vector<const Grad*> ready;
     for (const auto& g : grads) ready.push_back(&g);  // parameter order
     double t = backward_end + engine.cycle_ms();
+    if (s.wake_wait_ms > 0) {
+      // The first operation wakes the engine's thread as compute ends, and
+      // it waits for a core like those that start during compute
+      // (docs/plan.md, "The wait for a core").
+      t += s.wake_wait_ms;
+      out.wake_wait_ms += s.wake_wait_ms;
+    }
     t += engine.run(ready, s.fusion_threshold);
     out.comm_ms = t - backward_end;
     comm_end = t;

@@ -44,6 +44,11 @@ std::vector<ScheduledRun> validation_schedule(const std::vector<ValidationPoint>
   return runs;
 }
 
+std::string netns_overlap(std::string_view requested, bool hosts_fill_cores) {
+  if (requested == "auto" && hosts_fill_cores) return "off";
+  return std::string(requested);
+}
+
 int RoundErrors::rounds_within(double pct) const {
   return static_cast<int>(
       std::count_if(error_pct.begin(), error_pct.end(), [&](double e) { return std::abs(e) <= pct; }));

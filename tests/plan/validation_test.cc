@@ -83,6 +83,13 @@ TEST(PlanRoundErrors, MismatchedOrNonPositiveRoundsAreRefused) {
   EXPECT_TRUE(round_errors({}, {}).error_pct.empty());
 }
 
+TEST(PlanValidationNetns, AutoOverlapIsOffOnlyWhereTheHostsFillTheCores) {
+  EXPECT_EQ(netns_overlap("auto", true), "off");
+  EXPECT_EQ(netns_overlap("auto", false), "auto");
+  EXPECT_EQ(netns_overlap("on", true), "on");  // asked for: measured and marked
+  EXPECT_EQ(netns_overlap("off", false), "off");
+}
+
 TEST(PlanKernelHz, ReadsConfigHzOnlyFromItsOwnLine) {
   EXPECT_EQ(kernel_hz_from_config("# CONFIG_HZ_100 is not set\nCONFIG_HZ_250=y\nCONFIG_HZ=250\n"),
             250);

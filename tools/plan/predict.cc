@@ -66,7 +66,8 @@ void add_options(CLI::App& app, Options& o) {
                  "(memory-bus contention; plan validate measures it)")->capture_default_str();
   app.add_option("--wake-wait-ms", o.wake_wait_ms,
                  "wait for a core of every engine operation that starts while compute holds all "
-                 "cores (ranks without a core for communication; plan validate measures it)")
+                 "cores, and of the first as compute ends (ranks without a core for "
+                 "communication; plan validate takes one scheduler tick)")
       ->capture_default_str();
   app.add_option("--samples-per-step", o.samples_per_step,
                  "override the profile's samples per step and rank");

@@ -56,6 +56,10 @@ struct Options {
 // What one point measured and predicted, one entry per round.
 struct PointResult {
   bool oversubscribed = false;
+  // Namespace hosts whose training threads fill the cores, run with
+  // overlap on: their engine threads have no core during backward, and the
+  // step swings between calls with the scheduler (docs/plan.md, run 5).
+  bool comm_without_core = false;
   std::string backend;
   bool overlap = false;
   std::vector<double> measured_ms, predicted_ms, measured_sync_ms, predicted_comm_ms;
@@ -133,7 +137,7 @@ class Validator {
           slowdown_ = 1.0;
           break;
         case plan::ScheduledRun::Kind::kCalibrate:
-          slowdown_ = colocated_slowdown(*profile_, p->np, r);
+          slowdown_ = colocated_slowdown(*profile_, p->np, tag_of(*p) + r);
           break;
         case plan::ScheduledRun::Kind::kMeasure:
           if (p->netns()) netns_point(run.point, r); else shm_point(run.point, r);
@@ -257,7 +261,10 @@ class Validator {
                          np > 1 && o_.contention && np * o_.threads <= cores()});
     if (hosts_)
       for (const LinkShape& shape : shapes_)
-        points_.push_back({o_.netns * o_.per_host, o_.netns, "gloo " + shape.label, false});
+        // The hosts are this machine: their ranks contend for its memory
+        // bus as co-located ranks do, so they get the same calibration.
+        points_.push_back({o_.netns * o_.per_host, o_.netns, "gloo " + shape.label, false,
+                           o_.contention && o_.netns * o_.per_host * o_.threads <= cores()});
     results_.resize(points_.size());
     // Namespace hosts are this machine too: all ranks share its cores.
     for (size_t i = 0; i < points_.size(); ++i)
@@ -309,10 +316,10 @@ class Validator {
   // compute (step - sync) of a separate calibration run at np over the np 1
   // profile's. Not measured where ranks outnumber cores (that would be the
   // scheduler, which the point is marked for) nor with --no-contention.
-  double colocated_slowdown(const plan::Profile& profile, int np, const std::string& r) {
+  double colocated_slowdown(const plan::Profile& profile, int np, const std::string& tag) {
     if (!o_.contention || np * o_.threads > cores()) return 1.0;
     progress("calibrating co-located compute at np {}", np);
-    auto calib = measure({"-np", std::to_string(np)}, fmt::format("np{}-calib{}", np, r));
+    auto calib = measure({"-np", std::to_string(np)}, fmt::format("np{}-calib-for-{}", np, tag));
     if (!calib) return 1.0;
     const double alone = plan::summarize(profile).compute_ms;
     const double beside = plan::summarize(*calib).compute_ms;
@@ -411,10 +418,38 @@ class Validator {
     hosts_->shape(shape);
     plan::Scenario s = scenario(o_.netns, o_.per_host, "gloo");
     s.wake_wait_ms = wake_wait_ms_[shape.label];
-    if (auto measured = measure(link_launch(o_.per_host), tag_of(points_[index]) + r))
+    s.colocated_slowdown = slowdown_;
+    s.nodes_share_machine = true;
+    std::vector<std::string> launch = link_launch(o_.per_host);
+    if (plan::netns_overlap(s.overlap, hosts_share_cores()) != s.overlap) {
+      // auto turns overlap on across hosts, but these hosts' training
+      // threads hold every core of this one machine, so their engine
+      // threads would get one only when the scheduler preempts compute:
+      // that measures the scheduler (36-48 ms for the same run, docs/plan.md
+      // run 5), where a cluster host has cores of its own. Off measures the
+      // network; LOCKSTEP_OVERLAP=on still runs (and marks) the other case.
+      launch.insert(launch.end(), {"-x", "LOCKSTEP_OVERLAP=off"});
+      s.overlap = "off";
+      if (!said_overlap_off_)
+        progress("the namespace hosts fill this machine's {} cores: their runs use "
+                 "LOCKSTEP_OVERLAP=off (set LOCKSTEP_OVERLAP=on to measure overlap anyway)",
+                 cores());
+      said_overlap_off_ = true;
+    }
+    if (auto measured = measure(launch, tag_of(points_[index]) + r)) {
       record(index, *measured, net_of_[shape.label], s);
+      if (measured->overlap && hosts_share_cores()) results_[index].comm_without_core = true;
+    }
   }
 
+
+  static std::string note_of(const PointResult& res) {
+    if (res.oversubscribed) return "OVERSUBSCRIBED (more ranks than cores: measures the scheduler)";
+    if (res.comm_without_core)
+      return "NO CORE FOR COMMUNICATION (hosts share this machine's cores and overlap is on: "
+             "measures the scheduler; LOCKSTEP_OVERLAP=off validates the network)";
+    return "";
+  }
 
   void report() {
     for (size_t i = 0; i < points_.size(); ++i) {
@@ -444,7 +479,8 @@ class Validator {
                                           {"compute_slowdown", median(res.slowdown)},
                                           {"compute_slowdown_rounds", res.slowdown},
                                           {"wake_wait_ms", res.wake_wait_ms},
-                                          {"oversubscribed", res.oversubscribed}}
+                                          {"oversubscribed", res.oversubscribed},
+                                          {"comm_without_core", res.comm_without_core}}
                                            .dump());
         continue;
       }
@@ -466,8 +502,7 @@ class Validator {
                  fmt::format("{}/{}", e.rounds_within(10), e.error_pct.size()),
                  median(res.measured_sync_ms), median(res.predicted_comm_ms),
                  median(res.slowdown), res.wake_wait_ms,
-                 res.oversubscribed ? "OVERSUBSCRIBED (more ranks than cores: measures the "
-                                      "scheduler)" : "");
+                 note_of(res));
     }
     if (o_.json) return;
     fmt::print("# per round: measured / predicted (ms), error\n");
@@ -497,6 +532,7 @@ class Validator {
   std::vector<plan::ValidationPoint> points_;
   std::vector<PointResult> results_;  // per point
   std::optional<plan::Profile> profile_;  // the np 1 profile of the point measured next
+  bool said_overlap_off_ = false;
   double slowdown_ = 1.0;                 // its co-location calibration
 };
 

@@ -23,8 +23,12 @@
 //     measured per-step spread, or the scenario's);
 //   * where communication is CPU work on the cores that compute (shared
 //     memory, no spare core) it cannot overlap: it delays backward instead;
-//   * co-located ranks compute slower by a measured factor (memory-bus
-//     contention, Scenario::colocated_slowdown).
+//   * co-located ranks (of one node, or of nodes that are one machine's
+//     namespaces) compute slower by a measured factor (memory-bus
+//     contention, Scenario::colocated_slowdown);
+//   * where communication threads have no core of their own, operations
+//     that start during compute, and the first as it ends, wait for one
+//     (Scenario::wake_wait_ms).
 //
 // One step costs O(gradients x cycles); 1024 nodes of a 300-tensor model
 // take well under a millisecond. Pure function, thread-safe.
@@ -57,12 +61,16 @@ struct Scenario {
   // with more than one rank per node; efficiency stays against the
   // profile's lone rank.
   double colocated_slowdown = 1.0;
+  // The nodes are network namespaces (or containers) of one machine, as
+  // plan validate's hosts are: their ranks contend for its memory bus like
+  // the ranks of one node, so colocated_slowdown applies to them too.
+  bool nodes_share_machine = false;
   // Extra wait of every engine operation (negotiation cycle, collective)
-  // that starts while the ranks' compute still holds every core: a woken
-  // communication thread waits for the scheduler to hand it a core (one
-  // tick, 4 ms at HZ=250). Only where communication threads have no core
-  // of their own (plan validate's network-namespace hosts on one machine
-  // measure it); 0 elsewhere.
+  // that starts while the ranks' compute still holds every core, and of
+  // the first one that starts as compute ends: a woken communication
+  // thread waits for the scheduler to hand it a core (one tick, 4 ms at
+  // HZ=250). Only where communication threads have no core of their own
+  // (plan validate's network-namespace hosts on one machine); 0 elsewhere.
   double wake_wait_ms = 0;
 };
 

@@ -71,6 +71,13 @@ struct RoundErrors {
 RoundErrors round_errors(const std::vector<double>& measured_ms,
                          const std::vector<double>& predicted_ms);
 
+// The overlap a netns point runs and is predicted with. Namespace hosts
+// whose training threads fill this machine's cores leave the engine's
+// threads no core during backward: with overlap on, that measures the
+// scheduler, so a requested "auto" (which turns overlap on across hosts)
+// becomes "off" there. An explicit on or off is kept.
+std::string netns_overlap(std::string_view requested, bool hosts_fill_cores);
+
 // CONFIG_HZ from a kernel configuration's text (/proc/config.gz
 // uncompressed, or /boot/config-RELEASE); nullopt when it is not there.
 std::optional<int> kernel_hz_from_config(std::string_view config_text);
