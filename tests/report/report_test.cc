@@ -1,5 +1,7 @@
 // `lockstep report` on checked-in fixture runs (a 2-worker main-job run with
-// its timeline, an ASHA sweep, large-batch cells, the GD lab, bench lines),
+// its timeline, an ASHA sweep, large-batch cells, the GD lab, bench lines,
+// `lockstep plan --json` for ResNet-101 on two networks, `plan validate
+// --json` output with its progress lines),
 // opened in headless Chromium: every chart must have drawn, the page must
 // log no error, and a screenshot and per-chart PNGs must come out. Needs the
 // Debian `chromium` and the npm-installed charting library (scripts/setup.sh).
@@ -47,9 +49,10 @@ TEST(Report, EveryChartDrawsInChromiumWithoutErrors) {
   fs::create_directories(kArtifacts);
   const auto html = kArtifacts / "report.html";
   const auto f = kFixtures;
-  const std::string inputs = fmt::format("'{}' '{}' '{}' '{}' '{}'", (f / "train").string(),
-                                         (f / "sweep").string(), (f / "large_batch").string(),
-                                         (f / "lab_gd").string(), (f / "bench_allreduce.jsonl").string());
+  std::string inputs;
+  for (const char* in : {"train", "sweep", "large_batch", "lab_gd", "bench_allreduce.jsonl",
+                         "plan_r101_eth25g.jsonl", "plan_r101_eth100g.jsonl", "plan_validate_netns.out"})
+    inputs += fmt::format(" '{}'", (f / in).string());
   const auto log = kArtifacts / "report.log";
   ASSERT_EQ(report(fmt::format("{} -o '{}' --check --screenshot '{}' --png '{}'", inputs, html.string(),
                                (kArtifacts / "report.png").string(), (kArtifacts / "png").string()),
@@ -58,7 +61,8 @@ TEST(Report, EveryChartDrawsInChromiumWithoutErrors) {
   // One chart of each kind the fixtures call for, each with content.
   for (const char* chart : {"train-loss", "test-accuracy", "throughput", "comm-share",
                             "top-collectives-0", "sweep-lr", "sweep-curves-0", "large-batch-0",
-                            "lab-gd-path-0", "lab-gd-loss-time-0", "bench-busbw"}) {
+                            "lab-gd-path-0", "lab-gd-loss-time-0", "bench-busbw",
+                            "plan-efficiency", "plan-step", "validate-step", "validate-error"}) {
     EXPECT_NE(out.find(fmt::format("  {} ", chart)), std::string::npos) << chart << "\n" << out;
     EXPECT_TRUE(is_png(kArtifacts / "png" / (std::string(chart) + ".png"))) << chart;
   }
@@ -69,6 +73,9 @@ TEST(Report, EveryChartDrawsInChromiumWithoutErrors) {
   EXPECT_EQ(page.find("<script src"), std::string::npos);
   EXPECT_EQ(page.find("http://cdn"), std::string::npos);
   EXPECT_NE(page.find("Apache License"), std::string::npos) << "the library's license is kept";
+  // The planner's files are recognised by their fields.
+  EXPECT_NE(page.find(R"("kind":"plan")"), std::string::npos);
+  EXPECT_NE(page.find(R"("kind":"plan-validate")"), std::string::npos);
   fmt::print("screenshot: {}\n", (kArtifacts / "report.png").string());
 }
 

@@ -80,12 +80,20 @@ nlohmann::json read_dir(const fs::path& dir) {
   return out;
 }
 
-// A loose file: bench lines, metrics lines or a timeline.
+// A loose file: bench lines, `lockstep plan --json` or `plan validate --json`
+// lines, metrics lines or a timeline.
 nlohmann::json read_file(const fs::path& file) {
   nlohmann::json out = {{"path", file.string()}, {"name", file.filename().string()},
                         {"run", nlohmann::json::object()}};
   auto lines = read_lines(file.string());
-  if (!lines.empty() && lines[0].contains("busbw_gbps")) {
+  if (!lines.empty() && lines[0].contains("efficiency") && lines[0].contains("exposed_comm_ms")) {
+    out["kind"] = "plan";
+    out["plan"] = lines;
+  } else if (!lines.empty() && lines[0].contains("predicted_step_ms") &&
+             lines[0].contains("measured_step_ms")) {
+    out["kind"] = "plan-validate";
+    out["validate"] = lines;
+  } else if (!lines.empty() && lines[0].contains("busbw_gbps")) {
     out["kind"] = "bench";
     out["bench"] = lines;
   } else if (!lines.empty() && lines[0].contains("epoch")) {
@@ -98,7 +106,8 @@ nlohmann::json read_file(const fs::path& file) {
     out["timeline"] = t;
   } else {
     throw InvalidArgument(fmt::format(
-        "{}: neither `lockstep bench --json` lines, metrics lines nor a timeline", file.string()));
+        "{}: neither `lockstep bench --json`, `lockstep plan --json` or `plan validate --json` "
+        "lines, metrics lines nor a timeline", file.string()));
   }
   return out;
 }

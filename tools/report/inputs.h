@@ -1,5 +1,6 @@
 // What `lockstep report` reads: run directories (docs/report.md) and loose
-// files (`lockstep bench --json` output, metrics JSON lines, a timeline).
+// files (`lockstep bench --json`, `lockstep plan --json` and `plan validate
+// --json` output, metrics JSON lines, a timeline).
 // Each input becomes one JSON object the page's script draws; the page
 // never reads files itself, so it opens offline from anywhere.
 #pragma once

@@ -67,7 +67,8 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Self-contained HTML page with interactive charts of run directories, sweeps, "
-               "labs and `lockstep bench --json` files (docs/report.md)", "lockstep report"};
+               "labs, `lockstep bench --json`, `lockstep plan --json` and `plan validate --json` files "
+               "(docs/report.md)", "lockstep report"};
   Options o;
   app.add_option("inputs", o.inputs, "run directories (--run-dir, lockstep sweep --dir) or files")
       ->required();

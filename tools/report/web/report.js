@@ -138,6 +138,80 @@
     addChart(grid, 'bench-latency', lat);
   }
 
+  // ---- lockstep plan --json (several files overlaid) and plan validate --json
+  function drawPlan(runs) {
+    runs = runs.filter(function (r) { return (r.plan || []).length; });
+    if (!runs.length) return;
+    var grid = section('Planner predictions', 'lockstep plan --json: one line per input file (and network, where a file holds several); step time dashed: the exposed communication (not hidden behind backward).');
+    var eff = base('Scaling efficiency against nodes', 'nodes (log2)', 'efficiency', 'log');
+    var step = base('Predicted step time against nodes', 'nodes (log2)', 'ms', 'log');
+    [eff, step].forEach(function (o) {  // a tick at every power of two
+      o.xAxis.logBase = 2;
+      o.xAxis.interval = 1;
+      o.xAxis.scale = false;
+    });
+    var palette = ['#3b6fd6', '#e39a2d', '#2e9e5b', '#d2413a', '#8e44ad', '#17a2b8', '#7a6a53'], n = 0;
+    eff.yAxis.min = 0;
+    eff.yAxis.scale = false;
+    eff.tooltip.formatter = step.tooltip.formatter = function (p) {
+      return p.seriesName + '<br>' + p.value[0] + ' nodes: ' + num(p.value[1]);
+    };
+    runs.forEach(function (r) {
+      var groups = {}, names = [];
+      r.plan.forEach(function (p) {
+        var key = String(p.network);
+        if (!groups[key]) { groups[key] = []; names.push(key); }
+        groups[key].push(p);
+      });
+      names.forEach(function (k) {
+        var name = r.name + (names.length > 1 ? ' ' + k : ''), g = groups[k], color = palette[n++ % palette.length];
+        var pts = function (field) { return g.map(function (p) { return [p.nodes, p[field]]; }); };
+        var solid = { itemStyle: { color: color }, lineStyle: { color: color } };
+        eff.series.push(line(name, pts('efficiency'), solid));
+        step.series.push(line(name + ' step', pts('step_ms'), solid));
+        step.series.push(line(name + ' exposed comm', pts('exposed_comm_ms'),
+          { itemStyle: { color: color }, lineStyle: { color: color, type: 'dashed' } }));
+      });
+    });
+    addChart(grid, 'plan-efficiency', eff);
+    addChart(grid, 'plan-step', step);
+  }
+
+  function drawValidate(runs) {
+    runs = runs.filter(function (r) { return (r.validate || []).length; });
+    if (!runs.length) return;
+    var grid = section('Planner validation', 'lockstep plan validate --json: measured and predicted step (medians over rounds) per point, and every round\'s error with the ±10% band.');
+    var labels = [], measured = [], predicted = [], rounds = [], medians = [];
+    runs.forEach(function (r) {
+      r.validate.forEach(function (v) {
+        var label = (runs.length > 1 ? r.name + ' ' : '') + 'np ' + v.np +
+          (v.network && v.network !== 'none' ? ' ' + v.network : '');
+        labels.push(label);
+        measured.push(v.measured_step_ms);
+        predicted.push(v.predicted_step_ms);
+        medians.push([label, v.error_pct]);
+        (v.error_rounds_pct || []).forEach(function (e) { rounds.push([label, e]); });
+      });
+    });
+    var st = base('Measured and predicted step per point', '', 'ms (median over rounds)', 'category');
+    st.xAxis.data = labels;
+    st.yAxis.scale = false;
+    st.tooltip.trigger = 'axis';
+    st.series.push({ name: 'measured', type: 'bar', data: measured });
+    st.series.push({ name: 'predicted', type: 'bar', data: predicted });
+    var err = base('Prediction error per point', '', '% (predicted − measured) / measured', 'category');
+    err.xAxis.data = labels;
+    err.yAxis.scale = false;  // the band's edges stay in view
+    err.yAxis.min = function (v) { return Math.min(-15, Math.floor(v.min)); };
+    err.yAxis.max = function (v) { return Math.max(15, Math.ceil(v.max)); };
+    err.tooltip.formatter = function (p) { return p.seriesName + '<br>' + p.value[0] + ': ' + num(p.value[1], 3) + '%'; };
+    err.series.push({ name: 'each round', type: 'scatter', data: rounds, symbolSize: 7, itemStyle: { opacity: 0.6 },
+      markArea: { silent: true, itemStyle: { color: 'rgba(128, 128, 128, 0.15)' }, data: [[{ yAxis: -10 }, { yAxis: 10 }]] } });
+    err.series.push({ name: 'median', type: 'scatter', symbol: 'diamond', data: medians, symbolSize: 13 });
+    addChart(grid, 'validate-step', st);
+    addChart(grid, 'validate-error', err);
+  }
+
   // ---- Sweeps
   var statusColor = { completed: '#3b6fd6', stopped: '#e39a2d', failed: '#d2413a', timeout: '#8e44ad' };
 
@@ -344,7 +418,7 @@
   }
 
   summary();
-  var kinds = ['train', 'sweep', 'large-batch', 'bench', 'lab-gd'];
+  var kinds = ['train', 'sweep', 'large-batch', 'bench', 'lab-gd', 'plan', 'plan-validate'];
   D.runs.forEach(function (r) {
     if (kinds.indexOf(r.kind) < 0) console.warn('lockstep report: no charts for kind ' + r.kind);
   });
@@ -354,6 +428,8 @@
   drawLargeBatch(ofKind('large-batch'));
   drawLabGd(ofKind('lab-gd'));
   drawBench(ofKind('bench'));
+  drawPlan(ofKind('plan'));
+  drawValidate(ofKind('plan-validate'));
   if (!charts.length) main.appendChild(el('p', '', 'Nothing to plot in these inputs.'));
   window.addEventListener('resize', function () { charts.forEach(function (c) { c.chart.resize(); }); });
 
