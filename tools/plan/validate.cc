@@ -421,19 +421,20 @@ class Validator {
     s.colocated_slowdown = slowdown_;
     s.nodes_share_machine = true;
     std::vector<std::string> launch = link_launch(o_.per_host);
-    if (plan::netns_overlap(s.overlap, hosts_share_cores()) != s.overlap) {
+    const std::string overlap = plan::netns_overlap(s.overlap, hosts_share_cores());
+    if (overlap != s.overlap) {
       // auto turns overlap on across hosts, but these hosts' training
       // threads hold every core of this one machine, so their engine
       // threads would get one only when the scheduler preempts compute:
       // that measures the scheduler (36-48 ms for the same run, docs/plan.md
       // run 5), where a cluster host has cores of its own. Off measures the
       // network; LOCKSTEP_OVERLAP=on still runs (and marks) the other case.
-      launch.insert(launch.end(), {"-x", "LOCKSTEP_OVERLAP=off"});
-      s.overlap = "off";
+      launch.insert(launch.end(), {"-x", "LOCKSTEP_OVERLAP=" + overlap});
+      s.overlap = overlap;
       if (!said_overlap_off_)
         progress("the namespace hosts fill this machine's {} cores: their runs use "
-                 "LOCKSTEP_OVERLAP=off (set LOCKSTEP_OVERLAP=on to measure overlap anyway)",
-                 cores());
+                 "LOCKSTEP_OVERLAP={} (set LOCKSTEP_OVERLAP=on to measure overlap anyway)",
+                 cores(), overlap);
       said_overlap_off_ = true;
     }
     if (auto measured = measure(launch, tag_of(points_[index]) + r)) {
