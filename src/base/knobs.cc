@@ -64,7 +64,7 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_BACKEND", "auto",
          "transport between workers (every transport built in is one of the choices: "
          "lockstep config names the built ones)",
-         "auto|shm|mpi|gloo"},
+         "auto|shm|mpi|gloo|nccl"},
     Knob{"LOCKSTEP_TIMEOUT", "300",
          "seconds a collective may wait on a live peer before failing (dead peers fail in ~1 s)"},
     Knob{"LOCKSTEP_WAIT_WARNING", "10",
@@ -103,7 +103,7 @@ constexpr std::array kKnobs = {
          "gloo: network interface (e.g. eth0) for TCP between hosts; empty = the one that "
          "routes to the launcher's rendezvous store"},
     Knob{"LOCKSTEP_VERIFY_OPS", "0",
-         "mpi/gloo: 1 = compare every collective's descriptor across ranks first (one small "
+         "mpi/gloo/nccl: 1 = compare every collective's descriptor across ranks first (one small "
          "allgather) so mismatches fail cleanly"},
     // --- engine
     Knob{"LOCKSTEP_FUSION_THRESHOLD", "1MiB",

@@ -43,6 +43,10 @@ class Communicator {
   const WorldInfo& world() const { return world_; }
   std::string_view backend_name() const { return backend_->name(); }
   Backend& backend() { return *backend_; }
+  // Where buffers must live, and the device operations of a GPU backend
+  // (null for host backends): Note [Device buffers] in device.h.
+  MemoryKind memory() const { return backend_->memory(); }
+  DeviceMemory* device_memory() { return backend_->device_memory(); }
 
   void allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   void allreduce(void* buffer, size_t count, DataType dtype, ReduceOp op) {
