@@ -49,6 +49,15 @@ constexpr std::array kKnobs = {
          "dedicated parameter-server ranks (the last K of the job); set by lockstep run --servers K"},
     Knob{"LOCKSTEP_BIND_TO", "auto", "CPU affinity per worker, applied by the torch layer",
          "core|none|auto"},
+    Knob{"LOCKSTEP_DEVICE", "auto",
+         "where each worker computes (the torch layer): cuda = visible GPU local rank % GPUs, "
+         "made the current device; auto = cuda when LibTorch sees a GPU",
+         "cpu|cuda|auto"},
+    Knob{"LOCKSTEP_DEVICE_BACKEND", "auto",
+         "how CUDA tensors travel: nccl (GPU to GPU, needs one GPU per worker) or host (staged "
+         "through pinned host memory over LOCKSTEP_BACKEND); auto = nccl when built in and no "
+         "two workers of a host share a GPU",
+         "auto|nccl|host"},
     Knob{"LOCKSTEP_FINGERPRINT_EVERY", "100",
          "DistributedOptimizer compares parameter fingerprints across ranks at the first step and "
          "every N steps (0 = never)"},

@@ -32,6 +32,8 @@ class Communicator {
   // Communicator for the world described by the environment (lockstep run,
   // mpirun, srun, or a single process).
   static std::unique_ptr<Communicator> from_environment();
+  // Whether this build has the transport `name` ("shm", "nccl", ...).
+  static bool has_backend(std::string_view name);
 
   Communicator(WorldInfo world, std::unique_ptr<Backend> backend);
   Communicator(const Communicator&) = delete;

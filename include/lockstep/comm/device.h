@@ -26,6 +26,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "lockstep/comm/types.h"
+
 namespace lockstep::comm {
 
 enum class MemoryKind : uint8_t { kHost, kCuda };
@@ -67,6 +69,13 @@ class DeviceMemory {
   // records `cuda_event` (a cudaEvent_t the caller created) on the stream,
   // so the caller's stream can wait for the collectives enqueued so far.
   virtual void record_event(void* cuda_event) = 0;
+
+  // Collective: a sum allreduce of `count` elements in which every rank's
+  // contribution is multiplied by `factor` first (NCCL's pre-multiplied sum),
+  // so the engine's prescale, postscale and average cost no extra pass over
+  // the data. Enqueued like the other collectives (deferred mode applies).
+  virtual void allreduce_scaled(const void* send, void* recv, size_t count, DataType dtype,
+                                double factor) = 0;
 
   // Deferred mode, off by default: collectives (all but barrier) return once
   // enqueued on the stream instead of waiting for completion; their results

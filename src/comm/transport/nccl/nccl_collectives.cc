@@ -4,6 +4,7 @@
 // ncclSend/ncclRecv, which NCCL runs concurrently as one operation. A
 // rank's own block never goes through NCCL (a device-to-device copy on the
 // stream). Zero counts enqueue nothing: every rank knows them.
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "comm/transport/nccl/nccl_comm.h"
 #include "lockstep/base/error.h"
+#include "lockstep/comm/half.h"
 
 namespace lockstep::comm::nccl {
 namespace {
@@ -58,19 +60,63 @@ void check_no_overlap(const char* op, const void* send, size_t send_bytes, const
         "(the only in-place form the nccl backend takes)", op));
 }
 
+// ncclRedOpCreatePreMulSum takes the factor in the element type.
+struct Scalar {
+  alignas(8) unsigned char bytes[8] = {};
+};
+Scalar scalar_of(double factor, DataType dtype) {
+  Scalar s;
+  auto put = [&](auto v) { std::memcpy(s.bytes, &v, sizeof v); };
+  switch (dtype) {
+    case DataType::kFloat16: put(float_to_f16(static_cast<float>(factor))); break;
+    case DataType::kBFloat16: put(float_to_bf16(static_cast<float>(factor))); break;
+    case DataType::kFloat32: put(static_cast<float>(factor)); break;
+    case DataType::kFloat64: put(factor); break;
+    case DataType::kInt8: put(static_cast<int8_t>(factor)); break;
+    case DataType::kUInt8: put(static_cast<uint8_t>(factor)); break;
+    case DataType::kInt32: put(static_cast<int32_t>(factor)); break;
+    case DataType::kInt64: put(static_cast<int64_t>(factor)); break;
+  }
+  return s;
+}
+
 }  // namespace
 
 void NcclBackend::allreduce(const void* send, void* recv, size_t count, DataType dtype,
                             ReduceOp op) {
+  allreduce_with(send, recv, count, dtype, op, nullptr);
+}
+
+// `factor` null: NCCL's `op`; else a sum of every input times *factor.
+void NcclBackend::allreduce_with(const void* send, void* recv, size_t count, DataType dtype,
+                                 ReduceOp op, const double* factor) {
   DeviceGuard guard(device_);
   const size_t bytes = count * dtype_size(dtype);
   check_device_buffer(send, bytes, device_, "allreduce", "send");
   check_device_buffer(recv, bytes, device_, "allreduce", "recv");
   begin(kit::make_desc(kit::OpKind::kAllreduce, dtype, -1, count, op));
   if (count == 0) return;
-  enqueued("allreduce", ncclAllReduce(send, recv, count, to_nccl(dtype), to_nccl(op),
-                                      watchdog_->comm(), stream_));
+  if (!factor) {
+    enqueued("allreduce", ncclAllReduce(send, recv, count, to_nccl(dtype), to_nccl(op),
+                                        watchdog_->comm(), stream_));
+  } else {
+    Scalar scalar = scalar_of(*factor, dtype);
+    ncclRedOp_t premul;
+    watchdog_->settle(ncclRedOpCreatePreMulSum(&premul, scalar.bytes, to_nccl(dtype),
+                                               ncclScalarHostImmediate, watchdog_->comm()),
+                      "ncclRedOpCreatePreMulSum", Clock::now());
+    const ncclResult_t result =
+        ncclAllReduce(send, recv, count, to_nccl(dtype), premul, watchdog_->comm(), stream_);
+    // An operator may go as soon as the last call given it has returned (nccl.h).
+    ncclRedOpDestroy(premul, watchdog_->comm());
+    enqueued("allreduce (pre-multiplied sum)", result);
+  }
   finish();
+}
+
+void NcclBackend::allreduce_scaled(const void* send, void* recv, size_t count, DataType dtype,
+                                   double factor) {
+  allreduce_with(send, recv, count, dtype, ReduceOp::kSum, &factor);
 }
 
 void NcclBackend::broadcast(void* buffer, size_t count, DataType dtype, int root) {

@@ -66,6 +66,10 @@ class NcclBackend final : public Backend, public DeviceMemory {
   void fill_zero(void* dst, size_t bytes) override;
   void wait_event(void* cuda_event) override;
   void record_event(void* cuda_event) override;
+  void allreduce_scaled(const void* send, void* recv, size_t count, DataType dtype,
+                        double factor) override;
+  void allreduce_with(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                      const double* factor);
   void set_deferred(bool deferred) override { deferred_ = deferred; }
   bool deferred() const override { return deferred_; }
   void synchronize() override;
