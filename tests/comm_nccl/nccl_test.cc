@@ -99,6 +99,33 @@ TEST_P(NcclCollectives, ReduceScatterEveryDtypeAndOp) {
 TEST_P(NcclCollectives, AlltoallAndAlltoallv) { run(matrix::alltoall_and_alltoallv); }
 TEST_P(NcclCollectives, SendRecvRingAndBarrier) { run(matrix::send_recv_ring_and_barrier); }
 
+// split() over an NCCL communicator: the subset's id travels over the
+// parent (NcclBackend::subset); its collectives take device buffers too.
+TEST_P(NcclCollectives, SplitGivesADeviceSubsetCommunicator) {
+  LOCKSTEP_REQUIRE_GPUS(GetParam());
+  expect_all_ok(run_workers_raw(GetParam(), [](const comm::WorldInfo& w) {
+    Communicator c(w, nccl_backend(w, w.rank));
+    std::vector<int> evens;
+    for (int r = 0; r < c.size(); r += 2) evens.push_back(r);
+    if (c.rank() % 2 == 0) {
+      auto sub = c.split(evens, "evens");
+      ASSERT_EQ(sub->size(), static_cast<int>(evens.size()));
+      ASSERT_EQ(sub->memory(), comm::MemoryKind::kCuda);
+      DeviceMemory& dm = *sub->device_memory();
+      auto* d = static_cast<int64_t*>(dm.allocate(sizeof(int64_t)));
+      int64_t v = c.rank() + 1, total = 0, want = 0;
+      for (int r : evens) want += r + 1;
+      dm.copy(d, &v, sizeof v);
+      sub->allreduce(d, 1, comm::DataType::kInt64, comm::ReduceOp::kSum);
+      dm.copy(&total, d, sizeof total);
+      dm.synchronize();
+      EXPECT_EQ(total, want);
+      dm.free(d);
+    }
+    c.barrier();
+  }, options()));
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, NcclCollectives, ::testing::Values(1, 2),
                          [](const auto& info) { return fmt::format("np{}", info.param); });
 

@@ -32,20 +32,6 @@ size_t total(std::span<const size_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), size_t{0});
 }
 
-// Runs `body(keep)` between ncclGroupStart and ncclGroupEnd; `keep` records
-// the first failing call. Returns that failure, else ncclGroupEnd's result
-// (ncclGroupEnd must run even after a failure, or the group stays open).
-template <typename Body>
-ncclResult_t grouped(Body&& body) {
-  ncclResult_t first = ncclGroupStart();
-  if (first != ncclSuccess) return first;
-  body([&](ncclResult_t r) {
-    if (first == ncclSuccess && r != ncclSuccess) first = r;
-  });
-  ncclResult_t end = ncclGroupEnd();
-  return first != ncclSuccess ? first : end;
-}
-
 // NCCL's in-place forms need the input at this rank's block of the output;
 // any other overlap would read blocks already overwritten.
 void check_no_overlap(const char* op, const void* send, size_t send_bytes, const void* recv,

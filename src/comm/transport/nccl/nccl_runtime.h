@@ -40,6 +40,20 @@ class DeviceGuard {
   int previous_ = -1;  // -1: nothing to restore
 };
 
+// Runs `body(keep)` between ncclGroupStart and ncclGroupEnd; `keep` records
+// the first failing call. Returns that failure, else ncclGroupEnd's result
+// (ncclGroupEnd must run even after a failure, or the group stays open).
+template <typename Body>
+ncclResult_t grouped(Body&& body) {
+  ncclResult_t first = ncclGroupStart();
+  if (first != ncclSuccess) return first;
+  body([&](ncclResult_t r) {
+    if (first == ncclSuccess && r != ncclSuccess) first = r;
+  });
+  ncclResult_t end = ncclGroupEnd();
+  return first != ncclSuccess ? first : end;
+}
+
 // Throws InvalidArgument naming `op`, `which` buffer and the problem unless
 // `p` is device (or managed) memory usable on `device`. Null with bytes == 0
 // passes.
