@@ -24,6 +24,7 @@
 #include "comm_nccl/staged_backend.h"
 #include "lockstep/base/error.h"
 #include "support/collective_matrix.h"
+#include "support/mismatch_matrix.h"
 #include "support/multiproc.h"
 #include "support/typed_data.h"
 
@@ -294,6 +295,19 @@ TEST(NcclTwoRanks, SharingOneGpuIsRefusedNamingTheRanks) {
           << e.what();
     }
   }, options()));
+}
+
+// Under LOCKSTEP_VERIFY_OPS=1 every collective first compares descriptors:
+// ranks calling different collectives all get MismatchError and the
+// communicator still gives right results.
+TEST(NcclTwoRanks, VerifiedMismatchesFailOnEveryRankAndLeaveItUsable) {
+  LOCKSTEP_REQUIRE_GPUS(2);
+  MultiProcOptions o = options();
+  o.env["LOCKSTEP_VERIFY_OPS"] = "1";
+  expect_all_ok(run_workers_raw(2, [](const comm::WorldInfo& w) {
+    Communicator c(w, std::make_unique<StagedBackend>(nccl_backend(w, w.rank)));
+    matrix::every_kind_pair_mismatch_then_right_results(c);
+  }, o));
 }
 
 // A peer that dies mid-job is named in the survivor's PeerFailure (found
