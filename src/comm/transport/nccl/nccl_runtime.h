@@ -16,7 +16,9 @@ namespace lockstep::comm::nccl {
 
 ncclDataType_t to_nccl(DataType dtype);
 // kAverage is ncclAvg: NCCL divides after summing for integer types
-// (truncating, as lockstep does) and pre-multiplies by 1/n for floating types.
+// (truncating, as lockstep does, but the sum is in the element type: an
+// overflowing i8/u8/i32 sum wraps, where the host transports sum in int64)
+// and pre-multiplies by 1/n for floating types.
 ncclRedOp_t to_nccl(ReduceOp op);
 
 // Throws lockstep::Error "nccl backend: <what>: <CUDA's text> (<name>)"
