@@ -24,7 +24,9 @@
 // (split) gets its id from its first member over the parent communicator.
 //
 // Failures, never a hang: the communicator is non-blocking
-// (ncclConfig_t::blocking = 0), so no NCCL call blocks the host; every wait
+// (ncclConfig_t::blocking = 0; LOCKSTEP_NCCL_BLOCKING=1 gives NCCL's
+// blocking mode, whose calls may block while NCCL connects to a peer), so
+// no NCCL call blocks the host; every wait
 // polls the stream's completion event, ncclCommGetAsyncError and the pids of
 // the peers on this host, and ends
 //   - when a local peer died: PeerFailure naming it (within ~10 ms);

@@ -97,10 +97,14 @@ std::unique_ptr<Backend> connect(const WorldInfo& world, int device, const ncclU
   auto watchdog = std::make_unique<Watchdog>(
       kit::WaitPolicy::from_knobs(world.local_size),
       kit::PeerLiveness(local_pids(peers, world.rank), world.rank), world.rank, world.size);
-  // Non-blocking, so that no NCCL call (init included: it connects to the
-  // peers) can block this thread past the watchdog's deadline.
+  // Non-blocking by default, so that no NCCL call (init included: it
+  // connects to the peers) can block this thread past the watchdog's
+  // deadline; LOCKSTEP_NCCL_BLOCKING=1 trades that for NCCL's cheaper
+  // blocking enqueue.
+  const bool blocking = knob_bool("LOCKSTEP_NCCL_BLOCKING");
+  watchdog->set_blocking(blocking);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = blocking ? 1 : 0;
   ncclComm_t comm = nullptr;
   const Clock::time_point start = Clock::now();
   ncclResult_t r = ncclCommInitRankConfig(&comm, world.size, id, world.rank, &config);

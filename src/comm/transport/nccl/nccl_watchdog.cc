@@ -142,6 +142,13 @@ void Watchdog::fail_cuda(std::string_view what, const std::string& cuda_text) {
 void Watchdog::close() {
   if (!comm_) return;
   ncclComm_t comm = comm_;
+  if (blocking_) {
+    // Every collective of this rank has completed (the backend waited for
+    // its stream), so nothing of ours is left for the peers to wait on.
+    ncclCommAbort(comm);
+    comm_ = nullptr;
+    return;
+  }
   // Finalize flushes the communicator's work and says goodbye to the peers;
   // a peer that is gone would keep it in progress, so it gets a grace
   // period and then the abort.
