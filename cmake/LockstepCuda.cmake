@@ -35,7 +35,7 @@ function(_lockstep_nccl_wheel_prefix out)
   endif()
   execute_process(
     COMMAND ${_lockstep_python} -c
-            "import os, nvidia.nccl as m; print(os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0])"
+            "import nvidia.nccl as m; print(list(m.__path__)[0])"
     OUTPUT_VARIABLE prefix OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
   if(rc EQUAL 0 AND IS_DIRECTORY "${prefix}")
     set(${out} "${prefix}" PARENT_SCOPE)

@@ -155,7 +155,13 @@ TEST(NcclDevice, DeferredAllreduceEveryDtypeOpAndCount) {
     int salt = 0;
     for (int d = 0; d < comm::kNumDataTypes; ++d) {
       auto dt = static_cast<comm::DataType>(d);
-      struct Case { void* in; void* out; size_t bytes; std::vector<uint8_t> want; std::string what; };
+      struct Case {
+        void* in;
+        void* out;
+        size_t bytes;
+        std::vector<uint8_t> want;
+        std::string what;
+      };
       std::vector<Case> cases;
       for (auto op : ops)
         for (size_t count : counts) {
