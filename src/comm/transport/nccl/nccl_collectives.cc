@@ -202,7 +202,9 @@ void NcclBackend::send(const void* buffer, size_t count, DataType dtype, int pee
   check_device_buffer(buffer, count * dtype_size(dtype), device_, "send", "data");
   watchdog_->check_usable();
   if (count == 0) return;
-  enqueued("send", ncclSend(buffer, count, to_nccl(dtype), peer, watchdog_->comm(), stream_));
+  // The peer is the one rank a point-to-point wait depends on: name it.
+  enqueued(fmt::format("send to rank {}", peer),
+           ncclSend(buffer, count, to_nccl(dtype), peer, watchdog_->comm(), stream_));
   finish();
 }
 
@@ -211,7 +213,8 @@ void NcclBackend::recv(void* buffer, size_t count, DataType dtype, int peer, int
   check_device_buffer(buffer, count * dtype_size(dtype), device_, "recv", "data");
   watchdog_->check_usable();
   if (count == 0) return;
-  enqueued("recv", ncclRecv(buffer, count, to_nccl(dtype), peer, watchdog_->comm(), stream_));
+  enqueued(fmt::format("recv from rank {}", peer),
+           ncclRecv(buffer, count, to_nccl(dtype), peer, watchdog_->comm(), stream_));
   finish();
 }
 
