@@ -35,7 +35,7 @@ function(_lockstep_nccl_wheel_prefix out)
   endif()
   execute_process(
     COMMAND ${_lockstep_python} -c
-            "import os, nvidia.nccl as m; print(os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0])"
+            "import nvidia.nccl as m; print(list(m.__path__)[0])"
     OUTPUT_VARIABLE prefix OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
   if(rc EQUAL 0 AND IS_DIRECTORY "${prefix}")
     set(${out} "${prefix}" PARENT_SCOPE)
@@ -65,7 +65,9 @@ find_path(LOCKSTEP_NCCL_INCLUDE_DIR nccl.h
   HINTS ${_nccl_hints} PATH_SUFFIXES include
   DOC "Directory holding nccl.h")
 # libnccl.so.2 by its full name: the wheel ships no unversioned link.
-find_library(LOCKSTEP_NCCL_LIBRARY NAMES nccl libnccl.so.2
+# NAMES_PER_DIR: both names in one prefix before the next, so the library
+# comes from the prefix the header came from (a toolkit may ship its own).
+find_library(LOCKSTEP_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
   HINTS ${_nccl_hints} PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu
   DOC "The NCCL shared library (libnccl.so or libnccl.so.2)")
 
@@ -130,7 +132,11 @@ if(LOCKSTEP_WITH_CUDA)
   message(STATUS "lockstep CUDA: toolkit ${CUDAToolkit_VERSION} (${CUDAToolkit_LIBRARY_DIR}), "
                  "NCCL ${LOCKSTEP_NCCL_VERSION} (${LOCKSTEP_NCCL_LIBRARY})")
 else()
-  message(STATUS "lockstep CUDA: off (toolkit found: ${CUDAToolkit_FOUND}, NCCL found: "
+  set(_tk_found OFF)
+  if(CUDAToolkit_FOUND)
+    set(_tk_found ON)
+  endif()
+  message(STATUS "lockstep CUDA: off (toolkit found: ${_tk_found}, NCCL found: "
                  "${_nccl_found}, CUDA LibTorch or GPU driver: ${_cuda_use})")
 endif()
 

@@ -111,6 +111,10 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_NETWORK_INTERFACE", "",
          "gloo: network interface (e.g. eth0) for TCP between hosts; empty = the one that "
          "routes to the launcher's rendezvous store"},
+    Knob{"LOCKSTEP_NCCL_BLOCKING", "0",
+         "nccl: 0 = non-blocking communicator (no NCCL call blocks past LOCKSTEP_TIMEOUT); 1 = "
+         "NCCL's blocking mode (cheaper enqueue; a call may block while NCCL connects)",
+         "0|1"},
     Knob{"LOCKSTEP_VERIFY_OPS", "0",
          "mpi/gloo/nccl: 1 = compare every collective's descriptor across ranks first (one small "
          "allgather) so mismatches fail cleanly"},

@@ -24,6 +24,7 @@
 #include "comm_nccl/staged_backend.h"
 #include "lockstep/base/error.h"
 #include "support/collective_matrix.h"
+#include "support/mismatch_matrix.h"
 #include "support/multiproc.h"
 #include "support/typed_data.h"
 
@@ -99,6 +100,33 @@ TEST_P(NcclCollectives, ReduceScatterEveryDtypeAndOp) {
 TEST_P(NcclCollectives, AlltoallAndAlltoallv) { run(matrix::alltoall_and_alltoallv); }
 TEST_P(NcclCollectives, SendRecvRingAndBarrier) { run(matrix::send_recv_ring_and_barrier); }
 
+// split() over an NCCL communicator: the subset's id travels over the
+// parent (NcclBackend::subset); its collectives take device buffers too.
+TEST_P(NcclCollectives, SplitGivesADeviceSubsetCommunicator) {
+  LOCKSTEP_REQUIRE_GPUS(GetParam());
+  expect_all_ok(run_workers_raw(GetParam(), [](const comm::WorldInfo& w) {
+    Communicator c(w, nccl_backend(w, w.rank));
+    std::vector<int> evens;
+    for (int r = 0; r < c.size(); r += 2) evens.push_back(r);
+    if (c.rank() % 2 == 0) {
+      auto sub = c.split(evens, "evens");
+      ASSERT_EQ(sub->size(), static_cast<int>(evens.size()));
+      ASSERT_EQ(sub->memory(), comm::MemoryKind::kCuda);
+      DeviceMemory& dm = *sub->device_memory();
+      auto* d = static_cast<int64_t*>(dm.allocate(sizeof(int64_t)));
+      int64_t v = c.rank() + 1, total = 0, want = 0;
+      for (int r : evens) want += r + 1;
+      dm.copy(d, &v, sizeof v);
+      sub->allreduce(d, 1, comm::DataType::kInt64, comm::ReduceOp::kSum);
+      dm.copy(&total, d, sizeof total);
+      dm.synchronize();
+      EXPECT_EQ(total, want);
+      dm.free(d);
+    }
+    c.barrier();
+  }, options()));
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, NcclCollectives, ::testing::Values(1, 2),
                          [](const auto& info) { return fmt::format("np{}", info.param); });
 
@@ -127,7 +155,13 @@ TEST(NcclDevice, DeferredAllreduceEveryDtypeOpAndCount) {
     int salt = 0;
     for (int d = 0; d < comm::kNumDataTypes; ++d) {
       auto dt = static_cast<comm::DataType>(d);
-      struct Case { void* in; void* out; size_t bytes; std::vector<uint8_t> want; std::string what; };
+      struct Case {
+        void* in;
+        void* out;
+        size_t bytes;
+        std::vector<uint8_t> want;
+        std::string what;
+      };
       std::vector<Case> cases;
       for (auto op : ops)
         for (size_t count : counts) {
@@ -267,6 +301,19 @@ TEST(NcclTwoRanks, SharingOneGpuIsRefusedNamingTheRanks) {
           << e.what();
     }
   }, options()));
+}
+
+// Under LOCKSTEP_VERIFY_OPS=1 every collective first compares descriptors:
+// ranks calling different collectives all get MismatchError and the
+// communicator still gives right results.
+TEST(NcclTwoRanks, VerifiedMismatchesFailOnEveryRankAndLeaveItUsable) {
+  LOCKSTEP_REQUIRE_GPUS(2);
+  MultiProcOptions o = options();
+  o.env["LOCKSTEP_VERIFY_OPS"] = "1";
+  expect_all_ok(run_workers_raw(2, [](const comm::WorldInfo& w) {
+    Communicator c(w, std::make_unique<StagedBackend>(nccl_backend(w, w.rank)));
+    matrix::every_kind_pair_mismatch_then_right_results(c);
+  }, o));
 }
 
 // A peer that dies mid-job is named in the survivor's PeerFailure (found

@@ -52,8 +52,12 @@ StagedBackend::Buffer StagedBackend::output(size_t bytes) {
   return b;
 }
 
+// Synchronize first: a copy into pageable memory blocks the host in CUDA,
+// outside the backend's deadline, so it must not wait behind a collective.
 void StagedBackend::back(void* host, const Buffer& device, size_t bytes) {
-  if (host && bytes) dm_.copy(host, device.get(), bytes);
+  dm_.synchronize();
+  if (!host || !bytes) return;
+  dm_.copy(host, device.get(), bytes);
   dm_.synchronize();
 }
 

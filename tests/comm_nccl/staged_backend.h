@@ -5,8 +5,8 @@
 // Each call copies its host inputs into fresh device buffers, fills the
 // device outputs with a poison byte (so a collective that writes nothing
 // fails the comparison), runs the inner collective in deferred mode (no
-// wait), copies the outputs back and synchronizes once: the path the engine
-// takes. In-place calls stay in place on the device. Test-only; not
+// wait) and synchronizes once, the path the engine takes, then copies the
+// outputs back. In-place calls stay in place on the device. Test-only; not
 // thread-safe, like the Backend it wraps.
 #pragma once
 

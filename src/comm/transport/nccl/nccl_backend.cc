@@ -20,9 +20,9 @@ std::string cuda_text(cudaError_t err) {
 }  // namespace
 
 NcclBackend::NcclBackend(std::unique_ptr<Watchdog> watchdog, int device, int rank, int size,
-                         bool verify_ops)
-    : watchdog_(std::move(watchdog)), device_(device), rank_(rank), size_(size),
-      verify_ops_(verify_ops) {
+                         bool verify_ops, std::vector<PeerRecord> peers)
+    : watchdog_(std::move(watchdog)), peers_(std::move(peers)), device_(device), rank_(rank),
+      size_(size), verify_ops_(verify_ops) {
   DeviceGuard guard(device_);
   // Non-blocking: the legacy default stream (used by code that names no
   // stream) must not serialise with the collectives.

@@ -20,10 +20,13 @@
 // Bootstrap: rank 0's ncclUniqueId reaches the others through a short-lived
 // host communicator over the same world (LOCKSTEP_BACKEND's auto choice:
 // shm on one host, gloo or mpi across hosts), which also exchanges the
-// ranks' host names and pids for liveness checks.
+// ranks' host names, pids (for liveness checks) and GPU bus ids. A subset
+// (split) gets its id from its first member over the parent communicator.
 //
 // Failures, never a hang: the communicator is non-blocking
-// (ncclConfig_t::blocking = 0), so no NCCL call blocks the host; every wait
+// (ncclConfig_t::blocking = 0; LOCKSTEP_NCCL_BLOCKING=1 gives NCCL's
+// blocking mode, whose calls may block while NCCL connects to a peer), so
+// no NCCL call blocks the host; every wait
 // polls the stream's completion event, ncclCommGetAsyncError and the pids of
 // the peers on this host, and ends
 //   - when a local peer died: PeerFailure naming it (within ~10 ms);
@@ -41,6 +44,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include "lockstep/comm/backend.h"
@@ -51,5 +55,9 @@ namespace lockstep::comm::nccl {
 // Connects the ranks of `world` under `tag`. Collective over all of them.
 // Throws InvalidArgument when no GPU is visible, naming CUDA's reason.
 std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag);
+// Transport::make_subset: the communicator over `ranks` of `parent`, its
+// ncclUniqueId sent over the parent among the members only.
+std::unique_ptr<Backend> make_subset(Backend& parent, std::span<const int> ranks,
+                                     const WorldInfo& sub, const std::string& tag);
 
 }  // namespace lockstep::comm::nccl

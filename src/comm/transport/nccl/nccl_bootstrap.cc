@@ -1,5 +1,5 @@
-// make_backend: the ncclUniqueId exchange and the communicator's
-// initialization (nccl_backend.h, "Bootstrap").
+// Making NCCL communicators (nccl_backend.h, "Bootstrap"): the world's
+// through the host transport, a subset's through its parent.
 #include <unistd.h>
 
 #include <cstring>
@@ -16,15 +16,6 @@
 
 namespace lockstep::comm::nccl {
 namespace {
-
-// What each rank tells the others at start-up (fixed size: exchanged as
-// bytes through the host communicator).
-struct PeerRecord {
-  int64_t pid = 0;
-  int32_t device = -1;
-  char host[128] = {};
-  char bus_id[32] = {};  // PCI bus id of the GPU: equal means the same GPU
-};
 
 // The GPU current in this thread (the placement chose it).
 int current_device() {
@@ -50,6 +41,14 @@ PeerRecord my_record(int device) {
   return mine;
 }
 
+ncclUniqueId new_id() {
+  ncclUniqueId id{};
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess)
+    throw Error(fmt::format("nccl backend: ncclGetUniqueId: {}", nccl_text(r, nullptr)));
+  return id;
+}
+
 // NCCL refuses two ranks on one GPU with "Duplicate GPU detected" deep in
 // its init; say which ranks and what to do instead.
 void check_distinct_gpus(const std::vector<PeerRecord>& peers) {
@@ -70,11 +69,7 @@ std::vector<PeerRecord> exchange(const WorldInfo& world, const std::string& tag,
                                  ncclUniqueId* id) {
   std::vector<PeerRecord> peers(world.size);
   PeerRecord mine = my_record(device);
-  if (world.rank == 0) {
-    ncclResult_t r = ncclGetUniqueId(id);
-    if (r != ncclSuccess)
-      throw Error(fmt::format("nccl backend: ncclGetUniqueId: {}", nccl_text(r, nullptr)));
-  }
+  if (world.rank == 0) *id = new_id();
   if (world.size == 1) {
     peers[0] = mine;
     return peers;
@@ -96,27 +91,70 @@ std::vector<int> local_pids(const std::vector<PeerRecord>& peers, int self) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag) {
-  const int device = current_device();
-  DeviceGuard guard(device);
-  auto policy = kit::WaitPolicy::from_knobs(world.local_size);
-  ncclUniqueId id{};
-  std::vector<PeerRecord> peers = exchange(world, tag, device, &id);
+std::unique_ptr<Backend> connect(const WorldInfo& world, int device, const ncclUniqueId& id,
+                                 std::vector<PeerRecord> peers) {
   check_distinct_gpus(peers);
   auto watchdog = std::make_unique<Watchdog>(
-      policy, kit::PeerLiveness(local_pids(peers, world.rank), world.rank), world.rank,
-      world.size);
-  // Non-blocking, so that no NCCL call (init included: it connects to the
-  // peers) can block this thread past the watchdog's deadline.
+      kit::WaitPolicy::from_knobs(world.local_size),
+      kit::PeerLiveness(local_pids(peers, world.rank), world.rank), world.rank, world.size);
+  // Non-blocking by default, so that no NCCL call (init included: it
+  // connects to the peers) can block this thread past the watchdog's
+  // deadline; LOCKSTEP_NCCL_BLOCKING=1 trades that for NCCL's cheaper
+  // blocking enqueue.
+  const bool blocking = knob_bool("LOCKSTEP_NCCL_BLOCKING");
+  watchdog->set_blocking(blocking);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = blocking ? 1 : 0;
   ncclComm_t comm = nullptr;
   const Clock::time_point start = Clock::now();
   ncclResult_t r = ncclCommInitRankConfig(&comm, world.size, id, world.rank, &config);
   watchdog->set_comm(comm);
   watchdog->settle(r, "ncclCommInitRank (connecting to the peers)", start);
   return std::make_unique<NcclBackend>(std::move(watchdog), device, world.rank, world.size,
-                                       knob_bool("LOCKSTEP_VERIFY_OPS"));
+                                       knob_bool("LOCKSTEP_VERIFY_OPS"), std::move(peers));
+}
+
+std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag) {
+  const int device = current_device();
+  DeviceGuard guard(device);
+  ncclUniqueId id{};
+  std::vector<PeerRecord> peers = exchange(world, tag, device, &id);
+  return connect(world, device, id, std::move(peers));
+}
+
+std::unique_ptr<Backend> make_subset(Backend& parent, std::span<const int> ranks,
+                                     const WorldInfo& sub, const std::string& tag) {
+  // The Communicator's backend may wrap an NcclBackend (a test's staging
+  // adapter): then rendezvous afresh, as transports without make_subset do.
+  if (auto* nccl = dynamic_cast<NcclBackend*>(&parent)) return nccl->subset(ranks, sub);
+  return make_backend(sub, tag);
+}
+
+std::unique_ptr<Backend> NcclBackend::subset(std::span<const int> ranks, const WorldInfo& sub) {
+  DeviceGuard guard(device_);
+  watchdog_->check_usable();
+  ncclUniqueId id = sub.rank == 0 ? new_id() : ncclUniqueId{};
+  if (ranks.size() > 1) {
+    void* d = allocate(sizeof id);
+    if (sub.rank == 0) cuda("split", cudaMemcpyAsync(d, &id, sizeof id, cudaMemcpyHostToDevice,
+                                                     stream_));
+    ncclComm_t comm = watchdog_->comm();
+    enqueued("split", grouped([&](auto keep) {
+      if (sub.rank != 0) {
+        keep(ncclRecv(d, sizeof id, ncclUint8, ranks[0], comm, stream_));
+        return;
+      }
+      for (size_t i = 1; i < ranks.size(); ++i)
+        keep(ncclSend(d, sizeof id, ncclUint8, ranks[i], comm, stream_));
+    }));
+    wait_stream("split");
+    // Pageable: returns once copied; the stream is idle, so it cannot hang.
+    if (sub.rank != 0) cuda_check(cudaMemcpy(&id, d, sizeof id, cudaMemcpyDeviceToHost), "split");
+    free(d);
+  }
+  std::vector<PeerRecord> members;
+  for (int r : ranks) members.push_back(peers_[r]);
+  return connect(sub, device_, id, std::move(members));
 }
 
 }  // namespace lockstep::comm::nccl

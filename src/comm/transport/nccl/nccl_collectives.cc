@@ -34,20 +34,6 @@ size_t total(std::span<const size_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), size_t{0});
 }
 
-// Runs `body(keep)` between ncclGroupStart and ncclGroupEnd; `keep` records
-// the first failing call. Returns that failure, else ncclGroupEnd's result
-// (ncclGroupEnd must run even after a failure, or the group stays open).
-template <typename Body>
-ncclResult_t grouped(Body&& body) {
-  ncclResult_t first = ncclGroupStart();
-  if (first != ncclSuccess) return first;
-  body([&](ncclResult_t r) {
-    if (first == ncclSuccess && r != ncclSuccess) first = r;
-  });
-  ncclResult_t end = ncclGroupEnd();
-  return first != ncclSuccess ? first : end;
-}
-
 // NCCL's in-place forms need the input at this rank's block of the output;
 // any other overlap would read blocks already overwritten.
 void check_no_overlap(const char* op, const void* send, size_t send_bytes, const void* recv,
@@ -262,7 +248,9 @@ void NcclBackend::send(const void* buffer, size_t count, DataType dtype, int pee
   check_device_buffer(buffer, count * dtype_size(dtype), device_, "send", "data");
   watchdog_->check_usable();
   if (count == 0) return;
-  enqueued("send", ncclSend(buffer, count, to_nccl(dtype), peer, watchdog_->comm(), stream_));
+  // The peer is the one rank a point-to-point wait depends on: name it.
+  enqueued(fmt::format("send to rank {}", peer),
+           ncclSend(buffer, count, to_nccl(dtype), peer, watchdog_->comm(), stream_));
   finish();
 }
 
@@ -271,7 +259,8 @@ void NcclBackend::recv(void* buffer, size_t count, DataType dtype, int peer, int
   check_device_buffer(buffer, count * dtype_size(dtype), device_, "recv", "data");
   watchdog_->check_usable();
   if (count == 0) return;
-  enqueued("recv", ncclRecv(buffer, count, to_nccl(dtype), peer, watchdog_->comm(), stream_));
+  enqueued(fmt::format("recv from rank {}", peer),
+           ncclRecv(buffer, count, to_nccl(dtype), peer, watchdog_->comm(), stream_));
   finish();
 }
 

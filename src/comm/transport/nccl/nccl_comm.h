@@ -10,16 +10,34 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comm/kit/op_desc.h"
 #include "comm/transport/nccl/nccl_runtime.h"
 #include "comm/transport/nccl/nccl_watchdog.h"
 #include "lockstep/comm/backend.h"
 #include "lockstep/comm/device.h"
+#include "lockstep/comm/world.h"
 
 namespace lockstep::comm::nccl {
+
+// What each rank tells the others at start-up (fixed size: exchanged as
+// bytes through the host communicator).
+struct PeerRecord {
+  int64_t pid = 0;
+  int32_t device = -1;
+  char host[128] = {};
+  char bus_id[32] = {};  // PCI bus id of the GPU: equal means the same GPU
+};
+
+// The backend over `world` from an id every rank holds and every rank's
+// record (nccl_bootstrap.cc): checks one GPU per rank, then initializes the
+// communicator under the watchdog. `device` must be current.
+std::unique_ptr<Backend> connect(const WorldInfo& world, int device, const ncclUniqueId& id,
+                                 std::vector<PeerRecord> peers);
 
 class NcclBackend final : public Backend, public DeviceMemory {
  public:
@@ -27,7 +45,7 @@ class NcclBackend final : public Backend, public DeviceMemory {
   // must be current. Creates the stream, its event and a small scratch
   // buffer.
   NcclBackend(std::unique_ptr<Watchdog> watchdog, int device, int rank, int size,
-              bool verify_ops);
+              bool verify_ops, std::vector<PeerRecord> peers);
   // Waits (bounded) for enqueued work, then finalizes the communicator.
   ~NcclBackend() override;
 
@@ -56,6 +74,12 @@ class NcclBackend final : public Backend, public DeviceMemory {
                  std::span<const size_t> recv_counts, DataType dtype) override;
   void send(const void* buffer, size_t count, DataType dtype, int peer, int tag) override;
   void recv(void* buffer, size_t count, DataType dtype, int peer, int tag) override;
+
+  // The backend over `ranks` (indices into this one; Transport::make_subset,
+  // called by exactly the members): the first member's new ncclUniqueId
+  // reaches the others over this communicator, point to point among the
+  // members only, so it works across hosts without a new rendezvous.
+  std::unique_ptr<Backend> subset(std::span<const int> ranks, const WorldInfo& sub);
 
   // DeviceMemory.
   int device() const override { return device_; }
@@ -96,6 +120,7 @@ class NcclBackend final : public Backend, public DeviceMemory {
   void local_copy(void* dst, const void* src, size_t bytes);
 
   std::unique_ptr<Watchdog> watchdog_;
+  std::vector<PeerRecord> peers_;
   int device_;
   int rank_;
   int size_;

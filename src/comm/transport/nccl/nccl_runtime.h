@@ -16,7 +16,9 @@ namespace lockstep::comm::nccl {
 
 ncclDataType_t to_nccl(DataType dtype);
 // kAverage is ncclAvg: NCCL divides after summing for integer types
-// (truncating, as lockstep does) and pre-multiplies by 1/n for floating types.
+// (truncating, as lockstep does, but the sum is in the element type: an
+// overflowing i8/u8/i32 sum wraps, where the host transports sum in int64)
+// and pre-multiplies by 1/n for floating types.
 ncclRedOp_t to_nccl(ReduceOp op);
 
 // Throws lockstep::Error "nccl backend: <what>: <CUDA's text> (<name>)"
@@ -39,6 +41,20 @@ class DeviceGuard {
  private:
   int previous_ = -1;  // -1: nothing to restore
 };
+
+// Runs `body(keep)` between ncclGroupStart and ncclGroupEnd; `keep` records
+// the first failing call. Returns that failure, else ncclGroupEnd's result
+// (ncclGroupEnd must run even after a failure, or the group stays open).
+template <typename Body>
+ncclResult_t grouped(Body&& body) {
+  ncclResult_t first = ncclGroupStart();
+  if (first != ncclSuccess) return first;
+  body([&](ncclResult_t r) {
+    if (first == ncclSuccess && r != ncclSuccess) first = r;
+  });
+  ncclResult_t end = ncclGroupEnd();
+  return first != ncclSuccess ? first : end;
+}
 
 // Throws InvalidArgument naming `op`, `which` buffer and the problem unless
 // `p` is device (or managed) memory usable on `device`. Null with bytes == 0

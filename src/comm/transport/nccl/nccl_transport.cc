@@ -19,6 +19,7 @@ const Transport transport_nccl{
                "the host transport)",
     .auto_priority = priority,
     .make = nccl::make_backend,
+    .make_subset = nccl::make_subset,
 };
 
 }  // namespace lockstep::comm

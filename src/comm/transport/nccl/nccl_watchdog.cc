@@ -109,6 +109,13 @@ void Watchdog::check_peers(std::string_view what, Clock::time_point since) {
 void Watchdog::fail_nccl(std::string_view what, ncclResult_t result) {
   std::string reason = fmt::format("nccl backend: {} failed on rank {} of {}: {}", what, rank_,
                                    size_, nccl_text(result, comm_));
+  // NCCL may notice a dead peer (its sockets closing) before the next
+  // liveness check: name it when it is one of ours.
+  if (int dead = liveness_.find_dead(); dead >= 0) {
+    reason += fmt::format("; rank {} (pid {}) has died", dead, liveness_.pid(dead));
+    abort_comm(reason);
+    throw PeerFailure(dead, reason);
+  }
   abort_comm(reason);
   // A remote error is a peer (or its host) failing; NCCL does not say which.
   if (result == ncclRemoteError || result == ncclSystemError) throw PeerFailure(-1, reason);
@@ -135,6 +142,13 @@ void Watchdog::fail_cuda(std::string_view what, const std::string& cuda_text) {
 void Watchdog::close() {
   if (!comm_) return;
   ncclComm_t comm = comm_;
+  if (blocking_) {
+    // Every collective of this rank has completed (the backend waited for
+    // its stream), so nothing of ours is left for the peers to wait on.
+    ncclCommAbort(comm);
+    comm_ = nullptr;
+    return;
+  }
   // Finalize flushes the communicator's work and says goodbye to the peers;
   // a peer that is gone would keep it in progress, so it gets a grace
   // period and then the abort.

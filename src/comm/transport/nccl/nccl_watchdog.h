@@ -38,6 +38,9 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   void set_comm(ncclComm_t comm) { comm_ = comm; }
+  // A blocking communicator is aborted at close() rather than finalized:
+  // its finalize could block on a peer that is gone.
+  void set_blocking(bool blocking) { blocking_ = blocking; }
   ncclComm_t comm() const { return comm_; }
   const kit::WaitPolicy& policy() const { return policy_; }
 
@@ -74,6 +77,7 @@ class Watchdog {
   kit::PeerLiveness liveness_;
   int rank_;
   int size_;
+  bool blocking_ = false;
   Clock::time_point next_liveness_check_{};
   std::string broken_;  // why the communicator is unusable; empty while usable
 };
