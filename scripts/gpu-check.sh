@@ -32,20 +32,21 @@ DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 bin=$BUILD/bin
 export LOCKSTEP_LOG_LEVEL=${LOCKSTEP_LOG_LEVEL:-warning}
 
-step tests-gpu 240 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 200
-step bench-allreduce-np1-nccl 60 "$bin/lockstep" run -np 1 "$bin/lockstep" bench allreduce \
-  --device cuda --backend nccl --sizes 4KiB:256MiB --factor 4 --seconds 0.1 --check
-step bench-allreduce-np2-shm 90 "$bin/lockstep" run -np 2 "$bin/lockstep" bench allreduce \
-  --device cuda --backend shm --sizes 4KiB:256MiB --factor 4 --seconds 0.1 --check
-step bench-allreduce-np2-shm-host 90 "$bin/lockstep" run -np 2 "$bin/lockstep" bench allreduce \
-  --device cpu --backend shm --sizes 4KiB:256MiB --factor 4 --seconds 0.1
-step bench-train 240 "$bin/lockstep-bench-train" --device cuda --cpus 1 --layouts 1x1 \
+step tests-gpu 150 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 140
+step main-np1 150 "$bin/lockstep" run -np 1 "$bin/lockstep-fashion-mnist" --device cuda \
+  --data "$DATA" --metrics "$OUT/main-np1.jsonl"
+step bench-train 150 "$bin/lockstep-bench-train" --device cuda --cpus 1 --layouts 1x1 \
   --batch-size 256 --warmup-steps 50 --window-steps 200 --windows 3 --rounds 3 \
   --json "$OUT/bench-train.jsonl"
-step main-np1 240 "$bin/lockstep" run -np 1 "$bin/lockstep-fashion-mnist" --device cuda \
-  --data "$DATA" --metrics "$OUT/main-np1.jsonl" --timeline "$OUT/main-np1-timeline.json"
-step main-np2 300 "$bin/lockstep" run -np 2 "$bin/lockstep-fashion-mnist" --device cuda \
+step main-np2 180 "$bin/lockstep" run -np 2 "$bin/lockstep-fashion-mnist" --device cuda \
   --data "$DATA" --metrics "$OUT/main-np2.jsonl"
+for np_backend in 1:nccl 2:shm; do
+  step "bench-allreduce-np${np_backend%%:*}-${np_backend#*:}" 45 "$bin/lockstep" run \
+    -np "${np_backend%%:*}" "$bin/lockstep" bench allreduce --device cuda \
+    --backend "${np_backend#*:}" --sizes 4KiB:64MiB --factor 4 --seconds 0.1 --check
+done
+step bench-allreduce-np2-shm-host 45 "$bin/lockstep" run -np 2 "$bin/lockstep" bench allreduce \
+  --device cpu --backend shm --sizes 4KiB:64MiB --factor 4 --seconds 0.1
 
 echo "== summary"
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lockstep/parallel/checkpoint.h"
+#include "lockstep/parallel/optimizer_state.h"
 
 namespace lockstep::parallel::detail {
 

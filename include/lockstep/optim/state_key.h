@@ -16,8 +16,10 @@ namespace lockstep::optim {
 using StateKey =
     std::decay_t<decltype(std::declval<::torch::optim::Optimizer&>().state())>::key_type;
 
-inline StateKey state_key(const ::torch::Tensor& p) {
-  if constexpr (std::is_same_v<StateKey, std::string>) {
+// A template only so that the branch of the other LibTorch is discarded.
+template <typename Key = StateKey>
+Key state_key(const ::torch::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
     std::ostringstream text;  // what c10::guts::to_string wrote in 1.x
     text << p.unsafeGetTensorImpl();
     return text.str();
