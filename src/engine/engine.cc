@@ -176,6 +176,7 @@ int Engine::local_rank() const { return impl_->world.local_rank; }
 int Engine::local_size() const { return impl_->world.local_size; }
 int Engine::cross_rank() const { return impl_->world.cross_rank; }
 int Engine::cross_size() const { return impl_->world.cross_size; }
+const comm::WorldInfo& Engine::world() const { return impl_->world; }
 
 Handle Engine::allreduce_async(std::string name, const void* input, void* output, Shape shape,
                                DataType dtype, ReduceOp op, double prescale, double postscale,

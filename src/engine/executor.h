@@ -32,7 +32,9 @@ class Executor {
   Executor(comm::Communicator& comm, Timeline* timeline,
            const std::atomic<comm::Communicator*>* device = nullptr)
       : comm_(comm), timeline_(timeline), device_(device) {}
-  ~Executor();
+  ~Executor() = default;
+  // Frees the device fusion buffer; call while the device communicator lives.
+  void release_device() noexcept;
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 

@@ -45,13 +45,14 @@ void* device_output(Entry* entry, const Shape& shape, DataType dtype) {
 
 }  // namespace
 
-Executor::~Executor() {
-  if (device_fusion_ && device_owner_) {
-    try {
-      memory_of(*device_owner_).free(device_fusion_);
-    } catch (...) {  // a broken device: nothing left to free it on
-    }
+void Executor::release_device() noexcept {
+  if (!device_fusion_ || !device_owner_) return;
+  try {
+    memory_of(*device_owner_).free(device_fusion_);
+  } catch (...) {  // a broken device: nothing left to free it on
   }
+  device_fusion_ = nullptr;
+  device_fusion_bytes_ = 0;
 }
 
 void* Executor::device_buffer(comm::Communicator& dev, size_t bytes) {

@@ -113,7 +113,14 @@ void ProcessSetWorker::drain_incoming() {
   }
 }
 
+// The device fusion buffer goes while the device communicator that made it
+// still exists (Engine::shutdown drops it after joining this thread).
 void ProcessSetWorker::loop() {
+  run_loop();
+  executor_.release_device();
+}
+
+void ProcessSetWorker::run_loop() {
   for (;;) {
     bool stopping = wait_for_work();
     sample_blocked();  // before draining: what it saw submitted is in this offer

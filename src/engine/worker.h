@@ -60,6 +60,7 @@ class ProcessSetWorker {
   };
 
   void loop();
+  void run_loop();
   bool wait_for_work();
   void drain_incoming();
   Offer build_offer();

@@ -165,8 +165,7 @@ void start_device_communicator(const Placement& placed) {
   if (backend != DeviceBackend::kNccl) return;
   // One rank moves nothing: NCCL's start-up only when asked for by name.
   if (e.size() == 1 && knob_string("LOCKSTEP_DEVICE_BACKEND") != "nccl") return;
-  e.set_device_communicator(
-      comm::Communicator::create(comm::WorldInfo::from_environment(), "nccl"));
+  e.set_device_communicator(comm::Communicator::create(e.world(), "nccl"));
   log(LogLevel::kInfo, "CUDA tensors travel over NCCL on cuda:{}", placed.device_index);
 }
 

@@ -72,6 +72,18 @@ void collective_matrix(int size) {
   else EXPECT_EQ(got.size(0), 0);
 }
 
+// testing::make_mlp seeds through torch::manual_seed, which in LibTorch 2.x
+// also seeds (and so starts) CUDA: in this parent that would break every
+// forked worker. These weights come from a CPU generator of their own.
+::torch::nn::Sequential seeded_mlp() {
+  ::torch::nn::Sequential m(::torch::nn::Linear(8, 16), ::torch::nn::Tanh(),
+                            ::torch::nn::Linear(16, 4));
+  auto g = ::torch::make_generator<at::CPUGeneratorImpl>(3);
+  ::torch::NoGradGuard no_grad;
+  for (auto& p : m->parameters()) p.copy_(::torch::randn(p.sizes(), g) * 0.3);
+  return m;
+}
+
 TEST(CudaPlacement, WorkerComputesOnItsGpu) {
   LOCKSTEP_NEED_GPU();
   run_torch_workers(1, [] {
@@ -112,18 +124,21 @@ TEST(CudaTraining, DistributedOptimizerMatchesTheCpuReference) {
     auto g = ::torch::make_generator<at::CPUGeneratorImpl>(500 + step);
     return std::pair{::torch::randn({8, 8}, g), ::torch::randn({8, 4}, g)};
   };
-  auto model = testing::make_mlp(3);
-  ::torch::optim::SGD ref_opt(model->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
-  for (int s = 0; s < 4; ++s) {
-    auto [x, y] = batch(s);
-    ref_opt.zero_grad();
-    ::torch::nn::functional::mse_loss(model->forward(x), y).backward();
-    ref_opt.step();
-  }
-  const ::torch::Tensor want = testing::flat_parameters(*model);
+  // The reference too runs in the workers: a backward() here would start
+  // LibTorch's CUDA device threads in the parent, and CUDA does not survive
+  // a fork.
   run_torch_workers(2, [&] {
+    auto model = seeded_mlp();
+    ::torch::optim::SGD ref_opt(model->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int s = 0; s < 4; ++s) {
+      auto [x, y] = batch(s);
+      ref_opt.zero_grad();
+      ::torch::nn::functional::mse_loss(model->forward(x), y).backward();
+      ref_opt.step();
+    }
+    const ::torch::Tensor want = testing::flat_parameters(*model);
     const ::torch::Device gpu = placement().torch_device();
-    auto m = testing::make_mlp(3);
+    auto m = seeded_mlp();
     m->to(gpu);
     ::torch::optim::SGD opt(m->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
     DistributedOptimizer dist(opt, *m);

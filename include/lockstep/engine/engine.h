@@ -88,6 +88,9 @@ class Engine {
   int local_size() const;
   int cross_rank() const;
   int cross_size() const;
+  // The world the engine's communicator spans (what a second communicator
+  // over the same ranks, e.g. the device one, is made from).
+  const comm::WorldInfo& world() const;
 
   // output may equal input (in place). Average divides by the number of
   // contributing ranks (ranks that have not joined). Result =

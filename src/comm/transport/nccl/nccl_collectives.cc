@@ -115,6 +115,13 @@ void NcclBackend::broadcast(void* buffer, size_t count, DataType dtype, int root
   finish();
 }
 
+// Note [One rank reduces by copying]
+// Every reduction of one contribution is that contribution (the average of
+// one value included), so at world size 1 reduce and reduce_scatter are a
+// device copy. NCCL 2.28.9's own one-rank ncclReduce and ncclReduceScatter
+// left f64 elements past the first 8,000,000 bytes unwritten (counts
+// 1,000,003 and 1,000,004 on an H200, in the collective matrix), while
+// ncclAllReduce at the same counts was right.
 void NcclBackend::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                          int root) {
   DeviceGuard guard(device_);
@@ -123,6 +130,10 @@ void NcclBackend::reduce(const void* send, void* recv, size_t count, DataType dt
   if (rank_ == root) check_device_buffer(recv, bytes, device_, "reduce", "recv");
   begin(kit::make_desc(kit::OpKind::kReduce, dtype, root, count, op));
   if (count == 0) return;
+  if (size_ == 1) {  // Note [One rank reduces by copying]
+    local_copy(recv, send, bytes);
+    return finish();
+  }
   // NCCL never writes recvbuff off the root, but checks it is not null.
   void* out = rank_ == root || recv ? recv : const_cast<void*>(send);
   enqueued("reduce", ncclReduce(send, out, count, to_nccl(dtype), to_nccl(op), root,
@@ -140,6 +151,10 @@ void NcclBackend::reduce_scatter(const void* send, void* recv, size_t count, Dat
                    at(send, count * rank_, esize));
   begin(kit::make_desc(kit::OpKind::kReduceScatter, dtype, -1, count, op));
   if (count == 0) return;
+  if (size_ == 1) {  // Note [One rank reduces by copying]
+    local_copy(recv, send, count * esize);
+    return finish();
+  }
   enqueued("reduce_scatter", ncclReduceScatter(send, recv, count, to_nccl(dtype), to_nccl(op),
                                                watchdog_->comm(), stream_));
   finish();
