@@ -107,7 +107,12 @@ void ShmBackend::allreduce_cma(const void* send, void* recv, size_t count, DataT
   mine.cma_send = address(send);
   mine.cma_recv = address(recv);
   first_step();
-  if (!cma_agreed()) return allreduce_large(send, recv, count, dtype, op, -1);
+  if (!cma_agreed()) {
+    auto choice = plan::shm_allreduce_choice(
+        tuning_.policy, size_, static_cast<int64_t>(count * dtype_size(dtype)),
+        static_cast<int>(dtype_size(dtype)));
+    return allreduce_any(choice, send, recv, count, dtype, op, -1);
+  }
   count_cma_allreduce();
 
   size_t es = dtype_size(dtype);

@@ -10,12 +10,14 @@
 #include "comm/transport/shm/sync.h"
 #include "lockstep/comm/backend.h"
 #include "lockstep/comm/world.h"
+#include "lockstep/plan/shm_algorithm.h"
 
 namespace lockstep::comm::shm {
 
-// Size thresholds that pick algorithms (knobs LOCKSTEP_SHM_*; docs/shm.md).
+// Knobs that pick algorithms (LOCKSTEP_SHM_*; docs/shm.md). Which algorithm
+// runs is plan::shm_allreduce_choice's answer (Note [One decision]).
 struct ShmTuning {
-  size_t small_bytes = 0;    // allreduce: one-step algorithm at or below
+  plan::ShmPolicy policy;
   size_t stream_bytes = 0;   // allreduce: non-temporal result stores at or above
   size_t cma_bytes = 0;      // allreduce of 2 ranks: single-copy path at or above
   bool cma = false;          // LOCKSTEP_SHM_CMA=on: the single-copy path is allowed
@@ -61,7 +63,9 @@ class ShmBackend final : public Backend {
   int next_buffer() { return static_cast<int>(fills_++ & 1); }
   void arrive();
   void wait_all();
-  void step() { arrive(); wait_all(); }
+  // One step: linear (arrive, then wait for every peer) or a dissemination
+  // barrier over the same step counters (Note [Dissemination steps]).
+  void step();
   void first_step();  // step + descriptor comparison
   // Every rank throws MismatchError(message) after the same step, leaving
   // the buffer parity aligned (Note [Buffer parity]).
@@ -69,10 +73,15 @@ class ShmBackend final : public Backend {
   std::byte* slot(int r, int buffer) { return segment_->slot(r, buffer); }
 
   // Algorithms (shm_collectives.cc).
+  void allreduce_any(const plan::ShmChoice& choice, const void* send, void* recv, size_t count,
+                     DataType dtype, ReduceOp op, int root);
   void allreduce_small(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                        int root);
   void allreduce_large(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                       int root);
+                       int root, size_t chunk_bytes);
+  // Bytes this rank read from / wrote to the segment in the current call
+  // (comm::segment_traffic), published under the call's algorithm name.
+  void flush_traffic(std::string_view algorithm);
   // Single-copy (CMA) allreduce of two ranks (shm_cma.cc).
   bool wants_cma(size_t bytes, int root) const;
   bool cma_agreed();  // the first-use probe; after first_step()
@@ -87,6 +96,9 @@ class ShmBackend final : public Backend {
   std::optional<Waiter> waiter_;  // absent when size() == 1
   std::vector<const void*> inputs_;  // reduction operands, reused across calls
   ShmTuning tuning_;
+  plan::ShmSync sync_ = plan::ShmSync::kLinear;
+  uint64_t seg_read_ = 0;
+  uint64_t seg_written_ = 0;
   uint32_t step_ = 0;
   uint64_t fills_ = 0;
   uint64_t fills_at_begin_ = 0;  // fills_ when the current collective began
