@@ -19,6 +19,7 @@ namespace {
 ShmTuning tuning_from_knobs() {
   ShmTuning tuning;
   tuning.policy = plan::ShmPolicy::from_knobs();
+  tuning.legacy = tuning.policy.algorithm == "legacy";
   tuning.stream_bytes =
       parse_bytes(knob_string("LOCKSTEP_SHM_STREAM_BYTES"), "LOCKSTEP_SHM_STREAM_BYTES");
   tuning.cma = knob_choice("LOCKSTEP_SHM_CMA") == "on";

@@ -86,6 +86,13 @@ void ShmBackend::allreduce_small(const void* send, void* recv, size_t count, Dat
   seg_written_ += bytes;
   first_step();
   if (root >= 0 && root != rank_) return;
+  // The sum must run in rank order, so every rank would first read rank 0's
+  // lines, all at once. Asking for the peers' lines in staggered order
+  // first spreads the cross-core transfers over the owners.
+  if (!tuning_.legacy)
+    for (int i = 1; i < size_; ++i)
+      for (size_t at = 0; at < bytes; at += kAlign)
+        __builtin_prefetch(slot((rank_ + i) % size_, b) + at);
   // Our own contribution is read from the caller's (cache-hot) buffer.
   for (int r = 0; r < size_; ++r) inputs_[r] = r == rank_ ? send : slot(r, b);
   kernels::reduce(dtype, op, inputs_.data(), size_, recv, count, size_);
@@ -128,8 +135,11 @@ void ShmBackend::allreduce_large(const void* send, void* recv, size_t count, Dat
     }
     step();
     if (!receive) continue;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
+    // Start with the next rank's share: every share has one reader at a
+    // time instead of all n-1 converging on rank 0's lines first (legacy:
+    // rank order, as before issue 28).
+    for (int i = 1; i < size_; ++i) {
+      int r = tuning_.legacy ? (i <= rank_ ? i - 1 : i) : (rank_ + i) % size_;
       size_t rlo = part.begin(r), rhi = part.end(r);
       deliver(out + rlo * es, slot(r, b) + rlo * es, (rhi - rlo) * es);
       seg_read_ += (rhi - rlo) * es;

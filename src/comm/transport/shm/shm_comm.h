@@ -18,6 +18,7 @@ namespace lockstep::comm::shm {
 // runs is plan::shm_allreduce_choice's answer (Note [One decision]).
 struct ShmTuning {
   plan::ShmPolicy policy;
+  bool legacy = false;       // policy.algorithm == "legacy", read per call
   size_t stream_bytes = 0;   // allreduce: non-temporal result stores at or above
   size_t cma_bytes = 0;      // allreduce of 2 ranks: single-copy path at or above
   bool cma = false;          // LOCKSTEP_SHM_CMA=on: the single-copy path is allowed
