@@ -89,7 +89,8 @@ constexpr std::array kKnobs = {
          "before issue 28, for comparison), or force one_step / two_step; same on every rank",
          "auto|legacy|one_step|two_step"},
     Knob{"LOCKSTEP_SHM_CHUNK_BYTES", "auto",
-         "two-step allreduce chunk per rank; auto = min(slot, max(64KiB, 4MiB / ranks))"},
+         "two-step allreduce chunk (pipelined, three per rank in its two slots); auto = "
+         "max(64KiB, 4MiB / ranks), at most half a slot"},
     Knob{"LOCKSTEP_SHM_SYNC", "auto",
          "how a shm step waits for the other ranks: linear (poll every peer) or dissemination "
          "(log2(ranks) rounds); auto = dissemination from 5 ranks; same on every rank",

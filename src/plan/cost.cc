@@ -30,8 +30,9 @@ Coefficients shm_one_step(int n, double bytes) {
   return {1, bytes, (n - 1) * bytes};
 }
 
-Coefficients shm_two_step(int n, double bytes, double slot_bytes) {
-  return {2 * ceil_div(bytes, slot_bytes), (2.0 * n - 1) / n * bytes, double(n - 1) / n * bytes};
+Coefficients shm_two_step(int n, double bytes, double chunk_bytes) {
+  // Pipelined: one step per chunk and one to drain (shm_pipeline.cc).
+  return {ceil_div(bytes, chunk_bytes) + 1, (2.0 * n - 1) / n * bytes, double(n - 1) / n * bytes};
 }
 
 Coefficients shm_reduce_scatter(int n, double bytes, double slot_bytes) {

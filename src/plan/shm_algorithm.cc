@@ -22,7 +22,9 @@ namespace lockstep::plan {
 //    small_bytes), at n = 16 it keeps 16 KiB off the one-step path, where it
 //    was slower than 64 KiB on two_step (issue 28).
 //  * two_step runs in chunks small enough that what every rank stages for a
-//    chunk is still in cache when its peers read it (n * chunk ~ 4 MiB).
+//    chunk is still in cache when its peers read it (n * chunk ~ 4 MiB), and
+//    at most half a slot (three chunk buffers rotate through two slots,
+//    Note [Pipelined two-step] in shm_pipeline.cc).
 //  * A linear wait polls n-1 lines; a dissemination barrier ceil(log2 n)
 //    lines one after the other: fewer from 5 ranks on.
 
@@ -67,10 +69,12 @@ ShmSync shm_sync_for(const ShmPolicy& policy, int ranks) {
 
 int64_t shm_chunk_bytes(const ShmPolicy& policy, int ranks) {
   if (policy.algorithm == "legacy") return policy.slot_bytes;
-  if (policy.chunk_bytes > 0) return std::min(policy.chunk_bytes, policy.slot_bytes);
+  // The pipeline rotates three chunk buffers through a rank's two slots.
+  const int64_t most = policy.slot_bytes / 2 / 4096 * 4096;
+  if (policy.chunk_bytes > 0) return std::min(policy.chunk_bytes, most);
   constexpr int64_t kInFlight = 4 << 20, kFloor = 64 << 10;
   const int64_t per_rank = kInFlight / std::max(1, ranks) / 4096 * 4096;
-  return std::min(policy.slot_bytes, std::max(kFloor, per_rank));
+  return std::min(most, std::max(kFloor, per_rank));
 }
 
 ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes,

@@ -10,12 +10,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "comm/transport/shm/shm_comm.h"
 #include "lockstep/base/error.h"
 #include "lockstep/comm/traffic.h"
 #include "lockstep/plan/cost.h"
@@ -73,6 +76,65 @@ INSTANTIATE_TEST_SUITE_P(
                          std::get<2>(info.param));
     });
 
+// The pipeline's buffer places, for both parities and 1..9 chunks: the
+// first chunk in the parity slot (the only one free before the first step),
+// any three consecutive chunks in disjoint half-slots, and the next
+// collective's first fill in the slot the last chunk is not in. (A race on
+// these would need a peer preempted mid-copy to show in the test below.)
+TEST(ShmPipeline, LayoutKeepsLiveBuffersApart) {
+  constexpr size_t S = 1 << 20, half = S / 2;
+  for (size_t parity : {0, 1}) {
+    comm::shm::PipelineLayout layout{S, parity};
+    EXPECT_EQ(layout.offset(0) / S, parity);
+    for (size_t c = 0; c + 2 < 9; ++c) {
+      size_t a = layout.offset(c), b = layout.offset(c + 1), d = layout.offset(c + 2);
+      EXPECT_TRUE(a + half <= b || b + half <= a);
+      EXPECT_TRUE(a + half <= d || d + half <= a);
+      EXPECT_TRUE(b + half <= d || d + half <= b);
+    }
+    for (size_t chunks = 1; chunks <= 9; ++chunks) {
+      uint64_t fills = parity + 1 + layout.extra_fills(chunks);  // after next_buffer()
+      EXPECT_NE(fills & 1, layout.offset(chunks - 1) / S) << parity << " " << chunks;
+    }
+  }
+}
+
+// The pipeline rotates three chunk buffers through two slots and hands the
+// parity to the next collective (Note [Pipelined two-step]): messages of 1
+// to 8 chunks (every last-buffer place, after either parity), each followed
+// at once by collectives that fill the slots, all checked exactly.
+TEST(ShmPipeline, EveryChunkCountHandsOverCleanly) {
+  for (int np : {3, 5}) {
+    MultiProcOptions options;
+    options.env["LOCKSTEP_SHM_ALGORITHM"] = "two_step";
+    options.env["LOCKSTEP_SHM_CHUNK_BYTES"] = "4096";  // 1024 floats
+    expect_all_ok(run_workers(np, [](Communicator& c) {
+      const int n = c.size(), me = c.rank();
+      for (size_t count : {size_t{1}, size_t{1023}, size_t{1025}, size_t{2048}, size_t{3001},
+                           size_t{4096}, size_t{5000}, size_t{7777}, size_t{8192}}) {
+        for (bool in_place : {false, true}) {
+          std::vector<float> in(count), out(count);
+          for (size_t i = 0; i < count; ++i) in[i] = float(me * 1000 + int(i % 97));
+          if (in_place) {
+            c.allreduce(in.data(), in.data(), count, DataType::kFloat32, ReduceOp::kSum);
+            out = in;
+          } else {
+            c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+          }
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(out[i], float(1000 * n * (n - 1) / 2 + n * int(i % 97))) << count << " " << i;
+          int64_t small = me, total = 0;  // a one-chunk pipeline right behind
+          c.allreduce(&small, &total, 1, DataType::kInt64, ReduceOp::kSum);
+          ASSERT_EQ(total, n * (n - 1) / 2);
+          std::vector<int32_t> b(3000, me == 1 ? 7 : 0);
+          c.broadcast(b.data(), b.size(), DataType::kInt32, 1);
+          ASSERT_EQ(b[2999], 7);
+        }
+      }
+    }, options));
+  }
+}
+
 // Per rank, one_step reads (n-1)B and writes B; two_step writes B and reads
 // 2(n-1)/n B (a reduce's other ranks (n-1)/n B) when the count splits into n
 // cache-line-aligned shares; otherwise the shares differ by a line or so and
@@ -93,7 +155,9 @@ void expect_segment_traffic(Communicator& c, const char* algorithm, size_t count
   const plan::SegmentBytes want = plan::shm_allreduce_bytes(a, n, 4.0 * double(count), receives);
   EXPECT_EQ(d.calls, 1u) << algorithm;
   EXPECT_EQ(double(d.written_bytes), want.written) << algorithm << " count " << count;
-  if (receives) EXPECT_EQ(out[count - 1], float(n));
+  if (receives) {
+    EXPECT_EQ(out[count - 1], float(n));
+  }
   if (even) {
     EXPECT_EQ(double(d.read_bytes), want.read) << algorithm << " count " << count << " root " << root;
     return;
@@ -152,6 +216,29 @@ TEST(ShmDecision, RuntimeRunsWhatThePlannerPredicts) {
       }
     }));
   }
+}
+
+// Dissemination steps among 6 ranks without rank 2: ranks 3, 4 and 0 end up
+// waiting on rank 2 itself, ranks 1 and 5 on rank 3, which waits on it.
+// Only the latter may time out (the others wait 30 s), and they must name
+// rank 2, the one that never joined, not the partner they wait on.
+TEST(ShmDecision, DisseminationTimeoutNamesTheRankThatNeverJoined) {
+  MultiProcOptions options;
+  options.env["LOCKSTEP_SHM_SYNC"] = "dissemination";
+  expect_all_ok(run_workers_raw(6, [](const comm::WorldInfo& world) {
+    setenv("LOCKSTEP_TIMEOUT", world.rank == 1 || world.rank == 5 ? "1" : "30", 1);
+    auto c = Communicator::create(world, "shm");
+    if (c->rank() == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      return;
+    }
+    try {
+      c->barrier();
+      ADD_FAILURE() << "barrier without rank 2 returned";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("for rank 2,"), std::string::npos) << e.what();
+    }
+  }, options));
 }
 
 // Ranks started with different algorithm knobs fail at start-up, naming

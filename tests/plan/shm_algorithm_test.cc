@@ -51,7 +51,7 @@ TEST(ShmAlgorithm, ForcedAlgorithmsAndTheSlotBound) {
 
 TEST(ShmAlgorithm, ChunkIsCacheSizedAndWholeElements) {
   ShmPolicy p;
-  EXPECT_EQ(shm_chunk_bytes(p, 2), MiB);         // bounded by the slot
+  EXPECT_EQ(shm_chunk_bytes(p, 2), 512 * KiB);   // half a slot: three rotate in two
   EXPECT_EQ(shm_chunk_bytes(p, 8), 512 * KiB);   // 4 MiB in flight
   EXPECT_EQ(shm_chunk_bytes(p, 16), 256 * KiB);
   EXPECT_EQ(shm_chunk_bytes(p, 128), 64 * KiB);  // floor
@@ -99,8 +99,8 @@ TEST(ShmAlgorithm, PlannerAsksTheSameDecision) {
     for (int64_t b : {int64_t{4}, KiB, 4 * KiB, 16 * KiB, 64 * KiB, 4 * MiB})
       EXPECT_EQ(algorithm_for(m, "shm", n, double(b)), algorithm_name(algo(p, n, b)))
           << n << " ranks, " << b << " bytes";
-  // Steps: two per chunk of the transport's chunk.
-  EXPECT_DOUBLE_EQ(coefficients(m, "shm", "two_step", 16, 4.0 * MiB).steps, 2 * 16);
+  // Steps: one per chunk of the transport's chunk (256 KiB), one to drain.
+  EXPECT_DOUBLE_EQ(coefficients(m, "shm", "two_step", 16, 4.0 * MiB).steps, 16 + 1);
 }
 
 TEST(ShmAlgorithm, KnobsThatDoNotParseAreNamed) {

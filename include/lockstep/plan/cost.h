@@ -5,8 +5,8 @@
 //
 //   shm one_step   ((n-1)B <= LOCKSTEP_SHM_SMALL_BYTES): everyone stages its
 //                  message, everyone reduces all n     a = 1, b = B, c = (n-1)B
-//   shm two_step   per chunk of C bytes (shm_chunk_bytes): stage, reduce own
-//                  share, copy out       a = 2 ceil(B/C), b = (2n-1)/n B, c = (n-1)/n B
+//   shm two_step   chunks of C bytes (shm_chunk_bytes), pipelined: stage,
+//                  reduce own share, copy out  a = ceil(B/C)+1, b = (2n-1)/n B, c = (n-1)/n B
 //   ring           reduce-scatter + allgather (gloo, mpi large, nccl)
 //                                        a = 2(n-1), b = 2(n-1)/n B, c = (n-1)/n B
 //   recursive_doubling (mpi, B < 10 kB)  a = b/B = c/B = ceil(log2 n)
@@ -44,8 +44,8 @@ struct Cost {
 };
 
 Coefficients shm_one_step(int n, double bytes);
-// `slot_bytes`: the chunk the transport runs at (shm_chunk_bytes).
-Coefficients shm_two_step(int n, double bytes, double slot_bytes);
+// `chunk_bytes`: the chunk the transport runs at (shm_chunk_bytes).
+Coefficients shm_two_step(int n, double bytes, double chunk_bytes);
 // Input of `bytes` (n blocks); each rank keeps its reduced block.
 Coefficients shm_reduce_scatter(int n, double bytes, double slot_bytes);
 // Output of `bytes` (n blocks); each rank contributes one.

@@ -9,8 +9,8 @@
 //                chosen while (n-1)*B <= small_bytes (what each rank
 //                reads from its peers), so the cut-off falls with n
 //     two_step   reduce-scatter + all-gather through the segment, in
-//                chunks of chunk_bytes: every rank reduces its 1/n share
-//                of each chunk in parallel                              2 per chunk
+//                chunks of chunk_bytes, pipelined: every rank reduces its
+//                1/n share of each chunk in parallel      chunks + 1 (legacy: 2 per chunk)
 //   every step waits for all ranks either by polling each peer's line
 //   (linear, n-1 lines) or by a dissemination barrier over the same lines
 //   (ceil(log2 n) rounds of one line each).
@@ -57,8 +57,8 @@ const char* sync_name(ShmSync sync);
 // How every step of a collective on `ranks` ranks waits.
 ShmSync shm_sync_for(const ShmPolicy& policy, int ranks);
 // The two_step chunk on `ranks` ranks: the knob, or auto: about 4 MiB of
-// staging in flight across all ranks (min(slot, max(64 KiB, 4 MiB / n))),
-// which the caches of a host with n cores hold.
+// staging in flight across all ranks (max(64 KiB, 4 MiB / n)), which the
+// caches of a host with n cores hold; at most half a slot (legacy: a slot).
 int64_t shm_chunk_bytes(const ShmPolicy& policy, int ranks);
 // The allreduce (and reduce) of `bytes` per rank in elements of `elem_bytes`.
 ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes,

@@ -16,7 +16,6 @@ namespace {
 constexpr size_t kAlign = 64;
 
 size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
-size_t round_up(size_t x, size_t a) { return ceil_div(x, a) * a; }
 
 const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
 std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
@@ -24,17 +23,6 @@ std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
 void copy_bytes(void* dst, const void* src, size_t n) {
   if (n && dst != src) std::memcpy(dst, src, n);
 }
-
-// Splits `count` elements into `parts` cache-line-aligned ranges; part r is
-// [begin(r), end(r)).
-struct Partition {
-  size_t per;
-  size_t count;
-  Partition(size_t count, int parts, size_t elem)
-      : per(round_up(ceil_div(count, parts), std::max<size_t>(1, kAlign / elem))), count(count) {}
-  size_t begin(int r) const { return std::min(count, per * r); }
-  size_t end(int r) const { return std::min(count, per * (r + 1)); }
-};
 
 }  // namespace
 
@@ -71,8 +59,11 @@ void ShmBackend::allreduce_any(const plan::ShmChoice& choice, const void* send, 
                                size_t count, DataType dtype, ReduceOp op, int root) {
   if (choice.algorithm == plan::ShmAlgorithm::kOneStep)
     allreduce_small(send, recv, count, dtype, op, root);
-  else
+  else if (tuning_.legacy)
     allreduce_large(send, recv, count, dtype, op, root, static_cast<size_t>(choice.chunk_bytes));
+  else
+    allreduce_pipelined(send, recv, count, dtype, op, root,
+                        static_cast<size_t>(choice.chunk_bytes));
   flush_traffic(plan::algorithm_name(choice.algorithm));
 }
 
@@ -99,13 +90,11 @@ void ShmBackend::allreduce_small(const void* send, void* recv, size_t count, Dat
   seg_read_ += (size_ - 1) * bytes;
 }
 
-// Reduce-scatter + all-gather through the segment, per chunk of
-// `chunk_bytes` (cache-sized: plan::shm_chunk_bytes), two steps per chunk:
-// (1) every rank stages the chunk except its own share; (2) rank r reduces
-// share r from the staged copies and its private input, in rank order, and
-// publishes the result; then every rank copies the other shares out. All
-// ranks reduce at once, and each element crosses memory a constant number
-// of times regardless of the number of ranks.
+// The two_step of LOCKSTEP_SHM_ALGORITHM=legacy, as before issue 28 (the
+// default is allreduce_pipelined). Per chunk, two steps: (1) every rank
+// stages the chunk except its own share; (2) rank r reduces share r from the
+// staged copies and its private input, in rank order, and publishes the
+// result; then every rank copies the other shares out, in rank order.
 void ShmBackend::allreduce_large(const void* send, void* recv, size_t count, DataType dtype,
                                  ReduceOp op, int root, size_t chunk_bytes) {
   size_t es = dtype_size(dtype);
@@ -135,11 +124,8 @@ void ShmBackend::allreduce_large(const void* send, void* recv, size_t count, Dat
     }
     step();
     if (!receive) continue;
-    // Start with the next rank's share: every share has one reader at a
-    // time instead of all n-1 converging on rank 0's lines first (legacy:
-    // rank order, as before issue 28).
-    for (int i = 1; i < size_; ++i) {
-      int r = tuning_.legacy ? (i <= rank_ ? i - 1 : i) : (rank_ + i) % size_;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
       size_t rlo = part.begin(r), rhi = part.end(r);
       deliver(out + rlo * es, slot(r, b) + rlo * es, (rhi - rlo) * es);
       seg_read_ += (rhi - rlo) * es;

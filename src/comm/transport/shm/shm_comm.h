@@ -1,6 +1,7 @@
 // Internal: the shared-memory Backend implementation (see shm_backend.h).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -22,6 +23,41 @@ struct ShmTuning {
   size_t stream_bytes = 0;   // allreduce: non-temporal result stores at or above
   size_t cma_bytes = 0;      // allreduce of 2 ranks: single-copy path at or above
   bool cma = false;          // LOCKSTEP_SHM_CMA=on: the single-copy path is allowed
+};
+
+// Splits `count` elements into `parts` cache-line-aligned (64 B) ranges;
+// part r is [begin(r), end(r)).
+struct Partition {
+  size_t per;
+  size_t count;
+  Partition(size_t count, int parts, size_t elem)
+      : per(round_up_to(ceil_div_by(count, static_cast<size_t>(parts)),
+                        std::max<size_t>(1, 64 / elem))),
+        count(count) {}
+  size_t begin(int r) const { return std::min(count, per * r); }
+  size_t end(int r) const { return std::min(count, per * (r + 1)); }
+  static size_t ceil_div_by(size_t a, size_t b) { return (a + b - 1) / b; }
+  static size_t round_up_to(size_t x, size_t a) { return ceil_div_by(x, a) * a; }
+};
+
+// Where the pipelined two_step puts chunk c in a rank's two slots (Note
+// [Pipelined two-step] in shm_pipeline.cc): three places of half a slot,
+// the first in slot `parity` (the collective's first fill).
+struct PipelineLayout {
+  size_t slot_bytes;
+  size_t parity;
+  size_t offset(size_t chunk) const {
+    const size_t place[3] = {parity * slot_bytes, (1 - parity) * slot_bytes,
+                             parity * slot_bytes + slot_bytes / 2};
+    return place[chunk % 3];
+  }
+  // Fills to add after a pipeline of `chunks` chunks that took one fill, so
+  // the next collective's first fill (slot fills & 1) misses the last chunk,
+  // which peers may still be copying out.
+  uint64_t extra_fills(size_t chunks) const {
+    const size_t last_slot = offset(chunks - 1) >= slot_bytes ? 1 : 0;
+    return last_slot == 1 - parity ? 1 : 0;
+  }
 };
 
 // OpDesc::flags of an allreduce taking the single-copy path.
@@ -78,8 +114,12 @@ class ShmBackend final : public Backend {
                      DataType dtype, ReduceOp op, int root);
   void allreduce_small(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                        int root);
+  // Two steps per chunk: the legacy two_step (LOCKSTEP_SHM_ALGORITHM=legacy).
   void allreduce_large(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                        int root, size_t chunk_bytes);
+  // One step per chunk (shm_pipeline.cc, Note [Pipelined two-step]).
+  void allreduce_pipelined(const void* send, void* recv, size_t count, DataType dtype,
+                           ReduceOp op, int root, size_t chunk_bytes);
   // Bytes this rank read from / wrote to the segment in the current call
   // (comm::segment_traffic), published under the call's algorithm name.
   void flush_traffic(std::string_view algorithm);
