@@ -7,19 +7,22 @@
 
 #include <cstddef>
 #include <exception>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/fusion.h"
 #include "engine/negotiator.h"
 #include "engine/op_state.h"
 #include "engine/timeline.h"
+#include "lockstep/plan/shm_algorithm.h"
 
 namespace lockstep::engine::detail {
 
 class Executor {
  public:
-  Executor(comm::Communicator& comm, Timeline* timeline) : comm_(comm), timeline_(timeline) {}
+  Executor(comm::Communicator& comm, Timeline* timeline);
 
   // entries[i]: this rank's entry for cycle.ready[i], or null. A failure
   // local to one entry (its allocator threw) lands in errors[i]; errors of
@@ -42,9 +45,13 @@ class Executor {
   void* allocate(Entry* entry, const Shape& shape, DataType dtype, std::exception_ptr& error);
   void* scratch(size_t bytes);
   void record(const Batch& batch, std::span<Entry* const> entries, const Times& t);
+  // The shm algorithm an allreduce batch ran (plan::shm_allreduce_choice,
+  // the transport's own decision), or "" on other transports.
+  std::string algorithm_of(const Batch& batch, const Request& request) const;
 
   comm::Communicator& comm_;
   Timeline* timeline_;
+  std::optional<plan::ShmPolicy> shm_policy_;  // set when the transport is shm
   std::vector<std::byte> fusion_;
   std::vector<std::byte> scratch_;
 };
