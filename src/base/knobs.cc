@@ -93,7 +93,8 @@ constexpr std::array kKnobs = {
          "max(64KiB, 4MiB / ranks), at most half a slot"},
     Knob{"LOCKSTEP_SHM_SYNC", "auto",
          "how a shm step waits for the other ranks: linear (poll every peer) or dissemination "
-         "(log2(ranks) rounds); auto = dissemination from 5 ranks; same on every rank",
+         "(log2(ranks) rounds); auto = dissemination from 5 ranks when each has a core; same "
+         "on every rank",
          "auto|linear|dissemination"},
     Knob{"LOCKSTEP_SHM_STREAM_BYTES", "8MiB",
          "allreduce messages at least this large write results with non-temporal stores"},

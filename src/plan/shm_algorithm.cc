@@ -1,5 +1,7 @@
 #include "lockstep/plan/shm_algorithm.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -26,7 +28,12 @@ namespace lockstep::plan {
 //    at most half a slot (three chunk buffers rotate through two slots,
 //    Note [Pipelined two-step] in shm_pipeline.cc).
 //  * A linear wait polls n-1 lines; a dissemination barrier ceil(log2 n)
-//    lines one after the other: fewer from 5 ranks on.
+//    lines one after the other: fewer from 5 ranks on. But with more ranks
+//    than cores each of those rounds may wait for its partner to be
+//    scheduled, where a linear step needs every rank scheduled once: 8
+//    ranks on 2 busy cores took 190 us per 4 KiB allreduce against 78-100
+//    us linear, so auto stays linear there (as LOCKSTEP_SPIN_US stops
+//    spinning).
 
 ShmPolicy ShmPolicy::from_knobs() {
   ShmPolicy p;
@@ -42,6 +49,7 @@ ShmPolicy ShmPolicy::from_knobs() {
         "LOCKSTEP_SHM_CHUNK_BYTES={} must be auto or a multiple of 4096 of at least 4096", chunk));
   p.algorithm = knob_choice("LOCKSTEP_SHM_ALGORITHM");
   p.sync = knob_choice("LOCKSTEP_SHM_SYNC");
+  p.host_cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   return p;
 }
 
@@ -64,7 +72,8 @@ std::string ShmChoice::name() const {
 ShmSync shm_sync_for(const ShmPolicy& policy, int ranks) {
   if (policy.sync == "linear" || policy.algorithm == "legacy") return ShmSync::kLinear;
   if (policy.sync == "dissemination") return ShmSync::kDissemination;
-  return ranks >= 5 ? ShmSync::kDissemination : ShmSync::kLinear;
+  const bool own_cores = policy.host_cores <= 0 || ranks <= policy.host_cores;
+  return ranks >= 5 && own_cores ? ShmSync::kDissemination : ShmSync::kLinear;
 }
 
 int64_t shm_chunk_bytes(const ShmPolicy& policy, int ranks) {

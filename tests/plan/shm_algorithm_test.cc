@@ -61,10 +61,14 @@ TEST(ShmAlgorithm, ChunkIsCacheSizedAndWholeElements) {
   EXPECT_EQ(shm_allreduce_choice(p, 16, MiB, 4).name(), "two_step/8KiB+dissemination");
 }
 
-TEST(ShmAlgorithm, DisseminationFromFiveRanksUnlessPinned) {
+TEST(ShmAlgorithm, DisseminationFromFiveRanksWithACoreEachUnlessPinned) {
   ShmPolicy p;
   EXPECT_EQ(shm_sync_for(p, 4), ShmSync::kLinear);
   EXPECT_EQ(shm_sync_for(p, 5), ShmSync::kDissemination);
+  p.host_cores = 4;  // oversubscribed: a round may wait for a peer's time slice
+  EXPECT_EQ(shm_sync_for(p, 5), ShmSync::kLinear);
+  p.host_cores = 16;
+  EXPECT_EQ(shm_sync_for(p, 16), ShmSync::kDissemination);
   p.sync = "linear";
   EXPECT_EQ(shm_sync_for(p, 16), ShmSync::kLinear);
   p.sync = "dissemination";

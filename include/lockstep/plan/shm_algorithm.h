@@ -13,7 +13,8 @@
 //                1/n share of each chunk in parallel      chunks + 1 (legacy: 2 per chunk)
 //   every step waits for all ranks either by polling each peer's line
 //   (linear, n-1 lines) or by a dissemination barrier over the same lines
-//   (ceil(log2 n) rounds of one line each).
+//   (ceil(log2 n) rounds of one line each; not with more ranks than cores,
+//   where each round may wait for a peer to be scheduled).
 //
 // Every algorithm reduces in rank order, so the choice never changes a
 // result's bits (docs/engine.md, "Deterministic mode").
@@ -37,6 +38,9 @@ struct ShmPolicy {
   // cut-off, slot-sized chunks, linear waits) | one_step | two_step.
   std::string algorithm = "auto";
   std::string sync = "auto";  // LOCKSTEP_SHM_SYNC: auto | linear | dissemination
+  // CPUs of the host (from_knobs: the online ones); 0: unknown, taken as
+  // one per rank. More ranks than CPUs keeps steps linear (shm_sync_for).
+  int host_cores = 0;
 
   // Reads the knobs; throws InvalidArgument naming a knob that does not parse.
   static ShmPolicy from_knobs();
@@ -54,7 +58,8 @@ struct ShmChoice {
 const char* algorithm_name(ShmAlgorithm algorithm);
 const char* sync_name(ShmSync sync);
 
-// How every step of a collective on `ranks` ranks waits.
+// How every step of a collective on `ranks` ranks waits: auto is
+// dissemination from 5 ranks while every rank has a core of its own.
 ShmSync shm_sync_for(const ShmPolicy& policy, int ranks);
 // The two_step chunk on `ranks` ranks: the knob, or auto: about 4 MiB of
 // staging in flight across all ranks (max(64 KiB, 4 MiB / n)), which the

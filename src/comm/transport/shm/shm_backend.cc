@@ -30,7 +30,8 @@ ShmTuning tuning_from_knobs() {
 
 // What every rank must agree on for the algorithms to match (FNV-1a).
 uint64_t policy_fingerprint(const plan::ShmPolicy& p) {
-  std::string text = fmt::format("{}|{}|{}|{}", p.algorithm, p.sync, p.small_bytes, p.chunk_bytes);
+  std::string text = fmt::format("{}|{}|{}|{}|{}", p.algorithm, p.sync, p.small_bytes,
+                                 p.chunk_bytes, p.host_cores);
   uint64_t h = 1469598103934665603ull;
   for (char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return h;
@@ -127,16 +128,16 @@ void ShmBackend::wait_all() {
 
 // Note [Dissemination steps]
 // A linear step polls every peer's step counter: n-1 cache lines, each
-// written by another core, per step. From 5 ranks on (plan::shm_sync_for)
-// a step is a dissemination barrier over the same counters instead: in round
-// k a rank publishes its next count and waits for rank - 2^k to reach it, so
-// after ceil(log2 n) rounds it has heard, through a chain of
-// release/acquire pairs, from every rank, and every store a peer made before
-// the step is visible, as after a linear step. Every rank runs the same
-// number of rounds per step, so the counters stay comparable and a later
-// step's target is still one number. A rank stuck behind a slow peer waits
-// on its partner, which waits on the slow one: the timeout names the
-// partner, the warnings of the partner's own wait name the slow rank.
+// written by another core, per step. From 5 ranks on, each with a core of
+// its own (plan::shm_sync_for), a step is a dissemination barrier over the
+// same counters instead: in round k a rank publishes its next count and
+// waits for rank - 2^k to reach it, so after ceil(log2 n) rounds it has
+// heard, through a chain of release/acquire pairs, from every rank, and
+// every store a peer made before the step is visible, as after a linear
+// step. Every rank runs the same number of rounds per step, so the counters
+// stay comparable and a later step's target is still one number. A rank
+// stuck behind a slow peer waits on its partner, which waits on the slow
+// one: timeouts and warnings name the rank furthest behind (Waiter::behind).
 void ShmBackend::step() {
   if (sync_ == plan::ShmSync::kLinear) {
     arrive();
