@@ -108,10 +108,8 @@ void ShmBackend::allreduce_cma(const void* send, void* recv, size_t count, DataT
   mine.cma_recv = address(recv);
   first_step();
   if (!cma_agreed()) {
-    auto choice = plan::shm_allreduce_choice(
-        tuning_.policy, size_, static_cast<int64_t>(count * dtype_size(dtype)),
-        static_cast<int>(dtype_size(dtype)));
-    return allreduce_any(choice, send, recv, count, dtype, op, -1);
+    return allreduce_any(choose(count * dtype_size(dtype), dtype_size(dtype)), send, recv, count,
+                         dtype, op, -1);
   }
   count_cma_allreduce();
 

@@ -30,8 +30,7 @@ void ShmBackend::allreduce(const void* send, void* recv, size_t count, DataType 
                            ReduceOp op) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
   size_t bytes = count * dtype_size(dtype);
-  auto choice = plan::shm_allreduce_choice(tuning_.policy, size_, static_cast<int64_t>(bytes),
-                                           static_cast<int>(dtype_size(dtype)));
+  const plan::ShmChoice choice = choose(bytes, dtype_size(dtype));
   bool cma = choice.algorithm == plan::ShmAlgorithm::kTwoStep && wants_cma(bytes, -1);
   kit::OpDesc desc = kit::make_desc(kit::OpKind::kAllreduce, dtype, -1, count, op);
   // The path is part of the descriptor, so ranks configured differently
@@ -46,11 +45,22 @@ void ShmBackend::allreduce(const void* send, void* recv, size_t count, DataType 
 void ShmBackend::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                         int root) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
-  size_t es = dtype_size(dtype);
-  auto choice = plan::shm_allreduce_choice(tuning_.policy, size_, static_cast<int64_t>(count * es),
-                                           static_cast<int>(es));
+  const plan::ShmChoice choice = choose(count * dtype_size(dtype), dtype_size(dtype));
   begin(kit::make_desc(kit::OpKind::kReduce, dtype, root, count, op));
   allreduce_any(choice, send, recv, count, dtype, op, root);
+}
+
+// The decision is a pure function of its arguments; the last one is kept,
+// since training and benchmarks repeat sizes and the latency path is a few
+// microseconds.
+plan::ShmChoice ShmBackend::choose(size_t bytes, size_t elem_bytes) {
+  if (bytes != chosen_for_[0] || elem_bytes != chosen_for_[1]) {
+    chosen_ = plan::shm_allreduce_choice(tuning_.policy, size_, static_cast<int64_t>(bytes),
+                                         static_cast<int>(elem_bytes));
+    chosen_for_[0] = bytes;
+    chosen_for_[1] = elem_bytes;
+  }
+  return chosen_;
 }
 
 // After begin(): runs the algorithm plan::shm_allreduce_choice picked

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -110,6 +111,9 @@ class ShmBackend final : public Backend {
   std::byte* slot(int r, int buffer) { return segment_->slot(r, buffer); }
 
   // Algorithms (shm_collectives.cc).
+  // plan::shm_allreduce_choice for this communicator, remembered for the
+  // last (bytes, element size).
+  plan::ShmChoice choose(size_t bytes, size_t elem_bytes);
   void allreduce_any(const plan::ShmChoice& choice, const void* send, void* recv, size_t count,
                      DataType dtype, ReduceOp op, int root);
   void allreduce_small(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
@@ -138,6 +142,8 @@ class ShmBackend final : public Backend {
   std::vector<const void*> inputs_;  // reduction operands, reused across calls
   ShmTuning tuning_;
   plan::ShmSync sync_ = plan::ShmSync::kLinear;
+  plan::ShmChoice chosen_;
+  size_t chosen_for_[2] = {SIZE_MAX, 0};  // bytes, element size of chosen_
   uint64_t seg_read_ = 0;
   uint64_t seg_written_ = 0;
   uint32_t step_ = 0;
