@@ -75,8 +75,12 @@ Coefficients coefficients(const NetworkModel& model, std::string_view transport,
                           std::string_view algorithm, int n, double bytes) {
   if (n <= 1) return {};
   if (algorithm == "one_step") return shm_one_step(n, bytes);
-  if (algorithm == "two_step")
-    return shm_two_step(n, bytes, double(shm_chunk_bytes(shm_policy(model), n)));
+  if (algorithm == "two_step") {
+    const ShmChoice c = shm_allreduce_choice(shm_policy(model), n, int64_t(std::ceil(bytes)), 1);
+    Coefficients k = shm_two_step(n, bytes, double(c.chunk_bytes));
+    if (!c.pipelined) k.steps = 2 * (k.steps - 1);  // two steps per chunk, no drain step
+    return k;
+  }
   if (algorithm == "ring") return ring(n, bytes);
   if (algorithm == "recursive_doubling") return recursive_doubling(n, bytes);
   throw InvalidArgument(fmt::format("unknown algorithm '{}' for transport {}", algorithm, transport));

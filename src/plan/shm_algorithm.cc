@@ -64,6 +64,7 @@ std::string ShmChoice::name() const {
   if (algorithm == ShmAlgorithm::kTwoStep) {
     const bool mib = chunk_bytes % (1 << 20) == 0;
     out += fmt::format("/{}{}", mib ? chunk_bytes >> 20 : chunk_bytes >> 10, mib ? "MiB" : "KiB");
+    if (!pipelined) out += "+2steps";
   }
   if (sync == ShmSync::kDissemination) out += "+dissemination";
   return out;
@@ -90,6 +91,7 @@ ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes
                                int elem_bytes) {
   ShmChoice c;
   c.sync = shm_sync_for(policy, ranks);
+  c.pipelined = policy.algorithm != "legacy";
   // Whole elements per chunk, so a chunk never splits one.
   const int64_t es = std::max(1, elem_bytes);
   c.chunk_bytes = std::max(es, shm_chunk_bytes(policy, ranks) / es * es);

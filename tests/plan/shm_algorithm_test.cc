@@ -37,7 +37,8 @@ TEST(ShmAlgorithm, LegacyKeepsTheFixedCutOffSlotChunksAndLinearWaits) {
   c = shm_allreduce_choice(p, 16, 64 * KiB, 4);
   EXPECT_EQ(c.algorithm, ShmAlgorithm::kTwoStep);
   EXPECT_EQ(c.chunk_bytes, MiB);
-  EXPECT_EQ(c.name(), "two_step/1MiB");
+  EXPECT_FALSE(c.pipelined);
+  EXPECT_EQ(c.name(), "two_step/1MiB+2steps");
 }
 
 TEST(ShmAlgorithm, ForcedAlgorithmsAndTheSlotBound) {

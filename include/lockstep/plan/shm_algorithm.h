@@ -49,9 +49,13 @@ struct ShmPolicy {
 struct ShmChoice {
   ShmAlgorithm algorithm = ShmAlgorithm::kOneStep;
   int64_t chunk_bytes = 0;  // two_step: message bytes per chunk (whole elements)
+  // two_step: one step per chunk (Note [Pipelined two-step]); false: two
+  // steps per chunk, the legacy implementation.
+  bool pipelined = true;
   ShmSync sync = ShmSync::kLinear;
-  // "one_step", "two_step/256KiB" (chunk), with "+dissemination" when the
-  // steps wait that way: what `lockstep config` and the benchmark print.
+  // "one_step", "two_step/256KiB" (chunk; "+2steps" unpipelined), with
+  // "+dissemination" when the steps wait that way: what `lockstep config`,
+  // the benchmark and the timeline print.
   std::string name() const;
 };
 

@@ -69,7 +69,7 @@ void ShmBackend::allreduce_any(const plan::ShmChoice& choice, const void* send, 
                                size_t count, DataType dtype, ReduceOp op, int root) {
   if (choice.algorithm == plan::ShmAlgorithm::kOneStep)
     allreduce_small(send, recv, count, dtype, op, root);
-  else if (tuning_.legacy)
+  else if (!choice.pipelined)
     allreduce_large(send, recv, count, dtype, op, root, static_cast<size_t>(choice.chunk_bytes));
   else
     allreduce_pipelined(send, recv, count, dtype, op, root,
