@@ -89,9 +89,22 @@ constexpr std::array kKnobs = {
          "with LOCKSTEP_SHM_CMA=on, 2-rank allreduce at or above this size uses the single-copy "
          "path"},
     Knob{"LOCKSTEP_SHM_SLOT_BYTES", "1MiB",
-         "per-rank shared-memory staging slot; large messages are pipelined in slot-sized chunks"},
+         "per-rank shared-memory staging slot (two buffers); bounds the one-step and chunk sizes"},
     Knob{"LOCKSTEP_SHM_SMALL_BYTES", "16KiB",
-         "allreduce at or below this size uses the one-step (latency) algorithm"},
+         "allreduce uses the one-step (latency) algorithm while it reads at most this many bytes "
+         "from peers ((ranks-1) x message size; 2 ranks: messages up to this size)"},
+    Knob{"LOCKSTEP_SHM_ALGORITHM", "auto",
+         "shm allreduce algorithm: auto (by ranks and size, docs/shm.md), legacy (the rule "
+         "before issue 28, for comparison), or force one_step / two_step; same on every rank",
+         "auto|legacy|one_step|two_step"},
+    Knob{"LOCKSTEP_SHM_CHUNK_BYTES", "auto",
+         "two-step allreduce chunk (pipelined, three per rank in its two slots); auto = "
+         "max(64KiB, 4MiB / ranks), at most half a slot"},
+    Knob{"LOCKSTEP_SHM_SYNC", "auto",
+         "how a shm step waits for the other ranks: linear (poll every peer) or dissemination "
+         "(log2(ranks) rounds); auto = dissemination from 5 ranks when each has a core; same "
+         "on every rank",
+         "auto|linear|dissemination"},
     Knob{"LOCKSTEP_SHM_STREAM_BYTES", "8MiB",
          "allreduce messages at least this large write results with non-temporal stores"},
     Knob{"LOCKSTEP_SPIN_US", "auto",

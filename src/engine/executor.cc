@@ -195,14 +195,31 @@ size_t Executor::reduce_scatter(const ReadyItem& item, Entry* entry, std::except
   return req.bytes();
 }
 
+Executor::Executor(comm::Communicator& comm, Timeline* timeline,
+                   const std::atomic<comm::Communicator*>* device)
+    : comm_(comm), timeline_(timeline), device_(device) {
+  // The transport read the same knobs when it was created, so this parses.
+  if (comm_.backend_name() == "shm") shm_policy_ = plan::ShmPolicy::from_knobs();
+}
+
+std::string Executor::algorithm_of(const Batch& batch, const Request& request) const {
+  if (!shm_policy_ || request.collective != Collective::kAllreduce || comm_.size() < 2) return {};
+  const size_t bytes = batch.fused() ? batch.bytes : request.bytes();
+  return plan::shm_allreduce_choice(*shm_policy_, comm_.size(), static_cast<int64_t>(bytes),
+                                    static_cast<int>(comm::dtype_size(request.dtype)))
+      .name();
+}
+
 void Executor::record(const Batch& batch, std::span<Entry* const> entries, const Times& t) {
+  std::string algorithm;
   for (size_t i : batch.items) {
     Entry* e = entries[i];
     if (!e) continue;
     const std::string& name = e->request.name;
+    if (algorithm.empty()) algorithm = algorithm_of(batch, e->request);
     timeline_->record(name, Phase::kWaitForData, e->ready, t.start);
     timeline_->record(name, Phase::kFuseCopyIn, t.start, t.copied_in);
-    timeline_->record(name, Phase::kCollective, t.copied_in, t.reduced);
+    timeline_->record(name, Phase::kCollective, t.copied_in, t.reduced, algorithm);
     timeline_->record(name, Phase::kCopyOut, t.reduced, t.copied_out);
   }
   if (batch.fused())

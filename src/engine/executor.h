@@ -11,13 +11,16 @@
 #include <atomic>
 #include <cstddef>
 #include <exception>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/fusion.h"
 #include "engine/negotiator.h"
 #include "engine/op_state.h"
 #include "engine/timeline.h"
+#include "lockstep/plan/shm_algorithm.h"
 
 namespace lockstep::engine::detail {
 
@@ -30,8 +33,7 @@ class Executor {
  public:
   // `device`: where the engine keeps its device communicator (may hold null).
   Executor(comm::Communicator& comm, Timeline* timeline,
-           const std::atomic<comm::Communicator*>* device = nullptr)
-      : comm_(comm), timeline_(timeline), device_(device) {}
+           const std::atomic<comm::Communicator*>* device = nullptr);
   ~Executor() = default;
   // Frees the device fusion buffer; call while the device communicator lives.
   void release_device() noexcept;
@@ -59,6 +61,9 @@ class Executor {
   void* allocate(Entry* entry, const Shape& shape, DataType dtype, std::exception_ptr& error);
   void* scratch(size_t bytes);
   void record(const Batch& batch, std::span<Entry* const> entries, const Times& t);
+  // The shm algorithm an allreduce batch ran (plan::shm_allreduce_choice,
+  // the transport's own decision), or "" on other transports.
+  std::string algorithm_of(const Batch& batch, const Request& request) const;
 
   // executor_device.cc
   size_t run_on_device(const Batch& batch, const CycleResult& cycle,
@@ -76,6 +81,7 @@ class Executor {
   comm::Communicator* device_owner_ = nullptr;  // the communicator device_fusion_ came from
   void* device_fusion_ = nullptr;
   size_t device_fusion_bytes_ = 0;
+  std::optional<plan::ShmPolicy> shm_policy_;  // set when the transport is shm
   std::vector<std::byte> fusion_;
   std::vector<std::byte> scratch_;
 };

@@ -1,5 +1,8 @@
 #include "engine/fusion.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "engine/collective_traits.h"
 
 namespace lockstep::engine::detail {
@@ -16,29 +19,28 @@ bool same_key(const Request& a, const Request& b) {
 
 }  // namespace
 
+// The rule itself is plan::fusion_batches (the planner runs the same
+// function); here the ready list becomes its items: one key per distinct
+// (dtype, op, prescale, postscale), in order of first appearance.
 std::vector<Batch> plan_batches(const std::vector<ReadyItem>& ready, size_t threshold) {
-  std::vector<Batch> batches;
-  std::vector<bool> taken(ready.size(), false);
+  std::vector<plan::FusionItem> items(ready.size());
+  std::vector<size_t> key_owner;  // the first item of each key
   for (size_t i = 0; i < ready.size(); ++i) {
-    if (taken[i]) continue;
-    taken[i] = true;
+    items[i].bytes = static_cast<int64_t>(ready[i].request.bytes());
+    items[i].fusible = fusible(ready[i]);
+    if (!items[i].fusible) continue;
+    size_t k = 0;
+    while (k < key_owner.size() && !same_key(ready[key_owner[k]].request, ready[i].request)) ++k;
+    if (k == key_owner.size()) key_owner.push_back(i);
+    items[i].key = static_cast<int>(k);
+  }
+  std::vector<Batch> batches;
+  const auto limit = static_cast<int64_t>(std::min<size_t>(threshold, INT64_MAX));
+  for (auto& members : plan::fusion_batches(items, limit)) {
     Batch batch;
-    batch.items.push_back(i);
-    if (fusible(ready[i])) {
-      batch.bytes = ready[i].request.bytes();
-      const size_t largest = largest_fused_tensor(threshold);
-      const bool packs = batch.bytes <= largest;
-      // Look past items of other kinds so interleaved dtypes still fuse.
-      for (size_t j = i + 1; packs && j < ready.size() && batch.bytes < threshold; ++j) {
-        if (taken[j] || !fusible(ready[j]) || !same_key(ready[i].request, ready[j].request))
-          continue;
-        size_t b = ready[j].request.bytes();
-        if (b > largest || batch.bytes + b > threshold) continue;
-        batch.bytes += b;
-        batch.items.push_back(j);
-        taken[j] = true;
-      }
-    }
+    if (items[members.front()].fusible)
+      for (size_t i : members) batch.bytes += static_cast<size_t>(items[i].bytes);
+    batch.items = std::move(members);
     batches.push_back(std::move(batch));
   }
   return batches;

@@ -122,6 +122,12 @@ std::string Timeline::format(const Event& e) {
                        R"("args":{{"batch":{}}}}},)"
                        "\n",
                        it->second, us(e.begin), quoted(e.detail));
+  } else if (!e.detail.empty()) {  // COLLECTIVE: the algorithm that ran
+    out += fmt::format(R"({{"name":"{}","ph":"X","pid":0,"tid":{},"ts":{:.3f},"dur":{:.3f},)"
+                       R"("args":{{"algorithm":{}}}}},)"
+                       "\n",
+                       phase_name(e.phase), it->second, us(e.begin), us(e.end) - us(e.begin),
+                       quoted(e.detail));
   } else {
     out += fmt::format(R"({{"name":"{}","ph":"X","pid":0,"tid":{},"ts":{:.3f},"dur":{:.3f}}},)"
                        "\n",

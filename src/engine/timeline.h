@@ -51,7 +51,8 @@ class Timeline {
   void stop();
   bool active() const { return active_.load(std::memory_order_relaxed); }
 
-  // `tensor` names the row; `detail` is shown as an argument (markers).
+  // `tensor` names the row; `detail` is shown as an argument (markers: the
+  // batch; other phases: the algorithm, when the transport names one).
   void record(const std::string& tensor, Phase phase, Clock::time_point begin,
               Clock::time_point end, std::string detail = {});
 

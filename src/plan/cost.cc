@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/plan/shm_algorithm.h"
 
 namespace lockstep::plan {
 namespace {
@@ -15,14 +16,23 @@ double ceil_div(double a, double b) { return std::max(1.0, std::ceil(a / b)); }
 // Open MPI's fixed rule: recursive doubling below this many bytes.
 constexpr double kMpiIntermediateBytes = 10000;
 
+// The knobs the model was fitted with, as the shm transport reads them.
+ShmPolicy shm_policy(const NetworkModel& model) {
+  ShmPolicy p;
+  p.small_bytes = model.shm_small_bytes;
+  p.slot_bytes = model.shm_slot_bytes;
+  return p;
+}
+
 }  // namespace
 
 Coefficients shm_one_step(int n, double bytes) {
   return {1, bytes, (n - 1) * bytes};
 }
 
-Coefficients shm_two_step(int n, double bytes, double slot_bytes) {
-  return {2 * ceil_div(bytes, slot_bytes), (2.0 * n - 1) / n * bytes, double(n - 1) / n * bytes};
+Coefficients shm_two_step(int n, double bytes, double chunk_bytes) {
+  // Pipelined: one step per chunk and one to drain (shm_pipeline.cc).
+  return {ceil_div(bytes, chunk_bytes) + 1, (2.0 * n - 1) / n * bytes, double(n - 1) / n * bytes};
 }
 
 Coefficients shm_reduce_scatter(int n, double bytes, double slot_bytes) {
@@ -53,7 +63,9 @@ Cost apply(const Coefficients& k, const AlphaBeta& ab, double gamma) {
 
 std::string algorithm_for(const NetworkModel& model, std::string_view transport, int n,
                           double bytes) {
-  if (transport == "shm") return bytes <= double(model.shm_small_bytes) ? "one_step" : "two_step";
+  if (transport == "shm")  // the transport's own decision (Note [One decision])
+    return algorithm_name(shm_allreduce_choice(shm_policy(model), n, int64_t(std::ceil(bytes)), 1)
+                              .algorithm);
   if (transport == "mpi") return bytes < kMpiIntermediateBytes ? "recursive_doubling" : "ring";
   if (transport == "gloo" || transport == "nccl") return "ring";
   throw InvalidArgument(fmt::format("unknown transport '{}' (shm gloo mpi nccl)", transport));
@@ -63,7 +75,12 @@ Coefficients coefficients(const NetworkModel& model, std::string_view transport,
                           std::string_view algorithm, int n, double bytes) {
   if (n <= 1) return {};
   if (algorithm == "one_step") return shm_one_step(n, bytes);
-  if (algorithm == "two_step") return shm_two_step(n, bytes, double(model.shm_slot_bytes));
+  if (algorithm == "two_step") {
+    const ShmChoice c = shm_allreduce_choice(shm_policy(model), n, int64_t(std::ceil(bytes)), 1);
+    Coefficients k = shm_two_step(n, bytes, double(c.chunk_bytes));
+    if (!c.pipelined) k.steps = 2 * (k.steps - 1);  // two steps per chunk, no drain step
+    return k;
+  }
   if (algorithm == "ring") return ring(n, bytes);
   if (algorithm == "recursive_doubling") return recursive_doubling(n, bytes);
   throw InvalidArgument(fmt::format("unknown algorithm '{}' for transport {}", algorithm, transport));

@@ -11,32 +11,6 @@
 
 namespace lockstep::plan {
 
-std::vector<std::vector<size_t>> fusion_batches(const std::vector<FusionItem>& ready,
-                                                int64_t threshold) {
-  // Mirrors engine::detail::plan_batches (tests/plan/fusion_replica_test.cc
-  // runs both on the same inputs).
-  std::vector<std::vector<size_t>> batches;
-  std::vector<bool> taken(ready.size(), false);
-  for (size_t i = 0; i < ready.size(); ++i) {
-    if (taken[i]) continue;
-    taken[i] = true;
-    std::vector<size_t> batch{i};
-    int64_t bytes = ready[i].bytes;
-    // engine::detail::largest_fused_tensor: larger tensors run alone.
-    const int64_t largest = threshold / 8;
-    const bool packs = bytes <= largest;
-    for (size_t j = i + 1; packs && j < ready.size() && bytes < threshold; ++j) {
-      if (taken[j] || ready[j].key != ready[i].key) continue;
-      if (ready[j].bytes > largest || bytes + ready[j].bytes > threshold) continue;
-      bytes += ready[j].bytes;
-      batch.push_back(j);
-      taken[j] = true;
-    }
-    batches.push_back(std::move(batch));
-  }
-  return batches;
-}
-
 bool overlap_for(const Scenario& s) {
   if (s.overlap == "on") return true;
   if (s.overlap == "off") return false;
@@ -45,7 +19,7 @@ bool overlap_for(const Scenario& s) {
   const bool one_host = s.topology.nodes == 1;
   if (!one_host || s.cores_per_node <= 0) return true;
   const int worker_cpus = std::max(1, s.cores_per_node / std::max(1, s.topology.ranks_per_node));
-  return worker_cpus > s.threads_per_rank;  // placement.cc: overlap_pays
+  return overlap_pays(one_host, worker_cpus, s.threads_per_rank);  // torch's rule, too
 }
 
 namespace {
@@ -219,7 +193,8 @@ StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Sce
   const int worker_cpus = s.cores_per_node > 0
                               ? std::max(1, s.cores_per_node / s.topology.ranks_per_node)
                               : s.threads_per_rank + 1;
-  out.comm_shares_cores = one_host && worker_cpus <= s.threads_per_rank;
+  // The engine's work takes a core training needs where overlap cannot pay.
+  out.comm_shares_cores = !overlap_pays(one_host, worker_cpus, s.threads_per_rank);
   const double sigma = s.jitter_ms >= 0 ? s.jitter_ms : sum.compute_sigma_ms;
   out.straggler_ms = sigma * detail::expected_max_normal(out.ranks);
 

@@ -24,6 +24,7 @@
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
 #include "lockstep/base/mutex.h"
+#include "lockstep/plan/policies.h"
 
 namespace lockstep::torch {
 
@@ -236,7 +237,7 @@ int worker_cpu_count(int local_size) {
 }
 
 bool overlap_pays(bool one_host, int worker_cpus, int intra_op_threads) {
-  return !one_host || worker_cpus > intra_op_threads;
+  return plan::overlap_pays(one_host, worker_cpus, intra_op_threads);  // the planner's rule too
 }
 
 void tune_malloc() {

@@ -75,14 +75,17 @@ TEST(EngineTimeline, WritesEveryPhaseAsChromeTrace) {
   expect_all_ok(results);
   nlohmann::json trace = parse_trace(path);
   ASSERT_TRUE(trace.is_array());
-  std::set<std::string> phases, rows;
+  std::set<std::string> phases, rows, algorithms;
   for (const auto& ev : trace) {
     phases.insert(ev.value("name", ""));
     if (ev.value("name", "") == "thread_name") rows.insert(ev["args"]["name"].get<std::string>());
+    if (ev.value("name", "") == "COLLECTIVE") algorithms.insert(ev["args"]["algorithm"]);
   }
   for (const char* p : {"NEGOTIATE", "WAIT_FOR_DATA", "FUSE_COPY_IN", "COLLECTIVE", "COPY_OUT"})
     EXPECT_TRUE(phases.count(p)) << "no " << p << " event";
   EXPECT_TRUE(rows.count("grad4"));
+  // 64-byte tensors between 2 ranks: the shm transport's one-step path.
+  EXPECT_EQ(algorithms, std::set<std::string>{"one_step"});
   ::unlink(path.c_str());
 }
 

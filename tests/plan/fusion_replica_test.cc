@@ -1,5 +1,6 @@
-// The planner replays the engine's fusion rule; this pins the replica to
-// the engine's own plan_batches on random ready lists.
+// The engine and the planner run one fusion rule (plan::fusion_batches);
+// this pins the engine's adapter (keys from dtype, op and scales; items that
+// cannot fuse) to the planner's direct use on random ready lists.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -10,7 +11,7 @@
 namespace lockstep::plan {
 namespace {
 
-TEST(PlanFusionReplica, MatchesTheEnginesPlanBatches) {
+TEST(PlanFusionReplica, EngineAndPlannerBatchAlike) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 300; ++trial) {
     const int n = 1 + int(rng() % 40);

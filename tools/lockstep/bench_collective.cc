@@ -18,6 +18,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/comm/communicator.h"
+#include "lockstep/plan/shm_algorithm.h"
 #include "common/cli_checks.h"
 #include "lockstep/bench_device.h"
 #include "lockstep/commands.h"
@@ -219,6 +220,10 @@ int run_bench(const Options& o) {
                         {"median_us", s.median_us}, {"p99_us", s.p99_us},
                         {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
     if (o.check) j["check"] = bad == 0;
+    if (comm->backend_name() == "shm" && (o.collective == "allreduce" || o.collective == "reduce"))
+      j["algorithm"] = plan::shm_allreduce_choice(plan::ShmPolicy::from_knobs(), comm->size(),
+                                                  static_cast<int64_t>(bytes),
+                                                  static_cast<int>(r.es)).name();
     if (!o.run_dir.empty()) std::ofstream(o.run_dir + "/bench.jsonl", std::ios::app) << j.dump() << "\n";
     if (o.json) {
       fmt::print("{}\n", j.dump());

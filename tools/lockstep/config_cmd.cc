@@ -1,5 +1,9 @@
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -8,6 +12,7 @@
 #include "comm/transport/transport.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/commands.h"
+#include "lockstep/plan/shm_algorithm.h"
 
 namespace lockstep::cli {
 namespace {
@@ -19,12 +24,52 @@ std::string built_backends() {
   return out;
 }
 
+// The shm allreduce algorithm per size for `ranks` ranks, as the transport
+// would run it under the current knobs (plan::shm_allreduce_choice).
+void print_shm_algorithms(const std::vector<int>& ranks, bool json) {
+  const plan::ShmPolicy policy = plan::ShmPolicy::from_knobs();
+  const std::vector<int64_t> sizes = {64,        1 << 10,   4 << 10,  16 << 10, 64 << 10,
+                                      256 << 10, 1 << 20,   4 << 20,  64 << 20};
+  if (!json) {
+    fmt::print("\n# shm allreduce algorithm (f32) by ranks and size, under these knobs\n{:>6}", "ranks");
+    for (int64_t b : sizes)
+      fmt::print(" {:>22}", b >= (1 << 20) ? fmt::format("{}MiB", b >> 20)
+                                           : b >= 1024 ? fmt::format("{}KiB", b >> 10)
+                                                       : fmt::format("{}B", b));
+    fmt::print("\n");
+  }
+  for (int n : ranks) {
+    if (!json) fmt::print("{:>6}", n);
+    for (int64_t b : sizes) {
+      std::string name = plan::shm_allreduce_choice(policy, n, b, 4).name();
+      if (json)
+        fmt::print("{}\n", nlohmann::json{{"shm_allreduce", name}, {"ranks", n}, {"bytes", b}}.dump());
+      else
+        fmt::print(" {:>22}", name);
+    }
+    if (!json) fmt::print("\n");
+  }
+}
+
+std::vector<int> rank_counts(int np) {
+  if (np > 0) return {np};
+  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  std::vector<int> out;
+  for (int n = 2; n < cores; n *= 2) out.push_back(n);
+  out.push_back(std::max(2, cores));
+  return out;
+}
+
 }  // namespace
 
 int config_main(int argc, char** argv) {
   CLI::App app{"Print every LOCKSTEP_* knob: name, current value, default, meaning.", "lockstep config"};
   bool json = false;
-  app.add_flag("--json", json, "one JSON object per knob");
+  int np = 0;
+  app.add_flag("--json", json, "one JSON object per knob (then per shm algorithm row)");
+  app.add_option("--np", np,
+                 "ranks for the shm algorithm table (default: 2, 4, ... up to this host's cores)")
+      ->check(CLI::Range(2, 1 << 16));
   CLI11_PARSE(app, argc, argv);
   for (const Knob& k : all_knobs()) {
     std::string name(k.name);
@@ -44,6 +89,7 @@ int config_main(int argc, char** argv) {
                  set ? "" : " [default]");
     }
   }
+  print_shm_algorithms(rank_counts(np), json);
   return 0;
 }
 

@@ -3,16 +3,17 @@
 // Every algorithm is a count of message steps (a), bytes each rank moves (b)
 // and bytes of one extra operand each rank reduces (c) — see network.h:
 //
-//   shm one_step   (B <= LOCKSTEP_SHM_SMALL_BYTES): everyone stages its
+//   shm one_step   ((n-1)B <= LOCKSTEP_SHM_SMALL_BYTES): everyone stages its
 //                  message, everyone reduces all n     a = 1, b = B, c = (n-1)B
-//   shm two_step   per slot-sized chunk: stage, reduce own segment, copy
-//                  out                   a = 2 ceil(B/S), b = (2n-1)/n B, c = (n-1)/n B
+//   shm two_step   chunks of C bytes (shm_chunk_bytes), pipelined: stage,
+//                  reduce own share, copy out  a = ceil(B/C)+1, b = (2n-1)/n B, c = (n-1)/n B
 //   ring           reduce-scatter + allgather (gloo, mpi large, nccl)
 //                                        a = 2(n-1), b = 2(n-1)/n B, c = (n-1)/n B
 //   recursive_doubling (mpi, B < 10 kB)  a = b/B = c/B = ceil(log2 n)
 //   shm reduce_scatter / allgather: the hierarchical allreduce's stages.
 //
-// These mirror src/comm/transport/shm/shm_collectives.cc, Gloo's ring and
+// Which shm algorithm runs is the transport's own decision
+// (shm_algorithm.h); the ring and recursive doubling mirror Gloo's ring and
 // Open MPI's fixed decision rule; tests/plan/cost_test.cc pins them against
 // hand-computed values. Pure functions, thread-safe.
 #pragma once
@@ -43,7 +44,8 @@ struct Cost {
 };
 
 Coefficients shm_one_step(int n, double bytes);
-Coefficients shm_two_step(int n, double bytes, double slot_bytes);
+// `chunk_bytes`: the chunk the transport runs at (shm_chunk_bytes).
+Coefficients shm_two_step(int n, double bytes, double chunk_bytes);
 // Input of `bytes` (n blocks); each rank keeps its reduced block.
 Coefficients shm_reduce_scatter(int n, double bytes, double slot_bytes);
 // Output of `bytes` (n blocks); each rank contributes one.
@@ -54,7 +56,7 @@ Coefficients recursive_doubling(int n, double bytes);
 Cost apply(const Coefficients& k, const AlphaBeta& ab, double gamma_s_per_byte);
 
 // The algorithm `transport` runs for one allreduce of `bytes` among n ranks
-// (shm: LOCKSTEP_SHM_SMALL_BYTES from the model; gloo: always ring; mpi:
+// (shm: plan::shm_allreduce_choice with the model's knobs; gloo: always ring; mpi:
 // recursive doubling below 10,000 bytes, else ring; nccl: ring).
 std::string algorithm_for(const NetworkModel& model, std::string_view transport, int n,
                           double bytes);

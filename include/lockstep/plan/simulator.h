@@ -40,6 +40,7 @@
 
 #include "lockstep/plan/cost.h"
 #include "lockstep/plan/network.h"
+#include "lockstep/plan/policies.h"
 #include "lockstep/plan/profile.h"
 
 namespace lockstep::plan {
@@ -101,15 +102,6 @@ struct StepPrediction {
 // network (even an empty one) gives the profile's compute.
 StepPrediction simulate(const Profile& profile, const NetworkModel& network,
                         const Scenario& scenario);
-
-// The engine's fusion rule (src/engine/fusion.cc), over tensor sizes in
-// ready order with a dtype key each: which indices run together.
-struct FusionItem {
-  int64_t bytes = 0;
-  int key = 0;  // items fuse only with the same key (dtype, op, scales)
-};
-std::vector<std::vector<size_t>> fusion_batches(const std::vector<FusionItem>& ready,
-                                                int64_t threshold);
 
 // DistributedOptimizer's LOCKSTEP_OVERLAP=auto decision for a scenario.
 bool overlap_for(const Scenario& scenario);

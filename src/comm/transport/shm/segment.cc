@@ -129,7 +129,8 @@ Segment::Segment(std::string name, std::byte* base, size_t bytes, int size, size
 Segment::~Segment() { munmap(base_, bytes_); }
 
 std::unique_ptr<Segment> Segment::open(const std::string& name, int rank, int size,
-                                       size_t slot_bytes, size_t p2p_bytes,
+                                       size_t slot_bytes, size_t p2p_bytes, uint64_t policy,
+                                       std::string_view policy_knobs,
                                        std::chrono::milliseconds timeout) {
   Layout layout(size, slot_bytes, p2p_bytes);
   auto deadline = Clock::now() + timeout;
@@ -150,6 +151,7 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, int rank, int si
                             seg->header().size, size));
   RankLine& me = seg->rank_line(rank);
   me.pid.store(getpid());
+  me.policy = policy;
   me.state.store(kAttached);
   seg->header().attached.fetch_add(1);
   while (seg->header().attached.load() < static_cast<uint32_t>(size)) {
@@ -165,6 +167,11 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, int rank, int si
   }
   // Everyone has it mapped: drop the name so no crash can leak the memory.
   if (rank == 0) shm_unlink(name.c_str());
+  for (int r = 0; r < size; ++r)
+    if (seg->rank_line(r).policy != policy)
+      throw InvalidArgument(fmt::format("segment {}: rank {} and rank {} were started with "
+                                        "different {}: set them the same on every rank",
+                                        name, r, rank, policy_knobs));
   return seg;
 }
 

@@ -23,13 +23,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "comm/kit/op_desc.h"
 
 namespace lockstep::comm::shm {
 
 inline constexpr uint64_t kMagic = 0x6c6f636b73746570ull;  // "lockstep"
-inline constexpr uint32_t kVersion = 3;
+inline constexpr uint32_t kVersion = 4;
 
 // A futex word and the number of processes sleeping on it (so the writer
 // only pays for FUTEX_WAKE when somebody sleeps).
@@ -54,6 +55,10 @@ struct alignas(128) RankLine {
   uint64_t cma_send = 0;
   uint64_t cma_recv = 0;
   std::atomic<uint32_t> cma_probe{0};
+  // A fingerprint of the knobs that pick algorithms (LOCKSTEP_SHM_ALGORITHM,
+  // _SYNC, _SMALL_BYTES, _CHUNK_BYTES): ranks that disagree would follow
+  // different protocols, so open() compares them once every rank attached.
+  uint64_t policy = 0;
 };
 static_assert(sizeof(RankLine) == 128);
 
@@ -92,9 +97,12 @@ class Segment {
   // Creates (rank 0) or attaches to (others) the segment `name`, waiting up
   // to `timeout` for it to appear and for every rank to attach. Throws
   // lockstep::Error naming the problem (mismatched sizes between ranks,
-  // /dev/shm full, stale segment, ranks that never attached).
+  // /dev/shm full, stale segment, ranks that never attached), and
+  // InvalidArgument when ranks attached with different `policy` fingerprints
+  // (`policy_knobs` names what to set alike).
   static std::unique_ptr<Segment> open(const std::string& name, int rank, int size,
-                                       size_t slot_bytes, size_t p2p_bytes,
+                                       size_t slot_bytes, size_t p2p_bytes, uint64_t policy,
+                                       std::string_view policy_knobs,
                                        std::chrono::milliseconds timeout);
   ~Segment();
   Segment(const Segment&) = delete;

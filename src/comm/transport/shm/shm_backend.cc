@@ -11,21 +11,30 @@
 #include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
+#include "lockstep/comm/traffic.h"
 
 namespace lockstep::comm::shm {
 namespace {
 
-ShmTuning tuning_from_knobs(size_t slot) {
+ShmTuning tuning_from_knobs() {
   ShmTuning tuning;
-  tuning.small_bytes =
-      parse_bytes(knob_string("LOCKSTEP_SHM_SMALL_BYTES"), "LOCKSTEP_SHM_SMALL_BYTES");
+  tuning.policy = plan::ShmPolicy::from_knobs();
+  tuning.legacy = tuning.policy.algorithm == "legacy";
   tuning.stream_bytes =
       parse_bytes(knob_string("LOCKSTEP_SHM_STREAM_BYTES"), "LOCKSTEP_SHM_STREAM_BYTES");
-  tuning.small_bytes = std::min(tuning.small_bytes, slot);
   tuning.cma = knob_choice("LOCKSTEP_SHM_CMA") == "on";
   tuning.cma_bytes =
       parse_bytes(knob_string("LOCKSTEP_SHM_CMA_BYTES"), "LOCKSTEP_SHM_CMA_BYTES");
   return tuning;
+}
+
+// What every rank must agree on for the algorithms to match (FNV-1a).
+uint64_t policy_fingerprint(const plan::ShmPolicy& p) {
+  std::string text = fmt::format("{}|{}|{}|{}|{}", p.algorithm, p.sync, p.small_bytes,
+                                 p.chunk_bytes, p.host_cores);
+  uint64_t h = 1469598103934665603ull;
+  for (char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
 }
 
 bool differ_only_in_path(std::vector<kit::OpDesc> all) {
@@ -54,7 +63,7 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
   if (slot < 4096 || slot % 4096 != 0)
     throw InvalidArgument(fmt::format(
         "LOCKSTEP_SHM_SLOT_BYTES={} must be a multiple of 4096 and at least 4096", slot));
-  ShmTuning tuning = tuning_from_knobs(slot);
+  ShmTuning tuning = tuning_from_knobs();
   if (slot / static_cast<size_t>(world.size) < 256)
     throw InvalidArgument(fmt::format(
         "LOCKSTEP_SHM_SLOT_BYTES={} is too small for {} ranks: use at least {}", slot,
@@ -63,8 +72,10 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
   std::unique_ptr<Segment> segment;
   if (world.size > 1) {
     std::string name = fmt::format("/lockstep-{}-{}", world.job_id, tag);
-    segment = Segment::open(name, world.rank, world.size, slot, 64 * 1024 + kP2pHeaderBytes,
-                            policy.timeout);
+    segment = Segment::open(
+        name, world.rank, world.size, slot, 64 * 1024 + kP2pHeaderBytes,
+        policy_fingerprint(tuning.policy),
+        "LOCKSTEP_SHM_ALGORITHM, _SYNC, _SMALL_BYTES or _CHUNK_BYTES", policy.timeout);
   }
   return std::make_unique<ShmBackend>(world, std::move(segment), policy, tuning);
 }
@@ -74,7 +85,7 @@ ShmBackend::ShmBackend(const WorldInfo& world, std::unique_ptr<Segment> segment,
     : rank_(world.rank), size_(world.size), segment_(std::move(segment)),
       waiter_(segment_ ? std::optional<Waiter>(std::in_place, *segment_, rank_, size_, policy)
                        : std::nullopt),
-      inputs_(world.size), tuning_(tuning) {}
+      inputs_(world.size), tuning_(tuning), sync_(plan::shm_sync_for(tuning.policy, size_)) {}
 
 ShmBackend::~ShmBackend() {
   if (segment_) segment_->rank_line(rank_).state.store(kLeft);
@@ -115,6 +126,38 @@ void ShmBackend::wait_all() {
   peers_arrived_ = true;
 }
 
+// Note [Dissemination steps]
+// A linear step polls every peer's step counter: n-1 cache lines, each
+// written by another core, per step. From 5 ranks on, each with a core of
+// its own (plan::shm_sync_for), a step is a dissemination barrier over the
+// same counters instead: in round k a rank publishes its next count and
+// waits for rank - 2^k to reach it, so after ceil(log2 n) rounds it has
+// heard, through a chain of release/acquire pairs, from every rank, and
+// every store a peer made before the step is visible, as after a linear
+// step. Every rank runs the same number of rounds per step, so the counters
+// stay comparable and a later step's target is still one number. A rank
+// stuck behind a slow peer waits on its partner, which waits on the slow
+// one: timeouts and warnings name the rank furthest behind (Waiter::behind).
+void ShmBackend::step() {
+  if (sync_ == plan::ShmSync::kLinear) {
+    arrive();
+    wait_all();
+    return;
+  }
+  const auto phase = peers_arrived_ ? Waiter::Phase::kWithinCall : Waiter::Phase::kArrival;
+  for (int distance = 1; distance < size_; distance *= 2) {
+    arrive();
+    int peer = (rank_ - distance + size_) % size_;
+    waiter_->wait(segment_->rank_line(peer).step, step_, peer, kit::kind_name(op_kind_), phase);
+  }
+  peers_arrived_ = true;
+}
+
+void ShmBackend::flush_traffic(std::string_view algorithm) {
+  detail::count_segment(algorithm, seg_read_, seg_written_);
+  seg_read_ = seg_written_ = 0;
+}
+
 void ShmBackend::first_step() {
   step();
   int parity = static_cast<int>(seq_ & 1);
@@ -147,6 +190,7 @@ void ShmBackend::barrier() {
   if (size_ == 1) return;
   begin(kit::barrier_desc());
   first_step();
+  flush_traffic("barrier");
 }
 
 // Point-to-point: a two-buffer mailbox per ordered pair; `sent` and `acked`

@@ -107,7 +107,10 @@ void ShmBackend::allreduce_cma(const void* send, void* recv, size_t count, DataT
   mine.cma_send = address(send);
   mine.cma_recv = address(recv);
   first_step();
-  if (!cma_agreed()) return allreduce_large(send, recv, count, dtype, op, -1);
+  if (!cma_agreed()) {
+    return allreduce_any(choose(count * dtype_size(dtype), dtype_size(dtype)), send, recv, count,
+                         dtype, op, -1);
+  }
   count_cma_allreduce();
 
   size_t es = dtype_size(dtype);

@@ -7,6 +7,7 @@
 #include "comm/kernels/copy.h"
 #include "comm/kernels/reduce.h"
 #include "comm/transport/shm/shm_comm.h"
+#include "lockstep/comm/traffic.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::comm::shm {
@@ -15,7 +16,6 @@ namespace {
 constexpr size_t kAlign = 64;
 
 size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
-size_t round_up(size_t x, size_t a) { return ceil_div(x, a) * a; }
 
 const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
 std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
@@ -24,46 +24,57 @@ void copy_bytes(void* dst, const void* src, size_t n) {
   if (n && dst != src) std::memcpy(dst, src, n);
 }
 
-// Splits `count` elements into `parts` cache-line-aligned ranges; part r is
-// [begin(r), end(r)).
-struct Partition {
-  size_t per;
-  size_t count;
-  Partition(size_t count, int parts, size_t elem)
-      : per(round_up(ceil_div(count, parts), std::max<size_t>(1, kAlign / elem))), count(count) {}
-  size_t begin(int r) const { return std::min(count, per * r); }
-  size_t end(int r) const { return std::min(count, per * (r + 1)); }
-};
-
 }  // namespace
 
 void ShmBackend::allreduce(const void* send, void* recv, size_t count, DataType dtype,
                            ReduceOp op) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
   size_t bytes = count * dtype_size(dtype);
-  bool cma = bytes > tuning_.small_bytes && wants_cma(bytes, -1);
+  const plan::ShmChoice choice = choose(bytes, dtype_size(dtype));
+  bool cma = choice.algorithm == plan::ShmAlgorithm::kTwoStep && wants_cma(bytes, -1);
   kit::OpDesc desc = kit::make_desc(kit::OpKind::kAllreduce, dtype, -1, count, op);
   // The path is part of the descriptor, so ranks configured differently
   // (LOCKSTEP_SHM_CMA*) fail the first step together instead of each
   // following its own protocol.
   if (cma) desc.flags = kSingleCopyFlag;
   begin(desc);
-  if (bytes <= tuning_.small_bytes)
-    allreduce_small(send, recv, count, dtype, op, -1);
-  else if (cma)
-    allreduce_cma(send, recv, count, dtype, op);
-  else
-    allreduce_large(send, recv, count, dtype, op, -1);
+  if (cma) return allreduce_cma(send, recv, count, dtype, op);
+  allreduce_any(choice, send, recv, count, dtype, op, -1);
 }
 
 void ShmBackend::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                         int root) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
+  const plan::ShmChoice choice = choose(count * dtype_size(dtype), dtype_size(dtype));
   begin(kit::make_desc(kit::OpKind::kReduce, dtype, root, count, op));
-  if (count * dtype_size(dtype) <= tuning_.small_bytes)
+  allreduce_any(choice, send, recv, count, dtype, op, root);
+}
+
+// The decision is a pure function of its arguments; the last one is kept,
+// since training and benchmarks repeat sizes and the latency path is a few
+// microseconds.
+plan::ShmChoice ShmBackend::choose(size_t bytes, size_t elem_bytes) {
+  if (bytes != chosen_for_[0] || elem_bytes != chosen_for_[1]) {
+    chosen_ = plan::shm_allreduce_choice(tuning_.policy, size_, static_cast<int64_t>(bytes),
+                                         static_cast<int>(elem_bytes));
+    chosen_for_[0] = bytes;
+    chosen_for_[1] = elem_bytes;
+  }
+  return chosen_;
+}
+
+// After begin(): runs the algorithm plan::shm_allreduce_choice picked
+// (Note [One decision]) and books its segment traffic under its name.
+void ShmBackend::allreduce_any(const plan::ShmChoice& choice, const void* send, void* recv,
+                               size_t count, DataType dtype, ReduceOp op, int root) {
+  if (choice.algorithm == plan::ShmAlgorithm::kOneStep)
     allreduce_small(send, recv, count, dtype, op, root);
+  else if (!choice.pipelined)
+    allreduce_large(send, recv, count, dtype, op, root, static_cast<size_t>(choice.chunk_bytes));
   else
-    allreduce_large(send, recv, count, dtype, op, root);
+    allreduce_pipelined(send, recv, count, dtype, op, root,
+                        static_cast<size_t>(choice.chunk_bytes));
+  flush_traffic(plan::algorithm_name(choice.algorithm));
 }
 
 // One step: everyone publishes the whole message, everyone reduces it all.
@@ -71,28 +82,38 @@ void ShmBackend::reduce(const void* send, void* recv, size_t count, DataType dty
 void ShmBackend::allreduce_small(const void* send, void* recv, size_t count, DataType dtype,
                                  ReduceOp op, int root) {
   int b = next_buffer();
-  copy_bytes(slot(rank_, b), send, count * dtype_size(dtype));
+  size_t bytes = count * dtype_size(dtype);
+  copy_bytes(slot(rank_, b), send, bytes);
+  seg_written_ += bytes;
   first_step();
   if (root >= 0 && root != rank_) return;
+  // The sum must run in rank order, so every rank would first read rank 0's
+  // lines, all at once. Asking for the peers' lines in staggered order
+  // first spreads the cross-core transfers over the owners.
+  if (!tuning_.legacy)
+    for (int i = 1; i < size_; ++i)
+      for (size_t at = 0; at < bytes; at += kAlign)
+        __builtin_prefetch(slot((rank_ + i) % size_, b) + at);
   // Our own contribution is read from the caller's (cache-hot) buffer.
   for (int r = 0; r < size_; ++r) inputs_[r] = r == rank_ ? send : slot(r, b);
   kernels::reduce(dtype, op, inputs_.data(), size_, recv, count, size_);
+  seg_read_ += (size_ - 1) * bytes;
 }
 
-// Per slot-sized chunk, two steps: (1) every rank stages the chunk except its
-// own segment; (2) rank r reduces segment r from the staged copies and its
-// private input, in rank order, and publishes the result; then every rank
-// copies the other segments out. Each element crosses memory a constant
-// number of times regardless of the number of ranks.
+// The two_step of LOCKSTEP_SHM_ALGORITHM=legacy, as before issue 28 (the
+// default is allreduce_pipelined). Per chunk, two steps: (1) every rank
+// stages the chunk except its own share; (2) rank r reduces share r from the
+// staged copies and its private input, in rank order, and publishes the
+// result; then every rank copies the other shares out, in rank order.
 void ShmBackend::allreduce_large(const void* send, void* recv, size_t count, DataType dtype,
-                                 ReduceOp op, int root) {
+                                 ReduceOp op, int root, size_t chunk_bytes) {
   size_t es = dtype_size(dtype);
-  size_t chunk = segment_->slot_bytes() / es;
+  size_t chunk = std::max<size_t>(1, chunk_bytes / es);
   bool receive = root < 0 || root == rank_;
   // Results of a message larger than the cache are not re-read soon: stream
   // them past the cache instead of paying a read-for-ownership per line.
   auto deliver = count * es >= tuning_.stream_bytes ? &kernels::copy_streaming : &copy_bytes;
-  for (size_t off = 0; off < count; off += chunk) {
+  for (size_t off = 0; off < count || off == 0; off += chunk) {
     size_t m = std::min(chunk, count - off);
     Partition part(m, size_, es);
     const std::byte* in = bytes(send) + off * es;
@@ -102,10 +123,13 @@ void ShmBackend::allreduce_large(const void* send, void* recv, size_t count, Dat
     size_t lo = part.begin(rank_), hi = part.end(rank_);
     copy_bytes(mine, in, lo * es);
     copy_bytes(mine + hi * es, in + hi * es, (m - hi) * es);
+    seg_written_ += (m - (hi - lo)) * es;
     if (off == 0) first_step(); else step();
     if (hi > lo) {
       for (int r = 0; r < size_; ++r) inputs_[r] = r == rank_ ? in + lo * es : slot(r, b) + lo * es;
       kernels::reduce(dtype, op, inputs_.data(), size_, mine + lo * es, hi - lo, size_);
+      seg_read_ += (size_ - 1) * (hi - lo) * es;
+      seg_written_ += (hi - lo) * es;
       if (receive) deliver(out + lo * es, mine + lo * es, (hi - lo) * es);
     }
     step();
@@ -114,7 +138,9 @@ void ShmBackend::allreduce_large(const void* send, void* recv, size_t count, Dat
       if (r == rank_) continue;
       size_t rlo = part.begin(r), rhi = part.end(r);
       deliver(out + rlo * es, slot(r, b) + rlo * es, (rhi - rlo) * es);
+      seg_read_ += (rhi - rlo) * es;
     }
+    if (count == 0) break;
   }
 }
 
@@ -131,7 +157,9 @@ void ShmBackend::broadcast(void* buffer, size_t count, DataType dtype, int root)
     if (rank_ == root) copy_bytes(slot(root, b), bytes(buffer) + off, n);
     if (k == 0) first_step(); else step();
     if (rank_ != root) copy_bytes(bytes(buffer) + off, slot(root, b), n);
+    (rank_ == root ? seg_written_ : seg_read_) += n;
   }
+  flush_traffic("broadcast");
 }
 
 void ShmBackend::allgatherv(const void* send, void* recv, std::span<const size_t> counts,

@@ -1,6 +1,8 @@
 // Internal: the shared-memory Backend implementation (see shm_backend.h).
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -10,15 +12,53 @@
 #include "comm/transport/shm/sync.h"
 #include "lockstep/comm/backend.h"
 #include "lockstep/comm/world.h"
+#include "lockstep/plan/shm_algorithm.h"
 
 namespace lockstep::comm::shm {
 
-// Size thresholds that pick algorithms (knobs LOCKSTEP_SHM_*; docs/shm.md).
+// Knobs that pick algorithms (LOCKSTEP_SHM_*; docs/shm.md). Which algorithm
+// runs is plan::shm_allreduce_choice's answer (Note [One decision]).
 struct ShmTuning {
-  size_t small_bytes = 0;    // allreduce: one-step algorithm at or below
+  plan::ShmPolicy policy;
+  bool legacy = false;       // policy.algorithm == "legacy", read per call
   size_t stream_bytes = 0;   // allreduce: non-temporal result stores at or above
   size_t cma_bytes = 0;      // allreduce of 2 ranks: single-copy path at or above
   bool cma = false;          // LOCKSTEP_SHM_CMA=on: the single-copy path is allowed
+};
+
+// Splits `count` elements into `parts` cache-line-aligned (64 B) ranges;
+// part r is [begin(r), end(r)).
+struct Partition {
+  size_t per;
+  size_t count;
+  Partition(size_t count, int parts, size_t elem)
+      : per(round_up_to(ceil_div_by(count, static_cast<size_t>(parts)),
+                        std::max<size_t>(1, 64 / elem))),
+        count(count) {}
+  size_t begin(int r) const { return std::min(count, per * r); }
+  size_t end(int r) const { return std::min(count, per * (r + 1)); }
+  static size_t ceil_div_by(size_t a, size_t b) { return (a + b - 1) / b; }
+  static size_t round_up_to(size_t x, size_t a) { return ceil_div_by(x, a) * a; }
+};
+
+// Where the pipelined two_step puts chunk c in a rank's two slots (Note
+// [Pipelined two-step] in shm_pipeline.cc): three places of half a slot,
+// the first in slot `parity` (the collective's first fill).
+struct PipelineLayout {
+  size_t slot_bytes;
+  size_t parity;
+  size_t offset(size_t chunk) const {
+    const size_t place[3] = {parity * slot_bytes, (1 - parity) * slot_bytes,
+                             parity * slot_bytes + slot_bytes / 2};
+    return place[chunk % 3];
+  }
+  // Fills to add after a pipeline of `chunks` chunks that took one fill, so
+  // the next collective's first fill (slot fills & 1) misses the last chunk,
+  // which peers may still be copying out.
+  uint64_t extra_fills(size_t chunks) const {
+    const size_t last_slot = offset(chunks - 1) >= slot_bytes ? 1 : 0;
+    return last_slot == 1 - parity ? 1 : 0;
+  }
 };
 
 // OpDesc::flags of an allreduce taking the single-copy path.
@@ -61,7 +101,9 @@ class ShmBackend final : public Backend {
   int next_buffer() { return static_cast<int>(fills_++ & 1); }
   void arrive();
   void wait_all();
-  void step() { arrive(); wait_all(); }
+  // One step: linear (arrive, then wait for every peer) or a dissemination
+  // barrier over the same step counters (Note [Dissemination steps]).
+  void step();
   void first_step();  // step + descriptor comparison
   // Every rank throws MismatchError(message) after the same step, leaving
   // the buffer parity aligned (Note [Buffer parity]).
@@ -69,10 +111,22 @@ class ShmBackend final : public Backend {
   std::byte* slot(int r, int buffer) { return segment_->slot(r, buffer); }
 
   // Algorithms (shm_collectives.cc).
+  // plan::shm_allreduce_choice for this communicator, remembered for the
+  // last (bytes, element size).
+  plan::ShmChoice choose(size_t bytes, size_t elem_bytes);
+  void allreduce_any(const plan::ShmChoice& choice, const void* send, void* recv, size_t count,
+                     DataType dtype, ReduceOp op, int root);
   void allreduce_small(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                        int root);
+  // Two steps per chunk: the legacy two_step (LOCKSTEP_SHM_ALGORITHM=legacy).
   void allreduce_large(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                       int root);
+                       int root, size_t chunk_bytes);
+  // One step per chunk (shm_pipeline.cc, Note [Pipelined two-step]).
+  void allreduce_pipelined(const void* send, void* recv, size_t count, DataType dtype,
+                           ReduceOp op, int root, size_t chunk_bytes);
+  // Bytes this rank read from / wrote to the segment in the current call
+  // (comm::segment_traffic), published under the call's algorithm name.
+  void flush_traffic(std::string_view algorithm);
   // Single-copy (CMA) allreduce of two ranks (shm_cma.cc).
   bool wants_cma(size_t bytes, int root) const;
   bool cma_agreed();  // the first-use probe; after first_step()
@@ -87,6 +141,11 @@ class ShmBackend final : public Backend {
   std::optional<Waiter> waiter_;  // absent when size() == 1
   std::vector<const void*> inputs_;  // reduction operands, reused across calls
   ShmTuning tuning_;
+  plan::ShmSync sync_ = plan::ShmSync::kLinear;
+  plan::ShmChoice chosen_;
+  size_t chosen_for_[2] = {SIZE_MAX, 0};  // bytes, element size of chosen_
+  uint64_t seg_read_ = 0;
+  uint64_t seg_written_ = 0;
   uint32_t step_ = 0;
   uint64_t fills_ = 0;
   uint64_t fills_at_begin_ = 0;  // fills_ when the current collective began

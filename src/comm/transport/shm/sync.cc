@@ -205,6 +205,20 @@ bool Waiter::spin_while_idle(WaitWord& word, uint32_t target, Clock::time_point 
   return false;
 }
 
+// A dissemination step (Note [Dissemination steps] in shm_backend.cc)
+// waits on a partner that may itself wait on the rank that has not joined:
+// name the rank whose step counter is furthest behind instead.
+int Waiter::behind(const WaitWord& word, uint32_t target, int peer) {
+  if (&word != &segment_.rank_line(peer).step) return peer;  // a point-to-point channel
+  int worst = peer;
+  int32_t worst_lag = static_cast<int32_t>(target - word.value.load());
+  for (int r = 0; r < size_; ++r) {
+    int32_t lag = static_cast<int32_t>(target - segment_.rank_line(r).step.value.load());
+    if (r != rank_ && lag > worst_lag) worst = r, worst_lag = lag;
+  }
+  return worst;
+}
+
 void Waiter::wait(WaitWord& word, uint32_t target, int peer, std::string_view what,
                   Phase phase) {
   if (reached(word.value.load(std::memory_order_acquire), target)) return;
@@ -235,13 +249,15 @@ void Waiter::wait(WaitWord& word, uint32_t target, int peer, std::string_view wh
       std::string msg = fmt::format(
           "{}: rank {} waited {:.1f} s for rank {}, which is alive but has not joined "
           "(LOCKSTEP_TIMEOUT={} s). Check that every rank calls the same collectives.",
-          what, rank_, waited.count() / 1000.0, peer, policy_.timeout.count() / 1000.0);
+          what, rank_, waited.count() / 1000.0, behind(word, target, peer),
+          policy_.timeout.count() / 1000.0);
       abort(msg);
       throw TimeoutError(msg);
     }
     if (warnings.due(waited)) {
       log(LogLevel::kWarning, "{}: waiting {:.0f} s for rank {} (alive); will fail after {} s",
-          what, waited.count() / 1000.0, peer, policy_.timeout.count() / 1000);
+          what, waited.count() / 1000.0, behind(word, target, peer),
+          policy_.timeout.count() / 1000);
     }
     sleep_once(word, target);
   }

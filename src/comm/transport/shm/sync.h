@@ -62,6 +62,9 @@ class Waiter {
                  Phase phase);
   bool spin_while_idle(WaitWord& word, uint32_t target, std::chrono::steady_clock::time_point start);
   [[noreturn]] void fail_dead(int peer, std::string_view what);
+  // The rank to name when a wait for `peer` on `word` lasts: `peer`, or on
+  // step counters the rank furthest behind `target`.
+  int behind(const WaitWord& word, uint32_t target, int peer);
 
   Segment& segment_;
   int rank_;

@@ -4,6 +4,7 @@ target_sources(lockstep_comm PRIVATE
   transport/shm/sync.cc
   transport/shm/shm_backend.cc
   transport/shm/shm_collectives.cc
+  transport/shm/shm_pipeline.cc
   transport/shm/shm_cma.cc
   transport/shm/cma.cc
   transport/shm/shm_transport.cc)
