@@ -5,6 +5,37 @@ find_package(Torch REQUIRED)
 # Debian's TorchConfig puts -D_GLIBCXX_USE_CXX11_ABI etc. into TORCH_CXX_FLAGS.
 separate_arguments(LOCKSTEP_TORCH_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 
+# A pip or conda LibTorch (2.x) carries copies of libraries lockstep also
+# uses, in its own include directory (docs/gpu.md). Debian's LibTorch installs
+# into the system include directory beside the system's fmt, so neither
+# applies there and CPU builds do not change.
+#  - fmt: its fmt headers (fmt 12 in LibTorch 2.11) can shadow the fmt
+#    lockstep links, so torch translation units use fmt header-only: whichever
+#    fmt they see, they need no fmt library (lockstep's headers pass only
+#    std::string_view between layers, never fmt types).
+#  - protobuf: libtorch_cpu.so exports its own protobuf (3.13 in 2.11), and a
+#    second one in the same process clashes, so the data layer's protobuf
+#    (tf.train.Example records) defaults to off (src/data/CMakeLists.txt).
+get_target_property(_fmt_include_dirs fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+set(LOCKSTEP_TORCH_BUNDLES_FMT OFF)
+set(LOCKSTEP_TORCH_BUNDLES_PROTOBUF OFF)
+foreach(_dir IN LISTS TORCH_INCLUDE_DIRS)
+  if(_dir IN_LIST _fmt_include_dirs OR _dir MATCHES "^/usr/(local/)?include/?$")
+    continue()
+  endif()
+  if(EXISTS "${_dir}/fmt/format.h")
+    set(LOCKSTEP_TORCH_BUNDLES_FMT ON)
+  endif()
+  if(EXISTS "${_dir}/google/protobuf/message.h")
+    set(LOCKSTEP_TORCH_BUNDLES_PROTOBUF ON)
+  endif()
+endforeach()
+if(LOCKSTEP_TORCH_BUNDLES_FMT)
+  list(APPEND LOCKSTEP_TORCH_FLAGS -DFMT_HEADER_ONLY=1)
+endif()
+message(STATUS "lockstep LibTorch ${Torch_VERSION}: bundles fmt ${LOCKSTEP_TORCH_BUNDLES_FMT}, "
+               "protobuf ${LOCKSTEP_TORCH_BUNDLES_PROTOBUF}")
+
 # Two anchors: GCC refuses a precompiled header built with -fPIC in a
 # -fPIE compile (and vice versa), and libraries get -fPIC while executables
 # get -fPIE, so each kind reuses the header built with its own flags.

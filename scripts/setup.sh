@@ -8,8 +8,19 @@
 #   bash scripts/setup.sh              install + configure + build the main job
 #   bash scripts/setup.sh --all        install + configure + build everything
 #   bash scripts/setup.sh --deps-only  install packages only
+#   bash scripts/setup.sh --gpu [--deps-prefix DIR]
+#       a GPU node (docs/gpu.md): the pip LibTorch (CUDA) of `python3`, CUDA
+#       and NCCL (the nvidia-nccl wheel, or NCCL_ROOT), the few Debian/Ubuntu
+#       packages the GPU build needs (or, with --deps-prefix, those packages
+#       unpacked with `dpkg -x` into DIR, for a node without root or network);
+#       configures build-gpu/ and builds the main job, the benchmarks and the
+#       GPU tests. Run the GPU checks with scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [[ "${1:-}" == "--gpu" ]]; then
+  exec bash scripts/setup-gpu.sh "${@:2}"
+fi
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config

@@ -43,15 +43,23 @@ ex::FashionSplit load(const ex::Options& o, const std::string& split, int64_t li
 // `run_dir` fills in --metrics, --timeline and --tensorboard, so it is applied here, once
 // lt::init() knows the rank, and before the timeline starts.
 int run(ex::Options o, const std::string& run_dir, int argc, char** argv) {
+  // The placement (lt::init) reads the knob: the flag is its spelling here.
+  if (!o.device.empty()) setenv("LOCKSTEP_DEVICE", o.device.c_str(), 1);
   lt::init();
   ex::apply_run_dir(run_dir, o.metrics, o.timeline, o.tensorboard, argc, argv);
   if (!o.timeline.empty()) lockstep::engine::global().start_timeline(o.timeline);
   ex::FashionSplit train = load(o, "train", o.train_subset);
   ex::FashionSplit test = load(o, "t10k", o.test_subset);
+  // The whole data set lives on the worker's device (188 MB as f32).
+  const ::torch::Device device = lt::placement().torch_device();
+  for (ex::FashionSplit* split : {&train, &test}) {
+    split->images = split->images.to(device);
+    split->labels = split->labels.to(device);
+  }
   if (lt::rank() == 0)
     fmt::print(stderr, "lockstep-fashion-mnist: {} worker(s) x batch {}, {} training samples, "
-               "{} intra-op thread(s) each\n", lt::size(), o.batch_size, train.size(),
-               ::torch::get_num_threads());
+               "{} intra-op thread(s) each, on {}\n", lt::size(), o.batch_size, train.size(),
+               ::torch::get_num_threads(), device.str());
   if (lt::rank() == 0 && o.recipe != "default")
     fmt::print(stderr, "lockstep-fashion-mnist: recipe {}: {}\n", o.recipe, ex::describe_recipe(o));
   ex::Trainer trainer(o, std::move(train), std::move(test));

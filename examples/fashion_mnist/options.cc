@@ -157,6 +157,10 @@ void add_data_options(CLI::App& app, Options& o) {
 
 void add_run_options(CLI::App& app, Options& o) {
   const char* g = "Run";
+  app.add_option("--device", o.device,
+                 "where to train: cuda (the worker's GPU: local rank % visible GPUs), cpu, or "
+                 "auto = cuda when LibTorch sees a GPU (default; same as LOCKSTEP_DEVICE)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->group(g);
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: none)")
       ->check(at_least(0, "an integer >= 0 (0: no limit)"))->group(g);
   app.add_option("--metrics", o.metrics, "append one JSON line per epoch (and per --log-every steps) to FILE")->group(g);

@@ -47,6 +47,7 @@ struct Options {
   int64_t test_subset = 0;
   // Run control and output
   int64_t max_steps = 0;
+  std::string device;  // cpu | cuda | auto; empty: LOCKSTEP_DEVICE (default auto)
   std::string metrics;
   std::string timeline;
   std::string checkpoint_dir;

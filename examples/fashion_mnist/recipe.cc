@@ -50,6 +50,7 @@ FashionCnn make_model(const Options& o, int rank) {
   if (o.sync_batch_norm)
     options.make_norm = [](int64_t c) { return ::torch::nn::AnyModule(lt::SyncBatchNorm(c)); };
   FashionCnn model(options);
+  model->to(lt::placement().torch_device());  // where lt::init() placed this worker
   if (o.channels_last) to_channels_last(*model);
   return model;
 }
@@ -85,7 +86,7 @@ double lr_at(const Options& o, double peak, double total_epochs, int64_t train_s
 
 ::torch::Tensor random_flip(const ::torch::Tensor& x, double p) {
   if (p <= 0) return x;
-  auto flip = ::torch::rand({x.size(0), 1, 1, 1}) < p;
+  auto flip = ::torch::rand({x.size(0), 1, 1, 1}, x.options()) < p;
   return ::torch::where(flip, x.flip({3}), x);
 }
 

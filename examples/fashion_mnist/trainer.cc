@@ -145,7 +145,7 @@ void Trainer::start_averages() {
 
 void Trainer::step(const std::vector<int64_t>& batch, double& loss_sum, double& correct) {
   const auto start = Clock::now();
-  auto index = ::torch::tensor(batch, ::torch::kInt64);
+  auto index = ::torch::tensor(batch, ::torch::kInt64).to(train_.images.device());
   auto x = random_flip(input(o_, train_.images.index_select(0, index)), o_.flip);
   auto y = train_.labels.index_select(0, index);
   distributed_.zero_grad();

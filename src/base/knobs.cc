@@ -49,6 +49,15 @@ constexpr std::array kKnobs = {
          "dedicated parameter-server ranks (the last K of the job); set by lockstep run --servers K"},
     Knob{"LOCKSTEP_BIND_TO", "auto", "CPU affinity per worker, applied by the torch layer",
          "core|none|auto"},
+    Knob{"LOCKSTEP_DEVICE", "auto",
+         "where each worker computes (the torch layer): cuda = visible GPU local rank % GPUs, "
+         "made the current device; auto = cuda when LibTorch sees a GPU",
+         "cpu|cuda|auto"},
+    Knob{"LOCKSTEP_DEVICE_BACKEND", "auto",
+         "how CUDA tensors travel: nccl (GPU to GPU, needs one GPU per worker) or host (staged "
+         "through pinned host memory over LOCKSTEP_BACKEND); auto = nccl when built in and no "
+         "two workers of a host share a GPU",
+         "auto|nccl|host"},
     Knob{"LOCKSTEP_FINGERPRINT_EVERY", "100",
          "DistributedOptimizer compares parameter fingerprints across ranks at the first step and "
          "every N steps (0 = never)"},
@@ -64,7 +73,7 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_BACKEND", "auto",
          "transport between workers (every transport built in is one of the choices: "
          "lockstep config names the built ones)",
-         "auto|shm|mpi|gloo"},
+         "auto|shm|mpi|gloo|nccl"},
     Knob{"LOCKSTEP_TIMEOUT", "300",
          "seconds a collective may wait on a live peer before failing (dead peers fail in ~1 s)"},
     Knob{"LOCKSTEP_WAIT_WARNING", "10",
@@ -102,8 +111,12 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_NETWORK_INTERFACE", "",
          "gloo: network interface (e.g. eth0) for TCP between hosts; empty = the one that "
          "routes to the launcher's rendezvous store"},
+    Knob{"LOCKSTEP_NCCL_BLOCKING", "0",
+         "nccl: 0 = non-blocking communicator (no NCCL call blocks past LOCKSTEP_TIMEOUT); 1 = "
+         "NCCL's blocking mode (cheaper enqueue; a call may block while NCCL connects)",
+         "0|1"},
     Knob{"LOCKSTEP_VERIFY_OPS", "0",
-         "mpi/gloo: 1 = compare every collective's descriptor across ranks first (one small "
+         "mpi/gloo/nccl: 1 = compare every collective's descriptor across ranks first (one small "
          "allgather) so mismatches fail cleanly"},
     // --- engine
     Knob{"LOCKSTEP_FUSION_THRESHOLD", "1MiB",

@@ -13,9 +13,9 @@ namespace {
 const Transport& find_or_throw(std::string_view name) {
   if (const Transport* t = find_transport(name)) return *t;
   throw InvalidArgument(fmt::format(
-      "LOCKSTEP_BACKEND='{}' is not a transport of this build (available: {}); mpi and gloo "
-      "are built when their libraries are found (-DLOCKSTEP_WITH_MPI=ON / "
-      "-DLOCKSTEP_WITH_GLOO=ON)", name, available_backends()));
+      "LOCKSTEP_BACKEND='{}' is not a transport of this build (available: {}); mpi, gloo "
+      "and nccl are built when their libraries are found (-DLOCKSTEP_WITH_MPI=ON / "
+      "-DLOCKSTEP_WITH_GLOO=ON / -DLOCKSTEP_WITH_CUDA=ON)", name, available_backends()));
 }
 
 const Transport& choose_auto(const WorldInfo& world) {

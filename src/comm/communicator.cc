@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "comm/backend_factory.h"
+#include "comm/transport/transport.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
@@ -62,6 +63,8 @@ std::vector<size_t> in_bytes(std::span<const size_t> counts, DataType dtype) {
 }
 
 }  // namespace
+
+bool Communicator::has_backend(std::string_view name) { return find_transport(name) != nullptr; }
 
 std::unique_ptr<Communicator> Communicator::create(const WorldInfo& world) {
   return create(world, knob_string("LOCKSTEP_BACKEND"));

@@ -31,6 +31,9 @@ struct EngineContext {
   std::shared_ptr<FlightRecorder> flight;
   // Threads of this process waiting on operations of any set.
   std::shared_ptr<WaitTracker> waits = std::make_shared<WaitTracker>();
+  // Moves kCuda buffers (Engine::set_device_communicator); null when none.
+  // Set once, before any kCuda submission; owned by Engine::Impl.
+  std::atomic<comm::Communicator*> device_comm{nullptr};
   // Wakes every worker (set by Engine) so they notice a fatal error.
   std::function<void()> wake_all;
 

@@ -29,6 +29,19 @@ struct Engine::Impl {
   int next_set_id LOCKSTEP_GUARDED_BY(mu) = 1;
   int add_calls LOCKSTEP_GUARDED_BY(mu) = 0;
   bool shut_down LOCKSTEP_GUARDED_BY(mu) = false;
+  std::unique_ptr<comm::Communicator> device_comm LOCKSTEP_GUARDED_BY(mu);
+
+  void check_device_submission(int set) {
+    if (set != 0)
+      throw InvalidArgument(fmt::format(
+          "engine: CUDA buffers travel in the global process set only (this one is in set {}); "
+          "stage them through host memory (LOCKSTEP_DEVICE_BACKEND=host)", set));
+    if (!ctx.device_comm.load())
+      throw InvalidArgument(
+          "engine: a CUDA buffer was submitted but no device communicator is set "
+          "(Engine::set_device_communicator; the torch layer sets one for "
+          "LOCKSTEP_DEVICE_BACKEND=nccl and otherwise stages CUDA tensors through host memory)");
+  }
 
   std::shared_ptr<ProcessSetWorker> worker(int set) {
     MutexLock lock(mu);
@@ -59,10 +72,15 @@ struct Engine::Impl {
     return id;
   }
 
-  Handle submit(int set, std::vector<Entry> entries, Callback on_done) {
+  Handle submit(int set, std::vector<Entry> entries, OpOptions options) {
     auto w = worker(set);
+    for (Entry& e : entries) {
+      e.request.memory = options.memory;
+      e.ready_event = options.ready_event;
+    }
+    if (options.memory == comm::MemoryKind::kCuda) check_device_submission(set);
     auto state = std::make_shared<detail::OpState>(static_cast<int>(entries.size()),
-                                                   std::move(on_done));
+                                                   std::move(options.on_done));
     state->waits = ctx.waits;
     auto now = detail::Clock::now();
     for (Entry& e : entries) detail::validate(e, w->set_size());
@@ -132,9 +150,25 @@ void Engine::shutdown() {
   {
     MutexLock lock(impl_->mu);
     impl_->workers.clear();
+    impl_->ctx.device_comm.store(nullptr);
+    impl_->device_comm.reset();  // after the threads that used it are gone
   }
   impl_->ctx.timeline.stop();
 }
+
+void Engine::set_device_communicator(std::unique_ptr<comm::Communicator> comm) {
+  if (!comm) throw InvalidArgument("engine: null device communicator");
+  if (comm->memory() != comm::MemoryKind::kCuda || !comm->device_memory())
+    throw InvalidArgument(fmt::format(
+        "engine: the device communicator's backend '{}' moves host memory; give it a device "
+        "backend (nccl)", comm->backend_name()));
+  MutexLock lock(impl_->mu);
+  if (impl_->device_comm) throw InvalidArgument("engine: the device communicator is already set");
+  impl_->device_comm = std::move(comm);
+  impl_->ctx.device_comm.store(impl_->device_comm.get());
+}
+
+bool Engine::has_device_communicator() const { return impl_->ctx.device_comm.load() != nullptr; }
 
 int Engine::rank() const { return impl_->world.rank; }
 int Engine::size() const { return impl_->world.size; }
@@ -153,7 +187,7 @@ Handle Engine::allreduce_async(std::string name, const void* input, void* output
   r.op = op;
   r.prescale = prescale;
   r.postscale = postscale;
-  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+  return impl_->submit(options.process_set, std::move(entries), std::move(options));
 }
 
 Handle Engine::grouped_allreduce_async(const std::vector<std::string>& names,
@@ -177,7 +211,7 @@ Handle Engine::grouped_allreduce_async(const std::vector<std::string>& names,
     r.prescale = prescale;
     r.postscale = postscale;
   }
-  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+  return impl_->submit(options.process_set, std::move(entries), std::move(options));
 }
 
 Handle Engine::allgather_async(std::string name, const void* input, Shape shape, DataType dtype,
@@ -186,7 +220,7 @@ Handle Engine::allgather_async(std::string name, const void* input, Shape shape,
   entries.push_back(detail::make_entry(Collective::kAllgather, std::move(name), input, nullptr,
                                        std::move(shape), dtype));
   entries.back().allocate = std::move(allocate);
-  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+  return impl_->submit(options.process_set, std::move(entries), std::move(options));
 }
 
 Handle Engine::broadcast_async(std::string name, void* buffer, Shape shape, DataType dtype,
@@ -195,7 +229,7 @@ Handle Engine::broadcast_async(std::string name, void* buffer, Shape shape, Data
   entries.push_back(detail::make_entry(Collective::kBroadcast, std::move(name), buffer, buffer,
                                        std::move(shape), dtype));
   entries.back().request.root = root;
-  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+  return impl_->submit(options.process_set, std::move(entries), std::move(options));
 }
 
 Handle Engine::alltoall_async(std::string name, const void* input, Shape shape, DataType dtype,
@@ -206,7 +240,7 @@ Handle Engine::alltoall_async(std::string name, const void* input, Shape shape, 
                                        std::move(shape), dtype));
   entries.back().request.splits = std::move(splits);
   entries.back().allocate = std::move(allocate);
-  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+  return impl_->submit(options.process_set, std::move(entries), std::move(options));
 }
 
 Handle Engine::reduce_scatter_async(std::string name, const void* input, Shape shape,
@@ -217,7 +251,7 @@ Handle Engine::reduce_scatter_async(std::string name, const void* input, Shape s
                                        nullptr, std::move(shape), dtype));
   entries.back().request.op = op;
   entries.back().allocate = std::move(allocate);
-  return impl_->submit(options.process_set, std::move(entries), std::move(options.on_done));
+  return impl_->submit(options.process_set, std::move(entries), std::move(options));
 }
 
 void Engine::barrier(int process_set) {

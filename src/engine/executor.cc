@@ -10,7 +10,6 @@
 #include "lockstep/base/error.h"
 
 namespace lockstep::engine::detail {
-namespace {
 
 size_t row_elements(const Shape& shape) {
   if (shape.empty()) return 1;
@@ -22,8 +21,6 @@ Shape with_rows(const Shape& shape, int64_t rows) {
   out[0] = rows;
   return out;
 }
-
-}  // namespace
 
 void* Executor::scratch(size_t bytes) {
   if (scratch_.size() < bytes) scratch_.resize(bytes);
@@ -54,6 +51,11 @@ size_t Executor::run(const Batch& batch, const CycleResult& cycle, std::span<Ent
   Times t;
   t.start = Clock::now();
   size_t bytes = 0;
+  if (first.request.memory == comm::MemoryKind::kCuda) {
+    bytes = run_on_device(batch, cycle, entries, errors, t);
+    if (timeline_ && timeline_->active()) record(batch, entries, t);
+    return bytes;
+  }
   switch (first.request.collective) {
     case Collective::kAllreduce: bytes = allreduce(batch, cycle, entries, t); break;
     case Collective::kAllgather: bytes = allgather(first, cycle, entries[i0], errors[i0]); break;

@@ -2,9 +2,13 @@
 // this rank's outputs. A rank without an entry for an item (it has joined)
 // still takes part, contributing neutral values / zero rows into scratch.
 //
+// Batches of CUDA buffers (Request::memory == kCuda) run on the device
+// communicator instead (executor_device.cc, Note [Device batches]).
+//
 // Thread-safety: none; used by one ProcessSetWorker's thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <exception>
 #include <span>
@@ -17,9 +21,20 @@
 
 namespace lockstep::engine::detail {
 
+// Elements per first-dimension row (1 for a scalar), and `shape` with `rows`
+// rows: the per-rank blocks of allgather, alltoall and reduce_scatter.
+size_t row_elements(const Shape& shape);
+Shape with_rows(const Shape& shape, int64_t rows);
+
 class Executor {
  public:
-  Executor(comm::Communicator& comm, Timeline* timeline) : comm_(comm), timeline_(timeline) {}
+  // `device`: where the engine keeps its device communicator (may hold null).
+  Executor(comm::Communicator& comm, Timeline* timeline,
+           const std::atomic<comm::Communicator*>* device = nullptr)
+      : comm_(comm), timeline_(timeline), device_(device) {}
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
 
   // entries[i]: this rank's entry for cycle.ready[i], or null. A failure
   // local to one entry (its allocator threw) lands in errors[i]; errors of
@@ -43,8 +58,22 @@ class Executor {
   void* scratch(size_t bytes);
   void record(const Batch& batch, std::span<Entry* const> entries, const Times& t);
 
+  // executor_device.cc
+  size_t run_on_device(const Batch& batch, const CycleResult& cycle,
+                       std::span<Entry* const> entries, std::span<std::exception_ptr> errors,
+                       Times& t);
+  size_t device_allreduce(comm::Communicator& dev, const Batch& batch, const CycleResult& cycle,
+                          std::span<Entry* const> entries, Times& t);
+  size_t device_reduce_scatter(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
+                               std::exception_ptr& error);
+  void* device_buffer(comm::Communicator& dev, size_t bytes);  // the device fusion buffer
+
   comm::Communicator& comm_;
   Timeline* timeline_;
+  const std::atomic<comm::Communicator*>* device_;
+  comm::Communicator* device_owner_ = nullptr;  // the communicator device_fusion_ came from
+  void* device_fusion_ = nullptr;
+  size_t device_fusion_bytes_ = 0;
   std::vector<std::byte> fusion_;
   std::vector<std::byte> scratch_;
 };

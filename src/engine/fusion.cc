@@ -11,7 +11,7 @@ bool fusible(const ReadyItem& item) {
 
 bool same_key(const Request& a, const Request& b) {
   return a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
-         a.postscale == b.postscale;
+         a.postscale == b.postscale && a.memory == b.memory;
 }
 
 }  // namespace

@@ -52,6 +52,7 @@ struct Entry {
   Clock::time_point submitted;
   Clock::time_point ready;  // when negotiation found it ready everywhere
   uint64_t flight_id = 0;   // its FlightRecorder record
+  std::shared_ptr<void> ready_event;  // OpOptions::ready_event (kCuda inputs)
 };
 
 }  // namespace lockstep::engine::detail

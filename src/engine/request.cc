@@ -63,6 +63,7 @@ void serialize(const Request& r, std::vector<uint8_t>& out) {
   put_vector(out, r.shape);
   put_vector(out, r.splits);
   put_vector(out, r.ranks);
+  put<uint8_t>(out, static_cast<uint8_t>(r.memory));
 }
 
 Request deserialize(const uint8_t*& p, const uint8_t* end) {
@@ -80,12 +81,14 @@ Request deserialize(const uint8_t*& p, const uint8_t* end) {
   r.shape = get_vector<int64_t>(p, end);
   r.splits = get_vector<int64_t>(p, end);
   r.ranks = get_vector<int32_t>(p, end);
+  r.memory = static_cast<comm::MemoryKind>(get<uint8_t>(p, end));
   return r;
 }
 
 std::string first_mismatch(const Request& a, const Request& b) {
   if (a.collective != b.collective) return "collective";
   if (a.dtype != b.dtype) return "dtype";
+  if (a.memory != b.memory) return "memory";
   const CollectiveTraits& t = traits(a.collective);
   if (t.reduces && a.op != b.op) return "op";
   if (t.has_root && a.root != b.root) return "root";
@@ -105,6 +108,7 @@ std::string first_mismatch(const Request& a, const Request& b) {
 std::string field_value(const Request& r, const std::string& field) {
   if (field == "collective") return std::string(collective_name(r.collective));
   if (field == "dtype") return std::string(comm::dtype_name(r.dtype));
+  if (field == "memory") return r.memory == comm::MemoryKind::kCuda ? "cuda" : "host";
   if (field == "op") return std::string(comm::reduce_op_name(r.op));
   if (field == "root") return fmt::format("{}", r.root);
   if (field == "scale factors") return fmt::format("prescale {} postscale {}", r.prescale, r.postscale);

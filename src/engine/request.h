@@ -21,6 +21,7 @@ struct Request {
   Shape shape;
   std::vector<int64_t> splits;  // alltoall only
   std::vector<int32_t> ranks;   // add_process_set only
+  comm::MemoryKind memory = comm::MemoryKind::kHost;  // where the buffers live
 
   size_t bytes() const;  // of the input
   bool operator==(const Request&) const = default;

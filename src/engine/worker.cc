@@ -17,7 +17,7 @@ ProcessSetWorker::ProcessSetWorker(int id, std::vector<int> global_ranks,
       ctx_(context),
       set_rank_(comm_->rank()),
       negotiator_(*comm_, ranks_, context.config.cache_capacity),
-      executor_(*comm_, &context.timeline) {
+      executor_(*comm_, &context.timeline, &context.device_comm) {
   if (set_rank_ == 0) {
     stall_.emplace(ctx_.config.stall_warning_s, ctx_.config.stall_timeout_s);
     deadlock_.emplace(ctx_.config.deadlock_timeout_s);

@@ -3,18 +3,14 @@
 
 #include <torch/optim/optimizer.h>
 
+#include "lockstep/optim/state_key.h"
+
 #include <memory>
-#include <string>
 #include <utility>
 
 namespace lockstep::optim::detail {
 
-// The key torch::optim files a parameter's state under: its TensorImpl
-// address. torch's own optimizers and torch::optim::serialize use the same
-// key, so state saved by one process loads into another's parameters.
-inline std::string state_key(const ::torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
+using optim::state_key;  // lockstep/optim/state_key.h
 
 // The State of parameter p in `optimizer`, created by init(State&) on first
 // use. Throws (std::bad_cast) if p's slot holds another optimizer's state.

@@ -36,7 +36,7 @@ std::map<std::string, ShardSpec> shards_by_name(
     const std::vector<std::pair<std::string, ::torch::Tensor>>& parameters);
 
 using StateMap =
-    ska::flat_hash_map<std::string, std::unique_ptr<::torch::optim::OptimizerParamState>>;
+    ska::flat_hash_map<OptimizerStateKey, std::unique_ptr<::torch::optim::OptimizerParamState>>;
 
 // Copies this rank's slice of every whole tensor in `whole` into `parts`,
 // and makes `optimizer`'s state the slices of `whole_state` (keyed by the

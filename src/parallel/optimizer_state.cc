@@ -37,9 +37,7 @@ std::unique_ptr<::torch::optim::OptimizerParamState> state_from_values(
   return state;
 }
 
-std::string state_key(const ::torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
+OptimizerStateKey state_key(const ::torch::Tensor& param) { return optim::state_key(param); }
 
 std::vector<std::pair<std::string, ::torch::Tensor>> trainable_parameters(
     const ::torch::nn::Module& module) {

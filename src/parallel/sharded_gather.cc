@@ -54,7 +54,7 @@ void ShardedOptimizer::Impl::start_gathers(const ShardedOptimizerOptions& o, boo
   LOCKSTEP_DCHECK(gathers_pending == 0, "{} all-gathers still in flight", gathers_pending);
   for (size_t bi = buckets.size(); bi-- > 0;) {
     const ShardBucket& layout = buckets[bi].layout;
-    Tensor mine = ::torch::zeros({layout.shard}, ::torch::TensorOptions().dtype(dtype));
+    Tensor mine = ::torch::zeros({layout.shard}, ::torch::TensorOptions().dtype(dtype).device(device));
     for (const ShardPlacement& p : layout.placements)
       if (layout.owner(p) == me)
         mine.narrow(0, p.flat_offset - me * layout.shard, p.length)

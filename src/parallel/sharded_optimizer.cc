@@ -64,7 +64,8 @@ class GradientReadyHook : public ::torch::autograd::FunctionPostHook {
 // The bucket's flat gradient in layout order (zeros where a parameter got none).
 Tensor ShardedOptimizer::Impl::pack_gradients(const Bucket& b, bool release) {
   ::torch::NoGradGuard no_grad;
-  Tensor flat = ::torch::zeros({b.layout.shard * n}, ::torch::TensorOptions().dtype(dtype));
+  Tensor flat = ::torch::zeros({b.layout.shard * n},
+                               ::torch::TensorOptions().dtype(dtype).device(device));
   for (const ShardPlacement& p : b.layout.placements) {
     const Tensor& grad = params[p.param].grad();
     if (grad.defined())
@@ -161,7 +162,12 @@ ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, NamedPa
   std::map<const void*, int>& index = m.index;
   std::vector<int64_t> numels;
   m.dtype = m.named.front().second.scalar_type();
+  m.device = m.named.front().second.device();
   for (const auto& [name, p] : m.named) {
+    if (p.device() != m.device)
+      throw InvalidArgument(fmt::format("ShardedOptimizer: parameter {} is on {} but {} is on {}; "
+                                        "all must be on one device", name, p.device().str(),
+                                        m.named.front().first, m.device.str()));
     if (!p.is_floating_point() || p.scalar_type() != m.dtype || !p.is_contiguous())
       throw InvalidArgument(fmt::format(
           "ShardedOptimizer: parameter {} is {} ({}contiguous); all must be contiguous {}", name,

@@ -53,6 +53,7 @@ struct ShardedOptimizer::Impl {
   std::string stale_read;  // first parameter that reached backward with its gather in flight
   int n = 1, me = 0;
   ::torch::ScalarType dtype = ::torch::kFloat32;
+  ::torch::Device device = ::torch::kCPU;  // the parameters' (one device for all)
 
   ::torch::Tensor pack_gradients(const Bucket& b, bool release);
   void send(int bucket, const ShardedOptimizerOptions& o, bool release);

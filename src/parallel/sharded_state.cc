@@ -121,7 +121,7 @@ void ShardedOptimizer::scatter_full_state(const FullState& full) {
                                       full.size(), m.params.size()));
   auto& state = optimizer_->state();
   for (const auto& piece : m.pieces) {
-    const std::string key = state_key(piece.tensor);
+    const auto key = state_key(piece.tensor);
     const State* whole = full[piece.place.param].get();
     if (!whole) {
       state.erase(key);

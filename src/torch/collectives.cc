@@ -8,12 +8,15 @@
 #include <map>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/knobs.h"
+#include "lockstep/base/log.h"
 #include "lockstep/base/mutex.h"
 #include "lockstep/base/terminate.h"
 #include "lockstep/engine/elastic.h"
 #include "lockstep/engine/engine.h"
 #include "lockstep/torch/elastic.h"
 #include "lockstep/torch/placement.h"
+#include "torch/device.h"
 
 namespace lockstep::torch {
 namespace {
@@ -39,20 +42,66 @@ engine::Shape shape_of(const ::torch::Tensor& t) {
   return engine::Shape(t.sizes().begin(), t.sizes().end());
 }
 
-// The tensor the engine reads: CPU, contiguous (a copy when needed).
+// Note [CUDA tensors over a host transport]
+// The engine reads and writes host memory. A CUDA tensor is staged: copied
+// into pinned host memory (a blocking copy, so the producer's stream is done
+// with it), reduced there, and copied back with a non-blocking copy queued
+// on the caller's current stream, which orders every later kernel of that
+// stream after it (LibTorch's pinned allocator keeps the buffer until the
+// copy ran). Results the engine allocates come back to the input's device
+// the same way. This is what lets workers that share a host (or one GPU)
+// use shm, and it is the only CUDA path of the MPI and Gloo transports.
+
+// Note [Which way a CUDA tensor travels]
+// init() decides once (choose_device_backend, LOCKSTEP_DEVICE_BACKEND):
+// with NCCL built, a GPU per worker and a fixed world, the engine gets a
+// device communicator and CUDA tensors stay on the GPU: the engine reads
+// them after an event recorded on the caller's current stream (no host
+// synchronisation) and completes their handles once the results are there
+// (Note [Device batches] in src/engine/executor_device.cc). Otherwise they
+// are staged through host memory (Note [CUDA tensors over a host
+// transport]).
+bool on_device_path(const ::torch::Tensor& t) {
+  return t.is_cuda() && eng().has_device_communicator();
+}
+
+// Options for the engine: the process set and, for a tensor on the device
+// path, where it lives and the event that says it is ready.
+engine::OpOptions op_options_for(const ::torch::Tensor& input, int process_set) {
+  engine::OpOptions o;
+  o.process_set = process_set;
+  if (on_device_path(input)) {
+    o.memory = comm::MemoryKind::kCuda;
+    o.ready_event = detail::record_on_current_stream(input.get_device());
+  }
+  return o;
+}
+
+// The tensor the engine reads: host memory, contiguous (a copy when needed),
+// or the contiguous CUDA tensor itself on the device path.
 ::torch::Tensor engine_input(const ::torch::Tensor& t, const char* op) {
   if (!t.defined()) throw InvalidArgument(fmt::format("lockstep::torch::{}: undefined tensor", op));
+  to_comm_dtype(t.scalar_type());
+  if (on_device_path(t)) return t.contiguous();
+  if (t.is_cuda()) {
+    ::torch::Tensor host = ::torch::empty(
+        t.sizes(), t.options().device(::torch::kCPU).pinned_memory(true));
+    host.copy_(t);
+    return host;
+  }
   if (!t.device().is_cpu())
     throw InvalidArgument(fmt::format(
-        "lockstep::torch::{}: tensor is on {}; only CPU tensors are supported (call .cpu())", op,
+        "lockstep::torch::{}: tensor is on {}; only CPU and CUDA tensors are supported", op,
         t.device().str()));
-  to_comm_dtype(t.scalar_type());
   return t.contiguous();
 }
 
-engine::Allocator tensor_allocator(std::shared_ptr<::torch::Tensor> out, ::torch::ScalarType type) {
-  return [out, type](const engine::Shape& shape, engine::DataType) -> void* {
-    *out = ::torch::empty(shape, ::torch::TensorOptions().dtype(type));
+// Outputs the engine allocates live where the engine's input does.
+engine::Allocator tensor_allocator(std::shared_ptr<::torch::Tensor> out,
+                                   const ::torch::Tensor& input) {
+  return [out, options = ::torch::TensorOptions().dtype(input.scalar_type()).device(
+                   input.device())](const engine::Shape& shape, engine::DataType) -> void* {
+    *out = ::torch::empty(shape, options);
     return out->data_ptr();
   };
 }
@@ -62,7 +111,22 @@ std::function<void()> copy_back(::torch::Tensor target, ::torch::Tensor buffer) 
   if (target.data_ptr() == buffer.data_ptr()) return {};
   return [target, buffer]() mutable {
     ::torch::NoGradGuard no_grad;
-    target.copy_(buffer);
+    target.copy_(buffer, /*non_blocking=*/target.is_cuda() && buffer.is_pinned());
+  };
+}
+
+// A private copy for the out-of-place collectives, on the tensor's device.
+::torch::Tensor owned_copy(const ::torch::Tensor& t, const char* op) {
+  if (t.defined() && t.is_cuda()) return t.clone(at::MemoryFormat::Contiguous);
+  return engine_input(t, op).clone();
+}
+
+// A result the engine allocated in host memory goes to the input's device.
+std::function<void()> to_input_device(std::shared_ptr<::torch::Tensor> out,
+                                      const ::torch::Tensor& input) {
+  if (!input.is_cuda()) return {};
+  return [out, device = input.device()] {
+    if (out->defined()) *out = out->to(device, /*non_blocking=*/false);
   };
 }
 
@@ -85,6 +149,29 @@ comm::DataType to_comm_dtype(::torch::ScalarType type) {
   }
 }
 
+namespace {
+
+// Note [Which way a CUDA tensor travels]: the decision, once per process.
+void start_device_communicator(const Placement& placed) {
+  engine::Engine& e = engine::global();
+  if (e.has_device_communicator()) return;
+  const DeviceBackend backend = choose_device_backend(
+      {.knob = knob_string("LOCKSTEP_DEVICE_BACKEND"),
+       .nccl_built = comm::Communicator::has_backend("nccl"),
+       .cuda = placed.device == DeviceKind::kCuda,
+       .local_size = e.local_size(),
+       .visible_gpus = placed.visible_devices,
+       .elastic = engine::elastic_enabled()});
+  if (backend != DeviceBackend::kNccl) return;
+  // One rank moves nothing: NCCL's start-up only when asked for by name.
+  if (e.size() == 1 && knob_string("LOCKSTEP_DEVICE_BACKEND") != "nccl") return;
+  e.set_device_communicator(
+      comm::Communicator::create(comm::WorldInfo::from_environment(), "nccl"));
+  log(LogLevel::kInfo, "CUDA tensors travel over NCCL on cuda:{}", placed.device_index);
+}
+
+}  // namespace
+
 void init() {
   install_terminate_handler();  // also before an elastic world forms
   tune_malloc();
@@ -95,7 +182,8 @@ void init() {
     else
       engine::init();
   }
-  place_this_worker(engine::local_rank(), engine::local_size());
+  const Placement placed = place_this_worker(engine::local_rank(), engine::local_size());
+  start_device_communicator(placed);
 }
 
 void shutdown() {
@@ -138,8 +226,7 @@ void TensorHandle::wait() {
 
 TensorHandle allreduce_async_(::torch::Tensor& tensor, std::string name, AllreduceOptions options) {
   ::torch::Tensor buffer = engine_input(tensor, "allreduce");
-  engine::OpOptions op_options;
-  op_options.process_set = options.process_set;
+  engine::OpOptions op_options = op_options_for(buffer, options.process_set);
   engine::Handle handle = eng().allreduce_async(
       auto_name(std::move(name), "allreduce"), buffer.data_ptr(), buffer.data_ptr(),
       shape_of(buffer), to_comm_dtype(buffer.scalar_type()), options.op, options.prescale,
@@ -168,13 +255,17 @@ TensorHandle grouped_allreduce_async_(std::vector<::torch::Tensor>& tensors,
           "lockstep::torch::grouped_allreduce_async_: '{}' is {} but '{}' is {}; a group has one "
           "dtype", names[buffers.size() - 1], c10::toString(buffers.back().scalar_type()),
           names.front(), c10::toString(buffers.front().scalar_type())));
+    if (buffers.back().device() != buffers.front().device())
+      throw InvalidArgument(fmt::format(
+          "lockstep::torch::grouped_allreduce_async_: '{}' is on {} but '{}' is on {}; a group "
+          "lives on one device", names[buffers.size() - 1], tensors[buffers.size() - 1].device().str(),
+          names.front(), tensors.front().device().str()));
     inputs.push_back(buffers.back().data_ptr());
     outputs.push_back(buffers.back().data_ptr());
     shapes.push_back(shape_of(buffers.back()));
     if (auto copy = copy_back(tensor, buffers.back())) copies.push_back(std::move(copy));
   }
-  engine::OpOptions op_options;
-  op_options.process_set = options.process_set;
+  engine::OpOptions op_options = op_options_for(buffers.front(), options.process_set);
   engine::Handle handle = eng().grouped_allreduce_async(
       names, inputs, outputs, shapes, to_comm_dtype(buffers.front().scalar_type()), options.op,
       options.prescale, options.postscale, op_options);
@@ -192,7 +283,7 @@ void allreduce_(::torch::Tensor& tensor, std::string name, AllreduceOptions opti
 
 TensorHandle allreduce_async(const ::torch::Tensor& tensor, std::string name,
                              AllreduceOptions options) {
-  ::torch::Tensor copy = engine_input(tensor, "allreduce").clone();
+  ::torch::Tensor copy = owned_copy(tensor, "allreduce");
   return allreduce_async_(copy, std::move(name), options);
 }
 
@@ -207,12 +298,11 @@ TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name, in
   ::torch::Tensor input = engine_input(tensor, "allgather");
   if (input.dim() == 0) input = input.reshape({1});
   auto out = std::make_shared<::torch::Tensor>();
-  engine::OpOptions op_options;
-  op_options.process_set = process_set;
+  engine::OpOptions op_options = op_options_for(input, process_set);
   engine::Handle handle = eng().allgather_async(
       auto_name(std::move(name), "allgather"), input.data_ptr(), shape_of(input),
-      to_comm_dtype(input.scalar_type()), tensor_allocator(out, input.scalar_type()), op_options);
-  return TensorHandle(std::move(handle), out, {input});
+      to_comm_dtype(input.scalar_type()), tensor_allocator(out, input), op_options);
+  return TensorHandle(std::move(handle), out, {input}, to_input_device(out, tensor));
 }
 
 ::torch::Tensor allgather(const ::torch::Tensor& tensor, std::string name, int process_set) {
@@ -224,8 +314,7 @@ TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name, in
 TensorHandle broadcast_async_(::torch::Tensor& tensor, int root, std::string name,
                               int process_set) {
   ::torch::Tensor buffer = engine_input(tensor, "broadcast");
-  engine::OpOptions op_options;
-  op_options.process_set = process_set;
+  engine::OpOptions op_options = op_options_for(buffer, process_set);
   engine::Handle handle = eng().broadcast_async(auto_name(std::move(name), "broadcast"),
                                                 buffer.data_ptr(), shape_of(buffer),
                                                 to_comm_dtype(buffer.scalar_type()), root,
@@ -240,7 +329,7 @@ void broadcast_(::torch::Tensor& tensor, int root, std::string name, int process
 
 ::torch::Tensor broadcast(const ::torch::Tensor& tensor, int root, std::string name,
                           int process_set) {
-  ::torch::Tensor copy = engine_input(tensor, "broadcast").clone();
+  ::torch::Tensor copy = owned_copy(tensor, "broadcast");
   broadcast_(copy, root, std::move(name), process_set);
   return copy;
 }
@@ -251,13 +340,12 @@ TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string nam
                                   ReduceScatterOptions options) {
   ::torch::Tensor input = engine_input(tensor, "reduce_scatter");
   auto out = std::make_shared<::torch::Tensor>();
-  engine::OpOptions op_options;
-  op_options.process_set = options.process_set;
+  engine::OpOptions op_options = op_options_for(input, options.process_set);
   engine::Handle handle = eng().reduce_scatter_async(
       auto_name(std::move(name), "reduce_scatter"), input.data_ptr(), shape_of(input),
-      to_comm_dtype(input.scalar_type()), options.op, tensor_allocator(out, input.scalar_type()),
+      to_comm_dtype(input.scalar_type()), options.op, tensor_allocator(out, input),
       op_options);
-  return TensorHandle(std::move(handle), out, {input});
+  return TensorHandle(std::move(handle), out, {input}, to_input_device(out, tensor));
 }
 
 ::torch::Tensor reduce_scatter(const ::torch::Tensor& tensor, std::string name,
@@ -271,13 +359,12 @@ TensorHandle alltoall_async(const ::torch::Tensor& tensor, std::vector<int64_t> 
                             std::string name, int process_set) {
   ::torch::Tensor input = engine_input(tensor, "alltoall");
   auto out = std::make_shared<::torch::Tensor>();
-  engine::OpOptions op_options;
-  op_options.process_set = process_set;
+  engine::OpOptions op_options = op_options_for(input, process_set);
   engine::Handle handle = eng().alltoall_async(
       auto_name(std::move(name), "alltoall"), input.data_ptr(), shape_of(input),
       to_comm_dtype(input.scalar_type()), std::move(splits),
-      tensor_allocator(out, input.scalar_type()), op_options);
-  return TensorHandle(std::move(handle), out, {input});
+      tensor_allocator(out, input), op_options);
+  return TensorHandle(std::move(handle), out, {input}, to_input_device(out, tensor));
 }
 
 ::torch::Tensor alltoall(const ::torch::Tensor& tensor, std::vector<int64_t> splits,

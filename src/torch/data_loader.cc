@@ -76,7 +76,7 @@ std::optional<TensorBatch> next_tensor_batch(DistributedSampler& sampler,
         data.size(0), targets.size(0), sampler.options().dataset_size));
   std::vector<int64_t> indices = sampler.next_batch(batch_size);
   if (indices.empty()) return std::nullopt;
-  ::torch::Tensor index = ::torch::tensor(indices, ::torch::kLong);
+  ::torch::Tensor index = ::torch::tensor(indices, ::torch::kLong).to(data.device());
   return TensorBatch{data.index_select(0, index), targets.index_select(0, index)};
 }
 

@@ -1,6 +1,7 @@
 #include "lockstep/torch/mixed_precision.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
 #include <fstream>
 #include <string>
@@ -10,6 +11,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/distributed_optimizer.h"
+#include "lockstep/torch/placement.h"
 
 namespace lockstep::torch {
 
@@ -41,14 +43,45 @@ bool cpu_has_native_bf16() {
   return native;
 }
 
-AutocastGuard::AutocastGuard(Precision precision) {
+namespace {
+
+// LibTorch 2.4 made autocast's state per device type; 1.13 has one set of
+// functions for the CPU and one for CUDA ("gpu").
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool autocast_enabled(at::DeviceType d) { return at::autocast::is_autocast_enabled(d); }
+void set_autocast_enabled(at::DeviceType d, bool on) { at::autocast::set_autocast_enabled(d, on); }
+at::ScalarType autocast_dtype(at::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
+void set_autocast_dtype(at::DeviceType d, at::ScalarType t) { at::autocast::set_autocast_dtype(d, t); }
+#else
+bool autocast_enabled(at::DeviceType d) {
+  return d == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+void set_autocast_enabled(at::DeviceType d, bool on) {
+  d == at::kCUDA ? at::autocast::set_enabled(on) : at::autocast::set_cpu_enabled(on);
+}
+at::ScalarType autocast_dtype(at::DeviceType d) {
+  return d == at::kCUDA ? at::autocast::get_autocast_gpu_dtype()
+                        : at::autocast::get_autocast_cpu_dtype();
+}
+void set_autocast_dtype(at::DeviceType d, at::ScalarType t) {
+  d == at::kCUDA ? at::autocast::set_autocast_gpu_dtype(t) : at::autocast::set_autocast_cpu_dtype(t);
+}
+#endif
+
+}  // namespace
+
+AutocastGuard::AutocastGuard(Precision precision)
+    : AutocastGuard(precision, placement().torch_device().type()) {}
+
+AutocastGuard::AutocastGuard(Precision precision, ::torch::DeviceType device) : device_(device) {
   // fp16 has no CPU kernels in LibTorch 1.13 (see the header): nothing to cast.
-  if (precision != Precision::kBf16) return;
+  const bool cuda = device == ::torch::kCUDA;
+  if (precision == Precision::kFp32 || (precision == Precision::kFp16 && !cuda)) return;
   active_ = true;
-  was_enabled_ = at::autocast::is_cpu_enabled();
-  previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-  at::autocast::set_autocast_cpu_dtype(::torch::kBFloat16);
-  at::autocast::set_cpu_enabled(true);
+  was_enabled_ = autocast_enabled(device);
+  previous_dtype_ = autocast_dtype(device);
+  set_autocast_dtype(device, precision == Precision::kFp16 ? ::torch::kFloat16 : ::torch::kBFloat16);
+  set_autocast_enabled(device, true);
   at::autocast::increment_nesting();
 }
 
@@ -56,8 +89,8 @@ AutocastGuard::~AutocastGuard() {
   if (!active_) return;
   // Casts of the weights are cached for the region; drop them with it.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_cpu_enabled(was_enabled_);
-  at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  set_autocast_enabled(device_, was_enabled_);
+  set_autocast_dtype(device_, previous_dtype_);
 }
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
@@ -87,7 +120,7 @@ bool GradScaler::unscale_locally(::torch::optim::Optimizer& optimizer) const {
 
 bool GradScaler::all_ranks_finite(bool local_finite) {
   if (!is_initialized() || size() == 1) return local_finite;
-  ::torch::Tensor flag = ::torch::tensor({local_finite ? 0.0f : 1.0f});
+  ::torch::Tensor flag = ::torch::tensor({local_finite ? 0.0f : 1.0f});  // a host scalar
   ::torch::Tensor any_bad =
       allreduce(flag, "lockstep.grad_scaler.found_inf", AllreduceOptions{ReduceOp::kMax});
   return any_bad.item<float>() == 0.0f;

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "torch/cpu_load.h"
+#include "torch/device.h"
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
@@ -58,7 +59,14 @@ void fit_threads_to_idle_cpus(Placement& p, const std::vector<int>& cpus) {
 }  // namespace
 
 std::string Placement::describe() const {
-  return fmt::format("cpu, {} intra-op thread(s){}, cpus [{}]", intra_op_threads,
+  const std::string where =
+      device == DeviceKind::kCuda
+          ? fmt::format("cuda:{} (GPU {} of the {} visible; CUDA_VISIBLE_DEVICES={})",
+                        device_index, device_index, visible_devices,
+                        std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES")
+                                                            : "unset")
+          : std::string("cpu");
+  return fmt::format("{}, {} intra-op thread(s){}, cpus [{}]", where, intra_op_threads,
                      reason.empty() ? "" : " (" + reason + ")",
                      cpus.empty() ? std::string("any") : fmt::format("{}", fmt::join(cpus, ",")));
 }
@@ -69,6 +77,40 @@ BindTo parse_bind_to(const std::string& text) {
   if (text == "auto" || text.empty()) return BindTo::kAuto;
   throw InvalidArgument(
       fmt::format("LOCKSTEP_BIND_TO='{}' is not one of core, none, auto", text));
+}
+
+DeviceChoice parse_device(const std::string& text) {
+  if (text == "cpu") return DeviceChoice::kCpu;
+  if (text == "cuda") return DeviceChoice::kCuda;
+  if (text == "auto" || text.empty()) return DeviceChoice::kAuto;
+  throw InvalidArgument(fmt::format("LOCKSTEP_DEVICE='{}' is not one of cpu, cuda, auto", text));
+}
+
+int plan_gpu(DeviceChoice choice, int local_rank, int visible_gpus) {
+  if (choice == DeviceChoice::kCpu || (choice == DeviceChoice::kAuto && visible_gpus == 0))
+    return -1;
+  if (visible_gpus == 0)
+    throw InvalidArgument(
+        "LOCKSTEP_DEVICE=cuda but this process sees no GPU (a CPU-only LibTorch, no driver, or "
+        "CUDA_VISIBLE_DEVICES hides them); run with LOCKSTEP_DEVICE=cpu or fix the GPU set-up");
+  return local_rank % visible_gpus;
+}
+
+DeviceBackend choose_device_backend(const DeviceBackendInputs& in) {
+  if (in.knob != "auto" && in.knob != "nccl" && in.knob != "host" && !in.knob.empty())
+    throw InvalidArgument(fmt::format(
+        "LOCKSTEP_DEVICE_BACKEND='{}' is not one of auto, nccl, host", in.knob));
+  if (in.knob == "host" || !in.cuda) return DeviceBackend::kHost;
+  std::string why;
+  if (!in.nccl_built) why = "this build has no NCCL transport (docs/gpu.md: building with CUDA)";
+  else if (in.local_size > in.visible_gpus)
+    why = fmt::format("{} workers share {} GPU(s) on this host, and NCCL needs one GPU per worker",
+                      in.local_size, in.visible_gpus);
+  else if (in.elastic) why = "elastic jobs stage CUDA tensors through host memory";
+  if (why.empty()) return DeviceBackend::kNccl;
+  if (in.knob == "nccl")
+    throw InvalidArgument(fmt::format("LOCKSTEP_DEVICE_BACKEND=nccl, but {}; use host", why));
+  return DeviceBackend::kHost;
 }
 
 Placement plan_placement(int local_rank, int local_size, const std::vector<int>& cpus,
@@ -152,7 +194,14 @@ Placement place_this_worker(int local_rank, int local_size) {
   BindTo bind_to = parse_bind_to(knob_string("LOCKSTEP_BIND_TO"));
   int threads = parse_intra_op_threads(knob_string("LOCKSTEP_INTRA_OP_THREADS"));
   const std::vector<int> cpus = allowed_cpus();
+  const DeviceChoice device = parse_device(knob_string("LOCKSTEP_DEVICE"));
   Placement p = plan_placement(local_rank, local_size, cpus, bind_to, threads);
+  p.visible_devices = device == DeviceChoice::kCpu ? 0 : detail::visible_gpus();
+  p.device_index = plan_gpu(device, local_rank, p.visible_devices);
+  if (p.device_index >= 0) {
+    p.device = DeviceKind::kCuda;
+    detail::set_current_gpu(p.device_index);  // before any CUDA work of this process
+  }
   p.reason = threads > 0 ? fmt::format("LOCKSTEP_INTRA_OP_THREADS={}", threads)
                          : fmt::format("{} CPUs / {} worker(s) on this host",
                                        std::max<size_t>(1, cpus.size()), local_size);

@@ -60,6 +60,7 @@ TEST(Request, SerializationRoundTrips) {
   r.postscale = 3;
   r.splits = {1, 2};
   r.ranks = {0, 3};
+  r.memory = comm::MemoryKind::kCuda;  // where the buffers live travels too
   std::vector<uint8_t> bytes;
   serialize(r, bytes);
   serialize(allreduce("b", {}), bytes);

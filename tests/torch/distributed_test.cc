@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/optim/state_key.h"
 #include "torch/helpers.h"
 
 namespace lockstep::torch {
@@ -435,7 +436,7 @@ TEST(Broadcast, ParametersAndOptimizerStateFromRoot) {
     EXPECT_DOUBLE_EQ(adam.param_groups()[0].options().get_lr(), 0.01);
     ASSERT_EQ(adam.state().size(), model->parameters().size());
     auto& first = static_cast<::torch::optim::AdamParamState&>(
-        *adam.state().at(c10::guts::to_string(model->parameters()[0].unsafeGetTensorImpl())));
+        *adam.state().at(lockstep::optim::state_key(model->parameters()[0])));
     auto moments = allgather(first.exp_avg().flatten().unsqueeze(0), "test.moments");
     EXPECT_TRUE(::torch::equal(moments[0], moments[1]));
     EXPECT_EQ(first.step(), 1);

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "lockstep/base/error.h"
+#include "lockstep/optim/state_key.h"
 #include "lockstep/engine/elastic.h"
 #include "lockstep/torch/elastic.h"
 #include "torch/helpers.h"
@@ -62,7 +63,7 @@ struct Trainer {
 ::torch::Tensor adam_state(::torch::optim::Adam& adam) {
   std::vector<::torch::Tensor> parts;
   for (const auto& p : adam.param_groups()[0].params()) {
-    auto it = adam.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it = adam.state().find(lockstep::optim::state_key(p));
     if (it == adam.state().end()) continue;
     auto& s = static_cast<::torch::optim::AdamParamState&>(*it->second);
     parts.push_back(s.exp_avg().flatten().to(::torch::kFloat64));

@@ -493,6 +493,50 @@ TEST(Placement, AutoBindsOnlyWhenWorkersFit) {
   EXPECT_THROW(parse_bind_to("socket"), InvalidArgument);
 }
 
+TEST(Placement, LocalRankPicksAVisibleGpuRoundRobin) {
+  EXPECT_EQ(plan_gpu(DeviceChoice::kAuto, 3, 0), -1);  // no GPU: the CPU, as before
+  EXPECT_EQ(plan_gpu(DeviceChoice::kCpu, 1, 4), -1);
+  EXPECT_EQ(plan_gpu(DeviceChoice::kAuto, 1, 4), 1);
+  EXPECT_EQ(plan_gpu(DeviceChoice::kCuda, 5, 4), 1);   // more workers than GPUs: they share
+  EXPECT_EQ(plan_gpu(DeviceChoice::kCuda, 1, 1), 0);
+  EXPECT_THROW(plan_gpu(DeviceChoice::kCuda, 0, 0), InvalidArgument);
+  EXPECT_EQ(parse_device("auto"), DeviceChoice::kAuto);
+  EXPECT_EQ(parse_device("cuda"), DeviceChoice::kCuda);
+  EXPECT_THROW(parse_device("gpu"), InvalidArgument);
+}
+
+TEST(Placement, CpuPlacementDescribesTheCpuAndNamesNoGpu) {
+  Placement p;
+  EXPECT_EQ(p.torch_device(), ::torch::Device(::torch::kCPU));
+  EXPECT_EQ(p.describe().rfind("cpu,", 0), 0u) << p.describe();
+  p.device = DeviceKind::kCuda;
+  p.device_index = 1;
+  p.visible_devices = 2;
+  EXPECT_EQ(p.torch_device(), ::torch::Device(::torch::kCUDA, 1));
+  EXPECT_NE(p.describe().find("cuda:1 (GPU 1 of the 2 visible"), std::string::npos) << p.describe();
+}
+
+TEST(Placement, CudaTensorsTakeNcclOnlyWithOneGpuPerWorkerAndAFixedWorld) {
+  DeviceBackendInputs in{.knob = "auto", .nccl_built = true, .cuda = true, .local_size = 2,
+                         .visible_gpus = 2, .elastic = false};
+  EXPECT_EQ(choose_device_backend(in), DeviceBackend::kNccl);
+  auto host_because = [&](auto change, const char* reason) {
+    DeviceBackendInputs c = in;
+    change(c);
+    EXPECT_EQ(choose_device_backend(c), DeviceBackend::kHost) << reason;
+    c.knob = "nccl";
+    if (c.cuda) EXPECT_THROW(choose_device_backend(c), InvalidArgument) << reason;
+  };
+  host_because([](auto& c) { c.nccl_built = false; }, "no NCCL in this build");
+  host_because([](auto& c) { c.local_size = 3; }, "3 workers share 2 GPUs");
+  host_because([](auto& c) { c.elastic = true; }, "elastic");
+  host_because([](auto& c) { c.cuda = false; }, "CPU workers");
+  in.knob = "host";
+  EXPECT_EQ(choose_device_backend(in), DeviceBackend::kHost);
+  in.knob = "rdma";
+  EXPECT_THROW(choose_device_backend(in), InvalidArgument);
+}
+
 TEST(Placement, IdleCpusAreMeasuredFromProcStatPerAllowedCpu) {
   // cpu0 idle 50 of 100 jiffies, cpu1 idle 100 of 100 (iowait counts as idle), cpu2 not allowed.
   auto before = detail::parse_proc_stat(

@@ -88,8 +88,9 @@ std::vector<Layout> parse_layouts(const Options& o, int cpus) {
 std::string worker_args(const Options& o, const std::string& variant, int threads) {
   const auto& w = o.worker;
   return fmt::format("--worker --variant {} --threads {} --batch-size {} --warmup-steps {} "
-                     "--window-steps {} --windows {}",
-                     variant, threads, w.batch_size, w.warmup_steps, w.window_steps, w.windows);
+                     "--window-steps {} --windows {} --device {}",
+                     variant, threads, w.batch_size, w.warmup_steps, w.window_steps, w.windows,
+                     w.device);
 }
 
 // `lockstep run` when it is there; else the same environment by hand.
@@ -285,6 +286,10 @@ int main(int argc, char** argv) {
   app.add_option("--cpus", o.cpus, "CPUs the layouts fill (default: those this process may use)");
   app.add_option("--layouts", o.layouts, "WORKERSxTHREADS,... (default: every N x T = CPUs)");
   app.add_option("--batch-size", o.worker.batch_size, "per worker")->capture_default_str();
+  app.add_option("--device", o.worker.device,
+                 "cpu, or cuda: plain LibTorch on GPU 0, lockstep workers on their placement's "
+                 "GPU (workers beyond the GPUs share them)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--warmup-steps", o.worker.warmup_steps)->capture_default_str();
   app.add_option("--window-steps", o.worker.window_steps, "steps per timed window")
       ->capture_default_str();

@@ -25,11 +25,12 @@ struct Window {
 // The same step as lockstep-fashion-mnist; `dist` is null for plain LibTorch.
 class Stepper {
  public:
-  Stepper(int64_t batch_size, bool distributed)
-      : model_(examples::FashionCnn()),
+  Stepper(int64_t batch_size, bool distributed, ::torch::Device device)
+      : model_(to_device(examples::FashionCnn(), device)),
         adam_(model_->parameters(), ::torch::optim::AdamOptions(1e-3)),
-        x_(::torch::randn({batch_size, 1, 28, 28})),
-        y_(::torch::randint(0, 10, {batch_size}, ::torch::kInt64)) {
+        x_(::torch::randn({batch_size, 1, 28, 28}).to(device)),
+        y_(::torch::randint(0, 10, {batch_size}, ::torch::kInt64).to(device)),
+        cuda_(device.is_cuda()) {
     if (distributed) {
       dist_ = std::make_unique<lt::DistributedOptimizer>(adam_, *model_);
       lt::broadcast_parameters(*model_, 0);
@@ -53,34 +54,47 @@ class Stepper {
     return waited;
   }
 
+  // On a GPU the window ends when the device has run its steps.
   Window window(int steps) {
     Window w;
+    if (cuda_) ::torch::cuda::synchronize();
     auto start = Clock::now();
     for (int i = 0; i < steps; ++i) w.wait_seconds += step();
+    if (cuda_) ::torch::cuda::synchronize();
     w.seconds = seconds_since(start);
     return w;
   }
 
  private:
+  static examples::FashionCnn to_device(examples::FashionCnn model, ::torch::Device device) {
+    model->to(device);
+    return model;
+  }
+
   examples::FashionCnn model_;
   ::torch::optim::Adam adam_;
   ::torch::Tensor x_, y_;
   std::unique_ptr<lt::DistributedOptimizer> dist_;
+  bool cuda_ = false;
 };
 
 }  // namespace
 
 WorkerResult run_worker(const WorkerConfig& config) {
   const bool distributed = config.variant == "lockstep";
+  ::torch::Device device = config.device == "cuda" ? ::torch::Device(::torch::kCUDA, 0)
+                                                   : ::torch::Device(::torch::kCPU);
   if (distributed) {
+    setenv("LOCKSTEP_DEVICE", config.device.c_str(), 1);  // read by the placement
     lt::init();
+    device = lt::placement().torch_device();
     if (config.threads > 0) ::torch::set_num_threads(config.threads);
   } else {
     if (config.variant == "plain-malloc") lt::tune_malloc();  // isolates that one effect
     ::torch::set_num_threads(std::max(1, config.threads));
   }
   ::torch::manual_seed(0);
-  Stepper stepper(config.batch_size, distributed);
+  Stepper stepper(config.batch_size, distributed, device);
   stepper.window(config.warmup_steps);
   std::vector<Window> windows;
   for (int i = 0; i < config.windows; ++i) windows.push_back(stepper.window(config.window_steps));

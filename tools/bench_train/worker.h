@@ -13,6 +13,8 @@ struct WorkerConfig {
   std::string variant;
   int threads = 0;       // plain: intra-op threads; lockstep: 0 = placement's choice
   int64_t batch_size = 64;
+  // "cpu" or "cuda" (plain: GPU 0; lockstep: LOCKSTEP_DEVICE, the placement's GPU).
+  std::string device = "cpu";
   int warmup_steps = 20;
   int window_steps = 40;
   int windows = 3;

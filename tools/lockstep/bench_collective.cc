@@ -19,6 +19,7 @@
 #include "lockstep/base/knobs.h"
 #include "lockstep/comm/communicator.h"
 #include "common/cli_checks.h"
+#include "lockstep/bench_device.h"
 #include "lockstep/commands.h"
 
 namespace lockstep::cli {
@@ -38,6 +39,7 @@ struct Options {
   std::string dtype = "f32";
   std::string op = "sum";
   std::string backend = knob_string("LOCKSTEP_BACKEND");
+  std::string device = "cpu";  // cpu | cuda (bench_device.h)
   double factor = 2;
   double seconds_per_size = 0.25;
   int max_iters = 20000;
@@ -55,31 +57,43 @@ double bus_factor(const std::string& c, int n) {
 }
 
 // One collective call moving `bytes` per rank (the nccl-tests "size").
+// `comm` moves the data; `control` (the same one, except over a device
+// transport, whose buffers must be on the GPU) agrees iteration counts and
+// gathers times. `device`: the message is in GPU memory (bench_device.h).
 struct Runner {
   Communicator& comm;
+  Communicator& control;
   const Options& o;
   DataType dtype;
   ReduceOp op;
   size_t es;
   std::vector<uint8_t> in, out;
+  DeviceBuffers* device = nullptr;
 
   void prepare(size_t bytes) {
     size_t n = static_cast<size_t>(comm.size());
-    in.assign(std::max(bytes, bytes * (o.collective == "allgather" ? 1 : 1)), 0);
+    in.assign(bytes, 0);
     out.assign(o.collective == "allgather" ? bytes * n : bytes, 0);
     if (o.collective == "reduce_scatter") out.assign(bytes / n + es, 0);
+    if (device) device->resize(in.size(), out.size());
   }
+  void* in_ptr() { return device ? device->in() : in.data(); }
+  void* out_ptr() { return device ? device->out() : out.data(); }
   void run(size_t bytes) {
     size_t count = bytes / es;
     size_t n = static_cast<size_t>(comm.size());
     const std::string& c = o.collective;
-    if (c == "allreduce") comm.allreduce(in.data(), out.data(), count, dtype, op);
-    else if (c == "reduce") comm.reduce(in.data(), out.data(), count, dtype, op, 0);
-    else if (c == "broadcast") comm.broadcast(in.data(), count, dtype, 0);
-    else if (c == "allgather") comm.allgather(in.data(), out.data(), count, dtype);
-    else if (c == "reduce_scatter") comm.reduce_scatter(in.data(), out.data(), count / n, dtype, op);
-    else if (c == "alltoall") comm.alltoall(in.data(), out.data(), count / n, dtype);
+    void* src = in_ptr();
+    void* dst = out_ptr();
+    if (device) device->before();
+    if (c == "allreduce") comm.allreduce(src, dst, count, dtype, op);
+    else if (c == "reduce") comm.reduce(src, dst, count, dtype, op, 0);
+    else if (c == "broadcast") comm.broadcast(src, count, dtype, 0);
+    else if (c == "allgather") comm.allgather(src, dst, count, dtype);
+    else if (c == "reduce_scatter") comm.reduce_scatter(src, dst, count / n, dtype, op);
+    else if (c == "alltoall") comm.alltoall(src, dst, count / n, dtype);
     else comm.barrier();
+    if (device) device->after();
   }
 };
 
@@ -103,7 +117,16 @@ bool check_once(Runner& r, size_t bytes) {
   size_t count = bytes / 4;
   std::vector<float> v(count, static_cast<float>(r.comm.rank() + 1));
   std::vector<float> got(count);
-  r.comm.allreduce(v.data(), got.data(), count, DataType::kFloat32, ReduceOp::kSum);
+  if (r.device) {  // through the GPU buffers, staged or not, as the timed runs go
+    r.prepare(bytes);
+    r.device->upload_in(v.data(), bytes);
+    r.device->before();
+    r.comm.allreduce(r.in_ptr(), r.out_ptr(), count, DataType::kFloat32, ReduceOp::kSum);
+    r.device->after();
+    r.device->download_out(got.data(), bytes);
+  } else {
+    r.comm.allreduce(v.data(), got.data(), count, DataType::kFloat32, ReduceOp::kSum);
+  }
   float want = r.comm.size() * (r.comm.size() + 1) / 2.0f;
   return std::all_of(got.begin(), got.end(), [&](float x) { return x == want; });
 }
@@ -121,7 +144,7 @@ Stats measure(Runner& r, size_t bytes) {
   double per = std::chrono::duration<double>(Clock::now() - t0).count() / 3;
   int64_t iters = std::clamp<int64_t>(static_cast<int64_t>(r.o.seconds_per_size / std::max(per, 1e-9)),
                                       5, r.o.max_iters);
-  r.comm.broadcast(&iters, 1, DataType::kInt64, 0);
+  r.control.broadcast(&iters, 1, DataType::kInt64, 0);
   std::vector<double> times(static_cast<size_t>(iters));
   for (auto& t : times) {
     auto s = Clock::now();
@@ -129,7 +152,7 @@ Stats measure(Runner& r, size_t bytes) {
     t = std::chrono::duration<double, std::micro>(Clock::now() - s).count();
   }
   // The slowest rank defines each iteration's time.
-  r.comm.allreduce(times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax);
+  r.control.allreduce(times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax);
   std::sort(times.begin(), times.end());
   auto pct = [&](double q) { return times[std::min(times.size() - 1, static_cast<size_t>(q * times.size()))]; };
   return {pct(0.5), pct(0.99)};
@@ -156,25 +179,42 @@ int run_bench(const Options& o) {
   if (!dtype) throw InvalidArgument(fmt::format("--dtype {}: unknown (f16 bf16 f32 f64 i8 u8 i32 i64)", o.dtype));
   if (!op) throw InvalidArgument(fmt::format("--op {}: unknown (sum average min max product)", o.op));
   const std::vector<size_t> sizes = size_list(o, comm::dtype_size(*dtype));  // before any rank waits
-  auto comm = Communicator::create(comm::WorldInfo::from_environment(), o.backend);
-  Runner r{*comm, o, *dtype, *op, comm::dtype_size(*dtype), {}, {}};
+  const comm::WorldInfo world = comm::WorldInfo::from_environment();
+  const bool cuda = o.device == "cuda";
+  std::unique_ptr<DeviceBuffers> device;
+  // The GPU is chosen before a device transport starts on it.
+  if (cuda) device = std::make_unique<DeviceBuffers>(o.backend != "nccl", world.local_rank);
+  auto comm = Communicator::create(world, o.backend);
+  const bool on_gpu = comm->backend().memory() == comm::MemoryKind::kCuda;
+  if (on_gpu && !cuda)
+    throw InvalidArgument(fmt::format("--backend {} moves GPU memory: add --device cuda", o.backend));
+  // Iteration counts and times are host values: over a device transport they
+  // travel on a host one beside it.
+  std::unique_ptr<Communicator> host_comm =
+      on_gpu ? Communicator::create(world, knob_string("LOCKSTEP_BACKEND") == "nccl"
+                                               ? std::string("auto")
+                                               : knob_string("LOCKSTEP_BACKEND"))
+             : nullptr;
+  Communicator& control = host_comm ? *host_comm : *comm;
+  Runner r{*comm, control, o, *dtype, *op, comm::dtype_size(*dtype), {}, {}, device.get()};
   bool lead = comm->rank() == 0;
   if (lead && !o.json)
-    fmt::print("# lockstep bench {}: backend={} np={} dtype={}\n{:>10} {:>12} {:>12} {:>12} {:>12}{}\n",
-               o.collective, comm->backend_name(), comm->size(), o.dtype, "size", "median(us)",
+    fmt::print("# lockstep bench {}: backend={} device={} np={} dtype={}\n{:>10} {:>12} {:>12} {:>12} {:>12}{}\n",
+               o.collective, comm->backend_name(), o.device, comm->size(), o.dtype, "size", "median(us)",
                "p99(us)", "algbw(GB/s)", "busbw(GB/s)", o.check ? "  check" : "");
   if (lead && !o.run_dir.empty()) write_run_json(o, comm->backend_name(), comm->size());
   bool all_ok = true;
   for (size_t bytes : sizes) {
     bool ok = !o.check || check_once(r, bytes);
     int32_t bad = ok ? 0 : 1;
-    comm->allreduce(&bad, 1, DataType::kInt32, ReduceOp::kMax);
+    control.allreduce(&bad, 1, DataType::kInt32, ReduceOp::kMax);
     all_ok &= bad == 0;
     Stats s = measure(r, bytes);
     double algbw = o.collective == "barrier" ? 0 : bytes / (s.median_us * 1e3);
     double busbw = algbw * bus_factor(o.collective, comm->size());
     if (!lead) continue;
     nlohmann::json j = {{"op", o.collective}, {"backend", comm->backend_name()},
+                        {"device", o.device},
                         {"np", comm->size()}, {"dtype", o.dtype}, {"bytes", bytes},
                         {"median_us", s.median_us}, {"p99_us", s.p99_us},
                         {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
@@ -188,7 +228,7 @@ int run_bench(const Options& o) {
     }
     std::fflush(stdout);
   }
-  comm->barrier();
+  control.barrier();
   if (!all_ok && lead) std::fprintf(stderr, "lockstep bench: results were WRONG for some sizes\n");
   return all_ok ? 0 : 1;
 }
@@ -211,8 +251,13 @@ int bench_collective_main(int argc, char** argv) {
       ->check(greater_than(1))->capture_default_str();
   app.add_option("--dtype", o.dtype, "f16 bf16 f32 f64 i8 u8 i32 i64")->capture_default_str();
   app.add_option("--op", o.op, "sum average min max product")->capture_default_str();
-  app.add_option("--backend", o.backend, "auto shm mpi gloo (default: LOCKSTEP_BACKEND)")
+  app.add_option("--backend", o.backend,
+                 "auto shm mpi gloo nccl, those built in (default: LOCKSTEP_BACKEND)")
       ->capture_default_str();
+  app.add_option("--device", o.device,
+                 "cpu, or cuda: the message lives in GPU memory (staged through pinned host "
+                 "memory around each call unless --backend nccl)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--seconds", o.seconds_per_size, "timed seconds per size")
       ->check(greater_than(0))->capture_default_str();
   app.add_option("--max-iters", o.max_iters, "iteration cap per size (at least 5)")

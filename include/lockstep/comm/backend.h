@@ -24,6 +24,7 @@
 #include <span>
 #include <string_view>
 
+#include "lockstep/comm/device.h"
 #include "lockstep/comm/types.h"
 
 namespace lockstep::comm {
@@ -45,6 +46,14 @@ class Backend {
   // 25-50 us on a VM. nullptr turns it off. Correctness never depends on it;
   // `*blocked` must outlive the backend or be unset first.
   virtual void set_idle_probe(const std::atomic<int>* blocked) { (void)blocked; }
+
+  // Where the buffers passed to this backend must live (Note [Device
+  // buffers] in device.h): host memory, or device memory of the GPU that
+  // device_memory()->device() names.
+  virtual MemoryKind memory() const { return MemoryKind::kHost; }
+  // The device-side operations of a kCuda backend (owned by it); null for a
+  // host backend.
+  virtual DeviceMemory* device_memory() { return nullptr; }
 
   // `send == recv` means in place everywhere it is allowed.
   virtual void allreduce(const void* send, void* recv, size_t count, DataType dtype,

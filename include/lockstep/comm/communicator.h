@@ -32,6 +32,8 @@ class Communicator {
   // Communicator for the world described by the environment (lockstep run,
   // mpirun, srun, or a single process).
   static std::unique_ptr<Communicator> from_environment();
+  // Whether this build has the transport `name` ("shm", "nccl", ...).
+  static bool has_backend(std::string_view name);
 
   Communicator(WorldInfo world, std::unique_ptr<Backend> backend);
   Communicator(const Communicator&) = delete;
@@ -43,6 +45,10 @@ class Communicator {
   const WorldInfo& world() const { return world_; }
   std::string_view backend_name() const { return backend_->name(); }
   Backend& backend() { return *backend_; }
+  // Where buffers must live, and the device operations of a GPU backend
+  // (null for host backends): Note [Device buffers] in device.h.
+  MemoryKind memory() const { return backend_->memory(); }
+  DeviceMemory* device_memory() { return backend_->device_memory(); }
 
   void allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   void allreduce(void* buffer, size_t count, DataType dtype, ReduceOp op) {

@@ -20,6 +20,12 @@ struct TensorBatch {
 
 // Wraps the batch's buffers without copying; the tensors own them.
 TensorBatch to_tensors(HostBatch batch);
+// The hand-off to a GPU: the batch is copied into pinned host memory and
+// from there to `device` with non-blocking copies queued on the current
+// stream, so the host goes on decoding the next batch while they run (the
+// pinned buffers stay alive until the copies ran). A CPU device returns the
+// batch as is.
+TensorBatch to_device(const TensorBatch& batch, torch::Device device);
 
 // Pipeline yielding tensors. Same thread-safety as Pipeline (one consumer).
 //   TensorPipeline pipeline(options);

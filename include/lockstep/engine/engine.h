@@ -132,6 +132,14 @@ class Engine {
   // Collective over all ranks (all pass the same ranks): a new process set.
   int add_process_set(std::vector<int> ranks);
 
+  // Before any OpOptions::memory == kCuda operation, on every rank with
+  // equivalent communicators (e.g. all NCCL): the communicator that moves
+  // device buffers (docs/gpu.md). The engine owns it and only the global
+  // set's thread uses it; host operations keep the engine's communicator.
+  // Throws InvalidArgument when one is already set or `comm` is null.
+  void set_device_communicator(std::unique_ptr<comm::Communicator> comm);
+  bool has_device_communicator() const;
+
   // Chrome-trace timeline (rank 0 writes; other ranks ignore these).
   void start_timeline(const std::string& path);
   void stop_timeline();

@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "lockstep/comm/device.h"
 #include "lockstep/comm/types.h"
 
 namespace lockstep::engine {
@@ -52,6 +54,14 @@ using Callback = std::function<void(std::exception_ptr error)>;
 struct OpOptions {
   int process_set = 0;  // 0: all ranks; else an id from add_process_set / init
   Callback on_done;
+  // Where the buffers live. kCuda: device pointers on this rank's GPU, moved
+  // by the device communicator (Engine::set_device_communicator); every rank
+  // must say the same for a name (negotiated, a MismatchError otherwise).
+  comm::MemoryKind memory = comm::MemoryKind::kHost;
+  // kCuda only, optional: a cudaEvent_t recorded on the stream that produced
+  // the input; the device communicator's stream waits for it before reading
+  // (no host synchronisation). Kept alive until the operation completes.
+  std::shared_ptr<void> ready_event;
 };
 
 }  // namespace lockstep::engine

@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include "lockstep/optim/state_key.h"
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,8 +27,10 @@ StateValues parse_state(const std::string& bytes);
 std::unique_ptr<::torch::optim::OptimizerParamState> state_from_values(
     const ::torch::optim::OptimizerParamState& prototype, const StateValues& values);
 
-// LibTorch's key for a parameter in Optimizer::state().
-std::string state_key(const ::torch::Tensor& param);
+// LibTorch's key for a parameter in Optimizer::state(): its TensorImpl's
+// address, as text in LibTorch 1.x and as the pointer itself in 2.x.
+using OptimizerStateKey = optim::StateKey;
+OptimizerStateKey state_key(const ::torch::Tensor& param);
 
 // The module's parameters that require gradients, by dotted name: what the
 // optimizer wrappers (ShardedOptimizer, ParameterServer) wrap by default.

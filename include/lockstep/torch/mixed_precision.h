@@ -26,7 +26,9 @@
 //         linear layers and matmuls run in bf16; softmax, losses and
 //         reductions stay fp32). Its 8-bit exponent covers fp32's range, so
 //         no loss scaling is needed.
-//  kFp16  dynamic loss scaling (GradScaler) for IEEE half: on a CUDA build it
+//  On a CUDA placement (placement().device == kCuda) the same guard turns
+//  on CUDA autocast instead: bf16 or fp16 (LibTorch's AutocastCUDA).
+//  kFp16  dynamic loss scaling (GradScaler) for IEEE half: on CUDA it
 //         autocasts to fp16; on CPUs, LibTorch 1.13 has no fp16 kernels
 //         (conv and matmul are not implemented for Half), so compute stays
 //         fp32 and the precision that matters is the gradients' on the wire:
@@ -55,11 +57,13 @@ const char* precision_name(Precision precision);
 // bf16 is emulated and slower than fp32, though numerically the same.
 bool cpu_has_native_bf16();
 
-// RAII: autocast on for this thread (bf16 on CPU; fp16 only where the
-// device has fp16 kernels), restored on destruction. Nestable.
+// RAII: autocast on for this thread on the worker's device (bf16 on CPU;
+// bf16 or fp16 on CUDA), restored on destruction. Nestable.
 class AutocastGuard {
  public:
+  // The device: placement()'s (the worker's GPU after init() placed it there).
   explicit AutocastGuard(Precision precision);
+  AutocastGuard(Precision precision, ::torch::DeviceType device);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
@@ -67,6 +71,7 @@ class AutocastGuard {
  private:
   bool active_ = false;
   bool was_enabled_ = false;
+  ::torch::DeviceType device_ = ::torch::kCPU;
   ::torch::ScalarType previous_dtype_ = ::torch::kBFloat16;
 };
 

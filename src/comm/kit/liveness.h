@@ -11,9 +11,15 @@
 // Owns the pidfds; move-only.
 #pragma once
 
+#include <string>
 #include <vector>
 
 namespace lockstep::comm::kit {
+
+// This host's name as the launcher knows it (LOCKSTEP_HOST, else the host
+// name): ranks that report equal labels at start-up run on one host, so each
+// can watch the others' pids.
+std::string host_label();
 
 class PeerLiveness {
  public:

@@ -21,6 +21,12 @@ TensorBatch to_tensors(HostBatch batch) {
           adopt(std::move(batch.labels), {n}, torch::kInt64)};
 }
 
+TensorBatch to_device(const TensorBatch& batch, torch::Device device) {
+  if (!device.is_cuda()) return batch;
+  return {batch.data.pin_memory().to(device, /*non_blocking=*/true),
+          batch.target.pin_memory().to(device, /*non_blocking=*/true)};
+}
+
 std::optional<TensorBatch> TensorPipeline::next() {
   std::optional<HostBatch> batch = pipeline_.next();
   if (!batch) return std::nullopt;

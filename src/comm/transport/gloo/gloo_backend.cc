@@ -70,14 +70,6 @@ std::string address_towards_rendezvous() {
   return result;
 }
 
-std::string host_label() {
-  std::string host = knob_string("LOCKSTEP_HOST");
-  if (!host.empty()) return host;
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 // One TCP device (and its event-loop thread) per process and interface.
 struct DeviceCache {
   Mutex mu;
@@ -120,7 +112,7 @@ std::shared_ptr<::gloo::transport::Device> device() {
 
 // Pids of the peers on this host (same host label), 0 for the others.
 std::vector<int> local_pids(const std::vector<PeerInfo>& peers) {
-  std::string host = host_label();
+  std::string host = kit::host_label();
   std::vector<int> pids(peers.size(), 0);
   for (size_t r = 0; r < peers.size(); ++r)
     if (peers[r].host == host) pids[r] = peers[r].pid;
@@ -129,7 +121,7 @@ std::vector<int> local_pids(const std::vector<PeerInfo>& peers) {
 
 std::vector<PeerInfo> exchange_peers(::gloo::rendezvous::Store& store, const WorldInfo& world,
                                      std::chrono::milliseconds timeout) {
-  std::string mine = fmt::format("{}\n{}", host_label(), getpid());
+  std::string mine = fmt::format("{}\n{}", kit::host_label(), getpid());
   store.set(fmt::format("peer/{}", world.rank), std::vector<char>(mine.begin(), mine.end()));
   std::vector<PeerInfo> peers(world.size);
   for (int r = 0; r < world.size; ++r) {

@@ -13,10 +13,10 @@
 #include <fmt/ranges.h>
 
 #include "comm/kernels/reduce.h"
+#include "comm/kit/liveness.h"
 #include "comm/transport/hierarchical/hierarchical_comm.h"
 #include "comm/transport/shm/shm_backend.h"
 #include "lockstep/base/error.h"
-#include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
 
 namespace lockstep::comm::hierarchical {
@@ -88,13 +88,7 @@ Layout layout_of(const std::vector<int64_t>& all, int r, const WorldInfo& world,
 }
 
 int64_t host_hash() {
-  std::string host = knob_string("LOCKSTEP_HOST");
-  if (host.empty()) {
-    char name[256] = {};
-    gethostname(name, sizeof name - 1);
-    host = name;
-  }
-  return static_cast<int64_t>(std::hash<std::string>{}(host) >> 1);
+  return static_cast<int64_t>(std::hash<std::string>{}(kit::host_label()) >> 1);
 }
 
 // A job id shared by every rank, naming the hosts' shared-memory segments.

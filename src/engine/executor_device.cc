@@ -1,0 +1,240 @@
+// Note [Device batches]
+// A batch whose buffers live on the GPU (Request::memory == kCuda, the same
+// on every rank: negotiated) runs on the device communicator (NCCL) rather
+// than the set's host communicator, which still carries the negotiation:
+//  1. the communicator's stream waits for each input's ready event (recorded
+//     by the producer on its stream; no host synchronisation);
+//  2. fused allreduces are packed into a device fusion buffer with copies on
+//     that stream, reduced in place, and unpacked the same way;
+//  3. the collectives run in deferred mode (DeviceMemory::set_deferred), so
+//     the stream holds the whole batch and the host waits once, here, on the
+//     engine's thread: a Handle completes when its results are on the GPU.
+// Scale factors are folded into one multiplier (postscale * prescale, the
+// average's 1/n included) applied by the reduction itself
+// (DeviceMemory::allreduce_scaled); min/max/product take no factors on the
+// device. Ranks that have joined contribute nothing the device path could
+// fill: such batches fail with InvalidArgument on every rank alike.
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "engine/executor.h"
+#include "engine/scaling.h"
+#include "lockstep/base/check.h"
+#include "lockstep/base/error.h"
+#include "lockstep/comm/device.h"
+
+namespace lockstep::engine::detail {
+namespace {
+
+comm::DeviceMemory& memory_of(comm::Communicator& dev) {
+  comm::DeviceMemory* mem = dev.backend().device_memory();
+  LOCKSTEP_DCHECK(mem != nullptr, "set_device_communicator took a host backend");
+  return *mem;
+}
+
+// The allocation the caller asked for (a CUDA tensor's storage).
+void* device_output(Entry* entry, const Shape& shape, DataType dtype) {
+  void* p = entry->allocate(shape, dtype);
+  if (!p && num_elements(shape) > 0)
+    throw InvalidArgument(fmt::format("{} '{}': the allocator returned null for shape {}",
+                                      collective_name(entry->request.collective),
+                                      entry->request.name, format_shape(shape)));
+  return p;
+}
+
+}  // namespace
+
+Executor::~Executor() {
+  if (device_fusion_ && device_owner_) {
+    try {
+      memory_of(*device_owner_).free(device_fusion_);
+    } catch (...) {  // a broken device: nothing left to free it on
+    }
+  }
+}
+
+void* Executor::device_buffer(comm::Communicator& dev, size_t bytes) {
+  if (bytes <= device_fusion_bytes_ && device_owner_ == &dev) return device_fusion_;
+  comm::DeviceMemory& mem = memory_of(dev);
+  if (device_fusion_) memory_of(*device_owner_).free(device_fusion_);
+  device_fusion_ = nullptr;
+  device_fusion_bytes_ = 0;
+  device_fusion_ = mem.allocate(bytes);
+  device_fusion_bytes_ = bytes;
+  device_owner_ = &dev;
+  return device_fusion_;
+}
+
+size_t Executor::run_on_device(const Batch& batch, const CycleResult& cycle,
+                               std::span<Entry* const> entries,
+                               std::span<std::exception_ptr> errors, Times& t) {
+  comm::Communicator* dev = device_ ? device_->load() : nullptr;
+  const ReadyItem& first = cycle.ready[batch.items.front()];
+  if (!dev || cycle.num_joined > 0) {
+    // Every rank sees the same: fail these entries alike and move nothing.
+    auto error = std::make_exception_ptr(InvalidArgument(fmt::format(
+        "{} '{}': CUDA buffers {}", collective_name(first.request.collective),
+        first.request.name,
+        dev ? "cannot run while ranks have joined (join() needs host tensors)"
+            : "need a device communicator (Engine::set_device_communicator)")));
+    for (size_t i : batch.items)
+      if (entries[i]) errors[i] = error;
+    t.copied_in = t.reduced = t.copied_out = Clock::now();
+    return 0;
+  }
+  comm::DeviceMemory& mem = memory_of(*dev);
+  mem.set_deferred(true);
+  for (size_t i : batch.items)
+    if (Entry* e = entries[i]; e && e->ready_event) mem.wait_event(e->ready_event.get());
+  const size_t i0 = batch.items.front();
+  Entry* entry = entries[i0];
+  const Request& req = first.request;
+  size_t bytes = 0;
+  switch (req.collective) {
+    case Collective::kAllreduce: bytes = device_allreduce(*dev, batch, cycle, entries, t); break;
+    case Collective::kBroadcast:
+      dev->broadcast(entry->output, static_cast<size_t>(num_elements(req.shape)), req.dtype,
+                     req.root);
+      entry->state->output_shape = req.shape;
+      bytes = req.bytes();
+      break;
+    case Collective::kAllgather: {
+      const size_t row = row_elements(req.shape);
+      std::vector<size_t> counts(dev->size());
+      int64_t rows = 0;
+      for (int r = 0; r < dev->size(); ++r) {
+        const auto& shape = first.per_rank[r].shape;
+        counts[r] = static_cast<size_t>(shape.empty() ? 0 : shape[0]) * row;
+        rows += shape.empty() ? 0 : shape[0];
+      }
+      Shape out_shape = with_rows(req.shape, rows);
+      try {
+        void* out = device_output(entry, out_shape, req.dtype);
+        dev->allgatherv(entry->input, out, counts, req.dtype);
+      } catch (const InvalidArgument&) {
+        errors[i0] = std::current_exception();
+        void* out = device_buffer(*dev, rows * row * comm::dtype_size(req.dtype) + 1);
+        dev->allgatherv(entry->input, out, counts, req.dtype);  // the peers expect us
+      }
+      entry->state->output_shape = out_shape;
+      bytes = static_cast<size_t>(rows) * row * comm::dtype_size(req.dtype);
+      break;
+    }
+    case Collective::kReduceScatter:
+      bytes = device_reduce_scatter(*dev, first, entry, errors[i0]);
+      break;
+    case Collective::kAlltoall: {
+      const int me = dev->rank();
+      const size_t row = row_elements(req.shape);
+      std::vector<size_t> send_counts(dev->size()), recv_counts(dev->size());
+      std::vector<int64_t> received(dev->size());
+      int64_t rows = 0;
+      for (int r = 0; r < dev->size(); ++r) {
+        send_counts[r] = static_cast<size_t>(first.per_rank[me].splits[r]) * row;
+        received[r] = first.per_rank[r].splits[me];
+        recv_counts[r] = static_cast<size_t>(received[r]) * row;
+        rows += received[r];
+      }
+      Shape out_shape = with_rows(req.shape, rows);
+      void* out = device_output(entry, out_shape, req.dtype);
+      dev->alltoallv(entry->input, send_counts, out, recv_counts, req.dtype);
+      entry->state->output_shape = out_shape;
+      entry->state->received_splits = std::move(received);
+      bytes = static_cast<size_t>(rows) * row * comm::dtype_size(req.dtype);
+      break;
+    }
+    default: break;  // barrier: negotiation already synchronized every rank
+  }
+  if (req.collective != Collective::kAllreduce) t.copied_in = t.start;
+  mem.synchronize();  // the one host wait of the batch (Note [Device batches])
+  t.reduced = t.copied_out = Clock::now();
+  return bytes;
+}
+
+size_t Executor::device_allreduce(comm::Communicator& dev, const Batch& batch,
+                                  const CycleResult& cycle, std::span<Entry* const> entries,
+                                  Times& t) {
+  const Request& req = cycle.ready[batch.items.front()].request;
+  comm::DeviceMemory& mem = memory_of(dev);
+  const size_t esize = comm::dtype_size(req.dtype);
+  const size_t total = batch.bytes / esize;
+  const bool scaled = req.prescale != 1.0 || req.postscale != 1.0;
+  if (scaled && req.op != ReduceOp::kSum && req.op != ReduceOp::kAverage)
+    throw InvalidArgument(fmt::format(
+        "allreduce '{}': scale factors with op {} are not supported on CUDA buffers (sum and "
+        "average take them)", req.name, comm::reduce_op_name(req.op)));
+  // One multiplier, applied inside the reduction (Note [Device batches]).
+  double factor = req.prescale * req.postscale;
+  if (req.op == ReduceOp::kAverage) factor /= dev.size();
+  auto reduce = [&](const void* in, void* out) {
+    if (req.op == ReduceOp::kSum || req.op == ReduceOp::kAverage) {
+      if (factor == 1.0) dev.allreduce(in, out, total, req.dtype, ReduceOp::kSum);
+      else mem.allreduce_scaled(in, out, total, req.dtype, factor);
+    } else {
+      dev.allreduce(in, out, total, req.dtype, req.op);
+    }
+  };
+  if (!batch.fused()) {
+    Entry* e = entries[batch.items.front()];
+    t.copied_in = Clock::now();
+    reduce(e->input, e->output);
+    return batch.bytes;
+  }
+  auto* buffer = static_cast<std::byte*>(device_buffer(dev, batch.bytes));
+  size_t offset = 0;
+  for (size_t i : batch.items) {
+    const size_t bytes = cycle.ready[i].request.bytes();
+    mem.copy(buffer + offset, entries[i]->input, bytes);
+    offset += bytes;
+  }
+  LOCKSTEP_DCHECK_EQ(offset, batch.bytes);  // fusion.cc sized the batch from the same items
+  t.copied_in = Clock::now();
+  reduce(buffer, buffer);
+  offset = 0;
+  for (size_t i : batch.items) {
+    const size_t bytes = cycle.ready[i].request.bytes();
+    mem.copy(entries[i]->output, buffer + offset, bytes);
+    offset += bytes;
+  }
+  return batch.bytes;
+}
+
+size_t Executor::device_reduce_scatter(comm::Communicator& dev, const ReadyItem& item,
+                                       Entry* entry, std::exception_ptr& error) {
+  const Request& req = item.request;
+  const int n = dev.size(), me = dev.rank();
+  const size_t row = row_elements(req.shape), esize = comm::dtype_size(req.dtype);
+  const int64_t dim = req.shape.empty() ? 0 : req.shape[0];
+  auto rows_of = [&](int r) { return dim / n + (r < dim % n ? 1 : 0); };
+  Shape out_shape = with_rows(req.shape, rows_of(me));
+  const size_t out_count = static_cast<size_t>(rows_of(me)) * row;
+  void* out = device_output(entry, out_shape, req.dtype);
+  const ReduceOp op = req.op == ReduceOp::kAverage ? ReduceOp::kSum : req.op;
+  comm::DeviceMemory& mem = memory_of(dev);
+  if (dim % n == 0) {
+    if (req.op == ReduceOp::kAverage) {
+      // Scaled on the whole input, then scattered: the average's 1/n.
+      const size_t total = static_cast<size_t>(dim) * row;
+      auto* full = static_cast<std::byte*>(device_buffer(dev, total * esize + 1));
+      mem.allreduce_scaled(entry->input, full, total, req.dtype, 1.0 / n);
+      mem.copy(out, full + static_cast<size_t>(rows_of(0)) * me * row * esize, out_count * esize);
+    } else {
+      dev.reduce_scatter(entry->input, out, out_count, req.dtype, op);
+    }
+  } else {
+    // Uneven rows: the transport's reduce_scatter wants equal blocks.
+    const size_t total = static_cast<size_t>(dim) * row;
+    auto* full = static_cast<std::byte*>(device_buffer(dev, total * esize + 1));
+    if (req.op == ReduceOp::kAverage) mem.allreduce_scaled(entry->input, full, total, req.dtype, 1.0 / n);
+    else dev.allreduce(entry->input, full, total, req.dtype, op);
+    int64_t before = 0;
+    for (int r = 0; r < me; ++r) before += rows_of(r);
+    mem.copy(out, full + static_cast<size_t>(before) * row * esize, out_count * esize);
+  }
+  (void)error;
+  entry->state->output_shape = out_shape;
+  return req.bytes();
+}
+
+}  // namespace lockstep::engine::detail

@@ -1,0 +1,194 @@
+// The engine's device path (Note [Device batches] in src/engine/
+// executor_device.cc) without a GPU: a stand-in device backend keeps its
+// "device" buffers in host memory and counts what the executor asks of it,
+// so fusion packing, the folded scale factors, the ready events, the one
+// host wait per batch and the negotiated memory kind are checked in CI. The
+// real NCCL backend is checked on a GPU (tests/comm/nccl_test.cc,
+// tests/torch/cuda_test.cc).
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/engine_harness.h"
+#include "lockstep/base/error.h"
+#include "lockstep/comm/device.h"
+
+namespace lockstep::testing {
+namespace {
+
+using comm::MemoryKind;
+
+// Host memory behind the DeviceMemory interface; the collectives are the
+// wrapped shm backend's. Counts calls for the assertions below.
+class HostAsDevice final : public comm::Backend, public comm::DeviceMemory {
+ public:
+  explicit HostAsDevice(std::unique_ptr<comm::Communicator> inner) : inner_(std::move(inner)) {}
+
+  std::string_view name() const override { return "host-as-device"; }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  MemoryKind memory() const override { return MemoryKind::kCuda; }
+  comm::DeviceMemory* device_memory() override { return this; }
+
+  void allreduce(const void* s, void* r, size_t n, DataType t, ReduceOp op) override {
+    ++collectives;
+    inner_->backend().allreduce(s, r, n, t, op);
+  }
+  void broadcast(void* b, size_t n, DataType t, int root) override {
+    ++collectives;
+    inner_->backend().broadcast(b, n, t, root);
+  }
+  void allgatherv(const void* s, void* r, std::span<const size_t> c, DataType t) override {
+    ++collectives;
+    inner_->backend().allgatherv(s, r, c, t);
+  }
+  void barrier() override { inner_->backend().barrier(); }
+  void send(const void* b, size_t n, DataType t, int peer, int tag) override {
+    inner_->backend().send(b, n, t, peer, tag);
+  }
+  void recv(void* b, size_t n, DataType t, int peer, int tag) override {
+    inner_->backend().recv(b, n, t, peer, tag);
+  }
+
+  int device() const override { return 0; }
+  void* stream() const override { return nullptr; }
+  void* allocate(size_t bytes) override { return bytes ? std::malloc(bytes) : nullptr; }
+  void free(void* p) override { std::free(p); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    ++copies;
+    std::memcpy(dst, src, bytes);
+  }
+  void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void wait_event(void* event) override { waited.push_back(event); }
+  void record_event(void*) override {}
+  void allreduce_scaled(const void* s, void* r, size_t n, DataType t, double factor) override {
+    ASSERT_EQ(t, DataType::kFloat32);
+    ++scaled;
+    std::vector<float> scaled_in(static_cast<const float*>(s), static_cast<const float*>(s) + n);
+    for (float& x : scaled_in) x = static_cast<float>(x * factor);
+    allreduce(scaled_in.data(), r, n, t, ReduceOp::kSum);
+  }
+  void set_deferred(bool d) override { deferred_ = d; }
+  bool deferred() const override { return deferred_; }
+  void synchronize() override { ++syncs; }
+
+  int collectives = 0, copies = 0, scaled = 0, syncs = 0;
+  std::vector<void*> waited;
+
+ private:
+  std::unique_ptr<comm::Communicator> inner_;
+  bool deferred_ = false;
+};
+
+// The engine over shm plus a HostAsDevice over a second shm job.
+HostAsDevice& attach_device(Engine& e, const comm::WorldInfo& world) {
+  comm::WorldInfo dev_world = world;
+  dev_world.job_id += "-dev";
+  auto backend = std::make_unique<HostAsDevice>(comm::Communicator::create(dev_world, "shm"));
+  HostAsDevice& ref = *backend;
+  e.set_device_communicator(std::make_unique<comm::Communicator>(dev_world, std::move(backend)));
+  return ref;
+}
+
+engine::OpOptions on_device(std::shared_ptr<void> event = nullptr) {
+  engine::OpOptions o;
+  o.memory = MemoryKind::kCuda;
+  o.ready_event = std::move(event);
+  return o;
+}
+
+TEST(EngineDevice, FusedBatchPacksScalesOnceAndWaitsOnce) {
+  auto results = run_workers_raw(2, [](const comm::WorldInfo& world) {
+    Engine e(comm::Communicator::create(world, "shm"));
+    HostAsDevice& dev = attach_device(e, world);
+    const float r = static_cast<float>(world.rank + 1);  // rank 0: 1, rank 1: 2
+    std::vector<float> a = {r, 2 * r, 3 * r}, b = {10 * r};
+    auto event_a = std::make_shared<int>(1), event_b = std::make_shared<int>(2);
+    std::vector<engine::Handle> hs;
+    hs.push_back(e.allreduce_async("a", a.data(), a.data(), {3}, DataType::kFloat32,
+                                   ReduceOp::kAverage, 1.0, 1.0, on_device(event_a)));
+    hs.push_back(e.allreduce_async("b", b.data(), b.data(), {1}, DataType::kFloat32,
+                                   ReduceOp::kAverage, 1.0, 1.0, on_device(event_b)));
+    for (auto& h : hs) h.wait();
+    // Average of 1 and 2 (times 1, 2, 3, 10): folded into one scaled sum.
+    EXPECT_EQ(a, (std::vector<float>{1.5f, 3.0f, 4.5f}));
+    EXPECT_EQ(b, (std::vector<float>{15.0f}));
+    EXPECT_TRUE(dev.deferred());
+    EXPECT_GE(dev.scaled, 1);
+    EXPECT_EQ(dev.waited.size(), 2u);  // each input's ready event, before reading it
+    EXPECT_GE(dev.syncs, 1);
+    EXPECT_LE(dev.syncs, 2);           // one host wait per batch (1 fused, or 2 unfused)
+    if (dev.syncs == 1) {
+      EXPECT_EQ(dev.copies, 4);  // 2 packed in, 2 unpacked
+    }
+    e.shutdown();
+  });
+  expect_all_ok(results);
+}
+
+TEST(EngineDevice, ScaleFactorsAndEveryCollectiveOnDeviceBuffers) {
+  auto results = run_workers_raw(2, [](const comm::WorldInfo& world) {
+    Engine e(comm::Communicator::create(world, "shm"));
+    HostAsDevice& dev = attach_device(e, world);
+    const float r = static_cast<float>(world.rank + 1);
+    std::vector<float> x = {r, -r};
+    e.allreduce_async("scaled", x.data(), x.data(), {2}, DataType::kFloat32, ReduceOp::kSum, 0.5,
+                      4.0, on_device()).wait();
+    EXPECT_EQ(x, (std::vector<float>{6.0f, -6.0f}));  // 4 * (0.5 + 1)
+    std::vector<float> m = {r};
+    e.allreduce_async("max", m.data(), m.data(), {1}, DataType::kFloat32, ReduceOp::kMax, 1.0,
+                      1.0, on_device()).wait();
+    EXPECT_EQ(m[0], 2.0f);
+    std::vector<float> bc = {r, r};
+    e.broadcast_async("bc", bc.data(), {2}, DataType::kFloat32, 1, on_device()).wait();
+    EXPECT_EQ(bc, (std::vector<float>{2.0f, 2.0f}));
+    std::vector<float> gathered;
+    std::vector<float> mine(world.rank + 1, r);  // rank 0: 1 row, rank 1: 2 rows
+    e.allgather_async("ag", mine.data(), {world.rank + 1}, DataType::kFloat32,
+                      vector_allocator(gathered), on_device()).wait();
+    EXPECT_EQ(gathered, (std::vector<float>{1.0f, 2.0f, 2.0f}));
+    std::vector<float> rs_in = {r, 2 * r, 3 * r, 4 * r}, rs_out;
+    e.reduce_scatter_async("rs", rs_in.data(), {4}, DataType::kFloat32, ReduceOp::kAverage,
+                           vector_allocator(rs_out), on_device()).wait();
+    const std::vector<float> want_rs = world.rank == 0 ? std::vector<float>{1.5f, 3.0f}
+                                                       : std::vector<float>{4.5f, 6.0f};
+    EXPECT_EQ(rs_out, want_rs);
+    EXPECT_GE(dev.collectives, 5);
+    // Host operations keep the engine's own communicator meanwhile.
+    std::vector<float> h = {r};
+    e.allreduce_async("host", h.data(), h.data(), {1}, DataType::kFloat32, ReduceOp::kSum).wait();
+    EXPECT_EQ(h[0], 3.0f);
+    e.shutdown();
+  });
+  expect_all_ok(results);
+}
+
+TEST(EngineDevice, RanksDisagreeingOnWhereATensorLivesGetAMismatchNamingIt) {
+  auto results = run_workers_raw(2, [](const comm::WorldInfo& world) {
+    Engine e(comm::Communicator::create(world, "shm"));
+    attach_device(e, world);
+    std::vector<float> x = {1.0f};
+    engine::OpOptions o = world.rank == 0 ? engine::OpOptions{} : on_device();
+    auto h = e.allreduce_async("where", x.data(), x.data(), {1}, DataType::kFloat32,
+                               ReduceOp::kSum, 1.0, 1.0, o);
+    expect_throw_with<MismatchError>([&] { h.wait(); },
+                                     {"'where'", "memory host on rank 0 but cuda on rank 1"});
+    e.shutdown();
+  });
+  expect_all_ok(results);
+}
+
+TEST(EngineDevice, DeviceBuffersWithoutADeviceCommunicatorAreRefused) {
+  auto world = local_world(0, 1, unique_job_id());
+  Engine e(comm::Communicator::create(world, "shm"));
+  EXPECT_FALSE(e.has_device_communicator());
+  std::vector<float> x = {1.0f};
+  expect_throw_with<InvalidArgument>(
+      [&] {
+        e.allreduce_async("x", x.data(), x.data(), {1}, DataType::kFloat32, ReduceOp::kSum, 1.0,
+                          1.0, on_device());
+      },
+      {"no device communicator"});
+}
+
+}  // namespace
+}  // namespace lockstep::testing
