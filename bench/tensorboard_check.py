@@ -22,7 +22,8 @@ the check against the real consumer.
       and asks the HParams plugin's own HTTP API (experiment,
       session_groups), i.e. what the HParams tab would list.
 
-A main job and a sweep to try it on (from the build folder):
+bench/tensorboard_check.sh BUILD_DIR runs both below and checks them. A
+main job and a sweep to try it on (from the build folder):
 
   bin/lockstep run -np 2 bin/lockstep-fashion-mnist --epochs 2 --train-subset 6000 \\
       --test-subset 1000 --log-every 5 --log-ranks --run-dir /tmp/tb/train
