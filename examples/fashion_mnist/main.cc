@@ -40,13 +40,13 @@ ex::FashionSplit load(const ex::Options& o, const std::string& split, int64_t li
   return out;
 }
 
-// `run_dir` fills in --metrics and --timeline, so it is applied here, once
+// `run_dir` fills in --metrics, --timeline and --tensorboard, so it is applied here, once
 // lt::init() knows the rank, and before the timeline starts.
 int run(ex::Options o, const std::string& run_dir, int argc, char** argv) {
   // The placement (lt::init) reads the knob: the flag is its spelling here.
   if (!o.device.empty()) setenv("LOCKSTEP_DEVICE", o.device.c_str(), 1);
   lt::init();
-  ex::apply_run_dir(run_dir, o.metrics, o.timeline, argc, argv);
+  ex::apply_run_dir(run_dir, o.metrics, o.timeline, o.tensorboard, argc, argv);
   if (!o.timeline.empty()) lockstep::engine::global().start_timeline(o.timeline);
   ex::FashionSplit train = load(o, "train", o.train_subset);
   ex::FashionSplit test = load(o, "t10k", o.test_subset);

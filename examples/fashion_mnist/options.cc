@@ -163,7 +163,7 @@ void add_run_options(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->group(g);
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: none)")
       ->check(at_least(0, "an integer >= 0 (0: no limit)"))->group(g);
-  app.add_option("--metrics", o.metrics, "append one JSON line per epoch to FILE")->group(g);
+  app.add_option("--metrics", o.metrics, "append one JSON line per epoch (and per --log-every steps) to FILE")->group(g);
   app.add_option("--timeline", o.timeline, "write a Chrome-trace timeline of the collectives")
       ->group(g);
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint.pt there each epoch")
@@ -194,6 +194,7 @@ void add_options(CLI::App& app, Options& o) {
   add_data_options(app, o);
   add_run_options(app, o);
   add_testing_options(app, o);
+  add_telemetry_options(app, o);
 }
 
 int parse_options(CLI::App& app, int argc, char** argv) {

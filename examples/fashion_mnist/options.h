@@ -53,6 +53,10 @@ struct Options {
   std::string checkpoint_dir;
   bool resume = false;
   int64_t commit_every = 10;  // elastic: steps between in-memory commits
+  // Telemetry (telemetry.h)
+  std::string tensorboard;   // event files' folder; --run-dir fills it in
+  int64_t log_every = 10;    // steps between per-step rows (0: none)
+  bool log_ranks = false;    // per-rank scalars too
   // Testing
   std::string sample_log;   // append "epoch index" per committed sample to FILE.<worker>
   std::string inject_kill;  // "WORKER:STEP": that worker SIGKILLs itself
@@ -66,6 +70,7 @@ void add_evaluation_options(CLI::App& app, Options& o);
 void add_data_options(CLI::App& app, Options& o);
 void add_run_options(CLI::App& app, Options& o);
 void add_testing_options(CLI::App& app, Options& o);
+void add_telemetry_options(CLI::App& app, Options& o);  // telemetry.cc
 
 // All of the above.
 void add_options(CLI::App& app, Options& o);

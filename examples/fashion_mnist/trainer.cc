@@ -48,7 +48,7 @@ Trainer::Trainer(const Options& options, FashionSplit train, FashionSplit test)
                 .seed = o_.seed}),
       state_(*model_, *optimizer_, &sampler_, &distributed_),
       elastic_(lockstep::engine::elastic_enabled()),
-      evals_(o_.eval_interval(), o_.target_accuracy) {
+      evals_(o_.eval_interval(), o_.target_accuracy), telemetry_(o_) {
   // Lookahead's slow weights are not part of the elastic commit, so a worker
   // that joins or a rollback would leave ranks with different ones.
   if (elastic_ && o_.lookahead > 0)
@@ -144,6 +144,7 @@ void Trainer::start_averages() {
 }
 
 void Trainer::step(const std::vector<int64_t>& batch, double& loss_sum, double& correct) {
+  const auto start = Clock::now();
   auto index = ::torch::tensor(batch, ::torch::kInt64).to(train_.images.device());
   auto x = random_flip(input(o_, train_.images.index_select(0, index)), o_.flip);
   auto y = train_.labels.index_select(0, index);
@@ -155,15 +156,25 @@ void Trainer::step(const std::vector<int64_t>& batch, double& loss_sum, double& 
   }
   auto loss = examples::loss(o_, logits, y);
   precision_.scaler().scale(loss).backward();
+  const auto sync = Clock::now();  // the wait for gradients still in flight starts here
   precision_.scaler().step(distributed_);
+  const auto synced = Clock::now();
   if (lookahead_) lookahead_->after_step();
   if (ema_) ema_->update(*model_);
   ++state_.step;
   if (!o_.sample_log.empty()) uncommitted_.insert(uncommitted_.end(), batch.begin(), batch.end());
   if (o_.commit_every > 0 && state_.step % o_.commit_every == 0) commit();
   const auto n = static_cast<double>(batch.size());
-  loss_sum += loss.item<double>() * n;
+  const double batch_loss = loss.item<double>();
+  loss_sum += batch_loss * n;
   correct += logits.argmax(1).eq(y).sum().item<double>();
+  using seconds = std::chrono::duration<double>;
+  telemetry_.after_step({.step = state_.step, .epochs_done = epochs_done(), .loss = batch_loss,
+                         .samples = static_cast<int64_t>(batch.size()),
+                         .lr = optimizer_->param_groups()[0].options().get_lr(),
+                         .step_s = seconds(Clock::now() - start).count(),
+                         .wait_s = seconds(synced - sync).count()},
+                        [this] { return gradient_norm(*model_); });
 }
 
 bool Trainer::evaluate_now(bool mid_epoch) {
@@ -177,6 +188,7 @@ bool Trainer::evaluate_now(bool mid_epoch) {
     }, test_);
   }
   const bool reached = evals_.record(epochs, last_accuracy_, clock_);
+  telemetry_.evaluated(state_.step, epochs, last_accuracy_);
   if (lt::rank() == 0 && mid_epoch)
     fmt::print(stderr, "  {:.2f} epochs: test acc {:.2f}% | {:.1f} s training\n", epochs,
                100 * last_accuracy_, clock_.seconds());
@@ -193,7 +205,6 @@ void Trainer::report_epoch(int64_t epoch, const EpochStats& s, double test_accur
              "| {:.1f} s\n",
              epoch + 1, o_.epochs, s.loss, 100 * s.accuracy, 100 * test_accuracy, s.samples_per_s,
              elapsed);
-  if (o_.metrics.empty()) return;
   nlohmann::json line = {{"epoch", epoch + 1}, {"step", state_.step},
                          {"epochs_done", epochs_done()}, {"train_loss", s.loss},
                          {"train_accuracy", s.accuracy}, {"test_accuracy", test_accuracy},
@@ -203,6 +214,8 @@ void Trainer::report_epoch(int64_t epoch, const EpochStats& s, double test_accur
                          {"lr", peak_lr_}, {"reformations", state_.reformations()},
                          {"precision", o_.precision},
                          {"skipped_steps", precision_.scaler().skipped_steps()}};
+  telemetry_.epoch_ended(state_.step, line);
+  if (o_.metrics.empty()) return;
   std::ofstream(o_.metrics, std::ios::app) << line.dump() << "\n";
 }
 

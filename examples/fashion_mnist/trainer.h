@@ -17,6 +17,7 @@
 #include "fashion_mnist/options.h"
 #include "fashion_mnist/precision.h"
 #include "fashion_mnist/target.h"
+#include "fashion_mnist/telemetry.h"
 #include "lockstep/optim/weight_average.h"
 #include "lockstep/torch/torch.h"
 
@@ -77,6 +78,7 @@ class Trainer {
   EvalSchedule evals_;
   double last_accuracy_ = 0;
   bool reached_ = false;  // the target; training stops
+  Telemetry telemetry_;   // per-step rows and TensorBoard events (rank 0 writes)
 };
 
 }  // namespace lockstep::examples

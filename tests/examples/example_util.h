@@ -32,10 +32,15 @@ inline fs::path scratch(const std::string& name) {
   return lockstep::testing::scratch_folder("lockstep-example", name);
 }
 
-inline std::vector<nlohmann::json> read_metrics(const fs::path& path) {
+// The metrics file's lines: the epoch lines (and the target line) by
+// default, the per-step rows ("kind": "step", --log-every) with steps=true.
+inline std::vector<nlohmann::json> read_metrics(const fs::path& path, bool steps = false) {
   std::vector<nlohmann::json> lines;
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if ((j.value("kind", "") == "step") == steps) lines.push_back(std::move(j));
+  }
   return lines;
 }
 

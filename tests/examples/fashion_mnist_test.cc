@@ -70,11 +70,56 @@ TEST(FashionMnist, MissingDataNamesThePackage) {
   EXPECT_NE(text.find("dataset-fashion-mnist"), std::string::npos) << text;
 }
 
+// Telemetry of a 2-worker run with --log-ranks (default --log-every 10):
+// the per-step rows, and the TensorBoard events in the run directory as an
+// independent reader (tests/summary/read_events.py) decodes them, with the
+// same values as the rows.
+void expect_step_rows_and_events(const fs::path& metrics, const fs::path& run_dir,
+                                 const std::vector<nlohmann::json>& epochs) {
+  auto steps = read_metrics(metrics, /*steps=*/true);
+  const int total = epochs.back()["step"].get<int>();  // 47 steps per epoch
+  ASSERT_EQ(static_cast<int>(steps.size()), total / 10) << "a row every 10 of " << total << " steps";
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& r = steps[i];
+    EXPECT_EQ(r["step"].get<int>(), 10 * static_cast<int>(i + 1)) << r;
+    EXPECT_GT(r["loss"].get<double>(), 0) << r;
+    EXPECT_GT(r["lr"].get<double>(), 0) << r;
+    EXPECT_GT(r["grad_norm"].get<double>(), 0) << r;
+    EXPECT_GE(r["comm_wait_share"].get<double>(), 0) << r;
+    EXPECT_LE(r["comm_wait_share"].get<double>(), 1) << r;
+    ASSERT_EQ(r["ranks"].size(), 2u) << r;
+    EXPECT_GT(r["ranks"][1]["step_ms"].get<double>(), 0) << r;
+  }
+  const std::string cmd = fmt::format("/usr/bin/python3 '{}/../summary/read_events.py' '{}' 2>&1",
+                                      LOCKSTEP_EXAMPLES_TEST_DIR, run_dir.string());
+  std::string events;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) events.append(buf, n);
+  ASSERT_TRUE(p && pclose(p) == 0) << events;
+  // The reader prints the float32 TensorBoard stores to 6 digits: the same here.
+  auto f32 = [](const nlohmann::json& v) { return static_cast<double>(static_cast<float>(v.get<double>())); };
+  std::vector<std::string> want = {"0 config plugin=text\n"};
+  for (const auto& r : steps) {
+    const int s = r["step"].get<int>();
+    want.push_back(fmt::format("{} train/loss {:.6g}\n", s, f32(r["loss"])));
+    want.push_back(fmt::format("{} train/lr {:.6g}\n", s, f32(r["lr"])));
+    want.push_back(fmt::format("{} train/grad_norm {:.6g}\n", s, f32(r["grad_norm"])));
+    want.push_back(fmt::format("{} rank_1/step_ms {:.6g}\n", s, f32(r["ranks"][1]["step_ms"])));
+  }
+  for (const auto& e : epochs) {
+    const int s = e["step"].get<int>();
+    want.push_back(fmt::format("{} test/accuracy {:.6g}\n", s, f32(e["test_accuracy"])));
+    want.push_back(fmt::format("{} epoch/train_loss {:.6g}\n", s, f32(e["train_loss"])));
+  }
+  for (const auto& w : want) EXPECT_NE(events.find(w), std::string::npos) << w << events;
+}
+
 TEST(FashionMnist, TwoWorkersViaLauncher) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep launcher is not built";
   auto dir = scratch("np2");
-  auto cmd = fmt::format("'{}' run -np 2 '{}' {} --metrics '{}' --run-dir '{}' 2>'{}'",
+  auto cmd = fmt::format("'{}' run -np 2 '{}' {} --log-ranks --metrics '{}' --run-dir '{}' 2>'{}'",
                          bin("lockstep"), bin("lockstep-fashion-mnist"), kQuick,
                          (dir / "m.jsonl").string(), (dir / "run").string(),
                          (dir / "err.txt").string());
@@ -90,6 +135,7 @@ TEST(FashionMnist, TwoWorkersViaLauncher) {
   EXPECT_EQ(run["workers"].get<int>(), 2);
   EXPECT_EQ(run["metrics"].get<std::string>(), (dir / "m.jsonl").string());
   EXPECT_FALSE(fs::exists(dir / "run" / "metrics.jsonl"));
+  expect_step_rows_and_events(dir / "m.jsonl", dir / "run", lines);
 }
 
 TEST(FashionMnist, TwoWorkersSyncBatchNormAndTimeline) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fails when a layer includes a layer above it (docs/architecture.md):
 #   base < rendezvous < comm < engine < torch < parallel;  optim, data stand on base
-#   (and LibTorch); launcher on base + rendezvous; plan (the planner's
+#   (and LibTorch); summary on base + data; launcher on base + rendezvous; plan (the planner's
 #   model) on base alone; tools/examples on top.
 set -u
 root=$1
@@ -31,7 +31,8 @@ check comm engine launcher torch parallel optim data notorch
 check engine launcher torch parallel optim data notorch
 check launcher engine torch parallel optim data notorch
 check optim comm engine launcher torch parallel data
-check data comm engine launcher torch parallel optim
+check data comm engine launcher torch parallel optim summary
+check summary comm engine launcher torch parallel optim notorch
 check torch launcher parallel
 check parallel launcher
 [[ $status == 0 ]] && echo "layering: ok"

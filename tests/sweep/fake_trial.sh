@@ -4,6 +4,8 @@
 #   fake_trial.sh METRICS EPOCHS QUALITY BEHAVIOUR
 # score = QUALITY * epoch, so a better QUALITY is better at every rung.
 # BEHAVIOUR: ok | crash (exit 3 in epoch 2) | hang (sleeps forever in epoch 1)
+# A per-step row ("kind": "step", no metric) precedes each epoch's line, as
+# the main job's --log-every writes them: the sweep must skip it.
 set -eu
 metrics=$1 epochs=$2 quality=$3 behaviour=$4
 echo "fake trial: pid $$ quality $quality $behaviour host ${LOCKSTEP_HOST:-none}"
@@ -15,5 +17,6 @@ for ((e = 1; e <= epochs; e++)); do
   fi
   if [[ $behaviour == hang ]]; then sleep 600; fi
   score=$(awk -v q="$quality" -v e="$e" 'BEGIN { print q * e }')
+  echo "{\"kind\": \"step\", \"step\": $e, \"loss\": 1}" >> "$metrics"
   echo "{\"epoch\": $e, \"score\": $score, \"loss\": 1}" >> "$metrics"
 done

@@ -85,6 +85,39 @@ std::string slurp(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// TensorBoard's records of a directory as tests/summary/read_events.py
+// (an independent reader) prints them; "--schema" decodes them fully.
+std::string events(const fs::path& dir, bool schema = false) {
+  const std::string tests = LOCKSTEP_SWEEP_TEST_DIR "/../summary";
+  const std::string cmd = fmt::format(
+      "/usr/bin/python3 {}/read_events.py {} '{}' 2>&1", tests,
+      schema ? fmt::format("--schema {}/tensorboard_subset.proto", tests) : "", dir.string());
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (p) pclose(p);
+  return out;
+}
+
+// The HParams tab's records: the experiment in the sweep's directory, and a
+// session per trial with the metric per epoch and its status.
+void expect_hparams_records(const fs::path& run) {
+  const std::string top = events(run, /*schema=*/true);
+  for (const char* want : {"tag: \"_hparams_/experiment\"", "name: \"behaviour\"",
+                           "string_value: \"hang\"", "tag: \"sweep/score\"", "tag: \"sweep/epochs\""})
+    EXPECT_NE(top.find(want), std::string::npos) << want << "\n" << top;
+  const std::string ok = events(run / "trials" / "000");
+  for (const char* want : {"0 _hparams_/session_start_info plugin=hparams\n", "1 sweep/score 2\n",
+                           "2 sweep/score 4\n", "3 sweep/score 6\n", "3 sweep/epochs 3\n",
+                           "3 _hparams_/session_end_info plugin=hparams\n"})
+    EXPECT_NE(ok.find(want), std::string::npos) << want << "\n" << ok;
+  EXPECT_NE(events(run / "trials" / "000", true).find("status: STATUS_SUCCESS"), std::string::npos);
+  const std::string crashed = events(run / "trials" / "001", true);
+  EXPECT_NE(crashed.find("string_value: \"crash\""), std::string::npos) << crashed;
+  EXPECT_NE(crashed.find("status: STATUS_FAILURE"), std::string::npos) << crashed;
+}
+
 TEST(SweepEndToEnd, CrashingAndHangingTrialsAreRecordedAndTheSweepFinishes) {
   auto dir = scratch("faults");
   auto space = write_space(dir, R"({"quality": {"type": "choice", "values": [2]},
@@ -106,6 +139,7 @@ TEST(SweepEndToEnd, CrashingAndHangingTrialsAreRecordedAndTheSweepFinishes) {
   auto results = nlohmann::json::parse(slurp(dir / "run" / "results.json"));
   EXPECT_EQ(results["best"]["trial"], 0);  // failed trials are not ranked
   EXPECT_NE(slurp(dir / "sweep.out").find("best: trial 0"), std::string::npos);
+  expect_hparams_records(dir / "run");
 }
 
 // SIGKILL of the sweep once a trial has ended: started again with the same

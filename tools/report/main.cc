@@ -30,8 +30,9 @@ int check_page(const std::string& chromium, const std::string& html) {
   for (const auto& c : out["charts"]) {
     const bool ok = c.value("points", 0) > 0 && c.value("painted", 0) > 0;
     if (!ok) ++bad;
-    fmt::print(stderr, "  {:<40} {:>6} points {:>8} painted pixels {}\n", c.value("id", "?"),
-               c.value("points", 0), c.value("painted", 0), ok ? "ok" : "EMPTY");
+    fmt::print(stderr, "  {:<40} {:>6} points {:>8} painted pixels  x {:<8} {:>3} marks  {}\n",
+               c.value("id", "?"), c.value("points", 0), c.value("painted", 0), c.value("x", "?"),
+               c.value("marks", 0), ok ? "ok" : "EMPTY");
   }
   for (const auto& e : out["errors"]) fmt::print(stderr, "  page error: {}\n", e.get<std::string>());
   const size_t n = out["charts"].size();

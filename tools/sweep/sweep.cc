@@ -18,6 +18,7 @@
 #include "sweep/command.h"
 #include "sweep/journal.h"
 #include "sweep/output.h"
+#include "sweep/tensorboard.h"
 #include "sweep/trial.h"
 
 namespace lockstep::sweep {
@@ -58,6 +59,7 @@ class Sweep {
     make_trials();
     replay();
     write_run_json();
+    events_.emplace(o_.dir, space_, o_.metric, describe());
     install_signals();
     print_intro();
     while (!g_interrupted) {
@@ -209,6 +211,13 @@ class Sweep {
     std::ofstream(fs::path(o_.dir) / "run.json") << run.dump(2) << "\n";
   }
 
+  // The HParams experiment's description (markdown).
+  std::string describe() const {
+    return fmt::format("`lockstep sweep`: {} {} ({}), {} scheduler, {} sampler\n\n    {}",
+                       o_.metric, o_.mode, "sweep/" + o_.metric, o_.scheduler, o_.sampler,
+                       fmt::join(o_.command, " "));
+  }
+
   void install_signals() {
     struct sigaction sa {};
     sa.sa_handler = on_signal;
@@ -273,6 +282,7 @@ class Sweep {
     t.placement = p;
     t.started = Clock::now();
     t.status = Status::kRunning;
+    events_->started(t);
     t.process = std::make_unique<TrialProcess>(LaunchSpec{
         argv, t.log_path, p.cpus,
         {{"LOCKSTEP_SWEEP_TRIAL", std::to_string(t.id)}, {"LOCKSTEP_SWEEP_DIR", o_.dir}}});
@@ -336,6 +346,8 @@ class Sweep {
       return request_stop(t, Status::kFailed,
                           fmt::format("line {} of {} is not a JSON object: {}", t.lines_read,
                                       t.metrics_path, text.substr(0, 80)));
+    // Per-step rows (the main job's --log-every) are for plots, not for ranking.
+    if (line.contains("kind") && line["kind"] == "step") return;
     if (!line.contains(o_.metric) || !line[o_.metric].is_number()) {
       std::string keys;
       for (auto it = line.begin(); it != line.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
@@ -350,6 +362,7 @@ class Sweep {
     t.epochs = epoch;
     t.values.resize(static_cast<size_t>(epoch), std::nan(""));
     t.values.back() = value;
+    events_->reported(t, epoch, value);
     if (!std::isfinite(value)) value = mode_ == Mode::kMax ? -HUGE_VAL : HUGE_VAL;  // worst
     judge_rung(t, epoch, value);
     if (o_.budget_epochs > 0 && epoch >= o_.budget_epochs && !t.budget_reached)
@@ -394,6 +407,7 @@ class Sweep {
                       {"values", values}, {"epochs", t.epochs}, {"seconds", t.seconds},
                       {"log", t.log_path}});
     out_.trial_ended(t, o_);
+    events_->ended(t);
   }
 
   const Trial* best() const {
@@ -442,6 +456,7 @@ class Sweep {
   int concurrent_ = 1;
   std::optional<Asha> asha_;
   std::optional<Journal> journal_;
+  std::optional<SweepEvents> events_;  // TensorBoard: the HParams experiment and sessions
   std::vector<Trial> trials_;
   Output out_;
 };

@@ -37,7 +37,36 @@
     var chart = echarts.init(div, null, { renderer: 'canvas' });
     option.animation = false;
     chart.setOption(option);
-    charts.push({ id: id, chart: chart, points: points(option) });
+    charts.push({ id: id, chart: chart, points: points(option), option: option });
+  }
+
+  // For --check: how the x axis is drawn, and the marked lines (epoch ends, rungs).
+  function axisKind(a) {
+    if (a.type === 'log') return 'log' + (a.logBase || 10);
+    if (a.type === 'value' && a.integer) return 'integer';
+    return a.type || 'value';
+  }
+
+  function marks(option) {
+    var n = 0;
+    option.series.forEach(function (s) { n += ((s.markLine || {}).data || []).length; });
+    return n;
+  }
+
+  // A series name (a run, a status) given two colours in two charts.
+  function colourConflicts() {
+    var seen = {}, out = [];
+    charts.forEach(function (c) {
+      c.option.series.forEach(function (s) {
+        var color = (s.itemStyle || {}).color;
+        if (typeof color !== 'string') return;
+        var prev = seen[s.name];
+        if (!prev) seen[s.name] = { color: color, chart: c.id };
+        else if (prev.color !== color)
+          out.push('series "' + s.name + '" is ' + prev.color + ' in ' + prev.chart + ' but ' + color + ' in ' + c.id);
+      });
+    });
+    return out;
   }
 
   function base(title, xName, yName, xType, yType) {
@@ -62,6 +91,26 @@
 
   function num(x, digits) { return typeof x === 'number' ? x.toPrecision(digits || 4) : '-'; }
 
+  // One colour per run (by its place among the inputs of its kind) and per
+  // sweep status, the same in every chart; --check fails on a name drawn in
+  // two colours (colourConflicts).
+  var palette = ['#3b6fd6', '#e39a2d', '#2e9e5b', '#d2413a', '#8e44ad', '#17a2b8', '#7a6a53', '#c2185b'];
+  function paletteColor(i) { return palette[i % palette.length]; }
+  function colored(color, extra) {
+    var s = { itemStyle: { color: color }, lineStyle: { color: color } };
+    for (var k in extra || {}) s[k] = extra[k];
+    return s;
+  }
+  // An epoch (or rung) axis: whole numbers only, no 1.2, 1.4 ticks.
+  function integerAxis(axis) {
+    axis.minInterval = 1;
+    axis.axisLabel = { formatter: function (v) { return Number.isInteger(v) ? String(v) : ''; } };
+    axis.integer = true;  // read back by --check
+  }
+  function isStep(m) { return m.kind === 'step'; }
+  function epochRows(r) { return (r.metrics || []).filter(function (m) { return !isStep(m); }); }
+  function stepRows(r) { return (r.metrics || []).filter(isStep); }
+
   function bytes(b) {
     var u = ['B', 'KiB', 'MiB', 'GiB'], i = 0;
     while (b >= 1024 && i < 3) { b /= 1024; i++; }
@@ -72,20 +121,66 @@
   function drawTraining(runs) {
     runs = runs.filter(function (r) { return (r.metrics || []).length; });
     if (!runs.length) return;
-    var grid = section('Training', 'One line per run; per-epoch values from metrics.jsonl (rank 0). Drag to zoom, click legend entries to hide runs.');
+    var grid = section('Training', 'One colour per run in every chart; per-epoch values and, where the run logged them (--log-every), per-step rows from metrics.jsonl (rank 0). Dashed: epoch ends. Drag to zoom, click legend entries to hide runs.');
     function perEpoch(id, title, field, yName, x) {
       var o = base(title, x === 'step' ? 'optimizer step' : 'epoch', yName);
       o.tooltip.trigger = 'axis';
-      runs.forEach(function (r) {
-        o.series.push(line(r.name, r.metrics.filter(function (m) { return typeof m[field] === 'number'; })
-          .map(function (m) { return [m[x || 'epoch'], m[field]]; })));
+      if (x !== 'step') integerAxis(o.xAxis);
+      runs.forEach(function (r, i) {
+        o.series.push(line(r.name, epochRows(r).filter(function (m) { return typeof m[field] === 'number'; })
+          .map(function (m) { return [m[x || 'epoch'], m[field]]; }), colored(paletteColor(i))));
       });
       addChart(grid, id, o);
     }
     perEpoch('train-loss', 'Training loss per epoch', 'train_loss', 'loss');
     perEpoch('test-accuracy', 'Test accuracy per epoch', 'test_accuracy', 'accuracy');
-    perEpoch('train-loss-step', 'Training loss against optimizer steps', 'train_loss', 'loss', 'step');
     perEpoch('throughput', 'Throughput per epoch', 'samples_per_s', 'samples/s');
+    var logged = runs.filter(function (r) { return stepRows(r).length; });
+    if (!logged.length) {  // runs from before --log-every: the epoch points against steps
+      perEpoch('train-loss-step', 'Training loss against optimizer steps', 'train_loss', 'loss', 'step');
+      return;
+    }
+    perStep(grid, runs, 'loss-per-step', 'Training loss per logged step (rank 0)', 'loss', 'loss', true);
+    perStep(grid, runs, 'lr-per-step', 'Learning rate', 'lr', 'learning rate');
+    perStep(grid, runs, 'grad-norm-per-step', 'Gradient norm (after the allreduce)', 'grad_norm', 'L2 norm');
+    perStep(grid, runs, 'comm-wait-per-step', 'Share of the step in the optimizer step (gradient wait + update)', 'comm_wait_share', 'share of step time');
+    perRank(grid, runs);
+  }
+
+  // One line per run against optimizer steps; `boundaries` marks each
+  // epoch's last step (from the epoch rows) with a dashed line.
+  function perStep(grid, runs, id, title, field, yName, boundaries) {
+    var o = base(title, 'optimizer step', yName);
+    o.tooltip.trigger = 'axis';
+    runs.forEach(function (r, i) {
+      var rows = stepRows(r).filter(function (m) { return typeof m[field] === 'number'; });
+      if (!rows.length) return;
+      var s = line(r.name, rows.map(function (m) { return [m.step, m[field]]; }), colored(paletteColor(i)));
+      if (boundaries) {
+        var marks = epochRows(r).filter(function (m) {  // not the target line, which repeats an epoch
+          return typeof m.step === 'number' && typeof m.epoch === 'number' && m.train_loss !== undefined;
+        }).map(function (m) { return { xAxis: m.step, name: 'epoch ' + m.epoch }; });
+        s.markLine = { silent: true, symbol: 'none', data: marks,
+          lineStyle: { type: 'dashed', color: paletteColor(i), opacity: 0.6 },
+          label: { formatter: function (p) { return p.name; }, fontSize: 10 } };
+      }
+      o.series.push(s);
+    });
+    if (o.series.length) addChart(grid, id, o);
+  }
+
+  // --log-ranks: each rank's step time (one chart per run: ranks are lines).
+  function perRank(grid, runs) {
+    runs.forEach(function (r, i) {
+      var rows = stepRows(r).filter(function (m) { return (m.ranks || []).length; });
+      if (!rows.length) return;
+      var o = base('Step time per rank' + (runs.length > 1 ? ': ' + r.name : ''), 'optimizer step', 'ms per step');
+      o.tooltip.trigger = 'axis';
+      rows[0].ranks.forEach(function (_, k) {
+        o.series.push(line('rank ' + k, rows.map(function (m) { return [m.step, (m.ranks[k] || {}).step_ms]; })));
+      });
+      addChart(grid, 'rank-step-time-' + i, o);
+    });
   }
 
   // ---- Communication, from engine timelines
@@ -97,8 +192,11 @@
     o.xAxis.data = runs.map(function (r) { return r.name; });
     o.yAxis.max = 100;
     o.yAxis.scale = false;
+    var all = ofKind('train').filter(function (r) { return (r.metrics || []).length; });
     o.series.push({ name: 'collective in flight', type: 'bar', data: runs.map(function (r) {
-      return +(100 * r.timeline.busy_us / Math.max(1, r.timeline.span_us)).toFixed(2); }) });
+      var at = all.indexOf(r);  // the run's colour in the training charts
+      return { value: +(100 * r.timeline.busy_us / Math.max(1, r.timeline.span_us)).toFixed(2),
+        itemStyle: { color: at >= 0 ? paletteColor(at) : '#888' } }; }) });
     addChart(grid, 'comm-share', o);
     runs.forEach(function (r, i) {
       var top = r.timeline.top.slice().reverse();
@@ -150,7 +248,7 @@
       o.xAxis.interval = 1;
       o.xAxis.scale = false;
     });
-    var palette = ['#3b6fd6', '#e39a2d', '#2e9e5b', '#d2413a', '#8e44ad', '#17a2b8', '#7a6a53'], n = 0;
+    var n = 0;
     eff.yAxis.min = 0;
     eff.yAxis.scale = false;
     eff.tooltip.formatter = step.tooltip.formatter = function (p) {
@@ -164,7 +262,7 @@
         groups[key].push(p);
       });
       names.forEach(function (k) {
-        var name = r.name + (names.length > 1 ? ' ' + k : ''), g = groups[k], color = palette[n++ % palette.length];
+        var name = r.name + (names.length > 1 ? ' ' + k : ''), g = groups[k], color = paletteColor(n++);
         var pts = function (field) { return g.map(function (p) { return [p.nodes, p[field]]; }); };
         var solid = { itemStyle: { color: color }, lineStyle: { color: color } };
         eff.series.push(line(name, pts('efficiency'), solid));
@@ -232,6 +330,32 @@
     return v.length ? v[v.length - 1][field] : undefined;
   }
 
+  // A choice's axis: numbers whose ratios are all powers of two (batch
+  // sizes) on a log2 axis, anything else as categories in sorted order; a
+  // numeric range on a linear or log axis as its type says.
+  function paramAxis(spec) {
+    if (spec.type !== 'choice') return { type: spec.type === 'loguniform' || spec.log ? 'log' : 'value' };
+    var v = spec.values, numeric = v.every(function (x) { return typeof x === 'number'; });
+    if (numeric && v.every(function (x) { return x > 0 && Number.isInteger(Math.log2(x / Math.min.apply(null, v))); }))
+      return { type: 'log', logBase: 2 };
+    var sorted = numeric ? v.slice().sort(function (a, b) { return a - b; }) : v;
+    return { type: 'category', data: sorted.map(String) };
+  }
+
+  function applyParamAxis(axis, a) {
+    axis.type = a.type;
+    if (a.logBase) {  // a third of a doubling of room each side: no half-drawn symbols at the edges
+      axis.logBase = a.logBase;
+      axis.scale = false;
+      axis.min = function (v) { return v.min / 1.26; };
+      axis.max = function (v) { return v.max * 1.26; };
+      axis.axisLabel = { showMinLabel: false, showMaxLabel: false };
+    }
+    if (a.data) axis.data = a.data;
+  }
+
+  var runSymbols = ['circle', 'triangle', 'diamond', 'rect', 'pin', 'arrow'];
+
   function drawSweeps(runs) {
     if (!runs.length) return;
     runs.forEach(function (r) { r.trials = sweepTrials(r); });
@@ -239,27 +363,30 @@
     var grid = section('Sweeps', runs.map(function (r) {
       return r.name + ': ' + r.trials.length + ' trials, ' + r.run.scheduler + ', ' + r.run.metric + ' (' + r.run.mode + ')' +
         (r.results && r.results.best ? ', best trial ' + r.results.best.trial + ' = ' + num(r.results.best.value) : '');
-    }).join(' · '));
+    }).join(' · ') + '. Colour: the trial\'s status, the same in every chart' + (runs.length > 1 ? '; symbol: the sweep.' : '.'));
     var params = {};
     runs.forEach(function (r) { Object.keys(r.run.space || {}).forEach(function (p) { params[p] = r.run.space[p]; }); });
     Object.keys(params).forEach(function (p) {
-      var spec = params[p], categorical = spec.type === 'choice' && spec.values.some(function (v) { return typeof v !== 'number'; });
-      var o = base(metric + ' against ' + p, p, metric, categorical ? 'category' : (spec.type === 'loguniform' || spec.log ? 'log' : 'value'));
-      if (categorical) o.xAxis.data = spec.values.map(String);
-      var tp = base('Throughput (last epoch) against ' + p, p, 'samples/s', o.xAxis.type);
-      if (categorical) tp.xAxis.data = o.xAxis.data;
-      runs.forEach(function (r) {
+      var axis = paramAxis(params[p]), categorical = axis.type === 'category';
+      var o = base(metric + ' against ' + p, p, metric);
+      var tp = base('Throughput (last epoch) against ' + p, p, 'samples/s');
+      applyParamAxis(o.xAxis, axis);
+      applyParamAxis(tp.xAxis, axis);
+      o.yAxis.boundaryGap = tp.yAxis.boundaryGap = ['8%', '8%'];  // whole symbols at the edges
+      runs.forEach(function (r, ri) {
         ['completed', 'stopped', 'failed', 'timeout'].forEach(function (status) {
           var ts = r.trials.filter(function (t) { return t.status === status && t.params && p in t.params; });
+          var x = function (t) { return categorical ? String(t.params[p]) : t.params[p]; };
           var pts = ts.filter(function (t) { return typeof t.value === 'number'; }).map(function (t) {
-            return { value: [categorical ? String(t.params[p]) : t.params[p], t.value], trial: t };
+            return { value: [x(t), t.value], trial: t };
           });
           var name = (runs.length > 1 ? r.name + ' ' : '') + status;
-          if (pts.length) o.series.push({ name: name, type: 'scatter', data: pts, symbolSize: 10,
-            itemStyle: runs.length > 1 ? undefined : { color: statusColor[status] } });
-          var tps = ts.map(function (t) { return { value: [categorical ? String(t.params[p]) : t.params[p], lastOf((r.curves || {})[t.id], 'samples_per_s')], trial: t }; })
+          var style = { name: name, type: 'scatter', symbolSize: 10, symbol: runSymbols[ri % runSymbols.length],
+            itemStyle: { color: statusColor[status] } };
+          if (pts.length) o.series.push(Object.assign({ data: pts }, style));
+          var tps = ts.map(function (t) { return { value: [x(t), lastOf(epochRows({ metrics: (r.curves || {})[t.id] }), 'samples_per_s')], trial: t }; })
             .filter(function (d) { return typeof d.value[1] === 'number'; });
-          if (tps.length) tp.series.push({ name: name, type: 'scatter', data: tps, symbolSize: 10 });
+          if (tps.length) tp.series.push(Object.assign({ data: tps }, style));
         });
       });
       var tip = function (d) {
@@ -275,15 +402,19 @@
       var o = base('Every trial per epoch' + (runs.length > 1 ? ': ' + r.name : '') +
         ((r.run.rungs || []).length ? ' (ASHA rungs dashed)' : ''), 'epoch', metric);
       o.tooltip.trigger = 'item';
+      integerAxis(o.xAxis);
       r.trials.forEach(function (t) {
         var data = (t.values || []).map(function (v, e) { return [e + 1, v]; }).filter(function (d) { return d[1] !== null; });
-        o.series.push(line('trial ' + t.id + ' ' + t.status, data,
-          { lineStyle: { color: statusColor[t.status], width: 1.5 }, itemStyle: { color: statusColor[t.status] }, showSymbol: true }));
+        // Named by status: the legend then toggles a status, in its colour.
+        o.series.push(line(t.status, data, colored(statusColor[t.status],
+          { lineStyle: { color: statusColor[t.status], width: 1.5 }, showSymbol: true, trial: t.id })));
       });
+      o.tooltip.formatter = function (d) {
+        return 'trial ' + o.series[d.seriesIndex].trial + ' (' + d.seriesName + '): epoch ' + d.value[0] + ', ' + num(d.value[1]);
+      };
       if ((r.run.rungs || []).length && o.series.length)
         o.series[0].markLine = { silent: true, symbol: 'none', lineStyle: { type: 'dashed', color: '#999' },
           data: r.run.rungs.map(function (x) { return { xAxis: x }; }) };
-      o.legend.show = r.trials.length <= 16;
       addChart(grid, 'sweep-curves-' + i, o);
     });
   }
@@ -313,16 +444,16 @@
       head.appendChild(el('th', 'l', 'batch'));
       rules.forEach(function (rule) { head.appendChild(el('th', '', rule)); });
       table.appendChild(head);
-      rules.forEach(function (rule) {
-        var mean = [], seeds = [];
+      rules.forEach(function (rule, k) {
+        var mean = [], seeds = [], color = paletteColor(k);
         batches.forEach(function (b) {
           var v = res.filter(function (x) { return x.rule === rule && x.batch === b; }).map(function (x) { return x.accuracy; });
           if (!v.length) return;
           mean.push([b, +trimmedMean(v).toFixed(4)]);
           v.forEach(function (a) { seeds.push([b, a]); });
         });
-        o.series.push(line(rule, mean, { showSymbol: true }));
-        o.series.push({ name: rule, type: 'scatter', data: seeds, symbolSize: 5, itemStyle: { opacity: 0.5 } });
+        o.series.push(line(rule, mean, colored(color, { showSymbol: true })));
+        o.series.push({ name: rule, type: 'scatter', data: seeds, symbolSize: 5, itemStyle: { color: color, opacity: 0.5 } });
       });
       batches.forEach(function (b) {
         var tr = el('tr');
@@ -372,11 +503,12 @@
               style: { fill: api.visual('color') } };
           } });
       }
-      methods.forEach(function (m) {
-        var s = steps.filter(function (x) { return x.method === m; });
-        bySteps.series.push(line(m, s.map(function (x) { return [x.step, x.loss]; })));
-        byTime.series.push(line(m, s.map(function (x) { return [x.time_s, x.loss]; })));
-        path.series.push(line(m, s.map(function (x) { return [x.w, x.b, x.loss]; }), { z: 3, showSymbol: false, lineStyle: { width: 2 } }));
+      methods.forEach(function (m, k) {
+        var s = steps.filter(function (x) { return x.method === m; }), color = paletteColor(k);
+        bySteps.series.push(line(m, s.map(function (x) { return [x.step, x.loss]; }), colored(color)));
+        byTime.series.push(line(m, s.map(function (x) { return [x.time_s, x.loss]; }), colored(color)));
+        path.series.push(line(m, s.map(function (x) { return [x.w, x.b, x.loss]; }),
+          colored(color, { z: 3, showSymbol: false, lineStyle: { color: color, width: 2 } })));
       });
       path.legend.data = methods;
       addChart(grid, 'lab-gd-loss-steps-' + i, bySteps);
@@ -439,7 +571,8 @@
     charts.forEach(function (c) { images[c.id] = c.chart.getDataURL({ type: 'png', pixelRatio: 2, backgroundColor: '#fff' }); });
     output({ charts: images });
   } else if (mode === 'check') {
-    output({ charts: charts.map(function (c) { return { id: c.id, points: c.points, painted: painted(c.chart) }; }),
-      errors: window.__reportErrors || [] });
+    output({ charts: charts.map(function (c) {
+      return { id: c.id, points: c.points, painted: painted(c.chart), x: axisKind(c.option.xAxis), marks: marks(c.option) };
+    }), errors: (window.__reportErrors || []).concat(colourConflicts()) });
   }
 })();
