@@ -1,7 +1,8 @@
 #!/bin/bash
 # Fault injection for elastic `lockstep run` (one host, shared memory):
 #   1. kill -9 one of 4 workers mid-run: the job re-forms on 3 and completes;
-#   2. falling below --min-np stops the job with a clear error, no hang;
+#   2. falling below --min-np stops the job with a clear error, no hang
+#      (also when every worker dies at once);
 #   3. exceeding --reset-limit stops the job with a clear error;
 #   4. the discovery script offers a slot: a new worker joins at a commit;
 #   5. a new worker that crashes at start-up does not stall the others.
@@ -34,7 +35,12 @@ run_case() {  # run_case NAME EXPECTED_STATUS MAX_SECONDS ENV... -- LOCKSTEP_RUN
 }
 
 # 1. One of four dies at step 10 of 40; the other three finish all 40 steps.
-run_case kill_one 0 60 ELASTIC_TEST_KILL=w2:10 -- -np 4 --min-np 2
+run_case kill_one 0 60 ELASTIC_TEST_KILL=w2:10 LOCKSTEP_FLIGHT_DIR="$out/flight" -- -np 4 --min-np 2
+# A handled loss is routine: a warning, no flight-recorder dump (issue 30.6).
+check kill_one "$out/kill_one.log" "warning: engine: process set 0: .*\(elastic job: re-forming, no flight recorder dump\)"
+if [ -e "$out/flight" ] || grep -q "flight recorder: dump" "$out/kill_one.log"; then
+  fail "kill_one: a handled loss dumped the flight recorder"
+fi
 check kill_one "$out/kill_one.log" "rank 2 \(pid [0-9]+\) was killed by signal 9 \(SIGKILL\)"
 check kill_one "$out/kill_one.log" "re-forming the job with the 3 remaining worker\(s\)"
 check kill_one "$out/kill_one.log" "generation 1: 3 worker\(s\)"
@@ -44,6 +50,11 @@ check kill_one "$out/kill_one.log" "elastic-worker: done generation=1 size=3 ste
 run_case below_min 1 20 ELASTIC_TEST_KILL=w1:5 -- -np 2 --min-np 2
 check below_min "$out/below_min.log" "1 worker\(s\) left, fewer than --min-np 2; stopping"
 check below_min "$out/below_min.log" "elastic-worker w0: job failed: 1 worker\(s\) left, fewer than --min-np 2"
+
+# 2b. Every worker dies at once: the job fails (it exited 0 with no word,
+#     since the launcher stopped watching before judging the loss).
+run_case all_die 1 20 ELASTIC_TEST_KILL=w0:5,w1:5 -- -np 2 --min-np 1
+check all_die "$out/all_die.log" "0 worker\(s\) left, fewer than --min-np 1; stopping"
 
 # 3. Two deaths with --reset-limit 1: the second one stops the job.
 run_case reset_limit 1 30 ELASTIC_TEST_KILL=w3:5,w2:15 -- -np 4 --min-np 1 --reset-limit 1
