@@ -27,6 +27,8 @@ ToyModel make_model();
 inline int64_t n = 0;
 inline int epochs = 1;
 torch::Tensor loss(ToyModel& model, const std::vector<int64_t>& batch);
+extern torch::optim::Adam adam;
+extern lt::ElasticState state;
 }  // namespace elastic_state_md
 
 namespace mixed_precision_md {
