@@ -403,6 +403,21 @@ TEST(LauncherTest, UncaughtLockstepErrorIsReportedWithItsTypeMessageAndRank) {
   EXPECT_FALSE(contains(f.err, "terminate called")) << describe(f);
 }
 
+// Issue 30.6: a collective before init() ended in a bare "terminate called"
+// and SIGABRT: the handler that names lockstep errors came with init().
+TEST(LauncherTest, ACollectiveBeforeInitIsANamedError) {
+  std::string worker = lockstep_binary() + "-test-uncaught-worker";
+  Finished f = run_lockstep({"run", "-np", "2", worker, "before-init"});
+  EXPECT_EQ(f.status, 70) << describe(f);
+  EXPECT_TRUE(contains(f.err, "lockstep: uncaught lockstep::InvalidArgument: engine: not "
+                              "initialized; call lockstep::engine::init()"))
+      << describe(f);
+  EXPECT_TRUE(contains(f.err, "failed with InvalidArgument: engine: not initialized"))
+      << describe(f);
+  EXPECT_FALSE(contains(f.err, "terminate called")) << describe(f);
+  EXPECT_FALSE(contains(f.err, "SIGABRT")) << describe(f);
+}
+
 TEST(LauncherTest, UncaughtForeignExceptionStillAbortsButIsNamed) {
   std::string worker = lockstep_binary() + "-test-uncaught-worker";
   Finished f = run_lockstep({"run", "-np", "2", worker, "std"});
