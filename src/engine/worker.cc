@@ -150,9 +150,13 @@ void ProcessSetWorker::loop() {
         if (!why) {
           std::vector<int> who;
           for (int r : result.shutdown_ranks) who.push_back(ranks_[r]);
+          // Most often uneven data: one rank ran out of batches and finished.
           why = std::make_exception_ptr(Aborted(fmt::format(
-              "engine: process set {} was shut down by {} while this operation was pending", id_,
-              format_ranks(who))));
+              "engine: process set {} was shut down by {} while this operation was pending. If "
+              "the ranks run different numbers of steps (uneven batch counts), give every rank "
+              "as many batches (lockstep::torch::DistributedSampler pads to equal counts) or call "
+              "join() on a rank that has run out of data, so the others finish without it",
+              id_, format_ranks(who))));
         }
         // A shutdown that cuts operations short is a failure worth a dump
         // (taken first, so it shows them pending); an orderly one is not.
