@@ -16,7 +16,7 @@ std::string_view advice(Problem problem) {
     case Problem::kIndexMismatch:
       return "the shard was truncated, appended to or replaced after it was indexed: re-create "
              "it with 'lockstep convert' (or its index with 'lockstep convert index'), or set "
-             "bad_data=skip to skip the missing records";
+             "bad_data=skip to skip the records it lacks";
     default:
       return "the shard is corrupt or truncated: re-create it with 'lockstep convert', or "
              "set bad_data=skip to skip such records";

@@ -1,6 +1,7 @@
 #include "lockstep/data/record_table.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,24 @@
 #include "lockstep/data/record_io.h"
 
 namespace lockstep::data {
+namespace {
+
+// Readers follow the index, so bytes past the last indexed record (garbage
+// appended, a half-written tail, a record written after indexing) would
+// never be looked at: the job would train on less than the file holds and
+// say nothing. A file shorter than indexed is caught record by record.
+void check_no_tail(int fd, const ShardInfo& shard) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) <= shard.bytes) return;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  throw BadRecord(Problem::kIndexMismatch, shard.path, shard.records(), shard.bytes,
+                  fmt::format("the file is {} bytes but its index ends at byte {}: {} bytes "
+                              "after the last indexed record would be ignored (appended data, a "
+                              "half-written tail, or records written after indexing)",
+                              size, shard.bytes, size - shard.bytes));
+}
+
+}  // namespace
 
 RecordTable::RecordTable(RecordIndex index) : index_(std::move(index)) {
   starts_.push_back(0);
@@ -23,6 +42,12 @@ RecordTable::RecordTable(RecordIndex index) : index_(std::move(index)) {
                               shard.path, std::strerror(errno)));
     }
     fds_.push_back(fd);
+    try {
+      check_no_tail(fd, shard);
+    } catch (...) {
+      for (int open_fd : fds_) ::close(open_fd);
+      throw;
+    }
     starts_.push_back(starts_.back() + shard.records());
   }
 }

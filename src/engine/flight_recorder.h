@@ -17,8 +17,8 @@
 //
 // Dumps (`<dir>/rank<R>.json`, written to a temporary file and renamed) are
 // taken on every failure the engine sees (a dead peer, a transport timeout,
-// an abort by another rank, a mismatch, a stall timeout, a deadlock) and on
-// SIGUSR1; each also logs a short summary naming the file. At most
+// an abort by another rank, a mismatch, a stall timeout, a deadlock; in an
+// elastic job not a dead peer or abort, see worker.cc) and on SIGUSR1; each also logs a short summary naming the file. At most
 // kMaxDumps per process, and never twice for the same reason.
 //
 // Cost: one uncontended mutex per state change (four per operation) and a

@@ -57,7 +57,14 @@ void shutdown() {
 
 Engine& global() {
   MutexLock lock(g_mu);
-  if (!g_engine) throw InvalidArgument("engine: not initialized; call lockstep::engine::init() first");
+  if (!g_engine) {
+    // Uncaught, this must name itself too, not end in a bare "terminate
+    // called" + SIGABRT: the handler would otherwise come only with init().
+    install_terminate_handler();
+    throw InvalidArgument(
+        "engine: not initialized; call lockstep::engine::init() (lockstep::torch::init() with "
+        "the torch API) before any collective");
+  }
   return *g_engine;
 }
 

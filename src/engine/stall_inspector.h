@@ -37,7 +37,13 @@ class StallInspector {
   bool requested_ = false;
 };
 
-// "allreduce 'w' submitted by ranks 0,2 but not by rank 1; ..." (job ranks).
-std::string describe_stall(const CycleResult& result, std::span<const int> global_ranks);
+// Names grouped by the ranks that submitted them, the smallest group (the
+// likely culprit) first, in job ranks: "allreduce 'w' submitted by ranks 0,2
+// but not by rank 1; ...", or for a deadlock, where every rank is blocked
+// waiting, "rank 0 waits in allreduce 'avg_loss', which ranks 1,2 never
+// submitted; ranks 1,2 wait in one of allreduce 'g0', ... and 73 more, which
+// rank 0 never submitted".
+std::string describe_stall(const CycleResult& result, std::span<const int> global_ranks,
+                           bool deadlock = false);
 
 }  // namespace lockstep::engine::detail

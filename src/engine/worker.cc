@@ -5,8 +5,31 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/log.h"
+#include "lockstep/engine/elastic.h"
 
 namespace lockstep::engine::detail {
+namespace {
+
+// In an elastic job a lost peer (PeerFailure, or the Aborted of a set shut
+// down around it) is routine: run_elastic re-forms the world and the
+// launcher names the dead worker. A dump on every survivor, at error level,
+// left lockstep-flight-* folders behind after every handled loss (issue
+// 30.6); dumps stay for what is a bug (mismatch, deadlock, stall timeout).
+bool elastic_routine(std::exception_ptr error) {
+  if (!error || !elastic_enabled()) return false;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerFailure&) {
+    return true;
+  } catch (const Aborted&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
 
 ProcessSetWorker::ProcessSetWorker(int id, std::vector<int> global_ranks,
                                    std::unique_ptr<comm::Communicator> comm,
@@ -134,14 +157,18 @@ void ProcessSetWorker::run_loop() {
         if (!why) {
           std::vector<int> who;
           for (int r : result.shutdown_ranks) who.push_back(ranks_[r]);
+          // Most often uneven data: one rank ran out of batches and finished.
           why = std::make_exception_ptr(Aborted(fmt::format(
-              "engine: process set {} was shut down by {} while this operation was pending", id_,
-              format_ranks(who))));
+              "engine: process set {} was shut down by {} while this operation was pending. If "
+              "the ranks run different numbers of steps (uneven batch counts), give every rank "
+              "as many batches (lockstep::torch::DistributedSampler pads to equal counts) or call "
+              "join() on a rank that has run out of data, so the others finish without it",
+              id_, format_ranks(who))));
         }
         // A shutdown that cuts operations short is a failure worth a dump
         // (taken first, so it shows them pending); an orderly one is not.
         drain_incoming();
-        if (!pending_.empty() || join_) dump_flight(error_message(why));
+        if ((!pending_.empty() || join_) && !elastic_routine(why)) dump_flight(error_message(why));
         fail_everything(why);
         return;
       }
@@ -152,7 +179,11 @@ void ProcessSetWorker::run_loop() {
     } catch (...) {
       std::exception_ptr error = translate(std::current_exception());
       ctx_.set_fatal(error);
-      dump_flight(error_message(ctx_.fatal_error()));
+      if (elastic_routine(ctx_.fatal_error()))
+        log(LogLevel::kWarning, "engine: process set {}: {} (elastic job: re-forming, no flight "
+            "recorder dump)", id_, error_message(ctx_.fatal_error()));
+      else
+        dump_flight(error_message(ctx_.fatal_error()));
       fail_everything(ctx_.fatal_error());
       return;
     }

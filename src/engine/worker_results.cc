@@ -90,11 +90,13 @@ void ProcessSetWorker::fail_pending(std::exception_ptr error) {
 
 void ProcessSetWorker::handle_stall(const CycleResult& result) {
   if (result.stall_report && !result.partial.empty()) {
-    std::string what = describe_stall(result, ranks_);
+    std::string what =
+        describe_stall(result, ranks_, result.stall_action == StallAction::kDeadlock);
     if (result.stall_action == StallAction::kDeadlock) {
       std::string message = fmt::format(
           "engine: deadlock in process set {}: every rank is blocked waiting and no pending "
-          "operation can complete: {}. Each rank must submit the same names; a rank that waits "
+          "operation can complete: {}. Each rank must submit the same names (a metric reduced "
+          "on one rank only is the classic case); a rank that waits "
           "for one before submitting another that the others wait for deadlocks "
           "(LOCKSTEP_DEADLOCK_TIMEOUT={} s)",
           id_, what, ctx_.config.deadlock_timeout_s);

@@ -52,7 +52,8 @@ std::vector<std::pair<ElasticMember, el::Assignment>> plan_generation(
 }
 
 std::vector<HostSlots> parse_discovery_output(std::string_view text) {
-  return parse_hostfile_text(text, "the host discovery script's output");
+  // `localhost:3` beside this machine's name is one host, not two.
+  return merge_duplicates(parse_hostfile_text(text, "the host discovery script's output"));
 }
 
 std::vector<std::string> hosts_for_new_workers(const std::vector<HostSlots>& discovered,
@@ -131,7 +132,7 @@ namespace {
 // The script's stdout; nullopt (after saying why on stderr) when it fails.
 // `timeout` bounds a hanging script so discovery never stalls supervision
 // for long; the launcher's loop handles everything else in between.
-std::optional<std::string> run_script(const std::string& script) {
+std::optional<std::string> run_script(const std::string& script, ElasticController& controller) {
   std::string command = fmt::format("timeout 5 {} 2>&1", script);
   FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) return std::nullopt;
@@ -145,7 +146,9 @@ std::optional<std::string> run_script(const std::string& script) {
     std::string line = fmt::format(
         "lockstep run: host discovery script '{}' failed (status {}); keeping the current "
         "hosts. Its output: {}\n", script, status, out.substr(0, 500));
-    [[maybe_unused]] auto w = ::write(STDERR_FILENO, line.data(), line.size());
+    if (controller.first_time(line)) {
+      [[maybe_unused]] auto w = ::write(STDERR_FILENO, line.data(), line.size());
+    }
     return std::nullopt;
   }
   return out;
@@ -157,13 +160,15 @@ std::optional<std::vector<HostSlots>> ElasticController::discover() {
   auto due = next_discovery();
   if (!due || Clock::now() < *due) return std::nullopt;
   last_discovery_ = Clock::now();
-  auto out = run_script(options_.discovery_script);
+  auto out = run_script(options_.discovery_script, *this);
   if (!out) return std::nullopt;
   try {
     return parse_discovery_output(*out);
   } catch (const InvalidArgument& e) {
     std::string line = fmt::format("lockstep run: {}; keeping the current hosts\n", e.what());
-    [[maybe_unused]] auto w = ::write(STDERR_FILENO, line.data(), line.size());
+    if (first_time(line)) {
+      [[maybe_unused]] auto w = ::write(STDERR_FILENO, line.data(), line.size());
+    }
     return std::nullopt;
   }
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -95,8 +96,13 @@ class ElasticController {
   // is not due (or there is none). A failing script is reported and skipped.
   std::optional<std::vector<HostSlots>> discover();
   std::optional<Clock::time_point> next_discovery() const;
+  // True the first time `note` is given: discovery runs every few seconds and
+  // a warning it keeps causing (a failing script, no room to scale down) is
+  // said once, not at every poll.
+  bool first_time(const std::string& note) { return said_.insert(note).second; }
 
  private:
+  std::set<std::string> said_;
   ElasticOptions options_;
   int generation_ = -1;
   int reformations_ = 0;

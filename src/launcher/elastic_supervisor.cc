@@ -126,8 +126,10 @@ bool ElasticSupervisor::scale_down(std::vector<Worker>& workers,
   if (leaving.empty()) return false;
   const int staying = static_cast<int>(running.size() - leaving.size());
   if (staying < options_.min_np) {
-    say("the discovery script offers room for only {} of the {} running worker(s); keeping them "
-        "all (--min-np {})", staying, running.size(), options_.min_np);
+    std::string note = fmt::format("the discovery script offers room for only {} of the {} "
+                                   "running worker(s); keeping them all (--min-np {})",
+                                   staying, running.size(), options_.min_np);
+    if (controller_.first_time(note)) say("{}", note);
     return false;
   }
   std::vector<std::string> who;

@@ -1,5 +1,8 @@
 #include "launcher/hosts.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -7,6 +10,7 @@
 #include <cctype>
 
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -39,8 +43,11 @@ bool valid_host_name(std::string_view host) {
   return true;
 }
 
+// One name for this machine however it is written (localhost, 127.x, its
+// addresses), so its ranks share one host everywhere: local ranks, the
+// shared-memory group (LOCKSTEP_HOST), discovery's free slots.
 HostSlots host_entry(std::string_view host, std::string_view slots_text, const std::string& where) {
-  HostSlots h{std::string(host), 1};
+  HostSlots h{is_local_host(host) ? this_host_name() : std::string(host), 1};
   if (!valid_host_name(host))
     throw InvalidArgument(fmt::format("{}: '{}' is not a host name (letters, digits, '.', '-', "
                                       "'_', '@' only)", where, host));
@@ -109,8 +116,6 @@ std::vector<HostSlots> read_hostfile(const std::string& path) {
   return parse_hostfile_text(text.str(), path);
 }
 
-namespace {
-
 // "-H a:1,b:1,a:1" means a has two slots, as for mpirun.
 std::vector<HostSlots> merge_duplicates(const std::vector<HostSlots>& hosts) {
   std::vector<HostSlots> merged;
@@ -122,8 +127,6 @@ std::vector<HostSlots> merge_duplicates(const std::vector<HostSlots>& hosts) {
   }
   return merged;
 }
-
-}  // namespace
 
 std::vector<Placement> place_ranks(const std::vector<HostSlots>& listed, int num_proc) {
   std::vector<HostSlots> hosts = merge_duplicates(listed);
@@ -168,11 +171,41 @@ std::string choose_rendezvous_host(const std::string& requested,
       "resolve here); pass --rendezvous-addr with this machine's IP on their network");
 }
 
+namespace {
+
+// `host` is an IP address of one of this machine's interfaces.
+bool is_own_address(std::string_view host) {
+  const std::string text(host);
+  in_addr v4{};
+  in6_addr v6{};
+  const bool is_v4 = ::inet_pton(AF_INET, text.c_str(), &v4) == 1;
+  if (!is_v4 && ::inet_pton(AF_INET6, text.c_str(), &v6) != 1) return false;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (const ifaddrs* i = list; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    if (is_v4 && i->ifa_addr->sa_family == AF_INET)
+      found = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == v4.s_addr;
+    if (!is_v4 && i->ifa_addr->sa_family == AF_INET6)
+      found = std::memcmp(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr, &v6,
+                          sizeof v6) == 0;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+}  // namespace
+
+std::string this_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
 bool is_local_host(std::string_view host) {
   if (host == "localhost" || host == "::1" || host.starts_with("127.")) return true;
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return false;
-  return host == name;
+  return host == this_host_name() || is_own_address(host);
 }
 
 }  // namespace lockstep::launcher

@@ -68,7 +68,14 @@ ExecImage::ExecImage(std::string path, std::vector<std::string> args, std::vecto
 int block_supervision_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&set, sig);
+  // `nohup lockstep run … &` starts the launcher with SIGHUP ignored so the
+  // job outlives the terminal. A blocked signal is queued even when ignored,
+  // so reading SIGHUP from the signalfd would forward it and end the job at
+  // logout (rc 129): leave it ignored. Workers still get it at its default.
+  struct sigaction hup {};
+  if (::sigaction(SIGHUP, nullptr, &hup) != 0 || hup.sa_handler != SIG_IGN)
+    sigaddset(&set, SIGHUP);
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);

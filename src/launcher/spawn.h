@@ -41,7 +41,8 @@ struct SpawnedWorker {
 };
 
 // Blocks SIGINT, SIGTERM, SIGHUP and SIGCHLD in the calling thread (threads
-// started later inherit the mask), ignores SIGPIPE, and returns a
+// started later inherit the mask; SIGHUP stays ignored where it was ignored
+// at the call, as under nohup), ignores SIGPIPE, and returns a
 // non-blocking signalfd that reads them: supervisors poll it beside their
 // children's pipes. Throws lockstep::Error if signalfd fails.
 int block_supervision_signals();

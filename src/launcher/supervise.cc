@@ -27,9 +27,7 @@ std::vector<Placement> placements_of(const LaunchSpec& spec) {
     return placements;
   }
   if (!spec.hosts.empty()) return place_ranks(spec.hosts, spec.num_proc);
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return place_ranks({{name, spec.num_proc}}, spec.num_proc);
+  return place_ranks({{this_host_name(), spec.num_proc}}, spec.num_proc);
 }
 
 int supervise_job(const LaunchSpec& spec, const std::string& path) {

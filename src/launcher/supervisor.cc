@@ -277,7 +277,14 @@ void Supervisor::run() {
   auto draining = [&] {
     return deadlines_.armed(Deadline::kDrain) && !deadlines_.passed(Deadline::kDrain, Clock::now());
   };
-  while (any_running() || (any_stream_open() && draining())) {
+  // An elastic failure is judged kReformDebounce after it: when the last
+  // workers fail together, the loop must live until then, or the job ended
+  // with exit status 0 and no word (issue 30: every worker exited 1).
+  auto reform_due = [&] {
+    return elastic_ && !first_failure_code_ && !interrupted_by_ &&
+           deadlines_.armed(Deadline::kReform);
+  };
+  while (any_running() || (any_stream_open() && draining()) || reform_due()) {
     fds.assign(1, pollfd{signal_fd_, POLLIN, 0});
     polled.clear();
     for (auto& w : workers_)

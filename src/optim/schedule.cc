@@ -64,6 +64,20 @@ Schedule step_decay(double lr, int64_t step_iters, double gamma) {
   return make([=](int64_t t) { return lr * std::pow(gamma, static_cast<double>(t / step_iters)); });
 }
 
+Schedule multi_step(double lr, std::vector<int64_t> milestones, double gamma) {
+  require_lr(lr, "lr");
+  require(gamma > 0, "gamma must be > 0");
+  require(!milestones.empty(), "multi_step needs at least one milestone");
+  for (size_t i = 0; i < milestones.size(); ++i)
+    require(milestones[i] >= 1 && (i == 0 || milestones[i] > milestones[i - 1]),
+            fmt::format("multi_step milestones must be >= 1 and strictly increasing; "
+                        "milestone {} is {}", i, milestones[i]));
+  return make([=, m = std::move(milestones)](int64_t t) {
+    auto passed = std::upper_bound(m.begin(), m.end(), t) - m.begin();
+    return lr * std::pow(gamma, static_cast<double>(passed));
+  });
+}
+
 Schedule exponential_decay(double lr, double gamma) {
   require_lr(lr, "lr");
   require(gamma > 0, "gamma must be > 0");

@@ -22,8 +22,10 @@ namespace lockstep::torch {
 namespace {
 
 engine::Engine& eng() {
-  if (!engine::is_initialized())
+  if (!engine::is_initialized()) {
+    install_terminate_handler();  // uncaught: a named error, not a bare SIGABRT
     throw InvalidArgument("lockstep::torch: call lockstep::torch::init() before collectives");
+  }
   return engine::global();
 }
 

@@ -6,6 +6,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -60,6 +62,18 @@ const char* profile_dtype(::torch::ScalarType t) {
 
 ::torch::ScalarType wire_dtype(Compression c) {
   return c == Compression::kFp16 ? ::torch::kFloat16 : ::torch::kBFloat16;
+}
+
+// backward_passes_per_step = k with step() after fewer passes reduces and
+// applies every pass: no accumulation, k times the communication; it was
+// accepted silently. Said once per process.
+void warn_early_step(int passes, int k) {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  log(LogLevel::kWarning,
+      "DistributedOptimizer: step() after {} backward pass(es) but backward_passes_per_step={}: "
+      "gradients are reduced and applied now, not accumulated over {} passes; call step() (and "
+      "zero_grad()) once every {} passes", passes, k, k, k);
 }
 
 // Off by default in elastic jobs: a worker that joins later counts its steps
@@ -302,6 +316,10 @@ void DistributedOptimizer::adasum_gradients() {
 }
 
 void DistributedOptimizer::step() {
+  int passes = 0;
+  for (const auto& slot : slots_) passes = std::max(passes, slot->passes);
+  if (passes > 0 && passes < options_.backward_passes_per_step)
+    warn_early_step(passes, options_.backward_passes_per_step);
   if (!synchronized_) synchronize();
   check_fingerprint_if_due();
   optimizer_.step();

@@ -15,6 +15,7 @@
 #include "lockstep/engine/engine.h"
 #include "lockstep/torch/checkpoint.h"
 #include "lockstep/torch/collectives.h"
+#include "lockstep/torch/fingerprint.h"
 #include "lockstep/torch/objects.h"
 #include "lockstep/torch/placement.h"
 
@@ -90,8 +91,7 @@ void start_engine(const engine::ElasticWorld& world) {
 // Leaves the broken (or outgrown) world and joins the next generation.
 void reform(ElasticState& state, const std::string& cause) {
   const int from = elastic_generation();
-  log(LogLevel::kWarning, "elastic: {} (generation {}); waiting for the next generation", cause,
-      from);
+  log(LogLevel::kWarning, "elastic: {}; leaving generation {} for the next one", cause, from);
   lockstep::torch::shutdown();  // never hangs on a dead peer; fails what is pending
   state.reset_in_flight();      // after shutdown: no operation still reads a gradient
   start_engine(engine::wait_for_world(from + 1, world_timeout()));
@@ -159,7 +159,30 @@ void ElasticState::apply(const Snapshot& s) {
 
 void ElasticState::commit() {
   committed_ = snapshot();
+  check_parameters_after_sync();
   check_generation();
+}
+
+// Once per sync(), at the first commit after it: after sync() the ranks are
+// equal by construction, so a difference now comes from the steps since, e.g.
+// a learning rate set on some ranks only (issue 30.1: survivors at 0.03 and a
+// joiner at 0.02 trained different models silently, since the optimizer's
+// periodic check is off in elastic jobs). Commits are collective already.
+void ElasticState::check_parameters_after_sync() {
+  if (!fingerprint_due_) return;
+  fingerprint_due_ = false;
+  if (!engine::elastic_enabled() || !is_initialized() || size() == 1) return;
+  std::vector<std::pair<std::string, ::torch::Tensor>> named;
+  for (const auto& item : model_.named_parameters()) named.emplace_back(item.key(), item.value());
+  check_parameters_agree(named, fmt::format("at the first commit of generation {} (step {}) "
+                                            "after ElasticState::sync(); set what depends on the "
+                                            "world, such as the learning rate, in "
+                                            "ElasticState::on_reset()", generation(), step));
+}
+
+void ElasticState::on_reset(std::function<void()> callback) {
+  if (!callback) throw InvalidArgument("ElasticState::on_reset: the callback is empty");
+  reset_callbacks_.push_back(std::move(callback));
 }
 
 // One store round trip on rank 0, one tiny broadcast: every rank learns the
@@ -198,7 +221,9 @@ void ElasticState::sync(int root) {
     values = decode_values(broadcast_bytes(encode_values(values), root, "elastic.values"));
   }
   if (sampler_) sampler_->resume(sampler_epoch, sampler_position, rank(), size());
-  committed_ = snapshot();
+  for (const auto& callback : reset_callbacks_) callback();
+  committed_ = snapshot();  // after the callbacks: a restore() keeps what they set
+  fingerprint_due_ = true;
 }
 
 int ElasticState::generation() const { return elastic_generation(); }
@@ -293,7 +318,8 @@ void run_elastic(ElasticState& state, const std::function<void(ElasticState&)>& 
       fn(state);
       return;
     } catch (const engine::WorldChanged& e) {
-      reform(state, e.what());
+      // Not e.what(): it says "(generation N)" too, next to the one we leave.
+      reform(state, fmt::format("the launcher published generation {}", e.generation()));
       restore_first = false;  // commit() just snapshotted the current state
     } catch (const PeerFailure& e) {
       reform(state, fmt::format("a peer failed: {}", e.what()));

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <random>
 
 #include "lockstep/data/example.h"
 #include "lockstep/data/pipeline.h"
+#include "lockstep/data/record_io.h"
 #include "lockstep/data/shard_writer.h"
 #include "test_util.h"
 
@@ -121,6 +123,59 @@ TEST_P(PipelineCorruption, SkipPolicyCountsAndKeepsBatchCount) {
   ASSERT_EQ(report.first_reasons.size(), 1u);
   EXPECT_THAT(report.first_reasons[0], HasSubstr(std::string(problem_name(d.problem))));
   EXPECT_THAT(report.first_reasons[0], HasSubstr("record " + std::to_string(d.record)));
+}
+
+// The bug: bytes after a shard's last indexed record trained with rc 0 and no
+// word, since readers follow the index and never looked past it. Whatever the
+// tail (random garbage of 1 to 2000 bytes, or a valid record written after
+// indexing) and whatever the policy, opening the shard set names the file and
+// the offset where its index ends.
+TEST(PipelineTail, BytesAfterTheLastIndexedRecordAreRefused) {
+  TempDir dir;
+  ShardSetWriter writer(dir.str(), "tail", 1);
+  for (int i = 0; i < kRecords; ++i) writer.add(good_record(i));
+  const ShardInfo shard = writer.finish().shards[0];
+  const std::string intact = read_file(shard.path);
+  std::mt19937 rng(30);
+  std::vector<std::string> tails;
+  for (size_t n : {1, 2, 11, 12, 13, 16, 100, 1999, 2000}) tails.emplace_back(n, '\0');
+  for (int i = 0; i < 8; ++i) tails.emplace_back(1 + rng() % 2000, '\0');
+  for (std::string& tail : tails)
+    for (char& c : tail) c = static_cast<char>(rng());
+  std::string record_after_index;
+  append_frame(record_after_index, good_record(kRecords));
+  tails.push_back(record_after_index);
+  for (const std::string& tail : tails) {
+    write_file(shard.path, intact + tail);
+    for (BadDataPolicy policy : {BadDataPolicy::kThrow, BadDataPolicy::kSkip}) {
+      PipelineOptions options;
+      options.index_path = writer.index_path();
+      options.batch_size = 5;
+      options.bad_data = policy;
+      try {
+        Pipeline p(options);
+        p.start_epoch(0);
+        while (p.next()) {
+        }
+        ADD_FAILURE() << "a tail of " << tail.size() << " bytes was read silently";
+      } catch (const BadRecord& e) {
+        EXPECT_EQ(e.problem(), Problem::kIndexMismatch) << e.what();
+        EXPECT_EQ(e.file(), shard.path);
+        EXPECT_EQ(e.offset(), shard.bytes);
+        EXPECT_THAT(e.what(), HasSubstr(std::to_string(tail.size()) + " bytes after the last "
+                                        "indexed record"));
+      }
+    }
+  }
+  write_file(shard.path, intact);
+  PipelineOptions options;
+  options.index_path = writer.index_path();
+  options.batch_size = 5;
+  Pipeline intact_pipeline(options);
+  intact_pipeline.start_epoch(0);
+  size_t batches = 0;
+  while (intact_pipeline.next()) ++batches;
+  EXPECT_EQ(batches, 3u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, PipelineCorruption, ::testing::ValuesIn(kDamages),

@@ -40,8 +40,8 @@ TEST(EngineDeadlock, DisjointNamesAreReportedWithinTwoSeconds) {
     Handle h = e.allreduce_async(e.rank() == 0 ? "x" : "y", x.data(), x.data(), {4},
                                  DataType::kFloat32);
     double waited = expect_deadlock(h, {"deadlock", "process set 0",
-                                        "allreduce 'x' submitted by rank 0 but not by rank 1",
-                                        "allreduce 'y' submitted by rank 1 but not by rank 0"});
+                                        "rank 0 waits in allreduce 'x', which rank 1 never submitted",
+                                        "rank 1 waits in allreduce 'y', which rank 0 never submitted"});
     std::printf("rank %d: disjoint-names deadlock reported after %.3f s\n", e.rank(), waited);
     EXPECT_LT(waited, 2.0);
     expect_usable(e);
@@ -56,11 +56,43 @@ TEST(EngineDeadlock, CrossedBlockingOrderIsReportedWithinTwoSeconds) {
     // Rank 0 waits for 'a' before it would submit 'b'; rank 1 the other way.
     const char* first = e.rank() == 0 ? "a" : "b";
     Handle h = e.allreduce_async(first, a.data(), a.data(), {4}, DataType::kFloat32);
-    double waited = expect_deadlock(h, {"allreduce 'a' submitted by rank 0 but not by rank 1",
-                                        "allreduce 'b' submitted by rank 1 but not by rank 0"});
+    double waited = expect_deadlock(h, {"rank 0 waits in allreduce 'a', which rank 1 never submitted",
+                                        "rank 1 waits in allreduce 'b', which rank 0 never submitted"});
     std::printf("rank %d: crossed-order deadlock reported after %.3f s\n", e.rank(), waited);
     EXPECT_LT(waited, 2.0);
     expect_usable(e);
+  });
+  expect_all_ok(results);
+}
+
+// Issue 30.4, Horovod's classic bug: a metric averaged on rank 0 only. The
+// others went on to the next step's 80 gradients, and the message listed 7 of
+// those and "and 73 more"; 'avg_loss' was only in the flight-recorder dump.
+// Now it leads, with who waits in it and who never submitted it.
+TEST(EngineDeadlock, AMetricReducedOnRankZeroOnlyIsNamedFirst) {
+  auto results = run_engines(3, [](Engine& e) {
+    std::vector<float> x(4 * 80, 1.0f);
+    e.barrier();
+    Handle h;
+    if (e.rank() == 0) {
+      h = e.allreduce_async("avg_loss", x.data(), x.data(), {4}, DataType::kFloat32);
+    } else {
+      for (int i = 0; i < 80; ++i)
+        h = e.allreduce_async("grad." + std::to_string(i) + ".weight", x.data() + 4 * i,
+                              x.data() + 4 * i, {4}, DataType::kFloat32);
+    }
+    try {
+      h.wait();
+      ADD_FAILURE() << "no deadlock reported";
+    } catch (const DeadlockError& error) {
+      std::string what = error.what();
+      const size_t culprit =
+          what.find("rank 0 waits in allreduce 'avg_loss', which ranks 1,2 never submitted");
+      EXPECT_NE(culprit, std::string::npos) << what;
+      EXPECT_LT(culprit, what.find("grad.")) << what;
+      EXPECT_NE(what.find("ranks 1,2 wait in one of allreduce 'grad."), std::string::npos) << what;
+      EXPECT_NE(what.find("which rank 0 never submitted"), std::string::npos) << what;
+    }
   });
   expect_all_ok(results);
 }

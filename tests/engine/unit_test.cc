@@ -216,6 +216,23 @@ TEST(StallInspector, ReportsThenAbortsOnlyOnRankZerosClock) {
   EXPECT_EQ(describe_stall(r, ranks), "allreduce 'w' submitted by rank 0 but not by rank 1");
 }
 
+// The smallest group of names leads; at most 8 names in all, every group at least one.
+TEST(StallInspector, DescribeLeadsWithTheOddOneOut) {
+  CycleResult r;
+  r.joined = {0, 0, 0};
+  for (int i = 0; i < 10; ++i) r.partial.push_back({"g" + std::to_string(i), Collective::kAllreduce, {1, 2}});
+  r.partial.push_back({"avg_loss", Collective::kAllreduce, {0}});
+  std::vector<int> ranks = {0, 1, 2};
+  EXPECT_EQ(describe_stall(r, ranks),
+            "allreduce 'avg_loss' submitted by rank 0 but not by ranks 1,2; allreduce 'g0', "
+            "allreduce 'g1', allreduce 'g2', allreduce 'g3', allreduce 'g4', allreduce 'g5', "
+            "allreduce 'g6' and 3 more submitted by ranks 1,2 but not by rank 0");
+  std::string deadlock = describe_stall(r, ranks, /*deadlock=*/true);
+  EXPECT_TRUE(deadlock.starts_with("rank 0 waits in allreduce 'avg_loss', which ranks 1,2 never "
+                                   "submitted; ranks 1,2 wait in one of allreduce 'g0', "))
+      << deadlock;
+}
+
 TEST(Autotuner, ConvergesToOneOfItsCandidates) {
   Autotuner tuner(64 << 20, 2);
   int cycles = 0;

@@ -49,6 +49,39 @@ TEST(ElasticPlan, HostsDroppedOrShrunkByDiscoveryLoseTheirHighestRanks) {
   EXPECT_EQ(workers_to_remove({}, running), (std::vector<int>{0, 1, 2, 3}));
 }
 
+// Issue 30.2: a script printing `localhost:3` while the job runs on this
+// machine's name gave the joiner a host of its own (and asked to remove
+// both running workers, at every poll).
+TEST(ElasticPlan, DiscoveredLocalhostIsThisMachine) {
+  const std::string me = this_host_name();
+  auto found = parse_discovery_output("localhost:2\n127.0.0.1:1\n");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].host, me);
+  EXPECT_EQ(found[0].slots, 3);
+  EXPECT_TRUE(workers_to_remove(found, {{0, me}, {1, me}}).empty());
+  EXPECT_EQ(hosts_for_new_workers(found, {{me, 2}}, {}, 5), (std::vector<std::string>{me}));
+  auto plan = plan_generation({{"w0", me, 0}, {"w1", me, 1}, {"w2", found[0].host, {}}});
+  for (const auto& [m, a] : plan) {
+    EXPECT_EQ(a.cross_size, 1);
+    EXPECT_EQ(a.local_size, 3);
+  }
+}
+
+// Discovery runs every few seconds; a warning it keeps causing was repeated
+// at every poll (12 times in one short job).
+TEST(ElasticPlan, ARepeatedDiscoveryWarningIsSaidOnce) {
+  ElasticOptions options;
+  options.discovery_script = "echo 'a:zero'";
+  options.discovery_interval = std::chrono::milliseconds(0);
+  ElasticController controller(options);
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(controller.discover());
+  std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(said, ::testing::HasSubstr("keeping the current hosts"));
+  EXPECT_EQ(said.find("keeping the current hosts"), said.rfind("keeping the current hosts"))
+      << said;
+}
+
 TEST(ElasticPlan, DiscoveryOutputFormats) {
   auto hosts = parse_discovery_output("a:2\nb slots=3\n# comment\nc\n");
   ASSERT_EQ(hosts.size(), 3u);

@@ -102,6 +102,26 @@ TEST(Placement, LocalHostNamesAreRecognised) {
                InvalidArgument);
 }
 
+// Issue 30.2: `localhost` beside this machine's name was a second host (its
+// own local ranks, its own shared-memory group).
+TEST(Placement, ThisMachineIsOneHostByAnyName) {
+  const std::string me = this_host_name();
+  EXPECT_TRUE(is_local_host(me));
+  EXPECT_TRUE(is_local_host("127.0.1.1"));
+  EXPECT_TRUE(is_local_host("::1"));
+  auto hosts = parse_host_list("localhost:1,127.0.0.1:1," + me + ":1");
+  for (const auto& h : hosts) EXPECT_EQ(h.host, me);
+  auto p = place_ranks(hosts, 3);
+  for (const auto& r : p) {
+    EXPECT_EQ(r.host, me);
+    EXPECT_EQ(r.cross_size, 1);
+    EXPECT_EQ(r.local_size, 3);
+    EXPECT_TRUE(r.local);
+  }
+  EXPECT_EQ(parse_hostfile_text("localhost slots=2\n", "f")[0].host, me);
+  EXPECT_EQ(parse_host_list("other:1")[0].host, "other");
+}
+
 TEST(RemoteCommand, SubstitutesOrAppendsTheHost) {
   EXPECT_THAT(remote_command("ip netns exec {host}", "ns1", "/usr/bin/lockstep"),
               ElementsAre("ip", "netns", "exec", "ns1", "/usr/bin/lockstep", "remote-worker"));

@@ -356,6 +356,37 @@ TEST(LauncherTest, WorkersOfALauncherStartedWithSigintIgnoredStillStopOnTheForwa
   EXPECT_FALSE(contains(f.err, "killed by signal 9")) << describe(f);
 }
 
+// Issue 30.3: `nohup lockstep run … &` sets SIGHUP to ignored, yet the
+// launcher forwarded the SIGHUP of a logout and the job died with rc 129.
+TEST(LauncherTest, ALauncherStartedWithSighupIgnoredSurvivesSighup) {
+  std::string go = ::testing::TempDir() + "lockstep_nohup_" + std::to_string(::getpid());
+  std::filesystem::remove(go);
+  struct sigaction ignore {}, old_hup {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGHUP, &ignore, &old_hup);
+  // Each worker reports whether SIGHUP is ignored in it (bit 0 of SigIgn).
+  Launch l = start_lockstep(sh_job(
+      2, "echo ign=$(awk '/^SigIgn/ {print substr($2, length($2))}' /proc/$$/status); "
+         "echo ready; while [ ! -e " + go + " ]; do sleep 0.05; done; echo finished"));
+  ::sigaction(SIGHUP, &old_hup, nullptr);
+  ASSERT_TRUE(wait_for_output(l, "ready", 2)) << l.out << l.err;
+  ASSERT_EQ(::kill(l.pid, SIGHUP), 0);
+  ::usleep(300 * 1000);  // time to (wrongly) forward it before the workers may finish
+  std::ofstream(go) << "go";
+  Finished f = finish(l);
+  std::filesystem::remove(go);
+  EXPECT_EQ(f.status, 0) << describe(f);
+  EXPECT_FALSE(contains(f.err, "received SIGHUP")) << describe(f);
+  size_t finished = 0;
+  for (size_t at = f.out.find("finished"); at != std::string::npos; at = f.out.find("finished", at + 1))
+    ++finished;
+  EXPECT_EQ(finished, 2u) << describe(f);
+  size_t at_default = 0;  // SIGHUP's bit (the last hex digit's lowest) clear
+  for (size_t at = f.out.find("ign="); at != std::string::npos; at = f.out.find("ign=", at + 1))
+    at_default += std::string("02468ace").find(f.out[at + 4]) != std::string::npos;
+  EXPECT_EQ(at_default, 2u) << describe(f);
+}
+
 // Issue 16.6: an uncaught MismatchError ended as "terminate called after
 // throwing an instance of ..." + SIGABRT, reported as "killed by signal 6".
 TEST(LauncherTest, UncaughtLockstepErrorIsReportedWithItsTypeMessageAndRank) {
@@ -370,6 +401,21 @@ TEST(LauncherTest, UncaughtLockstepErrorIsReportedWithItsTypeMessageAndRank) {
       << describe(f);
   EXPECT_TRUE(contains(f.err, "lockstep run: rank 1 (pid ")) << describe(f);
   EXPECT_FALSE(contains(f.err, "terminate called")) << describe(f);
+}
+
+// Issue 30.6: a collective before init() ended in a bare "terminate called"
+// and SIGABRT: the handler that names lockstep errors came with init().
+TEST(LauncherTest, ACollectiveBeforeInitIsANamedError) {
+  std::string worker = lockstep_binary() + "-test-uncaught-worker";
+  Finished f = run_lockstep({"run", "-np", "2", worker, "before-init"});
+  EXPECT_EQ(f.status, 70) << describe(f);
+  EXPECT_TRUE(contains(f.err, "lockstep: uncaught lockstep::InvalidArgument: engine: not "
+                              "initialized; call lockstep::engine::init()"))
+      << describe(f);
+  EXPECT_TRUE(contains(f.err, "failed with InvalidArgument: engine: not initialized"))
+      << describe(f);
+  EXPECT_FALSE(contains(f.err, "terminate called")) << describe(f);
+  EXPECT_FALSE(contains(f.err, "SIGABRT")) << describe(f);
 }
 
 TEST(LauncherTest, UncaughtForeignExceptionStillAbortsButIsNamed) {

@@ -1,6 +1,7 @@
 // A `lockstep run` worker that starts the engine (which installs the
 // terminate handler) and lets an exception escape main on rank 1:
-//   lockstep-test-uncaught-worker lockstep|std
+//   lockstep-test-uncaught-worker lockstep|std|before-init
+// (before-init: a collective before engine::init(), on every rank)
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -10,6 +11,13 @@
 #include "lockstep/engine/engine.h"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "before-init") == 0) {
+    // A collective before init(): the user forgot it.
+    float x = 1;
+    lockstep::engine::global().allreduce_async("x", &x, &x, {1},
+                                               lockstep::engine::DataType::kFloat32);
+    return 0;
+  }
   lockstep::engine::init();
   if (lockstep::engine::rank() == 1) {
     if (argc > 1 && std::strcmp(argv[1], "std") == 0) throw std::out_of_range("index 7 of 3");

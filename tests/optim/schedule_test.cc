@@ -39,6 +39,22 @@ TEST(Decays, ClosedFormValues) {
   EXPECT_NEAR(cosine->lr_at(100), 0.1, 1e-12);
 }
 
+// Horovod's pytorch_imagenet_resnet50.py: lr_adj = 1 before epoch 30, 1e-1
+// before 60, 1e-2 before 80, 1e-3 after; worked out by hand, not by the
+// formula the schedule uses.
+TEST(Decays, MultiStepDividesAtEachMilestone) {
+  auto s = multi_step(0.1, {30, 60, 80}, 0.1);
+  const std::pair<int64_t, double> expected[] = {
+      {0, 0.1}, {29, 0.1}, {30, 0.01}, {59, 0.01}, {60, 0.001}, {79, 0.001},
+      {80, 0.0001}, {90, 0.0001}, {10000, 0.0001}};
+  for (auto [epoch, lr] : expected) EXPECT_NEAR(s->lr_at(epoch), lr, 1e-15) << "epoch " << epoch;
+  EXPECT_DOUBLE_EQ(multi_step(1.0, {1}, 0.5)->lr_at(1), 0.5);
+  EXPECT_THROW(multi_step(0.1, {}, 0.1), InvalidArgument);
+  EXPECT_THROW(multi_step(0.1, {30, 30}, 0.1), InvalidArgument);
+  EXPECT_THROW(multi_step(0.1, {0, 10}, 0.1), InvalidArgument);
+  EXPECT_THROW(multi_step(0.1, {10}, 0), InvalidArgument);
+}
+
 TEST(Warmup, RampsLinearlyThenHandsOverShifted) {
   // Goyal et al.: from 0.1 to 3.2 over 5 epochs of 100 iterations, then
   // step decay by 10x every 3000 iterations counted after the warmup.

@@ -479,6 +479,32 @@ TEST(Collectives, CrossRankAndSizeNameTheHost) {
 
 // Group members of one dtype, one of them non-contiguous (reduced in a copy
 // and written back), compared with per-tensor sums computed locally.
+// Issue 30.6: k = 2 with step() after every pass was accepted silently.
+TEST(DistributedOptimizer, StepBeforeTheLastAccumulatedPassWarnsOnce) {
+  run_torch_workers(2, [] {
+    auto model = make_mlp(7);
+    ::torch::optim::SGD sgd(model->parameters(), 0.1);
+    DistributedOptimizerOptions options;
+    options.backward_passes_per_step = 2;
+    DistributedOptimizer dist(sgd, *model, options);
+    auto pass = [&] { model->forward(::torch::ones({2, 8})).sum().backward(); };
+    ::testing::internal::CaptureStderr();
+    for (int i = 0; i < 3; ++i) {  // the mistake: step() after every pass
+      dist.zero_grad();
+      pass();
+      dist.step();
+    }
+    dist.zero_grad();
+    pass();
+    pass();
+    dist.step();  // as meant: no warning
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    const std::string warning = "step() after 1 backward pass(es) but backward_passes_per_step=2";
+    EXPECT_NE(said.find(warning), std::string::npos) << said;
+    EXPECT_EQ(said.find(warning), said.rfind(warning)) << said;
+  });
+}
+
 TEST(Collectives, GroupedAllreduceInPlace) {
   run_torch_workers(2, [] {
     const float r = static_cast<float>(rank() + 1);

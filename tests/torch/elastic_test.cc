@@ -167,6 +167,33 @@ TEST(ElasticState, SyncMakesRanksWithDifferentStateBitwiseIdentical) {
   });
 }
 
+// Horovod's reset callbacks: after sync() (so after rank 0's hyper-parameters
+// arrived) on every rank, in registration order.
+TEST(ElasticState, OnResetRunsAfterEverySyncOnEveryRank) {
+  run_torch_workers(3, [] {
+    auto model = make_mlp(5);
+    ::torch::optim::SGD sgd(model->parameters(), ::torch::optim::SGDOptions(0.5 + rank()));
+    ElasticState state(*model, sgd);
+    auto& options = static_cast<::torch::optim::SGDOptions&>(sgd.param_groups()[0].options());
+    auto lr = [&] { return options.lr(); };
+    std::vector<std::string> calls;
+    state.on_reset([&] {
+      calls.push_back(fmt::format("first, lr {}", lr()));
+      options.lr(0.01 * size());
+    });
+    state.on_reset([&] { calls.push_back("second"); });
+    EXPECT_THROW(state.on_reset(nullptr), InvalidArgument);
+    EXPECT_TRUE(calls.empty());
+    state.sync(0);
+    EXPECT_EQ(calls, (std::vector<std::string>{"first, lr 0.5", "second"}));  // rank 0's rate
+    EXPECT_DOUBLE_EQ(lr(), 0.03);
+    state.restore();  // the commit sync() took holds what the callbacks set
+    EXPECT_DOUBLE_EQ(lr(), 0.03);
+    state.sync(0);
+    EXPECT_EQ(calls.size(), 4u);
+  });
+}
+
 TEST(ElasticState, CommitAndRestoreOfTheSamplerNeitherRepeatNorSkip) {
   run_torch_workers(2, [] {
     Trainer t(5);

@@ -14,7 +14,10 @@ namespace lockstep::data {
 
 class RecordTable {
  public:
-  explicit RecordTable(RecordIndex index);  // opens every shard; throws Error naming a missing one
+  // Opens every shard; throws Error naming a missing one, and BadRecord
+  // (kIndexMismatch, naming the file and the offset where its index ends) for
+  // a shard with bytes past its last indexed record.
+  explicit RecordTable(RecordIndex index);
   ~RecordTable();
   RecordTable(const RecordTable&) = delete;
   RecordTable& operator=(const RecordTable&) = delete;

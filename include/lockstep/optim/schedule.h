@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 namespace lockstep::optim {
 
@@ -33,6 +34,11 @@ using Schedule = std::shared_ptr<const LrSchedule>;
 Schedule constant(double lr);
 // lr * gamma^floor(t / step_iters)
 Schedule step_decay(double lr, int64_t step_iters, double gamma);
+// Piecewise constant (PyTorch's MultiStepLR, the ResNet recipe "divide by 10
+// at epochs 30, 60 and 80"): lr * gamma^(number of milestones <= t).
+// Milestones strictly increasing and >= 1; t is in the milestones' unit
+// (pass the epoch for epoch milestones).
+Schedule multi_step(double lr, std::vector<int64_t> milestones, double gamma);
 // lr * gamma^t
 Schedule exponential_decay(double lr, double gamma);
 // end_lr + (lr - end_lr) * (1 - t/total)^power, then end_lr (LARS: power 2)
@@ -41,6 +47,9 @@ Schedule polynomial_decay(double lr, int64_t total_iters, double power, double e
 Schedule cosine_decay(double lr, int64_t total_iters, double end_lr = 0);
 // Gradual warmup (Goyal et al.): linear from start_lr at t = 0 to
 // after->lr_at(0) at t = warmup_iters, then after->lr_at(t - warmup_iters).
+// Counted from t = 0: the first step gets start_lr. Horovod's examples count
+// from batch_idx + 1 (epoch + (batch_idx + 1) / batches), so their first step
+// is already one step into the ramp; pass t + 1 to reproduce them.
 Schedule warmup(double start_lr, int64_t warmup_iters, Schedule after);
 // a(t) * b(t): e.g. a decay chain on top of another.
 Schedule product(Schedule a, Schedule b);

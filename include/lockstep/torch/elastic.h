@@ -66,8 +66,20 @@ class ElasticState {
   // counters, values, sampler position, reformations()) equal to root's
   // current state, re-partitions the sampler's epoch for rank()/size(), and
   // commits locally (no generation check), so every rank holds the same
-  // last commit.
+  // last commit. Then runs the on_reset() callbacks, and arms a parameter
+  // fingerprint check (check_parameters_agree) at the next commit().
   void sync(int root = 0);
+
+  // Horovod's state.register_reset_callbacks: `callback` runs at the end of
+  // every sync(), so on survivors and joiners alike after each re-formation
+  // (and once at the start), in registration order. Put what depends on
+  // the world there, e.g. the learning rate scaled by size(): sync() gives a
+  // joiner rank 0's hyper-parameters, so a rate set where the elastic
+  // function starts would differ between survivors and joiners, and the
+  // ranks would train different models. The first commit() after each
+  // sync() compares parameter fingerprints across ranks and throws
+  // MismatchError naming the first differing parameter when they differ.
+  void on_reset(std::function<void()> callback);
 
   bool has_commit() const { return committed_.valid; }
   // Generation of the current world (0 outside elastic mode).
@@ -102,6 +114,7 @@ class ElasticState {
   Snapshot snapshot() const;
   void apply(const Snapshot& snapshot);
   void check_generation() const;
+  void check_parameters_after_sync();
   std::vector<::torch::Tensor> state_tensors() const;
 
   ::torch::nn::Module& model_;
@@ -110,6 +123,8 @@ class ElasticState {
   DistributedOptimizer* dist_;
   Snapshot committed_;
   int reformations_ = 0;
+  std::vector<std::function<void()>> reset_callbacks_;
+  bool fingerprint_due_ = false;  // at the first commit() after sync()
 };
 
 // Calls fn(state) until it returns normally. Outside elastic mode: sync(0),

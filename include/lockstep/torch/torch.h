@@ -1,6 +1,9 @@
 // lockstep::torch: data-parallel training for LibTorch (Horovod's torch API).
 #pragma once
 
+// The errors every collective throws (MismatchError, PeerFailure, Error,
+// ...): catching them needs no other include (docs/torch.md).
+#include "lockstep/base/error.h"
 #include "lockstep/torch/adasum.h"
 #include "lockstep/torch/checkpoint.h"
 #include "lockstep/torch/collectives.h"
