@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds everything and runs the whole test suite: the main build's
 # ctest, then ASan+UBSan builds of the non-LibTorch layers, a TSan build of
-# the engine and 30 s of each libFuzzer target (scripts/fuzz.sh).
+# the engine and 30 s of each libFuzzer target (scripts/fuzz.sh). What each
+# stage runs and why: docs/ci.md.
 #
 #   bash scripts/test.sh            everything
 #   bash scripts/test.sh --quick    main build's tests only
@@ -9,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Every stage prints how long it took, and the list is printed again at the
-# end (also when a stage fails), so CI's budget (under 60 min on a slow day)
+# end (also when a stage fails), so CI's budget (under 45 min on a slow day)
 # is watched stage by stage.
 stages=()
 stage() {  # stage NAME CMD...
