@@ -29,6 +29,17 @@ namespace lockstep::parallel {
 namespace lt = lockstep::torch;
 using ::torch::Tensor;
 
+// Outside the anonymous namespace because ParameterServer::Impl holds one:
+// GCC warns about a member of an internal type in a class with external
+// linkage (-Wsubobject-linkage) when this file is part of a unity batch.
+struct ServerLayout {
+  int64_t elements = 0;
+  ::torch::ScalarType dtype = ::torch::kFloat32;
+  std::vector<int> servers;  // global ranks, ascending
+  std::vector<int> workers;
+  std::vector<int64_t> offset, length;  // per server
+};
+
 namespace {
 
 std::optional<Group>& workers_group() {
@@ -44,13 +55,7 @@ int dedicated_from_knob() {
   return static_cast<int>(k);
 }
 
-struct Layout {
-  int64_t elements = 0;
-  ::torch::ScalarType dtype = ::torch::kFloat32;
-  std::vector<int> servers;  // global ranks, ascending
-  std::vector<int> workers;
-  std::vector<int64_t> offset, length;  // per server
-};
+using Layout = ServerLayout;
 
 Layout make_layout(int64_t elements, ::torch::ScalarType dtype, int colocated) {
   Layout l;
