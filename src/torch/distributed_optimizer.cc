@@ -87,9 +87,10 @@ void validate(const DistributedOptimizerOptions& o) {
   if (o.gradient_predivide_factor != 1.0 && o.op != ReduceOp::kAverage)
     throw InvalidArgument("DistributedOptimizer: gradient_predivide_factor needs op kAverage");
   if (o.compression == Compression::kPowerSGD) validate(o.powersgd);
+  if (o.compression == Compression::kOneBit) validate(o.onebit);
   if (detail::replaces_allreduce(o.compression) && o.gradient_predivide_factor != 1.0)
     throw InvalidArgument(
-        "DistributedOptimizer: PowerSGD does not take gradient_predivide_factor");
+        "DistributedOptimizer: PowerSGD and 1-bit compression do not take gradient_predivide_factor");
   if (o.adasum && (o.compression != Compression::kNone || o.gradient_predivide_factor != 1.0))
     throw InvalidArgument(
         "DistributedOptimizer: adasum works on full-precision gradients; drop compression and "

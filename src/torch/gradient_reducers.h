@@ -1,5 +1,5 @@
 // DistributedOptimizer's side of the compression schemes that replace the
-// allreduce (GradientReducer: PowerSGD), kept out of
+// allreduce (GradientReducer: PowerSGD, 1-bit), kept out of
 // distributed_optimizer.cc so that file only asks "does one take over?"
 // and "make it".
 #pragma once
@@ -11,7 +11,7 @@
 
 namespace lockstep::torch::detail {
 
-// kPowerSGD: the whole step's gradients go to a GradientReducer
+// kPowerSGD and kOneBit: the whole step's gradients go to a GradientReducer
 // at synchronize() instead of one allreduce each.
 bool replaces_allreduce(Compression compression);
 // The reducer for options.compression over options.group, named under

@@ -1,6 +1,6 @@
 // GradientReducer: a compression scheme that takes over a step's whole
 // gradient reduction instead of allreducing each gradient (PowerSGD in
-// powersgd.h). DistributedOptimizer owns one when its
+// powersgd.h, 1-bit in onebit.h). DistributedOptimizer owns one when its
 // compression is one of these and calls reduce() at synchronize(), with
 // every gradient of the step (zeros for parameters that got none).
 //

@@ -1,13 +1,17 @@
-// PowerSGD: Gram-Schmidt and the wire-size rule as pure functions; at 2
-// ranks, a rank-1 average recovered exactly, warm-up steps equal to plain
-// allreduce bit for bit, bytes handed to the communicator per step (traffic
-// counters) reduced by the closed-form factor, and training that reaches the
-// accuracy of uncompressed allreduce on a small classification problem.
+// Gradient compression that replaces the allreduce. PowerSGD: Gram-Schmidt
+// and the wire-size rule as pure functions; at 2 ranks, a rank-1 average
+// recovered exactly, warm-up steps equal to plain allreduce bit for bit,
+// bytes handed to the communicator per step (traffic counters) reduced by
+// the closed-form factor. 1-bit: sign packing; at 2 ranks, ±s vectors pass
+// exactly, error feedback makes the applied mean converge to the true one,
+// traffic against the closed form. Both train a small classifier to the
+// accuracy of uncompressed allreduce.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "lockstep/base/error.h"
 #include "lockstep/comm/traffic.h"
+#include "lockstep/torch/onebit.h"
 #include "lockstep/torch/powersgd.h"
 #include "torch/helpers.h"
 
@@ -93,12 +97,12 @@ nn::Sequential wide_model() {
 // Payload bytes this rank hands the communicator in one synchronize():
 // closed form sum(numel) x 4 uncompressed, sum((n + m) r or numel) x 4 with
 // PowerSGD; engine negotiation comes on top of both.
-uint64_t payload_per_step(Compression compression, int r) {
+uint64_t payload_per_step(Compression compression, int r /* PowerSGD's rank */) {
   auto model = wide_model();
   ::torch::optim::SGD sgd(model->parameters(), 0.01);
   DistributedOptimizer dist(sgd, *model,
                             {.compression = compression, .powersgd = {.rank = r},
-                             .name_prefix = fmt::format("traffic{}", r),
+                             .name_prefix = fmt::format("traffic{}.{}", static_cast<int>(compression), r),
                              .overlap = Overlap::kOff});
   auto g = ::torch::make_generator<at::CPUGeneratorImpl>(20 + rank());
   uint64_t bytes = 0;
@@ -140,6 +144,80 @@ TEST(PowerSGD, TwoRanksExactAverageWarmupAndTraffic) {
   });
 }
 
+TEST(OneBit, SignsPackEightToAByteAndBack) {
+  auto g = ::torch::make_generator<at::CPUGeneratorImpl>(2);
+  Tensor x = ::torch::randn({64}, g);
+  x[5] = 0;  // zero counts as +1
+  const Tensor packed = pack_signs(x);
+  EXPECT_EQ(packed.numel(), 8);
+  EXPECT_EQ(packed.scalar_type(), ::torch::kUInt8);
+  EXPECT_TRUE(::torch::equal(unpack_signs(packed, ::torch::kFloat32),
+                             ::torch::where(x.ge(0), 1.0f, -1.0f)));
+  EXPECT_EQ(pack_signs(::torch::ones({8}))[0].item<int>(), 255);
+  EXPECT_EQ(pack_signs(::torch::tensor({1, -1, -1, -1, -1, -1, -1, -1}))[0].item<int>(), 128);
+  EXPECT_THROW(pack_signs(::torch::ones({7})), InvalidArgument);
+  // 1000 values on 2 ranks: padded to 1008, rows of 63 sign bytes + 4 scale
+  // bytes; the alltoall sends 2 rows, the allgather 1.
+  EXPECT_EQ(onebit_payload_bytes(1000, 2), 3 * 67);
+  EXPECT_THROW(validate(OneBitOptions{.warmup_steps = -1}), InvalidArgument);
+}
+
+// Identical ±s gradients on every rank pass through unchanged (their signs
+// and scale are exact), which pins the chunk order of both collectives.
+void check_sign_vectors_pass_exactly() {
+  auto g = ::torch::make_generator<at::CPUGeneratorImpl>(40);
+  const Tensor signs = ::torch::randn({96}, g).sign();
+  std::vector<Tensor> grads{(signs.narrow(0, 0, 64) * 0.5).reshape({8, 8}),
+                            signs.narrow(0, 64, 32) * 0.5};
+  const std::vector<Tensor> expected{grads[0].clone(), grads[1].clone()};
+  OneBit onebit({}, Group(), "exact1");
+  onebit.reduce(grads, {"w", "b"}, true);
+  EXPECT_TRUE(::torch::allclose(grads[0], expected[0], 0, 1e-7));
+  EXPECT_TRUE(::torch::allclose(grads[1], expected[1], 0, 1e-7));
+}
+
+// Error feedback: with the same gradients every step, what is applied over
+// k steps approaches k times the true mean (the errors carry the rest).
+void check_error_feedback_tracks_the_mean() {
+  auto g = ::torch::make_generator<at::CPUGeneratorImpl>(50 + rank());
+  const Tensor mine = ::torch::randn({200}, g);
+  const Tensor mean = allreduce(mine, "ef.mean", {.op = ReduceOp::kAverage});
+  OneBit onebit({}, Group(), "ef");
+  Tensor applied = ::torch::zeros({200});
+  double first_error = 0;
+  for (int k = 1; k <= 64; ++k) {
+    std::vector<Tensor> grads{mine.clone()};
+    onebit.reduce(grads, {"w"}, true);
+    applied += grads[0];
+    const double error = ((applied / k - mean).norm() / mean.norm()).item<double>();
+    if (k == 1) first_error = error;
+    if (k == 64) {
+      EXPECT_LT(error, 0.1) << "after 64 steps";
+      EXPECT_LT(error, first_error / 4) << "one step: " << first_error;
+    }
+  }
+}
+
+void check_onebit_traffic() {
+  int64_t values = 0;
+  for (auto& p : wide_model()->parameters()) values += p.numel();
+  const uint64_t bytes = payload_per_step(Compression::kOneBit, 0);
+  const double closed = static_cast<double>(onebit_payload_bytes(values, 2));
+  EXPECT_NEAR(static_cast<double>(bytes), closed, 0.05 * closed);
+  if (rank() == 0)
+    std::printf("1-bit payload per step: %llu B (closed form %.0f) for %lld fp32 values "
+                "(%lld B)\n", static_cast<unsigned long long>(bytes), closed,
+                static_cast<long long>(values), static_cast<long long>(4 * values));
+}
+
+TEST(OneBit, TwoRanksExactSignsErrorFeedbackAndTraffic) {
+  run_torch_workers(2, [] {
+    check_sign_vectors_pass_exactly();
+    check_error_feedback_tracks_the_mean();
+    check_onebit_traffic();
+  });
+}
+
 // Gaussian points in 16 dimensions, 4 classes, labelled by a fixed random teacher.
 std::pair<Tensor, Tensor> classes(int64_t rows, uint64_t seed) {
   auto g = ::torch::make_generator<at::CPUGeneratorImpl>(seed);
@@ -155,6 +233,7 @@ double train_accuracy(Compression compression) {
   DistributedOptimizer dist(sgd, *model,
                             {.compression = compression,
                              .powersgd = {.rank = 2, .warmup_steps = 5},
+                             .onebit = {.warmup_steps = 5},
                              .name_prefix = fmt::format("train{}", static_cast<int>(compression))});
   for (int step = 0; step < 200; ++step) {
     auto [x, y] = classes(32, 1000 * static_cast<uint64_t>(step) + static_cast<uint64_t>(rank()));
@@ -167,16 +246,20 @@ double train_accuracy(Compression compression) {
   return model->forward(x).argmax(1).eq(y).to(::torch::kFloat64).mean().item<double>();
 }
 
-TEST(PowerSGD, TrainsAsWellAsUncompressedAllreduce) {
+TEST(Compression, PowerSGDAndOneBitTrainAsWellAsUncompressedAllreduce) {
   run_torch_workers(2, [] {
     const double none = train_accuracy(Compression::kNone);
     const double psgd = train_accuracy(Compression::kPowerSGD);
+    const double onebit = train_accuracy(Compression::kOneBit);
     EXPECT_GE(none, 0.9);
     EXPECT_GE(psgd, 0.9);
     EXPECT_GE(psgd, none - 0.03) << "uncompressed " << none;
-    if (rank() == 0) std::printf("test accuracy: %.4f uncompressed, %.4f PowerSGD r=2\n", none, psgd);
+    EXPECT_GE(onebit, 0.9);
+    EXPECT_GE(onebit, none - 0.03) << "uncompressed " << none;
+    if (rank() == 0)
+      std::printf("test accuracy: %.4f uncompressed, %.4f PowerSGD r=2, %.4f 1-bit\n", none, psgd,
+                  onebit);
   });
 }
-
 }  // namespace
 }  // namespace lockstep::torch
