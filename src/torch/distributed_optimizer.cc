@@ -18,6 +18,7 @@
 #include "lockstep/torch/adasum.h"
 #include "lockstep/torch/fingerprint.h"
 #include "lockstep/torch/placement.h"
+#include "torch/gradient_reducers.h"
 #include "torch/step_profiler.h"
 
 namespace lockstep::torch {
@@ -99,6 +100,11 @@ void validate(const DistributedOptimizerOptions& o) {
     throw InvalidArgument("DistributedOptimizer: gradient_predivide_factor must be > 0");
   if (o.gradient_predivide_factor != 1.0 && o.op != ReduceOp::kAverage)
     throw InvalidArgument("DistributedOptimizer: gradient_predivide_factor needs op kAverage");
+  if (o.compression == Compression::kPowerSGD) validate(o.powersgd);
+  if (o.compression == Compression::kOneBit) validate(o.onebit);
+  if (detail::replaces_allreduce(o.compression) && o.gradient_predivide_factor != 1.0)
+    throw InvalidArgument(
+        "DistributedOptimizer: PowerSGD and 1-bit compression do not take gradient_predivide_factor");
   if (o.adasum && (o.compression != Compression::kNone || o.gradient_predivide_factor != 1.0))
     throw InvalidArgument(
         "DistributedOptimizer: adasum works on full-precision gradients; drop compression and "
@@ -225,7 +231,7 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
         slot.name, options_.backward_passes_per_step));
   }
   if (++slot.passes == options_.backward_passes_per_step && overlap_ && options_.group.size() > 1 &&
-      !options_.adasum)
+      !options_.adasum && !detail::replaces_allreduce(options_.compression))
     submit(slot);
 }
 
@@ -233,7 +239,8 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
   ::torch::NoGradGuard no_grad;
   ::torch::Tensor& grad = slot.param.mutable_grad();
   if (!grad.defined()) grad = ::torch::zeros_like(slot.param);  // contributes zeros
-  if (options_.compression == Compression::kNone) return grad;
+  if (options_.compression == Compression::kNone || detail::replaces_allreduce(options_.compression))
+    return grad;
   // The whole divisor goes before the cast so the half-precision sum stays in range.
   const bool average = options_.op == ReduceOp::kAverage;
   slot.wire = (average ? grad / options_.group.size() : grad).to(wire_dtype(options_.compression));
@@ -287,6 +294,8 @@ void DistributedOptimizer::synchronize() {
   detail::profile_sync_begin(this);
   if (options_.adasum && options_.group.size() > 1) {
     adasum_gradients();
+  } else if (detail::replaces_allreduce(options_.compression) && options_.group.size() > 1) {
+    compressed_gradients();
   } else if (options_.group.size() > 1) {
     std::vector<Slot*> pending;
     for (auto& slot : slots_)
@@ -313,6 +322,19 @@ void DistributedOptimizer::adasum_gradients() {
     slot->passes = 0;
   }
   adasum_allreduce_(grads, options_.name_prefix + ".adasum", options_.group);
+}
+
+// All gradients at once, to the scheme that replaces the allreduce.
+void DistributedOptimizer::compressed_gradients() {
+  if (!reducer_) reducer_ = detail::make_gradient_reducer(options_);
+  std::vector<::torch::Tensor> grads;
+  std::vector<std::string> names;
+  for (auto& slot : slots_) {
+    grads.push_back(wire_tensor(*slot));  // the gradient itself (zeros where none)
+    names.push_back(slot->name.substr(options_.name_prefix.size() + 1));  // reducers prefix
+    slot->passes = 0;
+  }
+  reducer_->reduce(grads, names, options_.op == ReduceOp::kAverage);
 }
 
 void DistributedOptimizer::step() {

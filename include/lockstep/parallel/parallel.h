@@ -2,6 +2,7 @@
 // lockstep::torch (docs/parallelism.md).
 #pragma once
 
+#include "lockstep/parallel/activation_checkpoint.h"
 #include "lockstep/parallel/checkpoint.h"
 #include "lockstep/parallel/mesh.h"
 #include "lockstep/parallel/optimizer_state.h"

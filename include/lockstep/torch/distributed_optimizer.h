@@ -33,6 +33,8 @@
 #include "lockstep/comm/types.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/group.h"
+#include "lockstep/torch/onebit.h"
+#include "lockstep/torch/powersgd.h"
 
 namespace lockstep::torch {
 
@@ -40,6 +42,8 @@ enum class Compression {
   kNone,
   kFp16,  // IEEE half on the wire; gradients divided before casting
   kBf16,  // bfloat16 on the wire
+  kPowerSGD,  // low-rank factors on the wire (powersgd.h; options.powersgd), at synchronize()
+  kOneBit,    // signs and a scale on the wire (onebit.h; options.onebit), at synchronize()
 };
 
 // Whether gradients are allreduced as backward produces them (overlap) or
@@ -75,6 +79,8 @@ struct DistributedOptimizerOptions {
   bool adasum = false;
   int backward_passes_per_step = 1;  // allreduce only on the last pass
   Compression compression = Compression::kNone;
+  PowerSGDOptions powersgd{};  // with Compression::kPowerSGD
+  OneBitOptions onebit{};      // with Compression::kOneBit
   // Average only: divide by this before the reduction and by size()/factor
   // after (>1 keeps large sums of small ranks in range).
   double gradient_predivide_factor = 1.0;
@@ -141,6 +147,7 @@ class DistributedOptimizer {
   void finish(Slot& slot);
   void check_fingerprint_if_due();
   void adasum_gradients();
+  void compressed_gradients();
 
   ::torch::optim::Optimizer& optimizer_;
   DistributedOptimizerOptions options_;
@@ -150,6 +157,8 @@ class DistributedOptimizer {
   bool synchronized_ = false;
   int64_t steps_ = 0;
   int64_t fingerprint_every_ = 0;
+  // kPowerSGD / kOneBit: takes over the reduction; made at the first synchronize().
+  std::unique_ptr<GradientReducer> reducer_;
 };
 
 }  // namespace lockstep::torch

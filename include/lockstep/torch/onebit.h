@@ -1,0 +1,75 @@
+// 1-bit (sign) gradient compression with error feedback, as DeepSpeed's
+// compressed allreduce (Tang et al., "1-bit Adam", ICML 2021; Seide et al.
+// 2014 for 1-bit SGD): every gradient of a step is flattened into one
+// vector x of L values, and
+//
+//   x += worker_error                        this rank's error feedback
+//   s  = |x|₂ / √L;  c = s · sign(x)        one bit per value + one scale
+//   worker_error = x − c
+//   alltoall: rank j receives chunk j (L/N values) of every rank's c
+//   y  = mean over ranks of chunk j + server_error     (on rank j)
+//   t  = |y|₂ / √(L/N);  d = t · sign(y);  server_error = y − d
+//   allgather the d chunks: every rank holds the same compressed average
+//
+// So a step sends 2(N−1) · (L/(8N) + 4) bytes per rank, where an fp32
+// allreduce sends 2(N−1)/N · 4L: about 32x less. The first warmup_steps
+// steps allreduce whole gradients (DeepSpeed's warm-up stage, during which
+// its 1-bit Adam also settles the variance it then freezes; freezing Adam's
+// variance is not done here: with Adam or LAMB the second moment follows the
+// compressed gradient, so prefer SGD with momentum, or a long warm-up).
+//
+// Used through DistributedOptimizer (Compression::kOneBit, options.onebit),
+// which calls reduce() at synchronize(). Every rank of the group must call
+// it with the same shapes in the same order. Not thread-safe.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lockstep/torch/gradient_reducer.h"
+#include "lockstep/torch/group.h"
+
+namespace lockstep::torch {
+
+struct OneBitOptions {
+  int64_t warmup_steps = 0;  // steps of whole allreduce before compressing
+};
+// Throws InvalidArgument for warmup_steps < 0.
+void validate(const OneBitOptions& options);
+
+// Bytes one rank hands to the two collectives of a compressed step for L
+// gradient values on `ranks` ranks (L padded to a multiple of 8 · ranks).
+int64_t onebit_payload_bytes(int64_t values, int ranks);
+
+class OneBit : public GradientReducer {
+ public:
+  OneBit(OneBitOptions options, Group group, std::string name_prefix);
+
+  // Replaces each of `grads` (in place) by the group's mean (sum when
+  // !average) as compressed above. Collective over the group.
+  void reduce(const std::vector<::torch::Tensor>& grads, const std::vector<std::string>& names,
+              bool average) override;
+  int64_t steps() const { return steps_; }
+
+ private:
+  ::torch::Tensor compressed_mean(const ::torch::Tensor& x);
+  void allreduce_whole(const std::vector<::torch::Tensor>& grads,
+                       const std::vector<std::string>& names, bool average);
+
+  OneBitOptions options_;
+  Group group_;
+  std::string prefix_;
+  int64_t steps_ = 0;
+  ::torch::Tensor worker_error_;  // padded length
+  ::torch::Tensor server_error_;  // this rank's chunk
+};
+
+// Signs (>= 0 is +1) of `x` (length a multiple of 8) packed 8 to a byte,
+// most significant bit first, and back to ±1 floats.
+::torch::Tensor pack_signs(const ::torch::Tensor& x);
+::torch::Tensor unpack_signs(const ::torch::Tensor& packed, ::torch::ScalarType dtype);
+
+}  // namespace lockstep::torch
