@@ -4,6 +4,7 @@
 //
 //   lockstep run -np 2 lockstep-parallelism --strategy data|tensor|pipeline|zero|ps
 //       [--micro-batches M] [--schedule gpipe|1f1b] [--mesh data=2,tensor=2]
+//       [--compression none|fp16|bf16|powersgd:R|onebit] [--checkpoint-activations K]
 //       [--epochs E] [--json]
 //   lockstep run -np 2 --servers 1 lockstep-parallelism --strategy ps   # dedicated server
 //
@@ -57,6 +58,12 @@ void add_flags(CLI::App& app, Flags& f) {
       ->capture_default_str();
   app.add_option("--batch-size", f.s.batch_size, "samples per data replica per step")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--compression", f.s.compression,
+                 "data: gradients on the wire as none|fp16|bf16|powersgd:R|onebit")
+      ->capture_default_str();
+  app.add_option("--checkpoint-activations", f.s.checkpoint_activations,
+                 "recompute activations in backward, in segments of K layers (0: off; not tensor)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str();
   app.add_option("--data", f.data, "Fashion-MNIST folder (IDX files or record shards)")
       ->capture_default_str();
@@ -190,6 +197,7 @@ int run(const Flags& f) {
     if (f.json) {
       nlohmann::json line = {
           {"strategy", f.s.strategy}, {"np", lt::size()}, {"workers", w},
+          {"compression", f.s.compression}, {"checkpoint_activations", f.s.checkpoint_activations},
           {"servers", lp::dedicated_servers()}, {"mesh", f.s.mesh},
           {"data_replicas", st.data_size}, {"batch_per_replica", f.s.batch_size},
           {"epochs", f.epochs}, {"steps", t.steps}, {"train_seconds", t.seconds},

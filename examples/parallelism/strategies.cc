@@ -2,6 +2,9 @@
 // Bytes one rank sends per step, for a model of M parameter bytes, batch B
 // per replica, N ranks (wire-byte conventions of lockstep/comm/traffic.h):
 //   data, zero   2(N-1)/N · M           (allreduce = reduce-scatter + all-gather)
+//                --compression fp16|bf16: half that; powersgd:R: 2(N-1)/N · 4 ·
+//                sum of powersgd_wire_elements; onebit: 2(N-1) · (L/(8N) + 4)
+//                for L parameters (alltoall + allgather of signs and a scale)
 //   ps           push: the gradient slices this worker does not own;
 //                pull: as a server, its shard to every other worker
 //                (colocated on all N: 2(N-1)/N · M; dedicated: M per worker)
@@ -58,12 +61,45 @@ Tensor forward_counting(::torch::nn::Sequential& net, Tensor x, int64_t* activat
   return x;
 }
 
+// The dense model, its layers checkpointed in segments with
+// --checkpoint-activations K (each segment keeps only its input for backward).
+::torch::nn::Sequential make_model(const StrategyFlags& f) {
+  auto net = make_dense_net();
+  return f.checkpoint_activations > 0 ? lp::checkpoint_layers(net, f.checkpoint_activations) : net;
+}
+
+// --compression for the data strategy's DistributedOptimizer.
+lt::DistributedOptimizerOptions data_options(const std::string& compression) {
+  lt::DistributedOptimizerOptions o;
+  if (compression == "none") return o;
+  if (compression == "fp16" || compression == "bf16") {
+    o.compression = compression == "fp16" ? lt::Compression::kFp16 : lt::Compression::kBf16;
+  } else if (compression == "onebit") {
+    o.compression = lt::Compression::kOneBit;
+  } else if (compression.rfind("powersgd:", 0) == 0) {
+    o.compression = lt::Compression::kPowerSGD;
+    const std::string r = compression.substr(9);
+    size_t used = 0;
+    try {
+      o.powersgd.rank = std::stoi(r, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != r.size() || o.powersgd.rank < 1)
+      throw InvalidArgument(fmt::format("--compression {}: R must be an integer >= 1", compression));
+  } else {
+    throw InvalidArgument(fmt::format(
+        "--compression {}: use none, fp16, bf16, powersgd:R (R >= 1) or onebit", compression));
+  }
+  return o;
+}
+
 // data, zero and ps: every rank holds the whole model and trains on its shard.
 class Replicated : public Strategy {
  public:
   explicit Replicated(const StrategyFlags& f) {
     ::torch::manual_seed(42);
-    net_ = make_dense_net();
+    net_ = make_model(f);
     params_ = net_->parameters();
     optimizer_ = std::make_unique<::torch::optim::Adam>(params_, ::torch::optim::AdamOptions(f.lr));
   }
@@ -93,9 +129,26 @@ class Replicated : public Strategy {
 
 class Data : public Replicated {
  public:
-  explicit Data(const StrategyFlags& f) : Replicated(f), dist_(*optimizer_, *net_) {
+  explicit Data(const StrategyFlags& f)
+      : Replicated(f), dist_(*optimizer_, *net_, data_options(f.compression)) {
     data_rank = lt::rank();
     data_size = lt::size();
+  }
+  // What the compression puts on the wire (Note [Closed forms]).
+  double closed_form_bytes_per_step(int64_t batch) const override {
+    const auto& o = dist_.options();
+    if (o.compression == lt::Compression::kFp16 || o.compression == lt::Compression::kBf16)
+      return Replicated::closed_form_bytes_per_step(batch) / 2;
+    if (o.compression == lt::Compression::kOneBit) {
+      const int64_t values = param_bytes() / 4;
+      const int64_t row = (values + 8 * data_size - 1) / (8 * data_size) + 4;  // signs + scale
+      return 2.0 * (data_size - 1) * static_cast<double>(row);
+    }
+    if (o.compression != lt::Compression::kPowerSGD)
+      return Replicated::closed_form_bytes_per_step(batch);
+    double elements = 0;
+    for (const auto& p : params_) elements += static_cast<double>(lt::powersgd_wire_elements(p.sizes(), o.powersgd));
+    return allreduce_bytes(4 * elements, data_size);
   }
 
  private:
@@ -201,7 +254,7 @@ class Pipelined : public Strategy {
  public:
   explicit Pipelined(const StrategyFlags& f) : mesh_(mesh_for(f, "pipeline")) {
     ::torch::manual_seed(42);
-    auto net = make_dense_net();
+    auto net = make_model(f);  // --partition counts segments when checkpointed
     layer_features_ = output_features(net);
     pipe_.emplace(net, lp::PipelineOptions{.micro_batches = f.micro_batches,
                                            .schedule = lp::parse_schedule(f.schedule),
@@ -272,6 +325,11 @@ int data_replicas(const StrategyFlags& f) {
 }
 
 std::unique_ptr<Strategy> make_strategy(const StrategyFlags& f) {
+  if (f.compression != "none" && f.strategy != "data")
+    throw InvalidArgument(fmt::format("--compression applies to --strategy data, not {}", f.strategy));
+  // A tensor-parallel forward communicates: a replay would repeat its allreduces.
+  if (f.checkpoint_activations > 0 && f.strategy == "tensor")
+    throw InvalidArgument("--checkpoint-activations: not with --strategy tensor");
   if (f.strategy == "data") return std::make_unique<Data>(f);
   if (f.strategy == "zero") return std::make_unique<Zero>(f);
   if (f.strategy == "ps") return std::make_unique<ParameterServerStrategy>(f);

@@ -76,6 +76,34 @@ TEST(Parallelism, EveryStrategyReportsAndShardsMemory) {
   EXPECT_DOUBLE_EQ(r["pipeline"]["bubble_theory"].get<double>(), 1.0 / 3);  // p=2, m=2
 }
 
+// --compression: the measured bytes per step follow the closed form and
+// shrink by its factor. --checkpoint-activations: fewer activation bytes
+// kept, and (checkpointed gradients being bit for bit the plain ones) the
+// same trained model.
+TEST(Parallelism, CompressionAndActivationCheckpointing) {
+  if (!runnable()) GTEST_SKIP() << "needs dataset-fashion-mnist and the built binaries";
+  const auto data = run("", "--strategy data");
+  ASSERT_FALSE(data.is_null());
+  const double whole = data["bytes_sent_per_step"].get<double>();
+  for (const char* c : {"powersgd:4", "onebit"}) {
+    const auto j = run("", fmt::format("--strategy data --compression {}", c));
+    ASSERT_FALSE(j.is_null()) << c;
+    EXPECT_EQ(j["compression"], c);
+    const double closed = j["bytes_sent_per_step_closed_form"].get<double>();
+    EXPECT_NEAR(j["bytes_sent_per_step"].get<double>(), closed, 0.25 * closed) << c;
+    EXPECT_LT(j["bytes_sent_per_step"].get<double>(), 0.2 * whole) << c;
+    EXPECT_GT(j["test_acc"].get<double>(), 0.3) << c << ": 12 steps should beat chance (0.1)";
+  }
+  for (const char* s : {"data", "pipeline"}) {
+    const auto plain = s == std::string("data") ? data : run("", "--strategy pipeline --micro-batches 2");
+    const auto ckpt = run("", fmt::format("--strategy {} --micro-batches 2 --checkpoint-activations 4", s));
+    ASSERT_FALSE(ckpt.is_null() || plain.is_null()) << s;
+    EXPECT_LT(ckpt["activation_bytes_per_rank"].get<double>(),
+              0.7 * plain["activation_bytes_per_rank"].get<double>()) << s;
+    EXPECT_DOUBLE_EQ(ckpt["test_acc"].get<double>(), plain["test_acc"].get<double>()) << s;
+  }
+}
+
 // `lockstep run --servers 1`: a third process serves, the two workers train.
 TEST(Parallelism, DedicatedParameterServerViaLauncher) {
   if (!runnable()) GTEST_SKIP() << "needs dataset-fashion-mnist and the built binaries";

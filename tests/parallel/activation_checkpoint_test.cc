@@ -53,10 +53,12 @@ struct Outcome {
 
 // One forward and backward with the global generator seeded; `model` is the
 // plain or the checkpointed layout of the same layers.
-Outcome run(nn::Sequential model, ::torch::Dtype dtype, lt::Precision precision = lt::Precision::kFp32) {
-  auto [x, y] = make_batch(dtype);
-  x.requires_grad_(true);
-  ::torch::manual_seed(5);
+Outcome run(nn::Sequential model, ::torch::Dtype dtype, lt::Precision precision = lt::Precision::kFp32,
+            ::torch::Device device = ::torch::kCPU) {
+  auto [cpu_x, cpu_y] = make_batch(dtype);
+  model->to(device);
+  Tensor x = cpu_x.to(device).requires_grad_(true), y = cpu_y.to(device);
+  ::torch::manual_seed(5);  // every generator, CUDA's too
   Tensor loss;
   {
     lt::AutocastGuard autocast(precision);
@@ -64,9 +66,9 @@ Outcome run(nn::Sequential model, ::torch::Dtype dtype, lt::Precision precision 
   }
   loss.backward();
   Outcome r;
-  for (auto& p : model->parameters()) r.grads.push_back(p.grad().clone());
-  r.grads.push_back(x.grad().clone());
-  r.after = ::torch::rand({4});
+  for (auto& p : model->parameters()) r.grads.push_back(p.grad().cpu());
+  r.grads.push_back(x.grad().cpu());
+  r.after = ::torch::rand({4}, ::torch::TensorOptions().device(device)).cpu();
   return r;
 }
 
@@ -166,6 +168,22 @@ TEST(ActivationCheckpoint, WrapperKeepsNamesAndReachesTrainEval) {
   EXPECT_TRUE(::torch::equal(dropout->forward(x), x));  // eval reached the wrapped dropout
   EXPECT_THROW(checkpoint_layers(plain, 0), InvalidArgument);
   EXPECT_THROW(checkpoint(SegmentForward(), x, {}), InvalidArgument);
+}
+
+// CUDA builds only (skipped elsewhere): the replay restores the CUDA
+// generator, and the tracker sees the CUDA caching allocator.
+TEST(ActivationCheckpoint, CudaDropoutMasksAreReplayed) {
+  if (!::torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const ::torch::Device cuda(::torch::kCUDA, 0);
+  const Outcome plain = run(make_model(3, 0.5, ::torch::kFloat32), ::torch::kFloat32,
+                            lt::Precision::kFp32, cuda);
+  const Outcome ckpt = run(checkpoint_layers(make_model(3, 0.5, ::torch::kFloat32), 3),
+                           ::torch::kFloat32, lt::Precision::kFp32, cuda);
+  expect_bitwise(plain, ckpt, "CUDA dropout 0.5");
+  lt::AllocationTracker tracker;
+  Tensor t = ::torch::ones({1024}, ::torch::TensorOptions().device(cuda));
+  EXPECT_GT(tracker.allocations(), 0);
+  EXPECT_GE(tracker.current_bytes(), 4096);
 }
 
 TEST(ActivationCheckpoint, NoGradModeJustRunsForward) {

@@ -80,7 +80,13 @@ class CheckpointedImpl : public ::torch::nn::Module {
   std::shared_ptr<::torch::nn::Module> module_;
   SegmentForward forward_;
 };
-TORCH_MODULE(Checkpointed);
+// TORCH_MODULE spelled out (the macro names torch::nn relative to this
+// namespace, which is lockstep::torch where lockstep/torch is included).
+class Checkpointed : public ::torch::nn::ModuleHolder<CheckpointedImpl> {
+ public:
+  using ::torch::nn::ModuleHolder<CheckpointedImpl>::ModuleHolder;
+  using Impl = CheckpointedImpl;
+};
 
 // `model` with each run of `segment` consecutive layers checkpointed as one
 // (the last run may be shorter). segment = 1 wraps each layer itself, so the
