@@ -44,6 +44,13 @@ extern torch::nn::Sequential model;
 extern torch::optim::Adam adam;
 extern torch::Tensor x, y, loss;
 torch::Tensor loss_fn(const torch::Tensor& output, const torch::Tensor& target);
+// Activation checkpointing's pieces.
+torch::nn::Sequential make_model();
+extern torch::nn::Linear fc1, fc2;
+extern torch::nn::ReLU relu;
+extern torch::nn::Dropout dropout;
+torch::Tensor f(const torch::Tensor& x);
+extern std::vector<torch::Tensor> params;
 }  // namespace parallelism_md
 
 namespace rendezvous_md {
