@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU build (reached through `bash scripts/setup.sh --gpu`, docs/gpu.md).
+# The GPU build, after `bash scripts/setup.sh --gpu` installed its packages
+# (or found --deps-prefix DIR): docs/gpu.md.
 # A GPU node usually has a pip or conda LibTorch with CUDA and no Debian dev
 # packages. lockstep's GPU build needs, besides that LibTorch, the CUDA
 # toolkit (nvcc's folder on PATH or CUDAToolkit_ROOT) and NCCL (the
@@ -22,25 +23,6 @@ while (($#)); do
     *) echo "setup-gpu: unknown argument '$1' (--deps-prefix DIR, --no-tests)" >&2; exit 2 ;;
   esac
 done
-
-PACKAGES=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libcli11-dev libssl-dev zlib1g-dev
-          libjpeg-dev libpng-dev libisal-dev liblmdb-dev libgtest-dev libgmock-dev)
-if [[ -z "$DEPS_PREFIX" ]]; then
-  missing=()
-  for pkg in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
-      missing+=("$pkg")
-  done
-  if ((${#missing[@]})); then
-    if [[ $(id -u) -ne 0 ]]; then
-      echo "setup-gpu: missing packages: ${missing[*]}; install them as root, or unpack their" \
-           ".deb files with dpkg -x into a folder and pass --deps-prefix FOLDER" >&2
-      exit 1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}"
-  fi
-fi
 
 PY=${PYTHON:-python3}
 TORCH_CMAKE=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) || {

@@ -18,7 +18,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [[ "${1:-}" == "--gpu" ]]; then
+GPU=0
+[[ "${1:-}" == "--gpu" ]] && GPU=1
+# The GPU build's packages (docs/gpu.md); with --deps-prefix DIR they are
+# already unpacked there and nothing is installed.
+GPU_PACKAGES=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libcli11-dev libssl-dev
+              zlib1g-dev libjpeg-dev libpng-dev libisal-dev liblmdb-dev libgtest-dev libgmock-dev)
+if ((GPU)) && [[ " $* " == *" --deps-prefix "* ]]; then
   exec bash scripts/setup-gpu.sh "${@:2}"
 fi
 
@@ -38,6 +44,7 @@ PACKAGES=(
 )
 # npm installs the report's charting library; a Node.js already on PATH is kept.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
+((GPU)) && PACKAGES=("${GPU_PACKAGES[@]}")
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -59,6 +66,8 @@ if ((${#missing[@]})); then
 else
   echo "setup: all ${#PACKAGES[@]} Debian packages present"
 fi
+
+((GPU)) && exec bash scripts/setup-gpu.sh "${@:2}"
 
 # LibTorch must find OpenBLAS (OpenMP build): the reference BLAS is ~14x slower.
 blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)

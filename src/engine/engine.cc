@@ -31,7 +31,16 @@ struct Engine::Impl {
   bool shut_down LOCKSTEP_GUARDED_BY(mu) = false;
   std::unique_ptr<comm::Communicator> device_comm LOCKSTEP_GUARDED_BY(mu);
 
-  void check_device_submission(int set) {
+  void check_device_submission(int set, const std::vector<Entry>& entries) {
+    for (const Entry& e : entries) {
+      const detail::Request& r = e.request;
+      if ((r.prescale != 1.0 || r.postscale != 1.0) && r.op != comm::ReduceOp::kSum &&
+          r.op != comm::ReduceOp::kAverage)
+        throw InvalidArgument(fmt::format(
+            "{} '{}': scale factors with op {} are not supported on CUDA buffers (sum and "
+            "average take them)", collective_name(r.collective), r.name,
+            comm::reduce_op_name(r.op)));
+    }
     if (set != 0)
       throw InvalidArgument(fmt::format(
           "engine: CUDA buffers travel in the global process set only (this one is in set {}); "
@@ -78,7 +87,7 @@ struct Engine::Impl {
       e.request.memory = options.memory;
       e.ready_event = options.ready_event;
     }
-    if (options.memory == comm::MemoryKind::kCuda) check_device_submission(set);
+    if (options.memory == comm::MemoryKind::kCuda) check_device_submission(set, entries);
     auto state = std::make_shared<detail::OpState>(static_cast<int>(entries.size()),
                                                    std::move(options.on_done));
     state->waits = ctx.waits;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -74,6 +75,9 @@ class Executor {
   size_t device_reduce_scatter(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
                                std::exception_ptr& error);
   void* device_buffer(comm::Communicator& dev, size_t bytes);  // the device fusion buffer
+  // The entry's allocation, or device scratch (and `error` set) when it fails.
+  void* device_allocate(comm::Communicator& dev, Entry* entry, const Shape& shape, DataType dtype,
+                        std::exception_ptr& error);
 
   comm::Communicator& comm_;
   Timeline* timeline_;
@@ -81,6 +85,7 @@ class Executor {
   comm::Communicator* device_owner_ = nullptr;  // the communicator device_fusion_ came from
   void* device_fusion_ = nullptr;
   size_t device_fusion_bytes_ = 0;
+  std::vector<std::shared_ptr<void>> device_temps_;  // scratch until the batch's wait
   std::optional<plan::ShmPolicy> shm_policy_;  // set when the transport is shm
   std::vector<std::byte> fusion_;
   std::vector<std::byte> scratch_;

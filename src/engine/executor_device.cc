@@ -11,8 +11,9 @@
 //     engine's thread: a Handle completes when its results are on the GPU.
 // Scale factors are folded into one multiplier (postscale * prescale, the
 // average's 1/n included) applied by the reduction itself
-// (DeviceMemory::allreduce_scaled); min/max/product take no factors on the
-// device. Ranks that have joined contribute nothing the device path could
+// (DeviceMemory::allreduce_scaled); unscaled batches use the transport's own
+// op, average included; min/max/product take no factors on the device
+// (refused at submission). Ranks that have joined contribute nothing the device path could
 // fill: such batches fail with InvalidArgument on every rank alike.
 #include <cstring>
 
@@ -33,17 +34,27 @@ comm::DeviceMemory& memory_of(comm::Communicator& dev) {
   return *mem;
 }
 
-// The allocation the caller asked for (a CUDA tensor's storage).
-void* device_output(Entry* entry, const Shape& shape, DataType dtype) {
-  void* p = entry->allocate(shape, dtype);
-  if (!p && num_elements(shape) > 0)
+}  // namespace
+
+void* Executor::device_allocate(comm::Communicator& dev, Entry* entry, const Shape& shape,
+                                DataType dtype, std::exception_ptr& error) {
+  const size_t bytes = static_cast<size_t>(num_elements(shape)) * comm::dtype_size(dtype);
+  try {
+    void* p = entry->allocate(shape, dtype);  // a CUDA tensor's storage
+    if (p || bytes == 0) return p;
     throw InvalidArgument(fmt::format("{} '{}': the allocator returned null for shape {}",
                                       collective_name(entry->request.collective),
                                       entry->request.name, format_shape(shape)));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  // The collective must still run (the peers expect us): into scratch that
+  // lives until the batch's wait.
+  comm::DeviceMemory& mem = memory_of(dev);
+  void* p = mem.allocate(bytes + 1);
+  device_temps_.emplace_back(p, [&mem](void* q) { mem.free(q); });
   return p;
 }
-
-}  // namespace
 
 void Executor::release_device() noexcept {
   if (!device_fusion_ || !device_owner_) return;
@@ -110,14 +121,8 @@ size_t Executor::run_on_device(const Batch& batch, const CycleResult& cycle,
         rows += shape.empty() ? 0 : shape[0];
       }
       Shape out_shape = with_rows(req.shape, rows);
-      try {
-        void* out = device_output(entry, out_shape, req.dtype);
-        dev->allgatherv(entry->input, out, counts, req.dtype);
-      } catch (const InvalidArgument&) {
-        errors[i0] = std::current_exception();
-        void* out = device_buffer(*dev, rows * row * comm::dtype_size(req.dtype) + 1);
-        dev->allgatherv(entry->input, out, counts, req.dtype);  // the peers expect us
-      }
+      void* out = device_allocate(*dev, entry, out_shape, req.dtype, errors[i0]);
+      dev->allgatherv(entry->input, out, counts, req.dtype);
       entry->state->output_shape = out_shape;
       bytes = static_cast<size_t>(rows) * row * comm::dtype_size(req.dtype);
       break;
@@ -138,7 +143,7 @@ size_t Executor::run_on_device(const Batch& batch, const CycleResult& cycle,
         rows += received[r];
       }
       Shape out_shape = with_rows(req.shape, rows);
-      void* out = device_output(entry, out_shape, req.dtype);
+      void* out = device_allocate(*dev, entry, out_shape, req.dtype, errors[i0]);
       dev->alltoallv(entry->input, send_counts, out, recv_counts, req.dtype);
       entry->state->output_shape = out_shape;
       entry->state->received_splits = std::move(received);
@@ -149,6 +154,7 @@ size_t Executor::run_on_device(const Batch& batch, const CycleResult& cycle,
   }
   if (req.collective != Collective::kAllreduce) t.copied_in = t.start;
   mem.synchronize();  // the one host wait of the batch (Note [Device batches])
+  device_temps_.clear();
   t.reduced = t.copied_out = Clock::now();
   return bytes;
 }
@@ -160,21 +166,14 @@ size_t Executor::device_allreduce(comm::Communicator& dev, const Batch& batch,
   comm::DeviceMemory& mem = memory_of(dev);
   const size_t esize = comm::dtype_size(req.dtype);
   const size_t total = batch.bytes / esize;
-  const bool scaled = req.prescale != 1.0 || req.postscale != 1.0;
-  if (scaled && req.op != ReduceOp::kSum && req.op != ReduceOp::kAverage)
-    throw InvalidArgument(fmt::format(
-        "allreduce '{}': scale factors with op {} are not supported on CUDA buffers (sum and "
-        "average take them)", req.name, comm::reduce_op_name(req.op)));
-  // One multiplier, applied inside the reduction (Note [Device batches]).
+  // Unscaled: the transport's own op (NCCL averages itself). Scaled (sum or
+  // average only, checked at submission): one multiplier inside the sum.
   double factor = req.prescale * req.postscale;
   if (req.op == ReduceOp::kAverage) factor /= dev.size();
+  const bool scaled = req.prescale != 1.0 || req.postscale != 1.0;
   auto reduce = [&](const void* in, void* out) {
-    if (req.op == ReduceOp::kSum || req.op == ReduceOp::kAverage) {
-      if (factor == 1.0) dev.allreduce(in, out, total, req.dtype, ReduceOp::kSum);
-      else mem.allreduce_scaled(in, out, total, req.dtype, factor);
-    } else {
-      dev.allreduce(in, out, total, req.dtype, req.op);
-    }
+    if (scaled) mem.allreduce_scaled(in, out, total, req.dtype, factor);
+    else dev.allreduce(in, out, total, req.dtype, req.op);
   };
   if (!batch.fused()) {
     Entry* e = entries[batch.items.front()];
@@ -210,30 +209,18 @@ size_t Executor::device_reduce_scatter(comm::Communicator& dev, const ReadyItem&
   auto rows_of = [&](int r) { return dim / n + (r < dim % n ? 1 : 0); };
   Shape out_shape = with_rows(req.shape, rows_of(me));
   const size_t out_count = static_cast<size_t>(rows_of(me)) * row;
-  void* out = device_output(entry, out_shape, req.dtype);
-  const ReduceOp op = req.op == ReduceOp::kAverage ? ReduceOp::kSum : req.op;
-  comm::DeviceMemory& mem = memory_of(dev);
+  void* out = device_allocate(dev, entry, out_shape, req.dtype, error);
   if (dim % n == 0) {
-    if (req.op == ReduceOp::kAverage) {
-      // Scaled on the whole input, then scattered: the average's 1/n.
-      const size_t total = static_cast<size_t>(dim) * row;
-      auto* full = static_cast<std::byte*>(device_buffer(dev, total * esize + 1));
-      mem.allreduce_scaled(entry->input, full, total, req.dtype, 1.0 / n);
-      mem.copy(out, full + static_cast<size_t>(rows_of(0)) * me * row * esize, out_count * esize);
-    } else {
-      dev.reduce_scatter(entry->input, out, out_count, req.dtype, op);
-    }
+    dev.reduce_scatter(entry->input, out, out_count, req.dtype, req.op);
   } else {
     // Uneven rows: the transport's reduce_scatter wants equal blocks.
     const size_t total = static_cast<size_t>(dim) * row;
     auto* full = static_cast<std::byte*>(device_buffer(dev, total * esize + 1));
-    if (req.op == ReduceOp::kAverage) mem.allreduce_scaled(entry->input, full, total, req.dtype, 1.0 / n);
-    else dev.allreduce(entry->input, full, total, req.dtype, op);
+    dev.allreduce(entry->input, full, total, req.dtype, req.op);
     int64_t before = 0;
     for (int r = 0; r < me; ++r) before += rows_of(r);
-    mem.copy(out, full + static_cast<size_t>(before) * row * esize, out_count * esize);
+    memory_of(dev).copy(out, full + static_cast<size_t>(before) * row * esize, out_count * esize);
   }
-  (void)error;
   entry->state->output_shape = out_shape;
   return req.bytes();
 }

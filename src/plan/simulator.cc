@@ -18,8 +18,8 @@ bool overlap_for(const Scenario& s) {
     throw InvalidArgument(fmt::format("--overlap {}: use auto, on or off", s.overlap));
   const bool one_host = s.topology.nodes == 1;
   if (!one_host || s.cores_per_node <= 0) return true;
-  const int worker_cpus = std::max(1, s.cores_per_node / std::max(1, s.topology.ranks_per_node));
-  return overlap_pays(one_host, worker_cpus, s.threads_per_rank);  // torch's rule, too
+  return overlap_pays(one_host, worker_cpus(s.cores_per_node, s.topology.ranks_per_node),
+                      s.threads_per_rank);  // torch's rule, too
 }
 
 namespace {
@@ -190,11 +190,10 @@ StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Sce
   }
   out.overlap = overlap_for(s);
   const bool one_host = s.topology.nodes == 1;
-  const int worker_cpus = s.cores_per_node > 0
-                              ? std::max(1, s.cores_per_node / s.topology.ranks_per_node)
-                              : s.threads_per_rank + 1;
+  const int cpus = s.cores_per_node > 0 ? worker_cpus(s.cores_per_node, s.topology.ranks_per_node)
+                                        : s.threads_per_rank + 1;
   // The engine's work takes a core training needs where overlap cannot pay.
-  out.comm_shares_cores = !overlap_pays(one_host, worker_cpus, s.threads_per_rank);
+  out.comm_shares_cores = !overlap_pays(one_host, cpus, s.threads_per_rank);
   const double sigma = s.jitter_ms >= 0 ? s.jitter_ms : sum.compute_sigma_ms;
   out.straggler_ms = sigma * detail::expected_max_normal(out.ranks);
 

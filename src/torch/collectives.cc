@@ -50,8 +50,9 @@ engine::Shape shape_of(const ::torch::Tensor& t) {
 // with it), reduced there, and copied back with a non-blocking copy queued
 // on the caller's current stream, which orders every later kernel of that
 // stream after it (LibTorch's pinned allocator keeps the buffer until the
-// copy ran). Results the engine allocates come back to the input's device
-// the same way. This is what lets workers that share a host (or one GPU)
+// copy ran). Results the engine allocates (allgather, alltoall,
+// reduce_scatter) come back to the input's device with a blocking copy when
+// the handle is waited on. This is what lets workers that share a host (or one GPU)
 // use shm, and it is the only CUDA path of the MPI and Gloo transports.
 
 // Note [Which way a CUDA tensor travels]
@@ -157,8 +158,9 @@ namespace {
 void start_device_communicator(const Placement& placed) {
   engine::Engine& e = engine::global();
   if (e.has_device_communicator()) return;
+  const std::string knob = knob_string("LOCKSTEP_DEVICE_BACKEND");
   const DeviceBackend backend = choose_device_backend(
-      {.knob = knob_string("LOCKSTEP_DEVICE_BACKEND"),
+      {.knob = knob,
        .nccl_built = comm::Communicator::has_backend("nccl"),
        .cuda = placed.device == DeviceKind::kCuda,
        .local_size = e.local_size(),
@@ -166,7 +168,7 @@ void start_device_communicator(const Placement& placed) {
        .elastic = engine::elastic_enabled()});
   if (backend != DeviceBackend::kNccl) return;
   // One rank moves nothing: NCCL's start-up only when asked for by name.
-  if (e.size() == 1 && knob_string("LOCKSTEP_DEVICE_BACKEND") != "nccl") return;
+  if (e.size() == 1 && knob != "nccl") return;
   e.set_device_communicator(comm::Communicator::create(e.world(), "nccl"));
   log(LogLevel::kInfo, "CUDA tensors travel over NCCL on cuda:{}", placed.device_index);
 }

@@ -233,7 +233,7 @@ Placement placement() {
 int worker_cpu_count(int local_size) {
   const int allowed = std::max<int>(1, static_cast<int>(allowed_cpus().size()));
   if (bound_by_placement.load()) return allowed;  // the set is this worker's own
-  return std::max(1, allowed / std::max(1, local_size));
+  return plan::worker_cpus(allowed, local_size);
 }
 
 bool overlap_pays(bool one_host, int worker_cpus, int intra_op_threads) {

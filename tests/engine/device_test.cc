@@ -105,13 +105,13 @@ TEST(EngineDevice, FusedBatchPacksScalesOnceAndWaitsOnce) {
     auto event_a = std::make_shared<int>(1), event_b = std::make_shared<int>(2);
     std::vector<engine::Handle> hs;
     hs.push_back(e.allreduce_async("a", a.data(), a.data(), {3}, DataType::kFloat32,
-                                   ReduceOp::kAverage, 1.0, 1.0, on_device(event_a)));
+                                   ReduceOp::kAverage, 1.0, 4.0, on_device(event_a)));
     hs.push_back(e.allreduce_async("b", b.data(), b.data(), {1}, DataType::kFloat32,
-                                   ReduceOp::kAverage, 1.0, 1.0, on_device(event_b)));
+                                   ReduceOp::kAverage, 1.0, 4.0, on_device(event_b)));
     for (auto& h : hs) h.wait();
-    // Average of 1 and 2 (times 1, 2, 3, 10): folded into one scaled sum.
-    EXPECT_EQ(a, (std::vector<float>{1.5f, 3.0f, 4.5f}));
-    EXPECT_EQ(b, (std::vector<float>{15.0f}));
+    // 4 x the average of 1 and 2 (times 1, 2, 3, 10): one scaled sum (x2).
+    EXPECT_EQ(a, (std::vector<float>{6.0f, 12.0f, 18.0f}));
+    EXPECT_EQ(b, (std::vector<float>{60.0f}));
     EXPECT_TRUE(dev.deferred());
     EXPECT_GE(dev.scaled, 1);
     EXPECT_EQ(dev.waited.size(), 2u);  // each input's ready event, before reading it
@@ -134,10 +134,23 @@ TEST(EngineDevice, ScaleFactorsAndEveryCollectiveOnDeviceBuffers) {
     e.allreduce_async("scaled", x.data(), x.data(), {2}, DataType::kFloat32, ReduceOp::kSum, 0.5,
                       4.0, on_device()).wait();
     EXPECT_EQ(x, (std::vector<float>{6.0f, -6.0f}));  // 4 * (0.5 + 1)
+    const int scaled_before = dev.scaled;
+    std::vector<float> avg = {r};
+    e.allreduce_async("avg", avg.data(), avg.data(), {1}, DataType::kFloat32, ReduceOp::kAverage,
+                      1.0, 1.0, on_device()).wait();
+    EXPECT_EQ(avg[0], 1.5f);
+    EXPECT_EQ(dev.scaled, scaled_before);  // no factors: the transport's own average
     std::vector<float> m = {r};
     e.allreduce_async("max", m.data(), m.data(), {1}, DataType::kFloat32, ReduceOp::kMax, 1.0,
                       1.0, on_device()).wait();
     EXPECT_EQ(m[0], 2.0f);
+    // Factors with min/max/product cannot ride the device sum: refused up front.
+    expect_throw_with<InvalidArgument>(
+        [&] {
+          e.allreduce_async("max2", m.data(), m.data(), {1}, DataType::kFloat32, ReduceOp::kMax,
+                            2.0, 1.0, on_device());
+        },
+        {"'max2'", "scale factors with op max"});
     std::vector<float> bc = {r, r};
     e.broadcast_async("bc", bc.data(), {2}, DataType::kFloat32, 1, on_device()).wait();
     EXPECT_EQ(bc, (std::vector<float>{2.0f, 2.0f}));

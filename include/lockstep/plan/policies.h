@@ -31,6 +31,13 @@ struct FusionItem {
 std::vector<std::vector<size_t>> fusion_batches(const std::vector<FusionItem>& ready,
                                                 int64_t threshold);
 
+// The CPUs one of `workers` unbound workers of a host with `host_cpus` CPUs
+// computes on: an equal share, at least 1 (the placement's share too).
+inline int worker_cpus(int host_cpus, int workers) {
+  const int share = host_cpus / (workers > 1 ? workers : 1);
+  return share > 1 ? share : 1;
+}
+
 // Whether overlapping gradient allreduce with backward can pay. Across
 // hosts, yes (the network works while the cores compute); on one host the
 // shared-memory transfer is CPU work, so only when a core is left over.
