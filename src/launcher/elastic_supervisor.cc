@@ -70,8 +70,20 @@ void ElasticSupervisor::on_failure(const Worker& w, const std::string& how) {
   deadlines_.arm_once(Deadline::kReform, Deadlines::Clock::now() + kReformDebounce);
 }
 
+void ElasticSupervisor::on_success(const Worker& w) {
+  if (finishing_) return;
+  finishing_ = true;
+  deadlines_.disarm(Deadline::kReform);
+  // Said only where discovery could have offered new slots: otherwise the
+  // rule changes nothing the user can see.
+  if (!options_.discovery_script.empty())
+    say("{} (pid {}) finished; the job is ending: no worker is started or re-formed from now on",
+      rank_label(w, multi_host_), w.pid);
+}
+
 ElasticSupervisor::Decision ElasticSupervisor::poll(std::vector<Worker>& workers,
                                                     Deadlines::TimePoint now) {
+  if (finishing_) return {};
   if (deadlines_.take_due(Deadline::kReform, now))
     if (auto code = reform(workers)) return {code, {}};
   if (deadlines_.armed(Deadline::kReform)) return {};
@@ -79,6 +91,7 @@ ElasticSupervisor::Decision ElasticSupervisor::poll(std::vector<Worker>& workers
 }
 
 std::optional<Deadlines::TimePoint> ElasticSupervisor::next_wakeup() const {
+  if (finishing_) return std::nullopt;
   return earlier(controller_.next_discovery(), deadlines_.at(Deadline::kReform));
 }
 

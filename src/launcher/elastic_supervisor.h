@@ -47,6 +47,12 @@ class ElasticSupervisor {
   // A worker failed (first failures only): counted against its host, and a
   // re-formation is scheduled (Deadline::kReform).
   void on_failure(const Worker& w, const std::string& how);
+  // A worker exited 0: the job is ending (Horovod's rule). From now on no
+  // worker is started and no failure re-forms the job: a worker that
+  // finished cannot rejoin, and newcomers would train a finished model again.
+  void on_success(const Worker& w);
+  // True once a worker exited 0.
+  bool finishing() const { return finishing_; }
   // Re-forms when due, else runs discovery when due. Call only while the job
   // is neither failed nor interrupted.
   Decision poll(std::vector<Worker>& workers, Deadlines::TimePoint now);
@@ -67,6 +73,7 @@ class ElasticSupervisor {
   bool multi_host_;
   ElasticController controller_;
   int last_failure_code_ = 1;
+  bool finishing_ = false;
 };
 
 // The elastic worker id of the worker with stable index `index`: "w<index>".

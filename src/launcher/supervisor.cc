@@ -184,8 +184,10 @@ void Supervisor::on_exit(Worker& w) {
     say("{} (pid {}), removed from the job, {}", who, w.pid, how);
     return;
   }
+  if (ok && elastic_) elastic_->on_success(w);
   bool first_failure = !ok && !interrupted_by_ && !first_failure_code_;
-  if (first_failure && elastic_) return elastic_->on_failure(w, how);
+  // Once a worker finished, a failure fails the job: nothing re-forms.
+  if (first_failure && elastic_ && !elastic_->finishing()) return elastic_->on_failure(w, how);
   if (!first_failure) {
     if (spec_.verbose) say("{} (pid {}) {}", who, w.pid, how);
     return;

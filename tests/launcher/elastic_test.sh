@@ -5,7 +5,9 @@
 #      (also when every worker dies at once);
 #   3. exceeding --reset-limit stops the job with a clear error;
 #   4. the discovery script offers a slot: a new worker joins at a commit;
-#   5. a new worker that crashes at start-up does not stall the others.
+#   5. a new worker that crashes at start-up does not stall the others;
+#   6. once a worker exited 0 no new worker starts, though discovery offers
+#      the slot it left.
 # usage: elastic_test.sh BIN_DIR
 set -u
 bin=$1
@@ -77,6 +79,17 @@ run_case crash_on_join 0 60 ELASTIC_TEST_STEPS=80 ELASTIC_TEST_KILL=w2:-1 -- -np
   --min-np 1 --host-discovery-script "echo $(hostname):3" --discovery-interval 1
 check crash_on_join "$out/crash_on_join.log" "rank 2 \(pid [0-9]+\) was killed by signal 9 \(SIGKILL\)"
 check crash_on_join "$out/crash_on_join.log" "elastic-worker: done generation=[0-9]+ size=[23] steps=80 total=[0-9]+ reformations=[0-9]+ agree=1"
+
+# 6. w1 finishes and exits while w0 lingers 3 s: discovery offers w1's slot
+#    again at every poll, and must not start a newcomer into a finished job
+#    (CI saw a second run train the model again in the torch growth test).
+run_case finished 0 30 ELASTIC_TEST_STEPS=10 ELASTIC_TEST_LINGER=w0:3000 -- -np 2 --max-np 2 \
+  --min-np 1 --host-discovery-script "echo localhost:2" --discovery-interval 1
+check finished "$out/finished.log" "elastic-worker: done generation=0 size=2 steps=10"
+check finished "$out/finished.log" "finished; the job is ending: no worker is started or re-formed"
+if grep -q "starting new worker" "$out/finished.log"; then
+  fail "finished: a new worker started after a worker finished"; sed 's/^/    /' "$out/finished.log" | tail -30
+fi
 
 # No shared memory left behind by any generation.
 if ls /dev/shm | grep -q "^lockstep-"; then

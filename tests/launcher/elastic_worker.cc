@@ -10,6 +10,8 @@
 // generation, init, restore the commit, take rank 0's by broadcast. At the
 // end every rank checks that all agree and rank 0 prints
 //   elastic-worker: done generation=G size=S steps=N total=T reformations=R
+// A worker named in $ELASTIC_TEST_LINGER ("id:ms") waits that long after its
+// shutdown before it exits 0, so that the others finish first.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "lockstep/engine/elastic.h"
 #include "lockstep/engine/engine.h"
@@ -35,21 +38,28 @@ int env_int(const char* name, int fallback) {
   return v ? std::atoi(v) : fallback;
 }
 
-bool kill_now(const std::string& id, int step) {
-  const char* plan = std::getenv("ELASTIC_TEST_KILL");
-  if (!plan) return false;
+// The numbers that the "id:n,id:n" list in `variable` gives worker `id`.
+std::vector<int> plan_for(const char* variable, const std::string& id) {
+  std::vector<int> numbers;
+  const char* plan = std::getenv(variable);
+  if (!plan) return numbers;
   std::string text = plan;
   size_t at = 0;
   while (at < text.size()) {
     size_t comma = text.find(',', at);
     std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     size_t colon = item.find(':');
-    if (colon != std::string::npos && item.substr(0, colon) == id &&
-        std::atoi(item.c_str() + colon + 1) == step)
-      return true;
+    if (colon != std::string::npos && item.substr(0, colon) == id)
+      numbers.push_back(std::atoi(item.c_str() + colon + 1));
     if (comma == std::string::npos) break;
     at = comma + 1;
   }
+  return numbers;
+}
+
+bool kill_now(const std::string& id, int step) {
+  for (int at : plan_for("ELASTIC_TEST_KILL", id))
+    if (at == step) return true;
   return false;
 }
 
@@ -131,5 +141,7 @@ int main() {
                 agree ? 1 : 0);
   std::fflush(stdout);
   en::shutdown();
+  for (int ms : plan_for("ELASTIC_TEST_LINGER", id))
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   return agree ? 0 : 4;
 }
