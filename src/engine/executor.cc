@@ -49,7 +49,7 @@ size_t Executor::run(const Batch& batch, const CycleResult& cycle, std::span<Ent
   const ReadyItem& first = cycle.ready[batch.items.front()];
   size_t i0 = batch.items.front();
   Times t;
-  t.start = Clock::now();
+  t.start = t.data_ready = Clock::now();
   size_t bytes = 0;
   if (first.request.memory == comm::MemoryKind::kCuda) {
     bytes = run_on_device(batch, cycle, entries, errors, t);
@@ -211,14 +211,14 @@ std::string Executor::algorithm_of(const Batch& batch, const Request& request) c
 }
 
 void Executor::record(const Batch& batch, std::span<Entry* const> entries, const Times& t) {
-  std::string algorithm;
+  std::string algorithm = t.gpu_times ? "GPU time" : "";
   for (size_t i : batch.items) {
     Entry* e = entries[i];
     if (!e) continue;
     const std::string& name = e->request.name;
     if (algorithm.empty()) algorithm = algorithm_of(batch, e->request);
-    timeline_->record(name, Phase::kWaitForData, e->ready, t.start);
-    timeline_->record(name, Phase::kFuseCopyIn, t.start, t.copied_in);
+    timeline_->record(name, Phase::kWaitForData, e->ready, t.data_ready);
+    timeline_->record(name, Phase::kFuseCopyIn, t.data_ready, t.copied_in);
     timeline_->record(name, Phase::kCollective, t.copied_in, t.reduced, algorithm);
     timeline_->record(name, Phase::kCopyOut, t.reduced, t.copied_out);
   }
