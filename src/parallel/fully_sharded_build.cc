@@ -68,6 +68,7 @@ static std::string plan_units(FullyShardedModel::Impl& m, ::torch::nn::Sequentia
   std::string description = fmt::format("layers_per_unit={} granularity={}\n", o.layers_per_unit,
                                         m.element ? "element" : "tensor");
   const int layers = static_cast<int>(model->size());
+  const auto children = model->named_children();  // the names module.named_parameters() uses
   for (int first = 0; first < layers; first += o.layers_per_unit) {
     FullyShardedModel::Impl::Unit unit;
     unit.first_layer = first;
@@ -76,7 +77,7 @@ static std::string plan_units(FullyShardedModel::Impl& m, ::torch::nn::Sequentia
     const int u = static_cast<int>(m.units.size());
     for (int layer = first; layer < unit.end_layer; ++layer)
       for (const auto& item : model->ptr(layer)->named_parameters()) {
-        const std::string name = fmt::format("{}.{}", layer, item.key());
+        const std::string name = fmt::format("{}.{}", children[layer].key(), item.key());
         const Tensor& p = item.value();
         if (!p.requires_grad() || !p.is_floating_point() || !p.is_contiguous())
           throw InvalidArgument(fmt::format(
