@@ -226,6 +226,21 @@ void check_hybrid_sharding() {
   EXPECT_LT(fsdp.shard_elements(), flat_parameters(*make_model()).numel());
 }
 
+// offload_optimizer on CPU parameters: everything is in host memory already,
+// so the option changes nothing, bit for bit.
+void check_offload_is_a_no_op_on_the_cpu() {
+  Tensor result[2];
+  for (bool offload : {false, true}) {
+    auto model = make_model();
+    FullyShardedModel fsdp(model, {.offload_optimizer = offload,
+                                   .name = fmt::format("offload{}", offload)});
+    auto opt = make_optimizer("adam", fsdp.parameters());
+    train(fsdp, *opt, 0, kSteps);
+    result[offload] = whole_parameters(fsdp);
+  }
+  EXPECT_TRUE(::torch::equal(result[0], result[1]));
+}
+
 void check_named_errors() {
   {  // rank 1 builds another model
     auto model = make_model(false, lt::rank() == 1 ? 41 : 40);
@@ -255,6 +270,7 @@ TEST(FullyShardedModel, TwoRanksComputeWhatDataParallelismComputes) {
   run_torch_workers(2, [] {
     check_equals_data_parallel({.layers_per_unit = 2, .name = "two"});
     check_memory_is_one_nth_plus_a_unit();
+    check_offload_is_a_no_op_on_the_cpu();
     check_named_errors();
   });
 }

@@ -55,8 +55,9 @@
 // one backward per step(); the optimizer is built on parameters() (one param
 // group, for checkpoints). Forward only through forward(): LibTorch C++ has
 // no forward pre-hooks, so a model->forward(x) would read released memory.
-// Construction is collective over the group. Not thread-safe: drive it from
-// the training thread. Not copyable.
+// Construction is collective over the group. The object must outlive the
+// backward of every forward it ran (backward calls back into it). Not
+// thread-safe: drive it from the training thread. Not copyable.
 #pragma once
 
 #include <torch/torch.h>
