@@ -143,6 +143,8 @@ void FullyShardedModel::Impl::bind_views(int u) {
 Tensor FullyShardedModel::forward(Tensor x) {
   Impl& m = *impl_;
   const bool grad = ::torch::GradMode::is_enabled();
+  const bool mixed = m.compute != m.dtype;
+  if (mixed && x.is_floating_point()) x = x.to(m.compute);
   for (int u = 0; u < static_cast<int>(m.units.size()); ++u) {
     const bool has_params = !m.units[u].params.empty();
     if (has_params) {
@@ -157,7 +159,7 @@ Tensor FullyShardedModel::forward(Tensor x) {
     if (grad && x.requires_grad())
       x = UnitBoundary::apply(x, reinterpret_cast<int64_t>(&m), static_cast<int64_t>(u));
   }
-  return x;
+  return mixed && x.is_floating_point() ? x.to(m.dtype) : x;
 }
 
 }  // namespace lockstep::parallel

@@ -57,6 +57,9 @@ void validate_fsdp_options(const FullyShardedOptions& o, const ::torch::nn::Sequ
   if (model->size() == 0) throw InvalidArgument("FullyShardedModel: the Sequential has no layers");
   o.group.require_member("FullyShardedModel");
   if (o.replicate) o.replicate->require_member("FullyShardedModel (replicate group)");
+  if (o.compute_dtype && !c10::isFloatingType(*o.compute_dtype))
+    throw InvalidArgument(fmt::format("FullyShardedModel: compute_dtype {} is not a floating type",
+                                      c10::toString(*o.compute_dtype)));
 }
 
 }  // namespace
@@ -65,8 +68,9 @@ void validate_fsdp_options(const FullyShardedOptions& o, const ::torch::nn::Sequ
 // for check_same_model_everywhere.
 static std::string plan_units(FullyShardedModel::Impl& m, ::torch::nn::Sequential& model,
                               const FullyShardedOptions& o) {
-  std::string description = fmt::format("layers_per_unit={} granularity={}\n", o.layers_per_unit,
-                                        m.element ? "element" : "tensor");
+  std::string description = fmt::format(
+      "layers_per_unit={} granularity={} compute_dtype={}\n", o.layers_per_unit,
+      m.element ? "element" : "tensor", o.compute_dtype ? c10::toString(*o.compute_dtype) : "-");
   const int layers = static_cast<int>(model->size());
   const auto children = model->named_children();  // the names module.named_parameters() uses
   for (int first = 0; first < layers; first += o.layers_per_unit) {
@@ -119,14 +123,14 @@ static void shard_unit(FullyShardedModel::Impl& m, int u) {
   auto& unit = m.units[u];
   ::torch::NoGradGuard no_grad;
   const auto options = ::torch::TensorOptions().dtype(m.dtype).device(m.device);
-  unit.full = ::torch::zeros({unit.layout.shard * m.n}, options);
+  Tensor whole = ::torch::zeros({unit.layout.shard * m.n}, options);
   for (const ShardPlacement& place : unit.layout.placements)
-    unit.full.narrow(0, place.flat_offset, place.length)
+    whole.narrow(0, place.flat_offset, place.length)
         .copy_(m.params[place.param].detach().reshape({-1}).narrow(0, place.param_offset,
                                                                    place.length));
-  if (m.n > 1) lt::broadcast_(unit.full, 0, fmt::format("{}.init.{}", m.options->name, u),
+  if (m.n > 1) lt::broadcast_(whole, 0, fmt::format("{}.init.{}", m.options->name, u),
                               m.options->group.id());
-  Tensor mine = unit.full.narrow(0, m.me * unit.layout.shard, unit.layout.shard);
+  Tensor mine = whole.narrow(0, m.me * unit.layout.shard, unit.layout.shard);
   if (m.offload) {
     unit.shard = ::torch::empty({unit.layout.shard}, options.device(::torch::kCPU).pinned_memory(true));
     unit.shard.copy_(mine);
@@ -134,6 +138,7 @@ static void shard_unit(FullyShardedModel::Impl& m, int u) {
   } else {
     unit.shard = mine.clone();
   }
+  unit.full = m.compute == m.dtype ? whole : whole.to(m.compute);
   m.bind_views(u);
   unit.gathered = true;
   m.release(u);
@@ -159,22 +164,32 @@ FullyShardedModel::FullyShardedModel(::torch::nn::Sequential model, FullySharded
   m.element = options_.granularity != ShardGranularity::kTensor;
   check_same_model_everywhere(plan_units(m, model_, options_), options_);
   m.offload = options_.offload_optimizer && !m.device.is_cpu();
+  m.compute = options_.compute_dtype.value_or(m.dtype);
   for (int u = 0; u < static_cast<int>(m.units.size()); ++u)
     if (!m.units[u].params.empty()) shard_unit(m, u);
   make_pieces(m);
-  for (size_t p = 0; p < m.params.size(); ++p) {
-    auto node = ::torch::autograd::impl::grad_accumulator(m.params[p]);
-    if (!node)
-      throw InvalidArgument(fmt::format("FullyShardedModel: {} is not a leaf", m.names[p]));
+  m.register_hooks();
+}
+
+void FullyShardedModel::Impl::register_hooks() {
+  remove_hooks();
+  for (size_t p = 0; p < params.size(); ++p) {
+    auto node = ::torch::autograd::impl::grad_accumulator(params[p]);
+    if (!node) throw InvalidArgument(fmt::format("FullyShardedModel: {} is not a leaf", names[p]));
     const int param = static_cast<int>(p);
     uintptr_t key = node->add_post_hook(std::make_unique<detail::GradientReadyHook>(
-        [this, param] { impl_->on_gradient(param); }));
-    m.hooks.emplace_back(node, key);
+        [this, param] { on_gradient(param); }));
+    hooks.emplace_back(node, key);
   }
 }
 
+void FullyShardedModel::Impl::remove_hooks() {
+  for (auto& [node, key] : hooks) node->del_post_hook(key);
+  hooks.clear();
+}
+
 FullyShardedModel::~FullyShardedModel() {
-  for (auto& [node, key] : impl_->hooks) node->del_post_hook(key);
+  impl_->remove_hooks();
   for (auto& unit : impl_->units)
     for (auto* handle : {&unit.gathering, &unit.reducing}) {
       try {

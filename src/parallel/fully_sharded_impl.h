@@ -48,7 +48,8 @@ struct FullyShardedModel::Impl {
   int n = 1, me = 0;
   bool element = true;
   bool offload = false;  // resolved: offload_optimizer with device parameters
-  ::torch::ScalarType dtype = ::torch::kFloat32;
+  ::torch::ScalarType dtype = ::torch::kFloat32;    // the master segments'
+  ::torch::ScalarType compute = ::torch::kFloat32;  // the gathered units' (compute_dtype)
   ::torch::Device device = ::torch::kCPU;
 
   // fully_sharded.cc
@@ -56,9 +57,16 @@ struct FullyShardedModel::Impl {
   void release(int unit);
   void begin_backward(int unit);
   void bind_views(int unit);  // parameters := views of the unit's full buffer
+  // On the parameters' gradient accumulators; again after a dtype change
+  // (set_data to another dtype gives a parameter a new accumulator).
+  void register_hooks();
+  void remove_hooks();
   int next_with_params(int unit, int direction) const;
-  const ::torch::Tensor& compute_shard(const Unit& u) const {
-    return u.device_shard.defined() ? u.device_shard : u.shard;
+  // The all-gather's input: the segment on the parameters' device, in the
+  // compute dtype.
+  ::torch::Tensor compute_shard(const Unit& u) const {
+    const ::torch::Tensor& s = u.device_shard.defined() ? u.device_shard : u.shard;
+    return s.scalar_type() == compute ? s : s.to(compute);
   }
   // fully_sharded_step.cc
   void on_gradient(int param);

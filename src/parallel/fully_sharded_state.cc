@@ -26,6 +26,43 @@ void require_one_group(const ::torch::optim::Optimizer& optimizer, size_t pieces
 
 }  // namespace
 
+// Mixed precision: the parameters as views of whole master-dtype copies
+// (what a checkpoint holds), gathered from the master segments.
+static void master_views(FullyShardedModel::Impl& m) {
+  ::torch::NoGradGuard no_grad;
+  for (int u = 0; u < static_cast<int>(m.units.size()); ++u) {
+    auto& unit = m.units[u];
+    if (unit.params.empty()) continue;
+    const Tensor& mine = unit.device_shard.defined() ? unit.device_shard : unit.shard;
+    Tensor whole = ::torch::empty({unit.layout.shard * m.n}, mine.options());
+    if (m.n == 1)
+      whole.copy_(mine);
+    else
+      lt::allgather_into_async(mine, whole, fmt::format("{}.master.{}", m.options->name, u),
+                               m.options->group.id())
+          .wait();
+    for (const ShardPlacement& place : unit.layout.placements)
+      if (place.param_offset == 0) {
+        Tensor& p = m.params[place.param];
+        p.set_data(whole.narrow(0, place.flat_offset, p.numel()).view(p.sizes()));
+      }
+  }
+}
+
+// The parameters back as views of their units' (released) buffers; a
+// dtype change gave them new gradient accumulators, which need the hooks.
+static void leave_full_view(FullyShardedModel::Impl& m) {
+  for (int u = 0; u < static_cast<int>(m.units.size()); ++u) {
+    auto& unit = m.units[u];
+    if (unit.params.empty()) continue;
+    m.bind_views(u);  // the values in full are stale until the next gather
+    unit.gathered = true;
+    unit.keep = false;
+    m.release(u);
+  }
+  if (m.compute != m.dtype) m.register_hooks();
+}
+
 // The parameters may hold other storage than their unit's (Module::load
 // replaced it): their values become this rank's segments and they are views
 // of the unit again.
@@ -45,11 +82,8 @@ static void take_parameters(FullyShardedModel::Impl& m) {
             .copy_(m.params[place.param].detach().reshape({-1}).narrow(0, place.param_offset,
                                                                        place.length));
     if (unit.device_shard.defined()) unit.device_shard.copy_(unit.shard);
-    m.bind_views(u);  // the values in full are stale until the next gather
-    unit.gathered = false;
-    unit.keep = false;
-    m.release(u);
   }
+  leave_full_view(m);
 }
 
 void FullyShardedModel::with_full_view(::torch::optim::Optimizer& optimizer, bool keep_changes,
@@ -58,7 +92,10 @@ void FullyShardedModel::with_full_view(::torch::optim::Optimizer& optimizer, boo
   require_one_group(optimizer, m.pieces.size());
   auto full = detail::gather_piece_states(optimizer, m.pieces, m.params, !m.element,
                                           options_.name + ".state", options_.group.id(), m.n);
-  gather_full();
+  if (m.compute != m.dtype)
+    master_views(m);
+  else
+    gather_full();
   auto& group = optimizer.param_groups()[0];
   auto& state = optimizer.state();
   std::vector<Tensor> shards = group.params();
@@ -81,18 +118,18 @@ void FullyShardedModel::with_full_view(::torch::optim::Optimizer& optimizer, boo
     body();
   } catch (...) {
     restore();
-    release_full();
+    leave_full_view(m);
     throw;
   }
   auto changed = restore();
   if (!keep_changes) {
-    release_full();
+    leave_full_view(m);
     return;
   }
   try {
     take_parameters(m);
   } catch (...) {
-    release_full();
+    leave_full_view(m);
     throw;
   }
   state.clear();

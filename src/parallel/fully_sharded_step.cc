@@ -44,12 +44,15 @@ void FullyShardedModel::Impl::send(int u) {
     unit.grad_full = ::torch::zeros({unit.layout.shard * n}, unit.full.options());
   for (int p : unit.params) params[p].mutable_grad() = Tensor();
   land_reduce();
-  unit.grad_shard = ::torch::empty({unit.layout.shard}, unit.full.options());
+  unit.grad_shard = ::torch::empty({unit.layout.shard}, unit.full.options().dtype(dtype));
   if (n == 1) {
     unit.grad_shard.copy_(unit.grad_full);
   } else {
+    // Mixed precision: averaged in the masters' dtype.
+    const Tensor grad = unit.grad_full.scalar_type() == dtype ? unit.grad_full
+                                                              : unit.grad_full.to(dtype);
     unit.reducing = lt::reduce_scatter_into_async(
-        unit.grad_full, unit.grad_shard, fmt::format("{}.rs.{}", options->name, u),
+        grad, unit.grad_shard, fmt::format("{}.rs.{}", options->name, u),
         {.op = lt::ReduceOp::kAverage, .process_set = options->group.id()});
     reducing_unit = u;
   }

@@ -42,6 +42,13 @@
 // within `group` and replicated across `replicate`: the gradient shards are
 // averaged across the replicas after the reduce-scatter.
 //
+// Mixed precision (compute_dtype, e.g. kBFloat16): the units are gathered
+// and computed in compute_dtype, forward() casts its floating input to it and
+// its output back to the parameters' dtype; the segments the optimizer steps
+// (master weights) stay in the parameters' dtype, and gradients are cast to
+// it before the reduce-scatter (so they are averaged at full precision).
+// Checkpoints hold the master values.
+//
 // CPU offload (offload_optimizer): the shards that the optimizer steps and its
 // state live in host memory (pinned), the gradient shard is copied there
 // before the step and the updated shard back to the device after it. For
@@ -80,6 +87,8 @@ struct FullyShardedOptions {
   ShardGranularity granularity = ShardGranularity::kAuto;
   bool prefetch = true;            // all-gather the next unit while one computes
   bool offload_optimizer = false;  // shards and optimizer state in host memory
+  // Mixed precision: gather and compute in this dtype (masters keep theirs).
+  std::optional<::torch::ScalarType> compute_dtype = std::nullopt;
   Group group{};                   // the ranks that shard the model (default: every rank)
   std::optional<Group> replicate = std::nullopt;  // HSDP: replicas of the sharded model
   std::string name = "fsdp";       // collective-name prefix
@@ -147,7 +156,7 @@ void save_checkpoint(const std::string& path, FullyShardedModel& fsdp,
                      const lockstep::torch::TrainingProgress& progress);
 // False when `path` does not exist; lockstep::Error when it is corrupt or
 // does not match the model (a parameter of another shape is named; the
-// model's values are then undefined: load again or rebuild it).
+// model and the optimizer keep what they held).
 bool load_checkpoint(const std::string& path, FullyShardedModel& fsdp,
                      ::torch::optim::Optimizer& optimizer,
                      lockstep::torch::TrainingProgress& progress);
