@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "lockstep/base/error.h"
-#include "parallel/gradient_hook.h"
 #include "lockstep/torch/objects.h"
 #include "parallel/fully_sharded_impl.h"
+#include "parallel/gradient_hook.h"
 
 namespace lockstep::parallel {
 
@@ -64,6 +64,24 @@ void validate_fsdp_options(const FullyShardedOptions& o, const ::torch::nn::Sequ
 
 }  // namespace
 
+// Every parameter: contiguous, floating, requiring grad, of the first one's
+// dtype and device.
+static void check_parameter(FullyShardedModel::Impl& m, const std::string& name, const Tensor& p) {
+  if (!p.requires_grad() || !p.is_floating_point() || !p.is_contiguous())
+    throw InvalidArgument(fmt::format(
+        "FullyShardedModel: parameter {} must be a contiguous floating tensor that requires grad "
+        "(freeze layers outside the sharded model)", name));
+  if (m.params.empty()) {
+    m.dtype = p.scalar_type();
+    m.device = p.device();
+  } else if (p.scalar_type() != m.dtype || p.device() != m.device) {
+    throw InvalidArgument(fmt::format("FullyShardedModel: parameter {} is {} on {}, {} is {} on {}; "
+                                      "all must be one dtype on one device", name,
+                                      c10::toString(p.scalar_type()), p.device().str(), m.names[0],
+                                      c10::toString(m.dtype), m.device.str()));
+  }
+}
+
 // Units, their layouts and the parameters' checks; the model's description
 // for check_same_model_everywhere.
 static std::string plan_units(FullyShardedModel::Impl& m, ::torch::nn::Sequential& model,
@@ -83,19 +101,7 @@ static std::string plan_units(FullyShardedModel::Impl& m, ::torch::nn::Sequentia
       for (const auto& item : model->ptr(layer)->named_parameters()) {
         const std::string name = fmt::format("{}.{}", children[layer].key(), item.key());
         const Tensor& p = item.value();
-        if (!p.requires_grad() || !p.is_floating_point() || !p.is_contiguous())
-          throw InvalidArgument(fmt::format(
-              "FullyShardedModel: parameter {} must be a contiguous floating tensor that requires "
-              "grad (freeze layers outside the sharded model)", name));
-        if (m.params.empty()) {
-          m.dtype = p.scalar_type();
-          m.device = p.device();
-        } else if (p.scalar_type() != m.dtype || p.device() != m.device) {
-          throw InvalidArgument(fmt::format("FullyShardedModel: parameter {} is {} on {}, {} is {} "
-                                            "on {}; all must be one dtype on one device", name,
-                                            c10::toString(p.scalar_type()), p.device().str(),
-                                            m.names[0], c10::toString(m.dtype), m.device.str()));
-        }
+        check_parameter(m, name, p);
         description += describe_parameter(name, p, u) + "\n";
         unit.params.push_back(static_cast<int>(m.params.size()));
         numels.push_back(p.numel());

@@ -24,10 +24,10 @@
 #include <map>
 
 #include "lockstep/base/error.h"
-#include "parallel/gradient_hook.h"
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
+#include "parallel/gradient_hook.h"
 #include "parallel/sharded_optimizer_impl.h"
 
 namespace lockstep::parallel {
