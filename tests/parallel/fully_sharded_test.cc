@@ -302,6 +302,13 @@ void check_named_errors() {
   ::torch::optim::SGD wrong(other->parameters(), 0.1);
   EXPECT_THAT([&] { fsdp.step(wrong); },
               ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("fsdp.parameters()")));
+  Tensor small = ::torch::empty({3});  // the gather of 2 x 2 values does not fit
+  try {
+    lt::allgather_into_async(::torch::ones({2}), small, "into.small").wait();
+    ADD_FAILURE() << "allgather_into_async wrote past its output";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("the result has shape [4] but output has [3]"));
+  }
   EXPECT_THAT([&] { FullyShardedModel bad(make_model(), {.layers_per_unit = 0}); },
               ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("layers_per_unit=0")));
 }
