@@ -20,7 +20,6 @@
 
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
 
 #include <map>
 
@@ -28,6 +27,7 @@
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
+#include "parallel/gradient_hook.h"
 #include "parallel/sharded_optimizer_impl.h"
 
 namespace lockstep::parallel {
@@ -36,30 +36,12 @@ namespace lt = lockstep::torch;
 using ::torch::Tensor;
 using State = ::torch::optim::OptimizerParamState;
 
-namespace {
-
 bool is_elementwise(const ::torch::optim::Optimizer& o) {
   return dynamic_cast<const ::torch::optim::SGD*>(&o) || dynamic_cast<const ::torch::optim::Adam*>(&o) ||
          dynamic_cast<const ::torch::optim::AdamW*>(&o) ||
          dynamic_cast<const ::torch::optim::RMSprop*>(&o) ||
          dynamic_cast<const ::torch::optim::Adagrad*>(&o);
 }
-
-class GradientReadyHook : public ::torch::autograd::FunctionPostHook {
- public:
-  explicit GradientReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}
-  ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& outputs,
-                                              const ::torch::autograd::variable_list&) override {
-    ready_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> ready_;
-};
-
-}  // namespace
-
 
 // The bucket's flat gradient in layout order (zeros where a parameter got none).
 Tensor ShardedOptimizer::Impl::pack_gradients(const Bucket& b, bool release) {
@@ -211,7 +193,7 @@ ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, NamedPa
         throw InvalidArgument(fmt::format("ShardedOptimizer: {} is not a leaf requiring grad",
                                           m.named[p].first));
       const int param = static_cast<int>(p);
-      uintptr_t key = node->add_post_hook(std::make_unique<GradientReadyHook>(
+      uintptr_t key = node->add_post_hook(std::make_unique<detail::GradientReadyHook>(
           [this, param] { on_gradient_ready(param); }));
       m.hooks.emplace_back(node, key);
     }

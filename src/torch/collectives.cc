@@ -133,6 +133,43 @@ std::function<void()> to_input_device(std::shared_ptr<::torch::Tensor> out,
   };
 }
 
+// The _into variants: the engine writes the caller's `output` when it is where
+// the engine writes (the input's device) and has the result's shape;
+// otherwise into a fresh tensor, copied over (other device) or refused
+// (other shape) when the caller waits.
+void check_into_output(const ::torch::Tensor& input, const ::torch::Tensor& output,
+                       const char* op) {
+  if (!output.defined() || !output.is_contiguous() ||
+      output.scalar_type() != input.scalar_type())
+    throw InvalidArgument(fmt::format(
+        "lockstep::torch::{}: output must be a contiguous {} tensor (got {})", op,
+        c10::toString(input.scalar_type()),
+        output.defined() ? c10::toString(output.scalar_type()) : "undefined"));
+}
+
+engine::Allocator into_allocator(std::shared_ptr<::torch::Tensor> out, ::torch::Tensor output,
+                                 ::torch::Device engine_device) {
+  return [out, output, engine_device](const engine::Shape& shape, engine::DataType) -> void* {
+    const bool fits = output.device() == engine_device &&
+                      engine::Shape(output.sizes().begin(), output.sizes().end()) == shape;
+    *out = fits ? output : ::torch::empty(shape, output.options().device(engine_device));
+    return out->data_ptr();
+  };
+}
+
+std::function<void()> into_finish(std::shared_ptr<::torch::Tensor> out, ::torch::Tensor output,
+                                  const char* op) {
+  return [out, output, op]() mutable {
+    if (out->is_same(output)) return;
+    if (!out->sizes().equals(output.sizes()))
+      throw InvalidArgument(fmt::format("lockstep::torch::{}: the result has shape {} but output "
+                                        "has {}", op, engine::format_shape(shape_of(*out)),
+                                        engine::format_shape(shape_of(output))));
+    ::torch::NoGradGuard no_grad;
+    output.copy_(*out);
+  };
+}
+
 }  // namespace
 
 comm::DataType to_comm_dtype(::torch::ScalarType type) {
@@ -312,6 +349,20 @@ TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name, in
   return allgather_async(tensor, std::move(name), process_set).result();
 }
 
+TensorHandle allgather_into_async(const ::torch::Tensor& tensor, ::torch::Tensor output,
+                                  std::string name, int process_set) {
+  ::torch::Tensor input = engine_input(tensor, "allgather_into_async");
+  check_into_output(input, output, "allgather_into_async");
+  if (input.dim() == 0) input = input.reshape({1});
+  auto out = std::make_shared<::torch::Tensor>();
+  engine::Handle handle = eng().allgather_async(
+      auto_name(std::move(name), "allgather"), input.data_ptr(), shape_of(input),
+      to_comm_dtype(input.scalar_type()), into_allocator(out, output, input.device()),
+      op_options_for(input, process_set));
+  return TensorHandle(std::move(handle), out, {input, output},
+                      into_finish(out, output, "allgather_into_async"));
+}
+
 // ---- broadcast
 
 TensorHandle broadcast_async_(::torch::Tensor& tensor, int root, std::string name,
@@ -354,6 +405,19 @@ TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string nam
 ::torch::Tensor reduce_scatter(const ::torch::Tensor& tensor, std::string name,
                                ReduceScatterOptions options) {
   return reduce_scatter_async(tensor, std::move(name), options).result();
+}
+
+TensorHandle reduce_scatter_into_async(const ::torch::Tensor& tensor, ::torch::Tensor output,
+                                       std::string name, ReduceScatterOptions options) {
+  ::torch::Tensor input = engine_input(tensor, "reduce_scatter_into_async");
+  check_into_output(input, output, "reduce_scatter_into_async");
+  auto out = std::make_shared<::torch::Tensor>();
+  engine::Handle handle = eng().reduce_scatter_async(
+      auto_name(std::move(name), "reduce_scatter"), input.data_ptr(), shape_of(input),
+      to_comm_dtype(input.scalar_type()), options.op, into_allocator(out, output, input.device()),
+      op_options_for(input, options.process_set));
+  return TensorHandle(std::move(handle), out, {input, output},
+                      into_finish(out, output, "reduce_scatter_into_async"));
 }
 
 // ---- alltoall

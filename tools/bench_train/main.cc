@@ -88,9 +88,9 @@ std::vector<Layout> parse_layouts(const Options& o, int cpus) {
 std::string worker_args(const Options& o, const std::string& variant, int threads) {
   const auto& w = o.worker;
   return fmt::format("--worker --variant {} --threads {} --batch-size {} --warmup-steps {} "
-                     "--window-steps {} --windows {} --device {}",
+                     "--window-steps {} --windows {} --device {} --strategy {}",
                      variant, threads, w.batch_size, w.warmup_steps, w.window_steps, w.windows,
-                     w.device);
+                     w.device, w.strategy);
 }
 
 // `lockstep run` when it is there; else the same environment by hand.
@@ -302,20 +302,21 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "append the JSON lines to FILE");
   app.add_flag("--worker", o.worker_mode, "internal: run one variant");
   app.add_option("--variant", o.worker.variant, "internal: plain|plain-malloc|lockstep");
+  app.add_option("--strategy", o.worker.strategy,
+                 "lockstep variants: data (DistributedOptimizer) or fsdp (FullyShardedModel)")
+      ->check(CLI::IsMember({"data", "fsdp"}))->capture_default_str();
   app.add_option("--threads", o.worker.threads, "internal: intra-op threads (0: placement)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!o.worker_mode) return orchestrate(o);
     bt::WorkerResult r = bt::run_worker(o.worker);
-    if (lockstep::knob_int("LOCKSTEP_RANK") == 0)
-      std::printf("%s\n", nlohmann::json{{"variant", o.worker.variant},
-                                         {"workers", r.workers},
-                                         {"threads", r.threads},
-                                         {"samples_per_s", r.samples_per_s},
-                                         {"step_ms", r.step_ms},
-                                         {"comm_wait_share", r.comm_wait_share}}
-                              .dump()
-                              .c_str());
+    if (lockstep::knob_int("LOCKSTEP_RANK") == 0) {
+      nlohmann::json line{{"variant", o.worker.variant},     {"workers", r.workers},
+                          {"threads", r.threads},            {"samples_per_s", r.samples_per_s},
+                          {"step_ms", r.step_ms},            {"comm_wait_share", r.comm_wait_share}};
+      if (o.worker.variant == "lockstep") line["strategy"] = o.worker.strategy;
+      std::printf("%s\n", line.dump().c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "lockstep-bench-train: error: {}\n", e.what());
