@@ -11,6 +11,7 @@
 
 #include "bench_fit/fit.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/executable.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/plan/fit.h"
 #include "plan/job.h"
@@ -84,13 +85,13 @@ std::vector<plan::Sample> run_sweeps(const Options& o, const std::string& sizes)
   const std::string dir = std::filesystem::temp_directory_path().string();
   for (int np : nps) {
     JobSpec job;
-    job.argv = {plan_tool::bin_dir() + "/lockstep", "run"};
+    job.argv = {executable_dir() + "/lockstep", "run"};
     if (np > 0) job.argv.insert(job.argv.end(), {"-np", std::to_string(np)});
     job.argv.insert(job.argv.end(), o.launcher_args.begin(), o.launcher_args.end());
     // Flat collectives: the hierarchical allreduce is composed from these
     // fits by the planner, not fitted on its own.
     job.argv.insert(job.argv.end(), {"--backend", o.backend, "-x", "LOCKSTEP_HIERARCHICAL=0", "--",
-                                     plan_tool::bin_dir() + "/lockstep-bench-fit", "--worker",
+                                     executable_dir() + "/lockstep-bench-fit", "--worker",
                                      "--sizes", sizes, "--factor", fmt::format("{}", o.factor),
                                      "--seconds", fmt::format("{}", o.seconds),
                                      "--buffers", o.buffers, "--busy-threads",

@@ -1,5 +1,4 @@
 // `lockstep`: launcher, benchmarks and utilities. See `lockstep --help`.
-#include <limits.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/base/executable.h"
 #include "lockstep/launcher/launcher.h"
 #include "lockstep/commands.h"
 
@@ -32,18 +32,9 @@ commands:
 Run 'lockstep <command> --help' for the options of a command.
 )";
 
-std::string self_dir() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return ".";
-  buf[n] = '\0';
-  std::string path(buf);
-  return path.substr(0, path.rfind('/'));
-}
-
 // Runs `lockstep-<name>` from this binary's folder, passing the remaining args.
 int exec_sibling(const std::string& name, int argc, char** argv) {
-  std::string path = self_dir() + "/lockstep-" + name;
+  std::string path = lockstep::executable_dir() + "/lockstep-" + name;
   if (access(path.c_str(), X_OK) != 0) {
     std::fprintf(stderr,
                  "lockstep: unknown command '%s' (no %s). Run 'lockstep --help' for the list.\n",

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/executable.h"
 #include "lockstep/plan/profile.h"
 #include "plan/job.h"
 
@@ -33,7 +34,7 @@ int run(const Options& o) {
     throw InvalidArgument("--steps and --np must be >= 1, --warmup and --threads >= 0");
   const std::string out = std::filesystem::absolute(o.out).string();
   JobSpec job;
-  job.argv = {bin_dir() + "/lockstep", "run", "-np", std::to_string(o.np),
+  job.argv = {executable_dir() + "/lockstep", "run", "-np", std::to_string(o.np),
               "-x", "LOCKSTEP_PROFILE=" + out,
               "-x", "LOCKSTEP_PROFILE_STEPS=" + std::to_string(o.steps),
               "-x", "LOCKSTEP_PROFILE_WARMUP=" + std::to_string(o.warmup)};

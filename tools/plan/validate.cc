@@ -21,9 +21,11 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/executable.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/plan/simulator.h"
 #include "lockstep/plan/validation.h"
+#include "common/process.h"
 #include "plan/commands.h"
 #include "plan/job.h"
 #include "plan/netns.h"
@@ -167,7 +169,7 @@ class Validator {
                                        const std::string& tag) {
     const std::string out = dir_ + "/profile-" + tag + ".json";
     JobSpec job;
-    job.argv = {bin_dir() + "/lockstep", "run"};
+    job.argv = {executable_dir() + "/lockstep", "run"};
     job.argv.insert(job.argv.end(), launch.begin(), launch.end());
     for (const std::string& kv :
          {"LOCKSTEP_PROFILE=" + out, fmt::format("LOCKSTEP_PROFILE_STEPS={}", o_.steps),
@@ -197,7 +199,7 @@ class Validator {
                          const std::string& tag) {
     const std::string out = dir_ + "/net-" + tag + ".json";
     JobSpec job;
-    job.argv = {bin_dir() + "/lockstep-bench-fit", "--backend", backend, "--out", out, "--quiet",
+    job.argv = {executable_dir() + "/lockstep-bench-fit", "--backend", backend, "--out", out, "--quiet",
                 "--name", "fit: " + tag};
     job.argv.insert(job.argv.end(), args.begin(), args.end());
     if (o_.quick)
@@ -581,7 +583,7 @@ int validate_main(int argc, char** argv) {
       throw InvalidArgument(
           "--steps, --threads, --per-host and --rounds must be >= 1, --warmup and --netns >= 0");
     if (o.wake_wait != "tick" && o.wake_wait != "sweep") parse_wake_wait_ms(o.wake_wait);
-    stop_on_signals();
+    tools::catch_stop_signals();
     Validator v(o);
     return v.run();
   } catch (const InvalidArgument& e) {

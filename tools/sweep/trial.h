@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "sweep/process.h"
+#include "common/process.h"
 #include "sweep/slots.h"
 #include "sweep/space.h"
 
@@ -35,7 +35,7 @@ struct Trial {
   std::string dir, metrics_path, log_path;
 
   // While running.
-  std::unique_ptr<TrialProcess> process;
+  std::unique_ptr<tools::ChildProcess> process;
   Placement placement;
   Clock::time_point started;
   bool stopping = false;  // SIGTERM sent; `stop_as` is the status to record
