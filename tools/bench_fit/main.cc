@@ -9,12 +9,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench_fit/fit.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/executable.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/plan/fit.h"
-#include "plan/job.h"
+#include "tools/bench_fit/fit.h"
+#include "tools/plan/job.h"
 
 namespace lockstep::bench_fit {
 namespace {

@@ -29,7 +29,7 @@
 
 #include "lockstep/base/executable.h"
 #include "lockstep/base/knobs.h"
-#include "worker.h"
+#include "tools/bench_train/worker.h"
 
 namespace bt = lockstep::bench_train;
 

@@ -1,4 +1,4 @@
-#include "common/process.h"
+#include "tools/common/process.h"
 
 #include <fcntl.h>
 #include <sched.h>

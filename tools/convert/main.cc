@@ -12,7 +12,7 @@
 #include "lockstep/data/convert.h"
 #include "lockstep/data/idx.h"
 #include "lockstep/data/record_index.h"
-#include "progress.h"
+#include "tools/convert/progress.h"
 
 namespace {
 

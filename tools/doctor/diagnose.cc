@@ -8,7 +8,7 @@
 //      the late rank whose last activity is oldest stalled first;
 //   3. otherwise a mismatch error, a rank behind the others in the
 //      negotiated order, or the earliest failure.
-#include "doctor/diagnose.h"
+#include "tools/doctor/diagnose.h"
 
 #include <algorithm>
 #include <map>

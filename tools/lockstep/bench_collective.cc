@@ -19,9 +19,9 @@
 #include "lockstep/base/knobs.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/plan/shm_algorithm.h"
-#include "common/cli_checks.h"
-#include "lockstep/bench_device.h"
-#include "lockstep/commands.h"
+#include "tools/common/cli_checks.h"
+#include "tools/lockstep/bench_device.h"
+#include "tools/lockstep/commands.h"
 
 namespace lockstep::cli {
 namespace {

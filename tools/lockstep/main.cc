@@ -8,7 +8,7 @@
 
 #include "lockstep/base/executable.h"
 #include "lockstep/launcher/launcher.h"
-#include "lockstep/commands.h"
+#include "tools/lockstep/commands.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "plan/job.h"
+#include "tools/plan/job.h"
 
 #include <signal.h>
 
@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "common/process.h"
 #include "lockstep/base/error.h"
+#include "tools/common/process.h"
 
 namespace lockstep::plan_tool {
 

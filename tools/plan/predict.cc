@@ -9,7 +9,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/plan/simulator.h"
-#include "plan/commands.h"
+#include "tools/plan/commands.h"
 
 namespace lockstep::plan_tool {
 namespace {

@@ -12,7 +12,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/executable.h"
 #include "lockstep/plan/profile.h"
-#include "plan/job.h"
+#include "tools/plan/job.h"
 
 namespace lockstep::plan_tool {
 namespace {

@@ -24,12 +24,12 @@
 #include "lockstep/base/executable.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/plan/simulator.h"
+#include "lockstep/plan/stats.h"
 #include "lockstep/plan/validation.h"
-#include "common/process.h"
-#include "plan/commands.h"
-#include "plan/job.h"
-#include "plan/netns.h"
-#include "plan/stats.h"  // src/plan: the planner's own median
+#include "tools/common/process.h"
+#include "tools/plan/commands.h"
+#include "tools/plan/job.h"
+#include "tools/plan/netns.h"
 
 namespace lockstep::plan_tool {
 namespace {

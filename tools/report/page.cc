@@ -1,4 +1,4 @@
-#include "report/page.h"
+#include "tools/report/page.h"
 
 #include <cstdlib>
 #include <filesystem>

@@ -7,7 +7,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/executable.h"
-#include "sweep/sweep.h"
+#include "tools/sweep/sweep.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "sweep/sweep.h"
+#include "tools/sweep/sweep.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,14 +13,14 @@
 
 #include <fmt/format.h>
 
-#include "common/process.h"
 #include "lockstep/base/error.h"
-#include "sweep/asha.h"
-#include "sweep/command.h"
-#include "sweep/journal.h"
-#include "sweep/output.h"
-#include "sweep/tensorboard.h"
-#include "sweep/trial.h"
+#include "tools/common/process.h"
+#include "tools/sweep/asha.h"
+#include "tools/sweep/command.h"
+#include "tools/sweep/journal.h"
+#include "tools/sweep/output.h"
+#include "tools/sweep/tensorboard.h"
+#include "tools/sweep/trial.h"
 
 namespace lockstep::sweep {
 namespace {

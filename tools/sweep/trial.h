@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "common/process.h"
-#include "sweep/slots.h"
-#include "sweep/space.h"
+#include "tools/common/process.h"
+#include "tools/sweep/slots.h"
+#include "tools/sweep/space.h"
 
 namespace lockstep::sweep {
 
