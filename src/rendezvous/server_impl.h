@@ -38,8 +38,8 @@
 #include <thread>
 #include <vector>
 
+#include "lockstep/base/socket.h"
 #include "lockstep/rendezvous/store.h"
-#include "rendezvous/socket.h"
 #include "rendezvous/wire.h"
 
 namespace lockstep::rendezvous {
