@@ -25,6 +25,8 @@ commands:
   plan validate [options] -- PROGRAM ...   measure here and compare with the prediction
   convert <format> [options]               write record shards (lockstep convert --help)
   sweep --space S.json [options] -- CMD    hyper-parameter search (lockstep sweep --help)
+  report INPUT... [-o report.html]         one HTML page of charts from run, sweep, bench
+                                           and plan outputs (lockstep report --help)
   config                                   print every LOCKSTEP_* knob with its value
   doctor DIR                               which rank diverged or stalled first, from
                                            the ranks' flight-recorder dumps
