@@ -14,6 +14,7 @@
 #include "lockstep/base/knobs.h"
 #include "lockstep/plan/fit.h"
 #include "tools/bench_fit/fit.h"
+#include "tools/common/cli_main.h"
 #include "tools/plan/job.h"
 
 namespace lockstep::bench_fit {
@@ -234,19 +235,10 @@ int main(int argc, char** argv) {
                  "measuring (same host section; --backend only names the table)");
   app.add_flag("--worker", o.worker, "(internal) measure under lockstep run");
   lockstep::plan_tool::accept_np_flag(argc, argv);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  try {
-    if (o.worker) return worker_main(size_list(o.sizes, o.factor), o.seconds, o.buffers == "cold", o.busy_threads);
+  return lockstep::cli::run_command(app, argc, argv, "lockstep bench fit", [&] {
+    if (o.worker)
+      return worker_main(size_list(o.sizes, o.factor), o.seconds, o.buffers == "cold",
+                         o.busy_threads);
     return drive(o);
-  } catch (const lockstep::InvalidArgument& e) {
-    std::fprintf(stderr, "lockstep bench fit: %s\n", e.what());
-    return 2;
-  } catch (const lockstep::Error& e) {
-    std::fprintf(stderr, "lockstep bench fit: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -12,6 +12,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/executable.h"
 #include "lockstep/plan/profile.h"
+#include "tools/common/cli_main.h"
 #include "tools/plan/job.h"
 
 namespace lockstep::plan_tool {
@@ -97,18 +98,5 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("program", o.program, "-- PROGRAM ARGS...")->required();
   lockstep::plan_tool::accept_np_flag(argc, argv);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  try {
-    return run(o);
-  } catch (const lockstep::InvalidArgument& e) {
-    std::fprintf(stderr, "lockstep profile: %s\n", e.what());
-    return 2;
-  } catch (const lockstep::Error& e) {
-    std::fprintf(stderr, "lockstep profile: %s\n", e.what());
-    return 1;
-  }
+  return lockstep::cli::run_command(app, argc, argv, "lockstep profile", [&] { return run(o); });
 }

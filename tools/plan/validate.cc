@@ -14,6 +14,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
+#include "tools/common/cli_main.h"
 #include "tools/common/process.h"
 #include "tools/plan/commands.h"
 
@@ -167,12 +168,7 @@ int validate_main(int argc, char** argv) {
                  "CONFIG_HZ), sweep (a Gloo fit beside busy threads) or milliseconds")
       ->capture_default_str();
   app.add_option("program", o.program, "-- PROGRAM ARGS...")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  try {
+  return cli::run_command(app, argc, argv, "lockstep plan validate", [&] {
     if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.netns < 0 || o.per_host < 1 ||
         o.rounds < 1)
       throw InvalidArgument(
@@ -181,13 +177,7 @@ int validate_main(int argc, char** argv) {
     tools::catch_stop_signals();
     validate::Validator v(o);
     return v.run();
-  } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "lockstep plan validate: %s\n", e.what());
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "lockstep plan validate: %s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 }  // namespace lockstep::plan_tool
