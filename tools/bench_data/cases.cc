@@ -1,4 +1,4 @@
-#include "cases.h"
+#include "tools/bench_data/cases.h"
 
 #include <fcntl.h>
 #include <unistd.h>

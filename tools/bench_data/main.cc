@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "cases.h"
-#include "common/cli_checks.h"
-#include "datasets.h"
 #include "lockstep/base/error.h"
 #include "lockstep/data/idx.h"
 #include "lockstep/data/record_index.h"
+#include "tools/bench_data/cases.h"
+#include "tools/bench_data/datasets.h"
+#include "tools/common/cli_checks.h"
 
 namespace {
 

@@ -27,8 +27,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "lockstep/base/executable.h"
 #include "lockstep/base/knobs.h"
-#include "worker.h"
+#include "tools/bench_train/worker.h"
 
 namespace bt = lockstep::bench_train;
 
@@ -55,8 +56,6 @@ struct Variant {
   std::vector<double> samples_per_s;  // one per round that succeeded
   std::optional<nlohmann::json> last;  // the last round's JSON
 };
-
-std::string self_path() { return std::filesystem::canonical("/proc/self/exe").string(); }
 
 int allowed_cpu_count() {
   cpu_set_t set;
@@ -95,7 +94,7 @@ std::string worker_args(const Options& o, const std::string& variant, int thread
 
 // `lockstep run` when it is there; else the same environment by hand.
 std::string multi_worker_command(const Options& o, Layout l, const std::string& overlap) {
-  const std::string self = self_path();
+  const std::string self = lockstep::executable_path();
   const auto launcher = std::filesystem::path(self).parent_path() / "lockstep";
   const std::string args = worker_args(o, "lockstep", 0);
   if (std::filesystem::exists(launcher))
@@ -214,7 +213,7 @@ struct Ratio {
 int orchestrate(const Options& o) {
   const int cpus = o.cpus > 0 ? o.cpus : allowed_cpu_count();
   const std::vector<Layout> layouts = parse_layouts(o, cpus);
-  const std::string self = "'" + self_path() + "' ";
+  const std::string self = "'" + lockstep::executable_path() + "' ";
   Table t;
   const auto plain11 = t.add("plain 1x1", self + worker_args(o, "plain", 1));
   const auto plain11t = t.add("plain 1x1 tuned", self + worker_args(o, "plain-malloc", 1));

@@ -1,4 +1,4 @@
-#include "worker.h"
+#include "tools/bench_train/worker.h"
 
 #include <torch/torch.h>
 

@@ -1,5 +1,7 @@
-// Internal: small statistics the planner needs (medians, robust spread, the
-// expected maximum of n normal draws for stragglers).
+// Small statistics the planner needs (medians, robust spread, the expected
+// maximum of n normal draws for stragglers), shared with its tools (`plan
+// validate` takes the same median of its measurements). In `detail`: helpers,
+// not a stable API. Pure functions; thread-safe.
 #pragma once
 
 #include <vector>

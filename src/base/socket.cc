@@ -1,4 +1,4 @@
-#include "rendezvous/socket.h"
+#include "lockstep/base/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 
 #include "lockstep/base/error.h"
 
-namespace lockstep::rendezvous::net {
+namespace lockstep::net {
 namespace {
 
 sockaddr_in to_sockaddr(const HostPort& where) {
@@ -230,4 +230,4 @@ std::string source_address_towards(const std::string& host) {
 }
 
 
-}  // namespace lockstep::rendezvous::net
+}  // namespace lockstep::net

@@ -1,4 +1,8 @@
-// Small POSIX socket helpers for the rendezvous store. Internal.
+// Small POSIX socket helpers: owned descriptors, TCP listen/connect and I/O
+// with deadlines, address parsing. The rendezvous store and its clients talk
+// through them; the launcher and the comm layer's Slurm world ask them which
+// local address reaches a host. Not a stable API. Stateless functions,
+// thread-safe; an Fd is owned by one thread at a time.
 #pragma once
 
 #include <chrono>
@@ -6,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace lockstep::rendezvous::net {
+namespace lockstep::net {
 
 using Clock = std::chrono::steady_clock;
 
@@ -56,4 +60,4 @@ int poll_timeout_ms(Clock::time_point deadline);
 // resolve to a routable IPv4 address.
 std::string source_address_towards(const std::string& host);
 
-}  // namespace lockstep::rendezvous::net
+}  // namespace lockstep::net
