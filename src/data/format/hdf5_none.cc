@@ -2,8 +2,8 @@
 // node's build with no HDF5 library, docs/gpu.md): opening or writing one
 // names the missing option instead of failing to link.
 #include "lockstep/base/error.h"
-#include "data/dataset_writer.h"
-#include "data/source_formats.h"
+#include "data/format/dataset_writer.h"
+#include "data/format/source_formats.h"
 
 namespace lockstep::data {
 namespace {

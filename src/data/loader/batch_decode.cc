@@ -1,9 +1,9 @@
-#include "batch_decode.h"
+#include "data/loader/batch_decode.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "rng.h"
+#include "data/rng.h"
 
 namespace lockstep::data {
 namespace {

@@ -4,7 +4,7 @@
 #include "lockstep/data/convert.h"
 #include "lockstep/data/example.h"
 #include "lockstep/data/idx.h"
-#include "dataset_writer.h"
+#include "data/format/dataset_writer.h"
 
 namespace lockstep::data {
 

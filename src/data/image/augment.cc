@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "lockstep/data/sample.h"
-#include "rng.h"
+#include "data/rng.h"
 
 namespace lockstep::data {
 namespace {

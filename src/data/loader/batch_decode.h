@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "lockstep/data/pipeline.h"
-#include "record_source.h"
+#include "data/loader/record_source.h"
 
 namespace lockstep::data {
 

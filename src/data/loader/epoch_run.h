@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "batch_decode.h"
+#include "data/loader/batch_decode.h"
 #include "lockstep/base/mutex.h"
-#include "record_source.h"
+#include "data/loader/record_source.h"
 
 namespace lockstep::data {
 

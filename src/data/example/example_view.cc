@@ -1,4 +1,4 @@
-#include "example_view.h"
+#include "data/example/example_view.h"
 
 #include <cstring>
 

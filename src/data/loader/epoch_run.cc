@@ -1,11 +1,11 @@
-#include "epoch_run.h"
+#include "data/loader/epoch_run.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "shuffle_buffer.h"
+#include "data/loader/shuffle_buffer.h"
 
 namespace lockstep::data {
 namespace {

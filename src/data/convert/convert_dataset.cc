@@ -1,4 +1,4 @@
-#include "dataset_writer.h"
+#include "data/format/dataset_writer.h"
 #include "lockstep/data/convert.h"
 
 namespace lockstep::data {

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "dataset_writer.h"
+#include "data/format/dataset_writer.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::data {

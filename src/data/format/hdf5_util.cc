@@ -1,4 +1,4 @@
-#include "hdf5_util.h"
+#include "data/format/hdf5_util.h"
 
 #include <mutex>
 

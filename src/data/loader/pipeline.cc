@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/log.h"
-#include "epoch_run.h"
-#include "source_formats.h"
+#include "data/loader/epoch_run.h"
+#include "data/format/source_formats.h"
 
 namespace lockstep::data {
 namespace {

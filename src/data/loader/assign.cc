@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "rng.h"
+#include "data/rng.h"
 
 namespace lockstep::data {
 namespace {

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "source_formats.h"
+#include "data/format/source_formats.h"
 
 namespace lockstep::data {
 namespace fs = std::filesystem;

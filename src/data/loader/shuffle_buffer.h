@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "rng.h"
+#include "data/rng.h"
 
 namespace lockstep::data {
 

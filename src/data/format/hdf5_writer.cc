@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "dataset_writer.h"
-#include "hdf5_util.h"
+#include "data/format/dataset_writer.h"
+#include "data/format/hdf5_util.h"
 #include "lockstep/base/error.h"
 #include "lockstep/data/image.h"
 #include "lockstep/data/record_index.h"

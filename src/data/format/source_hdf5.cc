@@ -12,9 +12,9 @@
 
 #include <fmt/format.h>
 
-#include "hdf5_util.h"
+#include "data/format/hdf5_util.h"
 #include "lockstep/base/error.h"
-#include "source_formats.h"
+#include "data/format/source_formats.h"
 
 namespace lockstep::data {
 namespace {

@@ -9,8 +9,8 @@
 #include "lockstep/data/convert.h"
 #include "lockstep/data/example.h"
 #include "lockstep/data/image.h"
-#include "dataset_writer.h"
-#include "rng.h"
+#include "data/format/dataset_writer.h"
+#include "data/rng.h"
 
 namespace lockstep::data {
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "source_formats.h"
+#include "data/format/source_formats.h"
 
 namespace lockstep::data {
 namespace {

@@ -1,4 +1,4 @@
-#include "record_source.h"
+#include "data/loader/record_source.h"
 
 namespace lockstep::data {
 

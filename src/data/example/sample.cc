@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "example_view.h"
+#include "data/example/example_view.h"
 
 namespace lockstep::data {
 namespace {

@@ -3,7 +3,7 @@
 
 #include "lockstep/data/record_io.h"
 #include "lockstep/data/record_table.h"
-#include "source_formats.h"
+#include "data/format/source_formats.h"
 
 namespace lockstep::data {
 namespace {
