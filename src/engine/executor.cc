@@ -91,6 +91,7 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
     size_t offset = 0;
     for (size_t i : batch.items) {
       size_t count = cycle.ready[i].request.bytes() / esize;
+      LOCKSTEP_DCHECK_LE(offset + count * esize, batch.bytes, "fusion buffer: item {} overruns", i);
       if (Entry* e = entries[i]) copy_scaled(e->input, buffer + offset, count, req.dtype, req.prescale);
       else fill_neutral(buffer + offset, count, req.dtype, req.op);
       offset += count * esize;
@@ -113,6 +114,7 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
     size_t offset = 0;
     for (size_t i : batch.items) {
       size_t bytes = cycle.ready[i].request.bytes();
+      LOCKSTEP_DCHECK_LE(offset + bytes, batch.bytes, "fusion buffer: item {} overruns", i);
       if (Entry* e = entries[i]; e && bytes > 0) std::memcpy(e->output, buffer + offset, bytes);
       offset += bytes;
     }

@@ -223,6 +223,7 @@ size_t Executor::device_allreduce(comm::Communicator& dev, const Batch& batch,
   size_t offset = 0;
   for (size_t i : batch.items) {
     const size_t bytes = cycle.ready[i].request.bytes();
+    LOCKSTEP_DCHECK_LE(offset + bytes, batch.bytes, "fusion buffer: item {} overruns", i);
     mem.copy(buffer + offset, entries[i]->input, bytes);
     offset += bytes;
   }
@@ -237,6 +238,7 @@ size_t Executor::device_allreduce(comm::Communicator& dev, const Batch& batch,
     mem.copy(entries[i]->output, buffer + offset, bytes);
     offset += bytes;
   }
+  LOCKSTEP_DCHECK_EQ(offset, batch.bytes);
   return batch.bytes;
 }
 

@@ -44,7 +44,14 @@ std::vector<uint8_t> Negotiator::encode_blob(const Offer& offer) const {
   put_u32(blob, static_cast<uint32_t>(offer.announcements.size()));
   for (const auto& r : offer.announcements) serialize(r, blob);
   put_u32(blob, static_cast<uint32_t>(offer.cached_slots.size()));
-  for (uint32_t s : offer.cached_slots) put_u32(blob, s);
+  for (uint32_t s : offer.cached_slots) {
+    // Paired with apply_blob: every rank's cache has the same slots.
+    LOCKSTEP_DCHECK_LT(s, cache_.num_slots(), "negotiation blob: offering a slot past the cache");
+    put_u32(blob, s);
+  }
+  // The header carries the length as an int32 (Note [Negotiation]).
+  LOCKSTEP_DCHECK_LE(blob.size(), static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+                     "negotiation blob: too long for its header field");
   return blob;
 }
 
@@ -158,8 +165,14 @@ uint32_t Negotiator::apply_blob(int rank, const uint8_t* p, const uint8_t* end,
   uint32_t slots = get_u32(p, end);
   for (uint32_t i = 0; i < slots; ++i) {
     uint32_t s = get_u32(p, end);
+    LOCKSTEP_DCHECK_LT(s, slot_holders.size(),
+                       "negotiation blob: rank {} offers a slot past the replicated cache", rank);
     if (s < slot_holders.size()) slot_holders[s].push_back(rank);
   }
+  // The header's length for this rank's blob is what encode_blob wrote: the
+  // decoder must end exactly there, or the next rank's blob is misread.
+  LOCKSTEP_DCHECK(p == end, "negotiation blob: rank {}'s blob has {} bytes left after decoding",
+                  rank, end - p);
   return n;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/torch/objects.h"
@@ -41,6 +42,12 @@ StateValues merge_pieces(std::vector<PieceState> pieces, const Tensor& param, bo
   std::sort(pieces.begin(), pieces.end(),
             [](const PieceState& a, const PieceState& b) { return a.offset < b.offset; });
   if (!element) return pieces.front().values;
+  // Paired with the (param, offset, length) records gather_piece_states
+  // writes: the ranks' pieces tile the parameter, no gap and no overlap.
+  for (size_t k = 1; k < pieces.size(); ++k)
+    LOCKSTEP_DCHECK_EQ(pieces[k].offset, pieces[k - 1].offset + pieces[k - 1].length,
+                       "sharded optimizer state: a piece of {} elements does not follow its "
+                       "neighbour", pieces[k].length);
   StateValues merged;
   for (size_t k = 0; k < pieces.front().values.size(); ++k) {
     const auto& [key, first] = pieces.front().values[k];
@@ -88,6 +95,10 @@ FullState gather_piece_states(const ::torch::optim::Optimizer& optimizer,
                               const std::vector<PieceRef>& pieces,
                               const std::vector<Tensor>& params, bool whole_tensors,
                               const std::string& name, int process_set, int ranks) {
+  for (const auto& piece : pieces)
+    LOCKSTEP_DCHECK(piece.offset >= 0 && piece.offset + piece.length <= params[piece.param].numel(),
+                    "sharded optimizer state: piece [{}, +{}) past parameter {}", piece.offset,
+                    piece.length, piece.param);
   const ParamState* prototype = nullptr;
   const std::string blob = encode_pieces(optimizer, pieces, &prototype);
   std::vector<std::string> all = ranks > 1 ? lt::allgather_bytes(blob, name, process_set)

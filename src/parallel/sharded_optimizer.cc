@@ -23,6 +23,7 @@
 
 #include <map>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/torch/collectives.h"
@@ -89,8 +90,12 @@ void ShardedOptimizer::Impl::bind_pieces(::torch::optim::Optimizer& optimizer) {
       if (buckets[b].layout.owner(place) != me) continue;
       Tensor full = params[place.param].detach();
       Tensor view = element ? full.view({-1}).narrow(0, place.param_offset, place.length) : full;
-      pieces.push_back({static_cast<int>(b), place,
-                        place.flat_offset - me * buckets[b].layout.shard, view});
+      const int64_t shard_offset = place.flat_offset - me * buckets[b].layout.shard;
+      // Paired with plan_shards: the piece lies inside this rank's shard.
+      LOCKSTEP_DCHECK(shard_offset >= 0 && shard_offset + place.length <= buckets[b].layout.shard,
+                      "ZeRO piece of parameter {} at {} (+{}) outside rank {}'s shard of {}",
+                      place.param, shard_offset, place.length, me, buckets[b].layout.shard);
+      pieces.push_back({static_cast<int>(b), place, shard_offset, view});
     }
   piece_groups.clear();
   auto& groups = optimizer.param_groups();
@@ -250,6 +255,8 @@ void ShardedOptimizer::step() {
     for (auto& b : m.buckets) {
       b.grad_shard = b.in_flight.result();
       b.in_flight = {};
+      // What the reduce-scatter returns is the shard bind_pieces sliced.
+      LOCKSTEP_DCHECK_EQ(b.grad_shard.numel(), b.layout.shard, "ZeRO gradient shard");
     }
   } else {
     for (auto& b : m.buckets) b.grad_shard = m.pack_gradients(b, options_.stage == 2);

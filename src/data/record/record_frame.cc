@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/base/check.h"
 #include "lockstep/data/crc32c.h"
 #include "lockstep/data/record_io.h"
 
@@ -34,6 +35,9 @@ void append_frame(std::string& out, std::string_view payload) {
   put_le(out, crc32c::mask(crc32c::value(out.data() + start, 8)), 4);
   out.append(payload);
   put_le(out, crc32c::mask(crc32c::value(payload)), 4);
+  // Paired with parse_frame's f.size: an index built from writers' offsets
+  // and one built by reading the file agree byte for byte.
+  LOCKSTEP_DCHECK_EQ(out.size() - start, framed_size(payload.size()));
 }
 
 Frame parse_frame(std::span<const uint8_t> bytes) {
@@ -66,6 +70,7 @@ Frame parse_frame(std::span<const uint8_t> bytes) {
   Frame f;
   f.payload = std::string_view(reinterpret_cast<const char*>(payload), length);
   f.size = framed_size(length);
+  LOCKSTEP_DCHECK_LE(f.size, bytes.size(), "record frame: a whole frame past the input");
   return f;
 }
 

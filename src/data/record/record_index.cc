@@ -23,10 +23,22 @@ ShardInfo shard_from_json(const nlohmann::json& j, const fs::path& dir) {
   if (shard.offsets.size() != j.at("records").get<uint64_t>())
     throw Error(fmt::format("shard {}: 'records' disagrees with the number of offsets",
                             shard.path));
+  shard.check_layout();
   return shard;
 }
 
 }  // namespace
+
+// The read side of the layout ShardSetWriter asserts as it writes.
+void ShardInfo::check_layout() const {
+  for (size_t r = 0; r < offsets.size(); ++r) {
+    const uint64_t end = end_of(r, 1);
+    if (offsets[r] > end || end - offsets[r] < framed_size(0))
+      throw Error(fmt::format("shard {}: record {} spans bytes [{}, {}), less than a {}-byte "
+                              "frame (offsets must rise, and end by the shard's {} bytes)",
+                              path, r, offsets[r], end, framed_size(0), bytes));
+  }
+}
 
 uint64_t RecordIndex::total_records() const {
   uint64_t n = 0;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/base/check.h"
 #include "lockstep/data/record_io.h"
 
 namespace lockstep::data {
@@ -114,6 +115,7 @@ bool RecordReader::next(std::string* payload) {
     const bool deliver = frame.problem == Problem::kNone && !beyond_index;
     if (deliver) payload->assign(frame.payload);
     pos_ += frame.size;
+    LOCKSTEP_DCHECK_LE(pos_, buffer_.size(), "{}: record {} ends past the bytes read", path_, index_);
     offset_ += frame.size;
     ++index_;
     if (deliver) return true;

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/base/check.h"
+#include "lockstep/base/error.h"
 #include "lockstep/data/record_io.h"
 
 namespace lockstep::data {
@@ -43,6 +45,7 @@ RecordTable::RecordTable(RecordIndex index) : index_(std::move(index)) {
     }
     fds_.push_back(fd);
     try {
+      shard.check_layout();  // an index built in memory is not load()'s
       check_no_tail(fd, shard);
     } catch (...) {
       for (int open_fd : fds_) ::close(open_fd);
@@ -57,8 +60,12 @@ RecordTable::~RecordTable() {
 }
 
 std::pair<uint32_t, uint64_t> RecordTable::locate(uint64_t i) const {
+  if (i >= size())
+    throw InvalidArgument(fmt::format("record {} of a set of {} records", i, size()));
   auto it = std::upper_bound(starts_.begin(), starts_.end(), i) - 1;
-  return {static_cast<uint32_t>(it - starts_.begin()), i - *it};
+  const auto shard = static_cast<uint32_t>(it - starts_.begin());
+  LOCKSTEP_DCHECK_LT(i - *it, index_.shards[shard].records());
+  return {shard, i - *it};
 }
 
 std::string RecordTable::read_bytes(uint32_t shard, uint64_t begin, uint64_t end) const {
@@ -82,6 +89,9 @@ std::string RecordTable::read(uint64_t i) const {
   auto [shard, record] = locate(i);
   const ShardInfo& info = index_.shards[shard];
   uint64_t begin = info.begin_of(record);
+  // The constructor refused an index whose offsets do not rise by a frame.
+  LOCKSTEP_DCHECK_LE(begin + framed_size(0), info.end_of(record, 1), "shard {} record {}",
+                     info.path, record);
   std::string bytes = read_bytes(shard, begin, info.end_of(record, 1));
   Frame frame = parse_indexed_frame({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
   if (frame.problem != Problem::kNone)

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/log.h"
 #include "lockstep/data/record_io.h"
 
@@ -32,6 +33,7 @@ uint64_t RecordWriter::write(std::string_view payload) {
     throw Error(fmt::format("writing {} failed at byte {}: {} (disk full?)", path_, offset_,
                             std::strerror(errno)));
   uint64_t start = offset_;
+  LOCKSTEP_DCHECK_EQ(frame_.size(), framed_size(payload.size()));
   offset_ += frame_.size();
   ++records_;
   return start;

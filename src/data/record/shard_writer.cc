@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::data {
@@ -27,7 +28,13 @@ void ShardSetWriter::add(std::string_view payload) {
       writers_.begin(), writers_.end(),
       [](const auto& a, const auto& b) { return a->bytes_written() < b->bytes_written(); });
   size_t shard = static_cast<size_t>(smallest - writers_.begin());
-  index_.shards[shard].offsets.push_back((*smallest)->write(payload));
+  std::vector<uint64_t>& offsets = index_.shards[shard].offsets;
+  const uint64_t expected = (*smallest)->bytes_written();
+  offsets.push_back((*smallest)->write(payload));
+  // The index's layout (checked again by RecordIndex::load): each record
+  // starts where the previous frame ended.
+  LOCKSTEP_DCHECK_EQ(offsets.back(), expected, "shard {}: record {} is not where the last ended",
+                     shard, offsets.size() - 1);
   ++records_;
 }
 
