@@ -201,7 +201,7 @@ class Hdf5Writer final : public DatasetWriter {
  private:
   void open_files(const Pixels& first) {
     size_t item = first.bytes.size();
-    // Chunks of 256 rows (at most ~4 MiB): the pipeline's default block.
+    // Chunks of 256 rows (at most ~4 MiB): the loader's default block.
     hsize_t rows = std::max<hsize_t>(1, std::min<hsize_t>(256, (4u << 20) / std::max<size_t>(1, item)));
     for (size_t k = 0; k < out_.shards; ++k) {
       std::string file = out_.shards == 1 ? out_.name + ".h5"

@@ -11,7 +11,7 @@ namespace {
 constexpr uint64_t kAugmentStream = 0x61756775ull;  // "augu"
 
 // Checks and decodes the sample; BadRecord on a bad record.
-void decode_one(const RawRecord& r, const PipelineOptions& options, const SampleSource& source,
+void decode_one(const RawRecord& r, const LoaderOptions& options, const SampleSource& source,
                 uint64_t epoch, Sample* sample) {
   source.decode(*r.data, r.at, options.decode,
                 sample_seed(options.seed, epoch, r.shard(), r.record()), sample);
@@ -46,7 +46,7 @@ void merge_skips(SkipReport& total, const SkipReport& more) {
     if (total.first_reasons.size() < SkipReport::kMaxReasons) total.first_reasons.push_back(reason);
 }
 
-BatchResult decode_batch(const BatchJob& job, const PipelineOptions& options,
+BatchResult decode_batch(const BatchJob& job, const LoaderOptions& options,
                          const SampleSource& source, uint64_t epoch) {
   BatchResult result;
   HostBatch batch;

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "lockstep/data/pipeline.h"
+#include "lockstep/data/loader.h"
 #include "data/loader/record_source.h"
 
 namespace lockstep::data {
@@ -26,7 +26,7 @@ struct BatchResult {
 // the position in the stream.
 uint64_t sample_seed(uint64_t seed, uint64_t epoch, uint32_t shard, uint64_t record);
 
-BatchResult decode_batch(const BatchJob& job, const PipelineOptions& options,
+BatchResult decode_batch(const BatchJob& job, const LoaderOptions& options,
                          const SampleSource& source, uint64_t epoch);
 
 // Adds `more` to `total`, keeping the first kMaxReasons reasons.

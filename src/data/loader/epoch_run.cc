@@ -12,7 +12,7 @@ namespace {
 constexpr uint64_t kShuffleStream = 0x73687566ull;  // "shuf"
 }
 
-EpochRun::EpochRun(const PipelineOptions& options, const SampleSource& source,
+EpochRun::EpochRun(const LoaderOptions& options, const SampleSource& source,
                    BlockReader& reader, uint64_t block_records, uint64_t epoch, uint64_t batches)
     : options_(options),
       source_(source),

@@ -19,7 +19,7 @@ namespace lockstep::data {
 
 class EpochRun {
  public:
-  EpochRun(const PipelineOptions& options, const SampleSource& source, BlockReader& reader,
+  EpochRun(const LoaderOptions& options, const SampleSource& source, BlockReader& reader,
            uint64_t block_records, uint64_t epoch, uint64_t batches);
   ~EpochRun();
   EpochRun(const EpochRun&) = delete;
@@ -35,7 +35,7 @@ class EpochRun {
   void decode_loop();
   void deliver(uint64_t seq, BatchResult result);
 
-  const PipelineOptions& options_;
+  const LoaderOptions& options_;
   const SampleSource& source_;
   BlockReader& reader_;
   const uint64_t block_records_;

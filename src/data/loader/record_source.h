@@ -1,4 +1,4 @@
-// Internal: the read side of the pipeline, for any SampleSource (records,
+// Internal: the read side of the loader, for any SampleSource (records,
 // HDF5, LMDB). BlockReader fetches a segment (optionally from/into an
 // in-memory cache); RecordSource interleaves K segments and yields their
 // records in a fixed order.
@@ -44,7 +44,7 @@ class BlockReader {
   std::map<std::pair<uint32_t, uint64_t>, SegmentBytes> blocks_ LOCKSTEP_GUARDED_BY(mu_);
 };
 
-// Single-threaded (the pipeline's producer); its reads run on async tasks, up
+// Single-threaded (the loader's producer); its reads run on async tasks, up
 // to `interleave` segments ahead.
 class RecordSource {
  public:

@@ -1,4 +1,4 @@
-#include "lockstep/data/pipeline.h"
+#include "lockstep/data/loader.h"
 
 #include <fmt/format.h>
 
@@ -9,20 +9,20 @@
 namespace lockstep::data {
 namespace {
 
-void validate(const PipelineOptions& o) {
-  if (o.batch_size == 0) throw InvalidArgument("PipelineOptions.batch_size must be >= 1");
+void validate(const LoaderOptions& o) {
+  if (o.batch_size == 0) throw InvalidArgument("LoaderOptions.batch_size must be >= 1");
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
-    throw InvalidArgument(fmt::format("PipelineOptions: rank {} outside world of {}", o.rank,
+    throw InvalidArgument(fmt::format("LoaderOptions: rank {} outside world of {}", o.rank,
                                       o.world_size));
-  if (o.block_records == 0) throw InvalidArgument("PipelineOptions.block_records must be >= 1");
+  if (o.block_records == 0) throw InvalidArgument("LoaderOptions.block_records must be >= 1");
 }
 
-std::unique_ptr<SampleSource> open_data(const PipelineOptions& o) {
+std::unique_ptr<SampleSource> open_data(const LoaderOptions& o) {
   if (!o.index.shards.empty()) return open_record_source(o.index);
   if (!o.source.paths.empty()) return open_source(o.source);
   if (o.index_path.empty())
     throw InvalidArgument(
-        "PipelineOptions: set index_path (a <name>.index.json, HDF5 file or LMDB folder), "
+        "LoaderOptions: set index_path (a <name>.index.json, HDF5 file or LMDB folder), "
         "source or index");
   SourceSpec spec = o.source;
   spec.paths = {o.index_path};
@@ -37,8 +37,8 @@ void log_skips(uint64_t epoch, const SkipReport& report) {
 
 }  // namespace
 
-struct Pipeline::Impl {
-  explicit Impl(PipelineOptions o)
+struct Loader::Impl {
+  explicit Impl(LoaderOptions o)
       : options((validate(o), std::move(o))),
         source(open_data(options)),
         block_records(source->align_block(options.block_records)),
@@ -48,7 +48,7 @@ struct Pipeline::Impl {
                                       : (per_rank + options.batch_size - 1) / options.batch_size;
   }
 
-  PipelineOptions options;
+  LoaderOptions options;
   std::unique_ptr<SampleSource> source;
   uint64_t block_records;
   BlockReader reader;
@@ -61,12 +61,12 @@ struct Pipeline::Impl {
   std::exception_ptr failed;
 };
 
-Pipeline::Pipeline(PipelineOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
-Pipeline::~Pipeline() = default;
-Pipeline::Pipeline(Pipeline&&) noexcept = default;
-Pipeline& Pipeline::operator=(Pipeline&&) noexcept = default;
+Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Loader::~Loader() = default;
+Loader::Loader(Loader&&) noexcept = default;
+Loader& Loader::operator=(Loader&&) noexcept = default;
 
-void Pipeline::start_epoch(uint64_t epoch) {
+void Loader::start_epoch(uint64_t epoch) {
   Impl& p = *impl_;
   p.run.reset();
   p.epoch = epoch;
@@ -77,11 +77,11 @@ void Pipeline::start_epoch(uint64_t epoch) {
                                                      epoch, p.batches);
 }
 
-std::optional<HostBatch> Pipeline::next() {
+std::optional<HostBatch> Loader::next() {
   Impl& p = *impl_;
   if (p.failed) std::rethrow_exception(p.failed);
   if (p.taken == p.batches) return std::nullopt;
-  if (!p.run) throw InvalidArgument("Pipeline::next() before start_epoch()");
+  if (!p.run) throw InvalidArgument("Loader::next() before start_epoch()");
   BatchResult result = p.run->take();
   ++p.taken;
   merge_skips(p.skips, result.skips);
@@ -97,64 +97,64 @@ std::optional<HostBatch> Pipeline::next() {
   return std::move(result.batch);
 }
 
-uint64_t Pipeline::records_per_epoch() const { return impl_->per_rank; }
-uint64_t Pipeline::batches_per_epoch() const { return impl_->batches; }
-SkipReport Pipeline::skip_report() const { return impl_->skips; }
-const SampleSource& Pipeline::source() const { return *impl_->source; }
-const PipelineOptions& Pipeline::options() const { return impl_->options; }
+uint64_t Loader::records_per_epoch() const { return impl_->per_rank; }
+uint64_t Loader::batches_per_epoch() const { return impl_->batches; }
+SkipReport Loader::skip_report() const { return impl_->skips; }
+const SampleSource& Loader::source() const { return *impl_->source; }
+const LoaderOptions& Loader::options() const { return impl_->options; }
 
-PipelineBuilder& PipelineBuilder::source(SourceSpec spec) {
+LoaderBuilder& LoaderBuilder::source(SourceSpec spec) {
   options_.source = std::move(spec);
   return *this;
 }
-PipelineBuilder& PipelineBuilder::rank(int rank, int world_size) {
+LoaderBuilder& LoaderBuilder::rank(int rank, int world_size) {
   options_.rank = rank;
   options_.world_size = world_size;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::seed(uint64_t seed) {
+LoaderBuilder& LoaderBuilder::seed(uint64_t seed) {
   options_.seed = seed;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::assignment(Assignment a, Remainder r) {
+LoaderBuilder& LoaderBuilder::assignment(Assignment a, Remainder r) {
   options_.assignment = a;
   options_.remainder = r;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::batch(size_t size, bool drop_last) {
+LoaderBuilder& LoaderBuilder::batch(size_t size, bool drop_last) {
   options_.batch_size = size;
   options_.drop_last_batch = drop_last;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::block_records(uint64_t records) {
+LoaderBuilder& LoaderBuilder::block_records(uint64_t records) {
   options_.block_records = records;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::interleave(size_t segments) {
+LoaderBuilder& LoaderBuilder::interleave(size_t segments) {
   options_.interleave = segments;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::shuffle(size_t buffer) {
+LoaderBuilder& LoaderBuilder::shuffle(size_t buffer) {
   options_.shuffle_buffer = buffer;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::threads(size_t n) {
+LoaderBuilder& LoaderBuilder::threads(size_t n) {
   options_.threads = n;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::prefetch(size_t batches) {
+LoaderBuilder& LoaderBuilder::prefetch(size_t batches) {
   options_.prefetch = batches;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::cache(bool on) {
+LoaderBuilder& LoaderBuilder::cache(bool on) {
   options_.cache = on;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::bad_data(BadDataPolicy policy) {
+LoaderBuilder& LoaderBuilder::bad_data(BadDataPolicy policy) {
   options_.bad_data = policy;
   return *this;
 }
-PipelineBuilder& PipelineBuilder::decode(DecodeOptions d) {
+LoaderBuilder& LoaderBuilder::decode(DecodeOptions d) {
   options_.decode = std::move(d);
   return *this;
 }

@@ -1,6 +1,6 @@
-// The pipeline on small synthetic shards whose records carry their id as
+// The loader on small synthetic shards whose records carry their id as
 // label, so order, coverage and determinism can be checked exactly.
-#include "lockstep/data/pipeline.h"
+#include "lockstep/data/loader.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -35,8 +35,8 @@ std::string make_dataset(const TempDir& dir, int records, int shards) {
   return writer.index_path();
 }
 
-PipelineOptions small_options(const std::string& index) {
-  PipelineOptions o;
+LoaderOptions small_options(const std::string& index) {
+  LoaderOptions o;
   o.index_path = index;
   o.batch_size = 8;
   o.block_records = 5;
@@ -52,7 +52,7 @@ struct EpochOutput {
   std::vector<size_t> batch_sizes;
 };
 
-EpochOutput run_epoch(Pipeline& p, uint64_t epoch) {
+EpochOutput run_epoch(Loader& p, uint64_t epoch) {
   EpochOutput out;
   p.start_epoch(epoch);
   while (auto batch = p.next()) {
@@ -63,14 +63,14 @@ EpochOutput run_epoch(Pipeline& p, uint64_t epoch) {
   return out;
 }
 
-EpochOutput run_epoch(const PipelineOptions& o, uint64_t epoch) {
-  Pipeline p(o);
+EpochOutput run_epoch(const LoaderOptions& o, uint64_t epoch) {
+  Loader p(o);
   return run_epoch(p, epoch);
 }
 
-TEST(Pipeline, YieldsEveryRecordOnceWithShapes) {
+TEST(Loader, YieldsEveryRecordOnceWithShapes) {
   TempDir dir;
-  Pipeline p(small_options(make_dataset(dir, 103, 4)));
+  Loader p(small_options(make_dataset(dir, 103, 4)));
   p.start_epoch(0);
   std::multiset<int64_t> labels;
   uint64_t batches = 0;
@@ -87,9 +87,9 @@ TEST(Pipeline, YieldsEveryRecordOnceWithShapes) {
   EXPECT_FALSE(p.next());  // stays at the end
 }
 
-TEST(Pipeline, SameOrderAndPixelsWithOneOrFourThreads) {
+TEST(Loader, SameOrderAndPixelsWithOneOrFourThreads) {
   TempDir dir;
-  PipelineOptions o = small_options(make_dataset(dir, 200, 3));
+  LoaderOptions o = small_options(make_dataset(dir, 200, 3));
   o.decode.crop_height = o.decode.crop_width = 3;  // random crop + flip exercise the seeds
   o.decode.random_flip = true;
   o.threads = 1;
@@ -105,18 +105,18 @@ TEST(Pipeline, SameOrderAndPixelsWithOneOrFourThreads) {
   EXPECT_NE(one.labels, sorted);  // actually shuffled
 }
 
-TEST(Pipeline, RanksGetEqualBatchCountsAndTogetherCoverTheData) {
+TEST(Loader, RanksGetEqualBatchCountsAndTogetherCoverTheData) {
   TempDir dir;
   std::string index = make_dataset(dir, 10, 2);
   for (Assignment a : {Assignment::kPartition, Assignment::kSample}) {
     std::set<int64_t> covered;
     for (int rank = 0; rank < 3; ++rank) {
-      PipelineOptions o = small_options(index);
+      LoaderOptions o = small_options(index);
       o.assignment = a;
       o.batch_size = 3;
       o.rank = rank;
       o.world_size = 3;
-      Pipeline p(o);
+      Loader p(o);
       EpochOutput out = run_epoch(p, 0);
       EXPECT_EQ(out.labels.size(), 4u);  // ceil(10 / 3), padded by wrapping
       EXPECT_EQ(out.batch_sizes, (std::vector<size_t>{3, 1}));
@@ -129,9 +129,9 @@ TEST(Pipeline, RanksGetEqualBatchCountsAndTogetherCoverTheData) {
   }
 }
 
-TEST(Pipeline, DropModesGiveFullBatchesOnly) {
+TEST(Loader, DropModesGiveFullBatchesOnly) {
   TempDir dir;
-  PipelineOptions o = small_options(make_dataset(dir, 10, 2));
+  LoaderOptions o = small_options(make_dataset(dir, 10, 2));
   o.remainder = Remainder::kDrop;
   o.world_size = 3;
   o.batch_size = 2;
@@ -140,43 +140,43 @@ TEST(Pipeline, DropModesGiveFullBatchesOnly) {
   EXPECT_EQ(out.batch_sizes, (std::vector<size_t>{2}));  // 3 records, one full batch
 }
 
-TEST(Pipeline, EmptyDataSetHasNoBatches) {
+TEST(Loader, EmptyDataSetHasNoBatches) {
   TempDir dir;
-  Pipeline p(small_options(make_dataset(dir, 0, 2)));
+  Loader p(small_options(make_dataset(dir, 0, 2)));
   EXPECT_EQ(p.batches_per_epoch(), 0u);
   p.start_epoch(0);
   EXPECT_FALSE(p.next());
 }
 
-TEST(Pipeline, CacheGivesTheSameOutput) {
+TEST(Loader, CacheGivesTheSameOutput) {
   TempDir dir;
-  PipelineOptions o = small_options(make_dataset(dir, 120, 3));
+  LoaderOptions o = small_options(make_dataset(dir, 120, 3));
   EpochOutput plain = run_epoch(o, 2);
   o.cache = true;
-  Pipeline cached(o);
+  Loader cached(o);
   run_epoch(cached, 1);  // fills the cache
   EpochOutput from_cache = run_epoch(cached, 2);
   EXPECT_EQ(plain.labels, from_cache.labels);
   EXPECT_EQ(plain.data, from_cache.data);
 }
 
-TEST(Pipeline, StopsCleanlyMidEpoch) {
+TEST(Loader, StopsCleanlyMidEpoch) {
   TempDir dir;
-  PipelineOptions o = small_options(make_dataset(dir, 500, 3));
+  LoaderOptions o = small_options(make_dataset(dir, 500, 3));
   o.prefetch = 1;
   o.batch_size = 1;
-  Pipeline p(o);
+  Loader p(o);
   p.start_epoch(0);
   ASSERT_TRUE(p.next());
   p.start_epoch(1);  // abandons epoch 0 with the producer blocked on a full queue
   ASSERT_TRUE(p.next());
 }  // destructor joins a running epoch
 
-TEST(Pipeline, BuilderFillsOptions) {
-  PipelineBuilder b("x.index.json");
+TEST(Loader, BuilderFillsOptions) {
+  LoaderBuilder b("x.index.json");
   b.rank(1, 4).seed(9).batch(64, true).shuffle(100).threads(2).prefetch(3).cache().interleave(5)
       .assignment(Assignment::kSample, Remainder::kDrop).bad_data(BadDataPolicy::kSkip);
-  const PipelineOptions& o = b.options();
+  const LoaderOptions& o = b.options();
   EXPECT_EQ(o.rank, 1);
   EXPECT_EQ(o.world_size, 4);
   EXPECT_EQ(o.batch_size, 64u);

@@ -1,4 +1,4 @@
-// Each corruption kind through the pipeline: by default the consumer gets a
+// Each corruption kind through the loader: by default the consumer gets a
 // BadRecord naming file, record and offset; with kSkip the epoch completes,
 // the record is counted, and the batch count is unchanged.
 #include <gmock/gmock.h>
@@ -8,7 +8,7 @@
 #include <random>
 
 #include "lockstep/data/example.h"
-#include "lockstep/data/pipeline.h"
+#include "lockstep/data/loader.h"
 #include "lockstep/data/record_io.h"
 #include "lockstep/data/shard_writer.h"
 #include "test_util.h"
@@ -63,7 +63,7 @@ const Damage kDamages[] = {
      nullptr},
 };
 
-class PipelineCorruption : public ::testing::TestWithParam<Damage> {
+class LoaderCorruption : public ::testing::TestWithParam<Damage> {
  protected:
   void SetUp() override {
     const Damage& d = GetParam();
@@ -82,12 +82,12 @@ class PipelineCorruption : public ::testing::TestWithParam<Damage> {
   }
   TempDir dir_;
   ShardInfo shard_;
-  PipelineOptions options_;
+  LoaderOptions options_;
 };
 
-TEST_P(PipelineCorruption, ThrowsNamingFileRecordAndOffset) {
+TEST_P(LoaderCorruption, ThrowsNamingFileRecordAndOffset) {
   const Damage& d = GetParam();
-  Pipeline p(options_);
+  Loader p(options_);
   p.start_epoch(0);
   try {
     while (p.next()) {
@@ -105,10 +105,10 @@ TEST_P(PipelineCorruption, ThrowsNamingFileRecordAndOffset) {
   EXPECT_THROW(p.next(), BadRecord);  // the epoch stays failed
 }
 
-TEST_P(PipelineCorruption, SkipPolicyCountsAndKeepsBatchCount) {
+TEST_P(LoaderCorruption, SkipPolicyCountsAndKeepsBatchCount) {
   const Damage& d = GetParam();
   options_.bad_data = BadDataPolicy::kSkip;
-  Pipeline p(options_);
+  Loader p(options_);
   p.start_epoch(0);
   size_t records = 0, batches = 0;
   while (auto batch = p.next()) {
@@ -130,7 +130,7 @@ TEST_P(PipelineCorruption, SkipPolicyCountsAndKeepsBatchCount) {
 // tail (random garbage of 1 to 2000 bytes, or a valid record written after
 // indexing) and whatever the policy, opening the shard set names the file and
 // the offset where its index ends.
-TEST(PipelineTail, BytesAfterTheLastIndexedRecordAreRefused) {
+TEST(LoaderTail, BytesAfterTheLastIndexedRecordAreRefused) {
   TempDir dir;
   ShardSetWriter writer(dir.str(), "tail", 1);
   for (int i = 0; i < kRecords; ++i) writer.add(good_record(i));
@@ -148,12 +148,12 @@ TEST(PipelineTail, BytesAfterTheLastIndexedRecordAreRefused) {
   for (const std::string& tail : tails) {
     write_file(shard.path, intact + tail);
     for (BadDataPolicy policy : {BadDataPolicy::kThrow, BadDataPolicy::kSkip}) {
-      PipelineOptions options;
+      LoaderOptions options;
       options.index_path = writer.index_path();
       options.batch_size = 5;
       options.bad_data = policy;
       try {
-        Pipeline p(options);
+        Loader p(options);
         p.start_epoch(0);
         while (p.next()) {
         }
@@ -168,17 +168,17 @@ TEST(PipelineTail, BytesAfterTheLastIndexedRecordAreRefused) {
     }
   }
   write_file(shard.path, intact);
-  PipelineOptions options;
+  LoaderOptions options;
   options.index_path = writer.index_path();
   options.batch_size = 5;
-  Pipeline intact_pipeline(options);
-  intact_pipeline.start_epoch(0);
+  Loader intact_loader(options);
+  intact_loader.start_epoch(0);
   size_t batches = 0;
-  while (intact_pipeline.next()) ++batches;
+  while (intact_loader.next()) ++batches;
   EXPECT_EQ(batches, 3u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, PipelineCorruption, ::testing::ValuesIn(kDamages),
+INSTANTIATE_TEST_SUITE_P(Kinds, LoaderCorruption, ::testing::ValuesIn(kDamages),
                          [](const auto& info) {
                            std::string name = info.param.name;
                            for (char& c : name)

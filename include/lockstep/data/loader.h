@@ -1,5 +1,6 @@
-// The input pipeline, without LibTorch (lockstep/data/torch.h wraps its
-// batches in tensors):
+// The loader: lockstep's input pipeline, without LibTorch (lockstep/data/torch.h
+// wraps its batches in tensors). Named apart from pipeline parallelism
+// (lockstep/parallel/pipeline.h).
 //
 //   source (record shards, HDF5 or LMDB: source.h) -> plan_epoch (rank's
 //   segments) -> interleave K segments
@@ -35,7 +36,7 @@
 
 namespace lockstep::data {
 
-struct PipelineOptions {
+struct LoaderOptions {
   // The data set, first one set wins: `index` (record shards), `source`
   // (several HDF5 files or LMDB folders, HDF5 dataset names), `index_path`
   // (one <name>.index.json, HDF5 file or LMDB folder).
@@ -74,13 +75,13 @@ struct SkipReport {
   static constexpr size_t kMaxReasons = 5;
 };
 
-class Pipeline {
+class Loader {
  public:
   // Loads the index and opens the shards; throws Error for a bad option or file.
-  explicit Pipeline(PipelineOptions options);
-  ~Pipeline();
-  Pipeline(Pipeline&&) noexcept;
-  Pipeline& operator=(Pipeline&&) noexcept;
+  explicit Loader(LoaderOptions options);
+  ~Loader();
+  Loader(Loader&&) noexcept;
+  Loader& operator=(Loader&&) noexcept;
 
   // Starts (or restarts) reading `epoch`; any running epoch is stopped first.
   void start_epoch(uint64_t epoch);
@@ -93,38 +94,38 @@ class Pipeline {
   const SampleSource& source() const;
   // Records skipped so far in the current epoch (kSkip); logged at its end.
   SkipReport skip_report() const;
-  const PipelineOptions& options() const;
+  const LoaderOptions& options() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// Fluent construction: Pipeline p = PipelineBuilder(path).batch(64).shuffle(10000)
+// Fluent construction: Loader p = LoaderBuilder(path).batch(64).shuffle(10000)
 //                                       .threads(4).rank(r, world).seed(1).build();
-class PipelineBuilder {
+class LoaderBuilder {
  public:
   // A <name>.index.json, an HDF5 file or an LMDB folder.
-  explicit PipelineBuilder(std::string path) { options_.index_path = std::move(path); }
-  explicit PipelineBuilder(PipelineOptions options) : options_(std::move(options)) {}
-  PipelineBuilder& source(SourceSpec spec);
-  PipelineBuilder& rank(int rank, int world_size);
-  PipelineBuilder& seed(uint64_t seed);
-  PipelineBuilder& assignment(Assignment a, Remainder r = Remainder::kPad);
-  PipelineBuilder& batch(size_t size, bool drop_last = false);
-  PipelineBuilder& block_records(uint64_t records);
-  PipelineBuilder& interleave(size_t segments);
-  PipelineBuilder& shuffle(size_t buffer);
-  PipelineBuilder& threads(size_t n);
-  PipelineBuilder& prefetch(size_t batches);
-  PipelineBuilder& cache(bool on = true);
-  PipelineBuilder& bad_data(BadDataPolicy policy);
-  PipelineBuilder& decode(DecodeOptions d);
-  const PipelineOptions& options() const { return options_; }
-  Pipeline build() const { return Pipeline(options_); }
+  explicit LoaderBuilder(std::string path) { options_.index_path = std::move(path); }
+  explicit LoaderBuilder(LoaderOptions options) : options_(std::move(options)) {}
+  LoaderBuilder& source(SourceSpec spec);
+  LoaderBuilder& rank(int rank, int world_size);
+  LoaderBuilder& seed(uint64_t seed);
+  LoaderBuilder& assignment(Assignment a, Remainder r = Remainder::kPad);
+  LoaderBuilder& batch(size_t size, bool drop_last = false);
+  LoaderBuilder& block_records(uint64_t records);
+  LoaderBuilder& interleave(size_t segments);
+  LoaderBuilder& shuffle(size_t buffer);
+  LoaderBuilder& threads(size_t n);
+  LoaderBuilder& prefetch(size_t batches);
+  LoaderBuilder& cache(bool on = true);
+  LoaderBuilder& bad_data(BadDataPolicy policy);
+  LoaderBuilder& decode(DecodeOptions d);
+  const LoaderOptions& options() const { return options_; }
+  Loader build() const { return Loader(options_); }
 
  private:
-  PipelineOptions options_;
+  LoaderOptions options_;
 };
 
 }  // namespace lockstep::data
