@@ -108,7 +108,12 @@ void MpiBackend::verify(const kit::OpDesc& mine) {
   check(MPI_Iallgather(packed.data(), 2, MPI_UINT64_T, words.data(), 2, MPI_UINT64_T, comm_,
                        &req),
         "mpi: comparing op descriptors");
-  wait(req, "verify");
+  // Liveness only: the peers' descriptors differ exactly when this exchange
+  // is needed, and the watchdog's own comparison would throw while the
+  // allgather is still posted (its buffers freed under MPI: a
+  // use-after-free, and a communicator marked broken). Every rank reaches
+  // this exchange, so it completes.
+  watchdog_.wait(req, "verify", Watchdog::kAnyPeer);
   std::vector<kit::OpDesc> all(size_);
   for (int r = 0; r < size_; ++r) all[r] = kit::unpack(words[r]);
   // Every rank saw the same table, so every rank throws here together and

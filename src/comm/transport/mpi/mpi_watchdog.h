@@ -59,15 +59,15 @@ class Watchdog {
   // Announces this rank's next collective to the local peers.
   void begin(const kit::OpDesc& desc);
   // Polls `req` to completion (status may be null). `peer` is the rank the
-  // request depends on, or -1 for a collective.
+  // request depends on, -1 for a collective (peers' descriptors compared),
+  // or kAnyPeer (liveness and deadline only).
   void wait(MPI_Request& req, std::string_view what, int peer = -1, MPI_Status* status = nullptr);
+  static constexpr int kAnyPeer = -2;
   // Polls MPI_Improbe(src, MPI_ANY_TAG) until a message from `src` is there.
   void probe(int src, std::string_view what, MPI_Message* message, MPI_Status* status);
 
  private:
-  // peer: a rank (point-to-point), -1 (a collective: descriptors compared)
-  // or kAnyPeer (liveness and deadline only).
-  static constexpr int kAnyPeer = -2;
+  // peer: as for wait().
   void poll(const std::function<bool()>& done, std::string_view what, int peer);
   void check_peers(std::string_view what, int peer);
   void free_window();
