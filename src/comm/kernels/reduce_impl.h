@@ -91,17 +91,24 @@ LOCKSTEP_IVDEP
 // the blocked loop below, so results are bitwise those of any n or chunk.
 // The blocked loop reads each input once more per block through an L1
 // accumulator; for two inputs that was a third of the kernel's time.
+// A traits class may vectorise the leading elements itself (F16Hardware,
+// whose scalar conversions the compiler cannot vectorise): `Tr::two<K>`
+// returns how many it did, with the same per-element operations.
 template <typename Tr, Kind K>
 void reduce_two(const typename Tr::Store* a, const typename Tr::Store* b,
                 typename Tr::Store* o, size_t count, bool average, int divisor) {
+  size_t done = 0;
+  if constexpr (requires { Tr::template two<K>(a, b, o, count, average, divisor); })
+    done = Tr::template two<K>(a, b, o, count, average, divisor);
   if (average) {
 LOCKSTEP_IVDEP
-    for (size_t i = 0; i < count; ++i)
+    for (size_t i = done; i < count; ++i)
       o[i] = Tr::store(Tr::div(apply<Tr, K>(Tr::load(a[i]), Tr::load(b[i])), divisor));
     return;
   }
 LOCKSTEP_IVDEP
-  for (size_t i = 0; i < count; ++i) o[i] = Tr::store(apply<Tr, K>(Tr::load(a[i]), Tr::load(b[i])));
+  for (size_t i = done; i < count; ++i)
+    o[i] = Tr::store(apply<Tr, K>(Tr::load(a[i]), Tr::load(b[i])));
 }
 
 template <typename Tr, Kind K>
