@@ -8,7 +8,11 @@
 //   CountsTable[2][2][size][size] bytes each rank sends to / expects from each peer
 //   Channel[size][size]         point-to-point counters (src, dst)
 //   slots[size][2]              per-rank staging buffers, slot_bytes each
-//   p2p[size][size][2]          point-to-point buffers, p2p_bytes each
+//   p2p[size][size][2]          point-to-point buffers, p2p_bytes each; each
+//                               sender's block starts on a page
+//
+// Placement (Note [First touch] in segment.cc): each rank allocates the
+// pages it writes (its slots and outgoing mailboxes), rank 0 the head.
 //
 // Lifetime: rank 0 creates the segment (O_EXCL, mode 0600) under
 // /dev/shm/lockstep-<job>-<tag>; the others attach; once all have attached
@@ -24,6 +28,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comm/kit/op_desc.h"
 #include "lockstep/base/check.h"
@@ -31,7 +36,7 @@
 namespace lockstep::comm::shm {
 
 inline constexpr uint64_t kMagic = 0x6c6f636b73746570ull;  // "lockstep"
-inline constexpr uint32_t kVersion = 4;
+inline constexpr uint32_t kVersion = 5;
 
 // A futex word and the number of processes sleeping on it (so the writer
 // only pays for FUTEX_WAKE when somebody sleeps).
@@ -93,6 +98,30 @@ struct Header {
   char abort_reason[512];
 };
 
+// Byte offsets of the layout above; a pure function of its arguments.
+struct Layout {
+  size_t ranks, counts, channels, slots, p2p, p2p_block, total;
+  Layout(int size, size_t slot_bytes, size_t p2p_bytes);
+};
+
+// A page-aligned byte range [begin, end) of the segment.
+struct PageRange {
+  size_t begin, end;
+  bool operator==(const PageRange&) const = default;
+};
+
+// The ranges whose pages `rank` allocates, so that they sit on its NUMA
+// node (Note [First touch]): its two slots and its outgoing mailboxes, and
+// for rank 0 also the head (header, rank lines, tables, channels). The
+// ranks' ranges are disjoint and together cover the segment.
+std::vector<PageRange> first_touch_ranges(const Layout& layout, int rank, size_t slot_bytes);
+
+// Allocates the pages of `ranges` in the file `fd` from the calling process
+// (posix_fallocate): on tmpfs the pages come from the caller's NUMA node,
+// and a full /dev/shm fails here rather than with SIGBUS mid-collective.
+// Returns 0 or the error number.
+int reserve_pages(int fd, const std::vector<PageRange>& ranges);
+
 class Segment {
  public:
   // Creates (rank 0) or attaches to (others) the segment `name`, waiting up
@@ -135,7 +164,8 @@ class Segment {
     LOCKSTEP_DCHECK(src >= 0 && src < size_ && dst >= 0 && dst < size_ &&
                         (buffer == 0 || buffer == 1),
                     "shm segment: mailbox {} of {}->{} of {} ranks", buffer, src, dst, size_);
-    return p2p_ + ((static_cast<size_t>(src) * size_ + dst) * 2 + buffer) * p2p_bytes_;
+    return p2p_ + static_cast<size_t>(src) * p2p_block_ +
+           (static_cast<size_t>(dst) * 2 + buffer) * p2p_bytes_;
   }
   size_t slot_bytes() const { return slot_bytes_; }
   size_t p2p_bytes() const { return p2p_bytes_; }
@@ -144,6 +174,10 @@ class Segment {
  private:
   Segment(std::string name, std::byte* base, size_t bytes, int size, size_t slot_bytes,
           size_t p2p_bytes);
+  // Until every rank counted itself attached; throws naming a rank that
+  // failed to reserve its pages, or the ranks missing at the deadline.
+  void wait_attached(int rank, std::chrono::steady_clock::time_point deadline,
+                     std::chrono::milliseconds timeout);
 
   std::string name_;
   std::byte* base_;
@@ -151,6 +185,7 @@ class Segment {
   int size_;
   size_t slot_bytes_;
   size_t p2p_bytes_;
+  size_t p2p_block_;  // bytes of one sender's mailboxes, whole pages
   RankLine* ranks_;
   uint64_t* counts_;
   Channel* channels_;
