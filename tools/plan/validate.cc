@@ -34,7 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Options {
+struct ValidateOptions {
   std::string np = "1,2";
   int netns = 0;
   int per_host = 1;  // ranks per netns host (> 1: the hierarchical allreduce)
@@ -106,7 +106,7 @@ using plan::detail::median;
 // its per-round errors and their median.
 class Validator {
  public:
-  explicit Validator(const Options& o) : o_(o) {
+  explicit Validator(const ValidateOptions& o) : o_(o) {
     dir_ = o.workdir.empty() ? make_temp_dir() : o.workdir;
     fs::create_directories(dir_);
     threshold_ = static_cast<int64_t>(
@@ -520,7 +520,7 @@ class Validator {
   }
 
 
-  const Options& o_;
+  const ValidateOptions& o_;
   std::string dir_;
   int64_t threshold_ = 0;
   std::vector<int> nps_;
@@ -542,7 +542,7 @@ class Validator {
 int validate_main(int argc, char** argv) {
   CLI::App app{"Measure a program at several scales here and compare with the planner's "
                "prediction (docs/plan.md)", "lockstep plan validate"};
-  Options o;
+  ValidateOptions o;
   app.add_option("--np", o.np, "ranks on this host, e.g. 1,2,3")->capture_default_str();
   app.add_option("--netns", o.netns, "also run on this many network-namespace hosts, one rank "
                  "each (root)")->capture_default_str();
