@@ -59,15 +59,12 @@ endforeach()
 
 # Even with that header a torch source costs about 6 s of CPU before its first
 # line (loading the 0.8 GB header, emitting torch's inline functions again),
-# so a LibTorch target compiles its sources 8 to a file (a CMake unity
-# build). Measured in CPU time on one core: lars, lamb, larc and novograd.cc
-# took 47.6 s compiled apart and 15.7 s as one. -DLOCKSTEP_UNITY_TORCH=OFF
-# compiles them file by file (editing one then recompiles only it).
+# so a LibTorch target, like every target, compiles its sources 8 to a file
+# (LOCKSTEP_UNITY, a CMake unity build). Measured in CPU time on one core:
+# lars, lamb, larc and novograd.cc took 47.6 s compiled apart and 15.7 s as one.
 function(lockstep_use_torch target)
   target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
   target_compile_options(${target} PRIVATE ${LOCKSTEP_TORCH_FLAGS})
-  set_target_properties(${target} PROPERTIES UNITY_BUILD ${LOCKSTEP_UNITY_TORCH}
-                        UNITY_BUILD_BATCH_SIZE 8)
   if(NOT LOCKSTEP_SANITIZE)
     get_target_property(_type ${target} TYPE)
     if(_type STREQUAL "EXECUTABLE")

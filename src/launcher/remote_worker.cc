@@ -33,11 +33,11 @@ namespace lockstep::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kTermGrace = std::chrono::seconds(2);
+constexpr auto kRemoteTermGrace = std::chrono::seconds(2);
 constexpr auto kBlockTimeout = std::chrono::seconds(60);
 
 template <typename... Args>
-void say(fmt::format_string<Args...> format, Args&&... args) {
+void remote_say(fmt::format_string<Args...> format, Args&&... args) {
   write_fully(STDERR_FILENO,
               "lockstep remote-worker: " + fmt::format(format, std::forward<Args>(args)...) + "\n");
 }
@@ -125,13 +125,13 @@ int exit_status_of(const LaunchBlock& block, pid_t pid, int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   int sig = WTERMSIG(status);
   const char* abbrev = sigabbrev_np(sig);
-  say("rank {} on host {}: the worker (pid {}) was killed by signal {} (SIG{})", block.rank,
-      block.host, pid, sig, abbrev ? abbrev : "?");
+  remote_say("rank {} on host {}: the worker (pid {}) was killed by signal {} (SIG{})",
+             block.rank, block.host, pid, sig, abbrev ? abbrev : "?");
   return 128 + sig;
 }
 
 // Waits for the worker, forwarding signals; stdin closing means the launcher
-// is gone, so the worker is stopped (SIGTERM, then SIGKILL after kTermGrace).
+// is gone, so the worker is stopped (SIGTERM, then SIGKILL after kRemoteTermGrace).
 int supervise(const LaunchBlock& block, pid_t pid, int signal_fd) {
   bool stdin_open = true;
   std::optional<Clock::time_point> kill_at;
@@ -148,7 +148,7 @@ int supervise(const LaunchBlock& block, pid_t pid, int signal_fd) {
       if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
         stdin_open = false;
         ::kill(pid, SIGTERM);
-        kill_at = Clock::now() + kTermGrace;
+        kill_at = Clock::now() + kRemoteTermGrace;
       }
     }
     signalfd_siginfo info;
@@ -171,14 +171,15 @@ int remote_worker_main(int, char**) {
   try {
     block = decode_launch_block(read_block());
   } catch (const Error& e) {
-    say("{}", e.what());
+    remote_say("{}", e.what());
     return 2;
   }
   try {
     auto env = worker_env(block);
     if (!block.cwd.empty() && ::chdir(block.cwd.c_str()) != 0)
-      say("rank {} on host {}: no directory {} here ({}); running in {}", block.rank, block.host,
-          block.cwd, std::strerror(errno), env.count("HOME") ? env["HOME"] : "the current one");
+      remote_say("rank {} on host {}: no directory {} here ({}); running in {}", block.rank,
+                 block.host, block.cwd, std::strerror(errno),
+                 env.count("HOME") ? env["HOME"] : "the current one");
     int signal_fd = block_supervision_signals();
     check_in(block, env);
     pid_t pid = start_worker(block, env);
@@ -188,7 +189,7 @@ int remote_worker_main(int, char**) {
     if (status > 128) remove_job_shared_memory(env["LOCKSTEP_JOB_ID"]);
     return status;
   } catch (const Error& e) {
-    say("{}", e.what());
+    remote_say("{}", e.what());
     return 1;
   }
 }

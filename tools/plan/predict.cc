@@ -15,7 +15,7 @@
 namespace lockstep::plan_tool {
 namespace {
 
-struct Options {
+struct PredictOptions {
   std::string profile;
   std::vector<std::string> networks;
   std::string nodes = "1:1024";
@@ -35,7 +35,7 @@ struct Options {
   bool json = false;
 };
 
-void add_options(CLI::App& app, Options& o) {
+void add_options(CLI::App& app, PredictOptions& o) {
   app.add_option("--profile", o.profile, "model profile (lockstep profile, or lockstep plan zoo)")
       ->required();
   app.add_option("--network", o.networks,
@@ -75,7 +75,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--json", o.json, "one JSON object per node count");
 }
 
-int run(const Options& o) {
+int run(const PredictOptions& o) {
   if (o.strategy != "data")
     throw InvalidArgument(fmt::format(
         "--strategy {}: only data parallelism is modelled; ZeRO and pipeline schedules are not "
@@ -130,7 +130,7 @@ int run(const Options& o) {
 int predict_main(int argc, char** argv) {
   CLI::App app{"Predict step time and scaling efficiency of a profiled model (docs/plan.md)",
                "lockstep plan"};
-  Options o;
+  PredictOptions o;
   add_options(app, o);
   return cli::run_command(app, argc, argv, "lockstep plan", [&] { return run(o); });
 }

@@ -18,7 +18,7 @@
 namespace lockstep::plan_tool {
 namespace {
 
-struct Options {
+struct ProfileOptions {
   int steps = 20;
   int warmup = 5;
   int np = 1;
@@ -29,7 +29,7 @@ struct Options {
   std::vector<std::string> program;
 };
 
-int run(const Options& o) {
+int run(const ProfileOptions& o) {
   if (o.program.empty()) throw InvalidArgument("give the program after --: lockstep profile -- PROGRAM ARGS");
   if (o.steps < 1 || o.warmup < 0 || o.np < 1 || o.threads < 0)
     throw InvalidArgument("--steps and --np must be >= 1, --warmup and --threads >= 0");
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   using namespace lockstep::plan_tool;
   CLI::App app{"Record a step profile of a training program for `lockstep plan` (docs/plan.md)",
                "lockstep profile"};
-  Options o;
+  ProfileOptions o;
   app.add_option("--steps", o.steps, "steps to record")->capture_default_str();
   app.add_option("--warmup", o.warmup, "steps to skip first")->capture_default_str();
   app.add_option("-n,--np", o.np, "workers (1: the profile the planner expects)")

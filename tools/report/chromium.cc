@@ -23,7 +23,7 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
-std::string slurp(const fs::path& p) {
+std::string read_output(const fs::path& p) {  // empty if chromium wrote none
   std::ifstream in(p, std::ios::binary);
   std::stringstream s;
   s << in.rdbuf();
@@ -45,7 +45,7 @@ std::string run_chromium(const std::string& chromium, const std::string& url,
       quote(chromium), quote((tmp / "profile").string()), flags, quote(url),
       quote((tmp / "out").string()), quote((tmp / "err").string()));
   const int rc = std::system(cmd.c_str());
-  std::string out = slurp(tmp / "out"), err = slurp(tmp / "err");
+  std::string out = read_output(tmp / "out"), err = read_output(tmp / "err");
   fs::remove_all(tmp);
   if (rc != 0)
     throw Error(fmt::format("{} failed ({}) on {}:\n{}", chromium, rc, url, err.substr(0, 2000)));

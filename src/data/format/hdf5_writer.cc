@@ -67,9 +67,9 @@ Pixels pixels_of(const Example& e, uint64_t record) {
 }
 
 // One output file; rows are buffered and written a chunk at a time.
-class Hdf5File {
+class Hdf5Output {
  public:
-  Hdf5File(std::string path, const Pixels& first, hsize_t chunk_rows)
+  Hdf5Output(std::string path, const Pixels& first, hsize_t chunk_rows)
       : path_(std::move(path)), shape_(first.shape), is_float_(first.is_float), chunk_rows_(chunk_rows) {
     Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     // The 1.10 format: every metadata structure, the chunk index included,
@@ -172,7 +172,7 @@ class Hdf5Writer final : public DatasetWriter {
     Pixels p = pixels_of(example, records_);
     MutexLock lock(hdf5::library_mutex());
     if (files_.empty()) open_files(p);
-    const Hdf5File& first = *files_[0];
+    const Hdf5Output& first = *files_[0];
     if (p.shape != first.shape() || p.is_float != first.is_float())
       cannot(records_, fmt::format("its image is [{}] {} but the first was [{}] {}; an HDF5 "
                                    "dataset holds one shape: crop/resize first or write records/lmdb",
@@ -206,12 +206,12 @@ class Hdf5Writer final : public DatasetWriter {
     for (size_t k = 0; k < out_.shards; ++k) {
       std::string file = out_.shards == 1 ? out_.name + ".h5"
                                           : fmt::format("{}-{:05d}-of-{:05d}.h5", out_.name, k, out_.shards);
-      files_.push_back(std::make_unique<Hdf5File>((fs::path(out_.dir) / file).string(), first, rows));
+      files_.push_back(std::make_unique<Hdf5Output>((fs::path(out_.dir) / file).string(), first, rows));
     }
   }
 
   ShardOutput out_;
-  std::vector<std::unique_ptr<Hdf5File>> files_;
+  std::vector<std::unique_ptr<Hdf5Output>> files_;
   uint64_t records_ = 0;
   uint64_t bytes_ = 0;
 };

@@ -6,10 +6,10 @@ namespace lockstep::comm {
 namespace {
 
 // TCP serves any world, so it is the fallback across hosts.
-int priority(const WorldInfo&) { return 1; }
+int gloo_priority(const WorldInfo&) { return 1; }
 
-std::unique_ptr<Backend> make_group(Backend&, int, int, const WorldInfo& group,
-                                    const std::string& tag) {
+std::unique_ptr<Backend> gloo_make_group(Backend&, int, int, const WorldInfo& group,
+                                         const std::string& tag) {
   return gloo_transport::make_backend(group, tag);
 }
 
@@ -19,9 +19,9 @@ extern const Transport transport_gloo;
 const Transport transport_gloo{
     .name = "gloo",
     .summary = "TCP through libgloo, started by `lockstep run`, any number of hosts",
-    .auto_priority = priority,
+    .auto_priority = gloo_priority,
     .make = gloo_transport::make_backend,
-    .make_group = make_group,
+    .make_group = gloo_make_group,
 };
 
 }  // namespace lockstep::comm

@@ -11,7 +11,7 @@ namespace {
 // `lockstep run` (no LOCKSTEP_RANK), the MPI world is the job, so mpi wins
 // even on one host; under `lockstep run` it loses to shm on one host and
 // beats gloo across hosts.
-int priority(const WorldInfo& world) {
+int mpi_priority(const WorldInfo& world) {
   if (!mpi::started_by_mpi_launcher()) return -1;
   bool bare = !knob_is_set("LOCKSTEP_RANK");
   return bare && world.size > 1 ? 20 : 5;
@@ -22,8 +22,8 @@ std::unique_ptr<Backend> make_subset(Backend& parent, std::span<const int> ranks
   return mpi::make_subset_backend(parent, ranks, sub.job_id);
 }
 
-std::unique_ptr<Backend> make_group(Backend& flat, int color, int key, const WorldInfo&,
-                                    const std::string&) {
+std::unique_ptr<Backend> mpi_make_group(Backend& flat, int color, int key, const WorldInfo&,
+                                        const std::string&) {
   return mpi::make_split_backend(flat, color, key);
 }
 
@@ -33,10 +33,10 @@ extern const Transport transport_mpi;
 const Transport transport_mpi{
     .name = "mpi",
     .summary = "MPI, processes started by mpirun/mpiexec, any number of hosts",
-    .auto_priority = priority,
+    .auto_priority = mpi_priority,
     .make = mpi::make_backend,
     .make_subset = make_subset,
-    .make_group = make_group,
+    .make_group = mpi_make_group,
 };
 
 }  // namespace lockstep::comm

@@ -8,7 +8,7 @@ namespace {
 // Never chosen by LOCKSTEP_BACKEND=auto: its buffers are device memory, so
 // only a caller that holds CUDA buffers (the engine with CUDA tensors) or
 // names it explicitly may use it.
-int priority(const WorldInfo&) { return -1; }
+int nccl_priority(const WorldInfo&) { return -1; }
 
 }  // namespace
 
@@ -17,7 +17,7 @@ const Transport transport_nccl{
     .name = "nccl",
     .summary = "NCCL on CUDA buffers, one GPU per rank, any number of hosts (bootstrap through "
                "the host transport)",
-    .auto_priority = priority,
+    .auto_priority = nccl_priority,
     .make = nccl::make_backend,
     .make_subset = nccl::make_subset,
 };

@@ -15,14 +15,8 @@ namespace {
 
 constexpr size_t kAlign = 64;
 
-size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
-
 const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
 std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
-
-void copy_bytes(void* dst, const void* src, size_t n) {
-  if (n && dst != src) std::memcpy(dst, src, n);
-}
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -25,6 +26,15 @@ struct ShmTuning {
   size_t cma_bytes = 0;      // allreduce of 2 ranks: single-copy path at or above
   bool cma = false;          // LOCKSTEP_SHM_CMA=on: the single-copy path is allowed
 };
+
+// Helpers of the collectives' sources, defined once here: a target's
+// sources compile in unity batches (docs/ci.md), where two files' helpers
+// of the same name would collide.
+inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+// memcpy that accepts n == 0 (null buffers) and an in-place call.
+inline void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n && dst != src) std::memcpy(dst, src, n);
+}
 
 // Splits `count` elements into `parts` cache-line-aligned (64 B) ranges;
 // part r is [begin(r), end(r)).

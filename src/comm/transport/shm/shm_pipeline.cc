@@ -10,12 +10,6 @@
 namespace lockstep::comm::shm {
 namespace {
 
-size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
-
-void copy_bytes(void* dst, const void* src, size_t n) {
-  if (n && dst != src) std::memcpy(dst, src, n);
-}
-
 const std::byte* as_bytes(const void* p) { return static_cast<const std::byte*>(p); }
 std::byte* as_bytes(void* p) { return static_cast<std::byte*>(p); }
 

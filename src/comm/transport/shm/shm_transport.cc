@@ -9,7 +9,7 @@ namespace lockstep::comm {
 namespace {
 
 // Every rank on this host: the fastest transport there is.
-int priority(const WorldInfo& world) { return world.local_size == world.size ? 10 : -1; }
+int shm_priority(const WorldInfo& world) { return world.local_size == world.size ? 10 : -1; }
 
 std::unique_ptr<Backend> make(const WorldInfo& world, const std::string& tag) {
   if (world.local_size != world.size)
@@ -25,7 +25,7 @@ extern const Transport transport_shm;
 const Transport transport_shm{
     .name = "shm",
     .summary = "shared memory, every rank on one host",
-    .auto_priority = priority,
+    .auto_priority = shm_priority,
     .make = make,
 };
 
