@@ -171,8 +171,9 @@ Phases phases_of(const ProfileSummary& s, double slowdown) {
 std::string bottleneck(const StepPrediction& p) {
   const double step = std::max(p.step_ms, 1e-12);
   if (p.exposed_comm_ms / step < 0.05 && p.straggler_ms / step < 0.05) return "compute";
-  const double busy = std::max(
-      p.alpha_ms + p.beta_ms + p.gamma_ms + p.copy_ms + p.cycle_ms + p.wake_wait_ms, 1e-12);
+  const double busy = std::max(p.alpha_ms + p.beta_ms + p.gamma_ms + p.copy_ms + p.cycle_ms +
+                                   p.wake_wait_ms + p.compress_ms,
+                               1e-12);
   const double exposed = std::max(0.0, p.exposed_comm_ms);
   std::vector<std::pair<double, std::string>> c = {
       {p.straggler_ms, "stragglers"},
@@ -180,6 +181,7 @@ std::string bottleneck(const StepPrediction& p) {
       {exposed * (p.alpha_ms + p.cycle_ms + p.wake_wait_ms) / busy, "latency"},
       {exposed * p.gamma_ms / busy, "reduction"},
       {exposed * p.copy_ms / busy, "memory copies"},
+      {exposed * p.compress_ms / busy, "compression compute"},
   };
   return std::max_element(c.begin(), c.end())->second;
 }

@@ -100,7 +100,7 @@ struct StepPrediction {
   double wake_wait_ms = 0;    // engine operations waiting for a core (Scenario::wake_wait_ms)
   std::string largest_algorithm;  // the algorithm of the largest collective
   std::string bottleneck;     // compute | network bandwidth | latency | reduction |
-                              // memory copies | stragglers
+                              // memory copies | compression compute | stragglers
 };
 
 // Throws InvalidArgument on a bad scenario, and at more than one rank when
