@@ -13,10 +13,11 @@
 //
 // So a step sends 2(N−1) · (L/(8N) + 4) bytes per rank, where an fp32
 // allreduce sends 2(N−1)/N · 4L: about 32x less. The first warmup_steps
-// steps allreduce whole gradients (DeepSpeed's warm-up stage, during which
-// its 1-bit Adam also settles the variance it then freezes; freezing Adam's
-// variance is not done here: with Adam or LAMB the second moment follows the
-// compressed gradient, so prefer SGD with momentum, or a long warm-up).
+// steps allreduce whole gradients (DeepSpeed's warm-up stage). With Adam or
+// LAMB wrapped, their second moment follows the compressed gradient: prefer
+// SGD with momentum, or 1-bit Adam (onebit_adam.h), which freezes Adam's
+// variance after its warm-up and compresses the momentum instead. The byte
+// counts are lockstep/plan/compression.h's (shared with the planner).
 //
 // Used through DistributedOptimizer (Compression::kOneBit, options.onebit),
 // which calls reduce() at synchronize(). Every rank of the group must call
