@@ -16,8 +16,8 @@
 #include <string>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/socket.h"
 #include "lockstep/rendezvous/store.h"
-#include "rendezvous/socket.h"
 #include "rendezvous/wire.h"
 
 namespace {
@@ -53,10 +53,10 @@ std::string payload_of(const uint8_t* data, size_t size, const std::string& nonc
 
 // Sends, then drains replies briefly (WAITs may park the connection).
 void exchange(const uint8_t* data, size_t size) {
-  auto deadline = rz::net::Clock::now() + std::chrono::seconds(2);
-  rz::net::Fd fd = rz::net::connect_tcp(rz::net::parse_address(server().address()), deadline);
+  auto deadline = lockstep::net::Clock::now() + std::chrono::seconds(2);
+  lockstep::net::Fd fd = lockstep::net::connect_tcp(lockstep::net::parse_address(server().address()), deadline);
   std::string hello(rz::wire::kHelloBytes, '\0');
-  if (!rz::net::read_exact(fd.get(), hello.data(), hello.size(), deadline, "hello")) return;
+  if (!lockstep::net::read_exact(fd.get(), hello.data(), hello.size(), deadline, "hello")) return;
   auto nonce = rz::wire::parse_hello(hello);
   if (!nonce) __builtin_trap();
   std::string bytes = payload_of(data, size, *nonce);

@@ -7,7 +7,10 @@
 #     (two workers sharing the GPU, staged through shared memory);
 #  3. lockstep bench train --device cuda: lockstep at np 1 against plain
 #     LibTorch, the same model and step, interleaved;
-#  4. the main job on one GPU (np 1) and two workers sharing it (np 2).
+#  4. the main job on one GPU (np 1) and two workers sharing it (np 2);
+#  5. the step anatomy at np 1 and 2 (bench/step_anatomy.py over a short
+#     run's metrics and timeline: compute, exposed waits, and the GPU times
+#     of the fusion copies and collectives).
 # Every step is time-boxed and logged to $OUT (default: gpu-check-out/);
 # a failed step does not stop the others. The summary is printed last.
 #
@@ -47,6 +50,12 @@ for np_backend in 1:nccl 2:shm; do
 done
 step bench-allreduce-np2-shm-host 45 "$bin/lockstep" run -np 2 "$bin/lockstep" bench allreduce \
   --device cpu --backend shm --sizes 4KiB:64MiB --factor 4 --seconds 0.1
+
+for np in 1 2; do
+  step "anatomy-np$np" 120 bash -c "\"$bin/lockstep\" run -np $np \"$bin/lockstep-fashion-mnist\" \
+    --device cuda --data \"$DATA\" --max-steps 400 --log-every 1 --run-dir \"$OUT/anatomy-np$np\" \
+    && python3 bench/step_anatomy.py \"$OUT/anatomy-np$np\" --skip-steps 50"
+done
 
 echo "== summary"
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"

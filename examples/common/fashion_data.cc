@@ -8,7 +8,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/data/idx.h"
-#include "lockstep/data/pipeline.h"
+#include "lockstep/data/loader.h"
 
 namespace lockstep::examples {
 namespace {
@@ -28,7 +28,7 @@ FashionSplit from_idx(const std::string& dir, const std::string& split, FashionL
   return out;
 }
 
-// One pass of a single-rank pipeline: no shuffle buffer, one segment at a
+// One pass of a single-rank loader: no shuffle buffer, one segment at a
 // time, so the order is the seed-0 block order and does not depend on timing.
 FashionSplit from_source(const data::SourceSpec& spec, const FashionLoadOptions& options,
                          FashionLoadReport& report) {
@@ -36,7 +36,7 @@ FashionSplit from_source(const data::SourceSpec& spec, const FashionLoadOptions&
   data::DecodeOptions decode;
   decode.mean = {static_cast<float>(kFashionMean)};
   decode.stddev = {static_cast<float>(kFashionStd)};
-  data::Pipeline pipeline = data::PipelineBuilder(index_path)
+  data::Loader loader = data::LoaderBuilder(index_path)
                                 .source(spec)
                                 .rank(0, 1)
                                 .seed(0)
@@ -49,11 +49,11 @@ FashionSplit from_source(const data::SourceSpec& spec, const FashionLoadOptions&
                                 .bad_data(options.bad_data)
                                 .decode(decode)
                                 .build();
-  report.source = data::format_name(pipeline.source().format());
-  report.expected = pipeline.records_per_epoch();
+  report.source = data::format_name(loader.source().format());
+  report.expected = loader.records_per_epoch();
   std::vector<::torch::Tensor> images, labels;
-  pipeline.start_epoch(0);
-  while (auto batch = pipeline.next()) {
+  loader.start_epoch(0);
+  while (auto batch = loader.next()) {
     if (batch->size() == 0) continue;
     if (batch->shape != std::vector<int64_t>{static_cast<int64_t>(batch->size()), 1, 28, 28})
       throw Error(fmt::format("{}: records decode to shape [{}], not 1x28x28 Fashion-MNIST "
@@ -63,7 +63,7 @@ FashionSplit from_source(const data::SourceSpec& spec, const FashionLoadOptions&
     images.push_back(::torch::from_blob(batch->data.data(), {n, 1, 28, 28}, ::torch::kFloat32).clone());
     labels.push_back(::torch::from_blob(batch->labels.data(), {n}, ::torch::kInt64).clone());
   }
-  data::SkipReport skips = pipeline.skip_report();
+  data::SkipReport skips = loader.skip_report();
   report.skipped = skips.skipped;
   report.first_reasons = skips.first_reasons;
   if (images.empty())

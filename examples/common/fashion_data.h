@@ -3,7 +3,7 @@
 //
 // Sources: the IDX files of Debian's dataset-fashion-mnist, or what
 // `lockstep convert idx` wrote: record shards, HDF5 or LMDB. Those are read
-// through the data pipeline (lockstep/data/pipeline.h), so every record is
+// through the data loader (lockstep/data/loader.h), so every record is
 // checked — against the index for shards (count, offsets, CRCs), against the
 // Fletcher-32 chunk checksums for HDF5 — and a shard cut short, even at a
 // record boundary, is an error naming file and record (BadDataPolicy::kThrow)
@@ -47,7 +47,7 @@ struct FashionLoadReport {
 // (<split>.h5, <split>-*.h5), LMDB (<split>.lmdb) or IDX files.
 // Throws lockstep::Error (naming the Debian package dataset-fashion-mnist
 // when the folder is missing) and data::BadRecord for a bad record under
-// kThrow. Shards are read in the pipeline's order for seed 0 (a fixed
+// kThrow. Shards are read in the loader's order for seed 0 (a fixed
 // permutation of blocks), so `limit` takes a deterministic mixed subset.
 FashionSplit load_fashion_split(const std::string& dir, const std::string& split,
                                 FashionLoadOptions options = {},

@@ -2,9 +2,10 @@
 // head, net.h) trained with any of lockstep's strategies, reporting per rank
 // what each one costs:
 //
-//   lockstep run -np 2 lockstep-parallelism --strategy data|tensor|pipeline|zero|ps
+//   lockstep run -np 2 lockstep-parallelism --strategy data|tensor|pipeline|zero|fsdp|ps
 //       [--micro-batches M] [--schedule gpipe|1f1b] [--mesh data=2,tensor=2]
 //       [--compression none|fp16|bf16|powersgd:R|onebit|onebit-adam] [--checkpoint-activations K]
+//       [--fsdp-unit K]
 //       [--epochs E] [--json]
 //   lockstep run -np 2 --servers 1 lockstep-parallelism --strategy ps   # dedicated server
 //
@@ -38,8 +39,9 @@ struct Flags {
 };
 
 void add_flags(CLI::App& app, Flags& f) {
-  app.add_option("--strategy", f.s.strategy, "data|tensor|pipeline|zero|ps")
-      ->check(CLI::IsMember({"data", "tensor", "pipeline", "zero", "ps"}))->capture_default_str();
+  app.add_option("--strategy", f.s.strategy, "data|tensor|pipeline|zero|fsdp|ps")
+      ->check(CLI::IsMember({"data", "tensor", "pipeline", "zero", "fsdp", "ps"}))
+      ->capture_default_str();
   app.add_option("--mesh", f.s.mesh,
                  "tensor/pipeline: e.g. data=2,tensor=2 (default: the whole job on one dimension)");
   app.add_option("--micro-batches", f.s.micro_batches, "pipeline: micro-batches per step")
@@ -51,6 +53,9 @@ void add_flags(CLI::App& app, Flags& f) {
       ->delimiter(',');
   app.add_option("--zero-stage", f.s.zero_stage, "zero: 1 or 2")
       ->check(CLI::IsMember({1, 2}))->capture_default_str();
+  app.add_option("--fsdp-unit", f.s.fsdp_unit,
+                 "fsdp: consecutive layers per flat-parameter unit (gathered together)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--servers", f.s.servers,
                  "ps: colocated servers among the workers (0: all; dedicated ones come from "
                  "`lockstep run --servers K`)")->capture_default_str();
@@ -214,6 +219,7 @@ int run(const Flags& f) {
         line["bubble_measured"] = sums[3] > 0 ? sums[2] / sums[3] : 0;
         line["bubble_theory"] = static_cast<double>(p - 1) / (m + p - 1);
       }
+      if (f.s.strategy == "fsdp") line["fsdp_unit"] = f.s.fsdp_unit;
       if (f.s.strategy == "zero") {
         line["zero_stage"] = f.s.zero_stage;
         line["zero_gather_overlap"] = st.gather_overlap;

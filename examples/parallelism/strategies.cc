@@ -7,6 +7,10 @@
 //                its warm-up): 2(N-1) · (L/(8N) + 4) for L parameters
 //                (alltoall + allgather of signs and a scale); these from
 //                lockstep/plan/compression.h, the runtime's own closed forms
+//   fsdp         3(N-1)/N · M' with M' the padded parameter bytes (N equal
+//                segments per unit): the all-gather before each unit's
+//                forward and again before its backward, the reduce-scatter
+//                of its gradient
 //   ps           push: the gradient slices this worker does not own;
 //                pull: as a server, its shard to every other worker
 //                (colocated on all N: 2(N-1)/N · M; dedicated: M per worker)
@@ -162,6 +166,37 @@ class Zero : public Replicated {
   void before_layer(const ::torch::nn::Module& layer) override { zero_.wait_for(layer); }
   void settle() override { zero_.wait(); }
   lp::ShardedOptimizer zero_;
+};
+
+// Fully sharded: each rank keeps 1/N of every parameter, gradient and Adam
+// state; a unit of --fsdp-unit layers is whole only while it computes.
+class FullySharded : public Strategy {
+ public:
+  explicit FullySharded(const StrategyFlags& f) {
+    ::torch::manual_seed(42);
+    fsdp_.emplace(make_model(f), lp::FullyShardedOptions{.layers_per_unit = f.fsdp_unit});
+    params_ = fsdp_->parameters();  // this rank's segments
+    optimizer_ = std::make_unique<::torch::optim::Adam>(params_, ::torch::optim::AdamOptions(f.lr));
+    data_rank = lt::rank();
+    data_size = lt::size();
+  }
+  std::optional<double> train_step(const Tensor& x, const Tensor& y) override {
+    fsdp_->zero_grad();
+    auto loss = loss_of(fsdp_->forward(x), y);
+    loss.backward();
+    fsdp_->step(*optimizer_);
+    return loss.item<double>();
+  }
+  std::optional<Tensor> predict(const Tensor& x) override {
+    ::torch::NoGradGuard no_grad;
+    return fsdp_->forward(x);
+  }
+  double closed_form_bytes_per_step(int64_t) const override {
+    return 3.0 * (data_size - 1) * 4.0 * static_cast<double>(fsdp_->shard_elements());
+  }
+
+ private:
+  std::optional<lp::FullyShardedModel> fsdp_;
 };
 
 class ParameterServerStrategy : public Replicated {
@@ -320,10 +355,11 @@ std::unique_ptr<Strategy> make_strategy(const StrategyFlags& f) {
     throw InvalidArgument("--checkpoint-activations: not with --strategy tensor");
   if (f.strategy == "data") return std::make_unique<Data>(f);
   if (f.strategy == "zero") return std::make_unique<Zero>(f);
+  if (f.strategy == "fsdp") return std::make_unique<FullySharded>(f);
   if (f.strategy == "ps") return std::make_unique<ParameterServerStrategy>(f);
   if (f.strategy == "tensor") return std::make_unique<Tensorwise>(f);
   if (f.strategy == "pipeline") return std::make_unique<Pipelined>(f);
-  throw InvalidArgument(fmt::format("--strategy {} is not one of data, tensor, pipeline, zero, ps",
+  throw InvalidArgument(fmt::format("--strategy {} is not one of data, tensor, pipeline, zero, fsdp, ps",
                                     f.strategy));
 }
 

@@ -15,12 +15,13 @@
 namespace lockstep::examples {
 
 struct StrategyFlags {
-  std::string strategy = "data";  // data|tensor|pipeline|zero|ps
+  std::string strategy = "data";  // data|tensor|pipeline|zero|fsdp|ps
   std::string mesh;               // e.g. data=2,tensor=2 (tensor/pipeline)
   int micro_batches = 4;
   std::string schedule = "1f1b";
   std::vector<int> partition;     // pipeline: layers per stage (empty: by parameter count)
   int zero_stage = 2;
+  int fsdp_unit = 2;              // fsdp: consecutive layers per flat-parameter unit
   int servers = 0;                // ps: colocated servers (0: every worker)
   double lr = 1e-3;
   int64_t batch_size = 64;        // per data-parallel replica

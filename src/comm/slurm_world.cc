@@ -21,8 +21,8 @@
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/slurm.h"
 #ifdef LOCKSTEP_HAVE_RENDEZVOUS
+#include "lockstep/base/socket.h"
 #include "lockstep/rendezvous/store.h"
-#include "rendezvous/socket.h"
 #endif
 
 namespace lockstep::comm {
@@ -88,7 +88,7 @@ std::string bind_address(const WorldInfo& w) {
   for (const std::string& host :
        slurm::expand_hostlist(env_or("SLURM_STEP_NODELIST", env_or("SLURM_JOB_NODELIST")))) {
     if (host == self) continue;
-    if (std::string a = rendezvous::net::source_address_towards(host); !a.empty()) return a;
+    if (std::string a = net::source_address_towards(host); !a.empty()) return a;
   }
   throw InvalidArgument(
       "srun job step across nodes: cannot tell which address of this node the others reach "

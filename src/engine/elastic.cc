@@ -6,6 +6,7 @@
 #include <vector>
 #include <thread>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/rendezvous/store.h"
 
@@ -84,6 +85,9 @@ ElasticWorld wait_for_world(int min_generation, std::chrono::milliseconds timeou
   for (;;) {
     throw_if_failed();
     auto latest = latest_generation();
+    // The launcher only ever publishes a higher generation (launcher/elastic.cc).
+    LOCKSTEP_DCHECK(!latest || *latest >= joining,
+                    "elastic: the newest generation went back from {} to {}", joining, *latest);
     if (latest && *latest >= min_generation && *latest != joining) {
       const std::string key = elastic_keys::member_key(*latest, id);
       if (!exists(key))
@@ -94,7 +98,10 @@ ElasticWorld wait_for_world(int min_generation, std::chrono::milliseconds timeou
       joining = *latest;
       store().set(ready_key(joining, assignment.rank), id);
     }
-    if (joining >= 0 && all_ready(joining, assignment.size)) return world_of(joining, assignment);
+    if (joining >= 0 && all_ready(joining, assignment.size)) {
+      LOCKSTEP_DCHECK_LE(min_generation, joining, "elastic: joined a generation older than asked");
+      return world_of(joining, assignment);
+    }
     if (Clock::now() >= deadline)
       throw TimeoutError(fmt::format(
           "elastic: worker {} waited {} s for {} of the world; is the launcher alive?", id,

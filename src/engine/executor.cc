@@ -49,7 +49,7 @@ size_t Executor::run(const Batch& batch, const CycleResult& cycle, std::span<Ent
   const ReadyItem& first = cycle.ready[batch.items.front()];
   size_t i0 = batch.items.front();
   Times t;
-  t.start = Clock::now();
+  t.start = t.data_ready = Clock::now();
   size_t bytes = 0;
   if (first.request.memory == comm::MemoryKind::kCuda) {
     bytes = run_on_device(batch, cycle, entries, errors, t);
@@ -91,6 +91,7 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
     size_t offset = 0;
     for (size_t i : batch.items) {
       size_t count = cycle.ready[i].request.bytes() / esize;
+      LOCKSTEP_DCHECK_LE(offset + count * esize, batch.bytes, "fusion buffer: item {} overruns", i);
       if (Entry* e = entries[i]) copy_scaled(e->input, buffer + offset, count, req.dtype, req.prescale);
       else fill_neutral(buffer + offset, count, req.dtype, req.op);
       offset += count * esize;
@@ -113,6 +114,7 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
     size_t offset = 0;
     for (size_t i : batch.items) {
       size_t bytes = cycle.ready[i].request.bytes();
+      LOCKSTEP_DCHECK_LE(offset + bytes, batch.bytes, "fusion buffer: item {} overruns", i);
       if (Entry* e = entries[i]; e && bytes > 0) std::memcpy(e->output, buffer + offset, bytes);
       offset += bytes;
     }
@@ -211,14 +213,14 @@ std::string Executor::algorithm_of(const Batch& batch, const Request& request) c
 }
 
 void Executor::record(const Batch& batch, std::span<Entry* const> entries, const Times& t) {
-  std::string algorithm;
+  std::string algorithm = t.gpu_times ? "GPU time" : "";
   for (size_t i : batch.items) {
     Entry* e = entries[i];
     if (!e) continue;
     const std::string& name = e->request.name;
     if (algorithm.empty()) algorithm = algorithm_of(batch, e->request);
-    timeline_->record(name, Phase::kWaitForData, e->ready, t.start);
-    timeline_->record(name, Phase::kFuseCopyIn, t.start, t.copied_in);
+    timeline_->record(name, Phase::kWaitForData, e->ready, t.data_ready);
+    timeline_->record(name, Phase::kFuseCopyIn, t.data_ready, t.copied_in);
     timeline_->record(name, Phase::kCollective, t.copied_in, t.reduced, algorithm);
     timeline_->record(name, Phase::kCopyOut, t.reduced, t.copied_out);
   }

@@ -48,8 +48,13 @@ class Executor {
              std::span<std::exception_ptr> errors);
 
  private:
+  // A batch's phases for the timeline. data_ready: when the batch's inputs
+  // were ready for the collective (start on the host; on a device batch the
+  // GPU's start, after the producers' events). gpu_times: the phases are the
+  // GPU's (device_times()), not the host's enqueue times.
   struct Times {
-    Clock::time_point start, copied_in, reduced, copied_out;
+    Clock::time_point start, data_ready, copied_in, reduced, copied_out;
+    bool gpu_times = false;
   };
   size_t allreduce(const Batch& batch, const CycleResult& cycle, std::span<Entry* const> entries,
                    Times& t);
@@ -75,6 +80,10 @@ class Executor {
   size_t device_reduce_scatter(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
                                std::exception_ptr& error);
   void* device_buffer(comm::Communicator& dev, size_t bytes);  // the device fusion buffer
+  // Marks a phase boundary on the device stream while the timeline records.
+  void device_mark(comm::DeviceMemory& mem) const;
+  // After the batch's wait: its phases from the device's marks, if it kept any.
+  void device_times(comm::DeviceMemory& mem, Times& t) const;
   // The entry's allocation, or device scratch (and `error` set) when it fails.
   void* device_allocate(comm::Communicator& dev, Entry* entry, const Shape& shape, DataType dtype,
                         std::exception_ptr& error);

@@ -15,6 +15,13 @@
 // op, average included; min/max/product take no factors on the device
 // (refused at submission). Ranks that have joined contribute nothing the device path could
 // fill: such batches fail with InvalidArgument on every rank alike.
+// While the timeline records, the stream also carries timing marks at the
+// phase boundaries (GPU start after the ready events, fusion copies done,
+// collective done, end); after the wait the batch's phases are the GPU's
+// durations, ending at the host's wake-up, so the timeline shows the step
+// anatomy as the device ran it rather than when the host enqueued it.
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -99,6 +106,9 @@ size_t Executor::run_on_device(const Batch& batch, const CycleResult& cycle,
   mem.set_deferred(true);
   for (size_t i : batch.items)
     if (Entry* e = entries[i]; e && e->ready_event) mem.wait_event(e->ready_event.get());
+  device_mark(mem);  // the GPU reaches the batch: its inputs are ready
+  const bool packs = first.request.collective == Collective::kAllreduce;
+  if (!packs) device_mark(mem);  // no fusion copies: the collective starts at once
   const size_t i0 = batch.items.front();
   Entry* entry = entries[i0];
   const Request& req = first.request;
@@ -152,11 +162,37 @@ size_t Executor::run_on_device(const Batch& batch, const CycleResult& cycle,
     }
     default: break;  // barrier: negotiation already synchronized every rank
   }
-  if (req.collective != Collective::kAllreduce) t.copied_in = t.start;
+  if (!packs) {
+    t.copied_in = t.start;
+    device_mark(mem);  // the collective done; nothing to unpack
+  }
+  device_mark(mem);  // the end (an allreduce's unpacking copies done)
   mem.synchronize();  // the one host wait of the batch (Note [Device batches])
   device_temps_.clear();
   t.reduced = t.copied_out = Clock::now();
+  device_times(mem, t);
   return bytes;
+}
+
+void Executor::device_mark(comm::DeviceMemory& mem) const {
+  if (timeline_ && timeline_->active()) mem.mark();
+}
+
+// Marks: GPU start, fusion copies in, collective done, end (4, in seconds
+// after the first). The GPU's end is taken as the host's wake-up.
+void Executor::device_times(comm::DeviceMemory& mem, Times& t) const {
+  if (!timeline_ || !timeline_->active()) return;
+  const std::vector<double> marks = mem.take_marks();
+  if (marks.size() != 4) return;  // a backend that cannot time: host times
+  auto before_end = [&](double seconds) {
+    auto d = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(marks[3] - seconds));
+    return std::max(t.start, t.copied_out - d);
+  };
+  t.data_ready = before_end(marks[0]);
+  t.copied_in = before_end(marks[1]);
+  t.reduced = before_end(marks[2]);
+  t.gpu_times = true;
 }
 
 size_t Executor::device_allreduce(comm::Communicator& dev, const Batch& batch,
@@ -178,25 +214,31 @@ size_t Executor::device_allreduce(comm::Communicator& dev, const Batch& batch,
   if (!batch.fused()) {
     Entry* e = entries[batch.items.front()];
     t.copied_in = Clock::now();
+    device_mark(mem);  // nothing to pack
     reduce(e->input, e->output);
+    device_mark(mem);
     return batch.bytes;
   }
   auto* buffer = static_cast<std::byte*>(device_buffer(dev, batch.bytes));
   size_t offset = 0;
   for (size_t i : batch.items) {
     const size_t bytes = cycle.ready[i].request.bytes();
+    LOCKSTEP_DCHECK_LE(offset + bytes, batch.bytes, "fusion buffer: item {} overruns", i);
     mem.copy(buffer + offset, entries[i]->input, bytes);
     offset += bytes;
   }
   LOCKSTEP_DCHECK_EQ(offset, batch.bytes);  // fusion.cc sized the batch from the same items
   t.copied_in = Clock::now();
+  device_mark(mem);
   reduce(buffer, buffer);
+  device_mark(mem);
   offset = 0;
   for (size_t i : batch.items) {
     const size_t bytes = cycle.ready[i].request.bytes();
     mem.copy(entries[i]->output, buffer + offset, bytes);
     offset += bytes;
   }
+  LOCKSTEP_DCHECK_EQ(offset, batch.bytes);
   return batch.bytes;
 }
 

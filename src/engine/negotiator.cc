@@ -44,16 +44,24 @@ std::vector<uint8_t> Negotiator::encode_blob(const Offer& offer) const {
   put_u32(blob, static_cast<uint32_t>(offer.announcements.size()));
   for (const auto& r : offer.announcements) serialize(r, blob);
   put_u32(blob, static_cast<uint32_t>(offer.cached_slots.size()));
-  for (uint32_t s : offer.cached_slots) put_u32(blob, s);
+  for (uint32_t s : offer.cached_slots) {
+    // Paired with apply_blob: every rank's cache has the same slots.
+    LOCKSTEP_DCHECK_LT(s, cache_.num_slots(), "negotiation blob: offering a slot past the cache");
+    put_u32(blob, s);
+  }
+  // The header carries the length as an int32 (Note [Negotiation]).
+  LOCKSTEP_DCHECK_LE(blob.size(), static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+                     "negotiation blob: too long for its header field");
   return blob;
 }
 
-CycleResult Negotiator::run_cycle(const Offer& offer) {
-  const int me = comm_.rank();
-  const Layout layout{static_cast<size_t>(size_)};
-  const size_t num_slots = cache_.num_slots();
+namespace {
 
-  std::vector<uint8_t> blob = encode_blob(offer);
+// The header this rank contributes: rank 0's coordinator fields, its own
+// per-rank fields, a 1 for each cached slot it is ready on (summed across
+// ranks by the allreduce).
+std::vector<int32_t> encode_header(const Offer& offer, const Layout& layout, int me,
+                                   size_t num_slots, size_t blob_len) {
   std::vector<int32_t> header(layout.total(num_slots), 0);
   if (me == 0) {
     header[kThreshold] = static_cast<int32_t>(
@@ -61,19 +69,22 @@ CycleResult Negotiator::run_cycle(const Offer& offer) {
     header[kStallAction] = static_cast<int32_t>(offer.stall_action);
     header[kAutotune] = offer.autotune_converged ? 1 : 0;
   }
-  header[layout.blob_len(me)] = static_cast<int32_t>(blob.size());
+  header[layout.blob_len(me)] = static_cast<int32_t>(blob_len);
   header[layout.joined(me)] = offer.joined ? 1 : 0;
   header[layout.shutdown(me)] = offer.shutdown ? 1 : 0;
   header[layout.blocked(me)] = offer.blocked ? 1 : 0;
   for (uint32_t s : offer.cached_slots) header[layout.slot(s)] = 1;
-  comm_.allreduce(header.data(), header.size(), DataType::kInt32, ReduceOp::kSum);
+  return header;
+}
 
-  CycleResult out;
+// The summed header's coordinator and per-rank fields into `out`.
+void decode_header(const std::vector<int32_t>& header, const Layout& layout, int size,
+                   CycleResult& out) {
   out.fusion_threshold = static_cast<size_t>(std::max<int32_t>(0, header[kThreshold]));
   out.autotune_converged = header[kAutotune] != 0;
-  out.joined.resize(size_);
-  out.blocked.resize(size_);
-  for (int r = 0; r < size_; ++r) {
+  out.joined.resize(size);
+  out.blocked.resize(size);
+  for (int r = 0; r < size; ++r) {
     // Each per-rank field has one writer: a sum above 1 (or a negative blob
     // length) means the ranks' header layouts differ, i.e. their replicated
     // caches hold different numbers of slots.
@@ -87,20 +98,26 @@ CycleResult Negotiator::run_cycle(const Offer& offer) {
     out.num_joined += out.joined[r];
     if (header[layout.shutdown(r)] != 0) out.shutdown_ranks.push_back(r);
   }
+}
 
+}  // namespace
+
+CycleResult Negotiator::run_cycle(const Offer& offer) {
+  const int me = comm_.rank();
+  const Layout layout{static_cast<size_t>(size_)};
+  const size_t num_slots = cache_.num_slots();
+
+  std::vector<uint8_t> blob = encode_blob(offer);
+  std::vector<int32_t> header = encode_header(offer, layout, me, num_slots, blob.size());
+  comm_.allreduce(header.data(), header.size(), DataType::kInt32, ReduceOp::kSum);
+
+  CycleResult out;
+  decode_header(header, layout, size_, out);
   std::vector<size_t> blob_lens(size_);
   size_t total = 0;
   for (int r = 0; r < size_; ++r) total += blob_lens[r] = header[layout.blob_len(r)];
   std::vector<std::vector<int>> slot_holders(num_slots);
-  if (total > 0) {
-    std::vector<uint8_t> all(total);
-    comm_.allgatherv(blob.data(), all.data(), blob_lens, DataType::kUInt8);
-    const uint8_t* p = all.data();
-    for (int r = 0; r < size_; ++r) {
-      out.announced |= apply_blob(r, p, p + blob_lens[r], slot_holders) > 0;
-      p += blob_lens[r];
-    }
-  }
+  if (total > 0) out.announced = exchange_blobs(blob, blob_lens, total, slot_holders);
   if (!out.shutdown_ranks.empty()) return out;
 
   std::span<const int32_t> counts(header.data() + layout.slot(0), num_slots);
@@ -122,6 +139,20 @@ CycleResult Negotiator::run_cycle(const Offer& offer) {
   return out;
 }
 
+bool Negotiator::exchange_blobs(const std::vector<uint8_t>& blob,
+                                const std::vector<size_t>& blob_lens, size_t total,
+                                std::vector<std::vector<int>>& slot_holders) {
+  std::vector<uint8_t> all(total);
+  comm_.allgatherv(blob.data(), all.data(), blob_lens, DataType::kUInt8);
+  const uint8_t* p = all.data();
+  bool announced = false;
+  for (int r = 0; r < size_; ++r) {
+    announced |= apply_blob(r, p, p + blob_lens[r], slot_holders) > 0;
+    p += blob_lens[r];
+  }
+  return announced;
+}
+
 uint32_t Negotiator::apply_blob(int rank, const uint8_t* p, const uint8_t* end,
                                 std::vector<std::vector<int>>& slot_holders) {
   if (p == end) return 0;
@@ -134,8 +165,14 @@ uint32_t Negotiator::apply_blob(int rank, const uint8_t* p, const uint8_t* end,
   uint32_t slots = get_u32(p, end);
   for (uint32_t i = 0; i < slots; ++i) {
     uint32_t s = get_u32(p, end);
+    LOCKSTEP_DCHECK_LT(s, slot_holders.size(),
+                       "negotiation blob: rank {} offers a slot past the replicated cache", rank);
     if (s < slot_holders.size()) slot_holders[s].push_back(rank);
   }
+  // The header's length for this rank's blob is what encode_blob wrote: the
+  // decoder must end exactly there, or the next rank's blob is misread.
+  LOCKSTEP_DCHECK(p == end, "negotiation blob: rank {}'s blob has {} bytes left after decoding",
+                  rank, end - p);
   return n;
 }
 

@@ -113,6 +113,10 @@ class Negotiator {
 
  private:
   std::vector<uint8_t> encode_blob(const Offer& offer) const;
+  // Every rank's blob to every rank (allgatherv), applied in rank order;
+  // whether any announced a request.
+  bool exchange_blobs(const std::vector<uint8_t>& blob, const std::vector<size_t>& blob_lens,
+                      size_t total, std::vector<std::vector<int>>& slot_holders);
   // Returns how many requests the blob announced.
   uint32_t apply_blob(int rank, const uint8_t* p, const uint8_t* end,
                       std::vector<std::vector<int>>& slot_holders);

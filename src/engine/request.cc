@@ -1,10 +1,12 @@
 #include "engine/request.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "engine/collective_traits.h"
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::engine::detail {
@@ -42,6 +44,24 @@ std::vector<T> get_vector(const uint8_t*& p, const uint8_t* end) {
   return v;
 }
 
+// What every rank's validation let through before announcing it: the enums
+// name real values and no dimension is negative. Asserted where a request is
+// serialized and again where a peer's bytes are decoded, so a blob whose
+// field layout drifted between writer and reader stops at the read.
+bool well_formed(const Request& r) {
+  return static_cast<int>(r.collective) <= static_cast<int>(Collective::kAddProcessSet) &&
+         static_cast<int>(r.dtype) < comm::kNumDataTypes &&
+         static_cast<int>(r.op) < comm::kNumReduceOps &&
+         static_cast<int>(r.memory) <= static_cast<int>(comm::MemoryKind::kCuda) &&
+         std::all_of(r.shape.begin(), r.shape.end(), [](int64_t d) { return d >= 0; });
+}
+
+std::string describe(const Request& r) {
+  return fmt::format("'{}': collective {}, dtype {}, op {}, memory {}, shape [{}]", r.name,
+                     static_cast<int>(r.collective), static_cast<int>(r.dtype),
+                     static_cast<int>(r.op), static_cast<int>(r.memory), fmt::join(r.shape, ","));
+}
+
 }  // namespace
 
 size_t Request::bytes() const {
@@ -52,6 +72,8 @@ void put_u32(std::vector<uint8_t>& out, uint32_t v) { put<uint32_t>(out, v); }
 uint32_t get_u32(const uint8_t*& p, const uint8_t* end) { return get<uint32_t>(p, end); }
 
 void serialize(const Request& r, std::vector<uint8_t>& out) {
+  LOCKSTEP_DCHECK(well_formed(r), "negotiation blob: announcing the malformed request {}",
+                  describe(r));
   put<uint32_t>(out, static_cast<uint32_t>(r.name.size()));
   out.insert(out.end(), r.name.begin(), r.name.end());
   put<uint8_t>(out, static_cast<uint8_t>(r.collective));
@@ -82,6 +104,10 @@ Request deserialize(const uint8_t*& p, const uint8_t* end) {
   r.splits = get_vector<int64_t>(p, end);
   r.ranks = get_vector<int32_t>(p, end);
   r.memory = static_cast<comm::MemoryKind>(get<uint8_t>(p, end));
+  LOCKSTEP_DCHECK(well_formed(r),
+                  "negotiation blob: decoded the malformed request {} (a field layout that "
+                  "serialize() and deserialize() no longer share)",
+                  describe(r));
   return r;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <set>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/rendezvous/store.h"
 
@@ -90,9 +91,17 @@ std::vector<int> workers_to_remove(const std::vector<HostSlots>& discovered,
 int ElasticController::publish(rendezvous::StoreClient& store,
                                const std::vector<ElasticMember>& members) {
   current_ = plan_generation(members);
-  ++generation_;
-  for (const auto& [member, assignment] : current_)
+  ++generation_;  // workers wait for a generation above the one they leave
+  for (size_t i = 0; i < current_.size(); ++i) {
+    const auto& [member, assignment] = current_[i];
+    // Ranks are dense and the world is every member: a worker's wait for
+    // all ranks' ready keys (engine::wait_for_world) counts on both.
+    LOCKSTEP_DCHECK(assignment.rank == static_cast<int>(i) &&
+                        assignment.size == static_cast<int>(current_.size()),
+                    "elastic generation {}: member {} got rank {} of {}", generation_, i,
+                    assignment.rank, assignment.size);
     store.set(el::member_key(generation_, member.id), assignment.encode());
+  }
   store.set(el::kLatestKey, std::to_string(generation_));
   return generation_;
 }

@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "rendezvous/socket.h"
+#include "lockstep/base/socket.h"
 
 namespace lockstep::launcher {
 namespace {
@@ -163,7 +163,7 @@ std::string choose_rendezvous_host(const std::string& requested,
   if (all_local) return "127.0.0.1";
   for (const auto& p : placements) {
     if (p.local) continue;
-    std::string address = rendezvous::net::source_address_towards(p.host);
+    std::string address = net::source_address_towards(p.host);
     if (!address.empty()) return address;
   }
   throw InvalidArgument(

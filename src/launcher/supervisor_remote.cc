@@ -19,6 +19,7 @@
 #include "launcher/say.h"
 #include "launcher/supervisor.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/executable.h"
 
 extern char** environ;
 
@@ -33,17 +34,10 @@ std::vector<std::string> launcher_environment() {
   return env;
 }
 
-std::string self_executable() {
-  char path[4096];
-  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) throw Error("cannot read /proc/self/exe to start remote workers");
-  return std::string(path, static_cast<size_t>(n));
-}
-
 }  // namespace
 
 SpawnedWorker Supervisor::spawn_remote(Worker& w) {
-  std::vector<std::string> argv = remote_command(spec_.remote_exec, w.where.host, self_executable());
+  std::vector<std::string> argv = remote_command(spec_.remote_exec, w.where.host, executable_path());
   std::string exec_path = resolve_program(argv[0]);
   if (exec_path.empty())
     throw Error(fmt::format("cannot find the remote-exec command '{}' (--remote-exec)", argv[0]));

@@ -22,6 +22,7 @@
 #include <map>
 #include <set>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/parallel/checkpoint.h"
 #include "lockstep/parallel/optimizer_state.h"
@@ -85,6 +86,12 @@ Piece describe_param(const ModelParts& parts, size_t position,
 
 void write_piece(::torch::serialize::OutputArchive& out, const std::string& prefix,
                  const Piece& p) {
+  // Paired with whole_list's cover check where the pieces are read back: a
+  // slice lies inside its parameter's shard dimension (length < 0: whole).
+  LOCKSTEP_DCHECK(p.length < 0 || (p.dim >= 0 && p.dim < static_cast<int64_t>(p.full_shape.size()) &&
+                                   p.begin >= 0 && p.begin + p.length <= p.full_shape[p.dim]),
+                  "model checkpoint: slice [{}, +{}) of '{}' along dim {} outside its shape",
+                  p.begin, p.length, p.name, p.dim);
   out.write(prefix + "name", c10::IValue(p.name));
   out.write(prefix + "shape", c10::IValue(p.full_shape));
   out.write(prefix + "slice", c10::IValue(std::vector<int64_t>{p.dim, p.begin, p.length, p.group,

@@ -84,6 +84,27 @@ struct Pipeline::Impl {
   Tensor run_layers(Tensor x, int64_t* activation_bytes);
   double step(const Tensor& input, const Tensor& target, const LossFunction* loss,
               std::vector<Tensor>* outputs);
+
+  // One step's micro-batches as they pass through this stage (step()).
+  struct MicroBatches {
+    MicroBatches(const Tensor& input, const Tensor& target, const LossFunction* loss,
+                 std::vector<Tensor>* outputs)
+        : input(input), target(target), loss(loss), outputs(outputs) {}
+    const Tensor& input;
+    const Tensor& target;
+    const LossFunction* loss;      // null: inference
+    std::vector<Tensor>* outputs;  // inference on the last stage: collected here
+    int64_t batch = 0;
+    std::vector<int64_t> rows, offset;  // per micro-batch
+    std::vector<Tensor> inputs, outs;   // kept from forward for backward
+    std::vector<int64_t> held;          // activation bytes each holds
+    double total_loss = 0;
+    bool training() const { return loss != nullptr; }
+  };
+  MicroBatches cut_batch(const Tensor& input, const Tensor& target, const LossFunction* loss,
+                         std::vector<Tensor>* outputs);
+  void forward_micro_batch(MicroBatches& mb, int i);
+  void backward_micro_batch(MicroBatches& mb, int i);
 };
 
 void Pipeline::Impl::place(::torch::nn::Sequential model) {
@@ -162,6 +183,79 @@ Tensor Pipeline::Impl::run_layers(Tensor x, int64_t* activation_bytes) {
   return x;
 }
 
+// The batch agreed with stage 0, the target checked, and the rows and
+// offsets of the micro-batches.
+Pipeline::Impl::MicroBatches Pipeline::Impl::cut_batch(const Tensor& input, const Tensor& target,
+                                                       const LossFunction* loss,
+                                                       std::vector<Tensor>* outputs) {
+  MicroBatches mb(input, target, loss, outputs);
+  const int m = options.micro_batches;
+  mb.batch = agree_batch(input, mb.training() ? "train_step" : "forward");
+  if (mb.training() && last() &&
+      (!target.defined() || target.dim() == 0 || target.size(0) != mb.batch))
+    throw InvalidArgument(fmt::format(
+        "Pipeline::train_step: the last stage needs a target with {} rows (the batch stage 0 "
+        "has), got {}", mb.batch, target.defined() ? c10::str(target.sizes()) : "none"));
+  mb.rows = micro_batch_rows(mb.batch, m);
+  mb.offset.assign(m, 0);
+  for (int i = 1; i < m; ++i) mb.offset[i] = mb.offset[i - 1] + mb.rows[i - 1];
+  mb.inputs.resize(m);
+  mb.outs.resize(m);
+  mb.held.assign(m, 0);
+  return mb;
+}
+
+// Micro-batch i through this stage's layers: received from the previous
+// stage (or cut from the input), its loss on the last stage when training,
+// sent on to the next.
+void Pipeline::Impl::forward_micro_batch(MicroBatches& mb, int i) {
+  const bool training = mb.training();
+  Tensor x = first() ? mb.input.narrow(0, mb.offset[i], mb.rows[i])
+                     : prev->receive_activation(i, mb.rows[i], &stats.receive_wait_seconds);
+  if (training && !first() && x.is_floating_point()) x.requires_grad_(true);
+  const auto t0 = Clock::now();
+  Tensor y = run_layers(x, &mb.held[i]);
+  if (training && last()) {
+    Tensor l = (*mb.loss)(y, mb.target.narrow(0, mb.offset[i], mb.rows[i])) *
+               (static_cast<double>(mb.rows[i]) / static_cast<double>(mb.batch));
+    mb.total_loss += l.item<double>();
+    y = l;
+  }
+  stats.compute_seconds += seconds_since(t0);
+  in_flight_bytes += mb.held[i];
+  stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, in_flight_bytes);
+  if (!last()) next->send_activation(i, mb.rows[i], y.detach());
+  if (!training) {
+    if (last()) mb.outputs->push_back(y);
+    in_flight_bytes -= mb.held[i];
+    return;
+  }
+  mb.inputs[i] = x;
+  mb.outs[i] = y;
+}
+
+// Its gradient back: received from the next stage (the loss's own on the
+// last), through this stage's layers, sent on to the previous.
+void Pipeline::Impl::backward_micro_batch(MicroBatches& mb, int i) {
+  Tensor grad = last() ? Tensor()
+                       : next->receive_gradient(i, mb.outs[i], &stats.receive_wait_seconds);
+  const auto t0 = Clock::now();
+  if (mb.outs[i].requires_grad()) {
+    if (last())
+      mb.outs[i].backward();
+    else
+      ::torch::autograd::backward({mb.outs[i]}, {grad});
+  }
+  stats.compute_seconds += seconds_since(t0);
+  if (!first()) {
+    Tensor g = mb.inputs[i].grad();
+    prev->send_gradient(i, g.defined() ? g : ::torch::zeros_like(mb.inputs[i]));
+  }
+  mb.inputs[i] = Tensor();
+  mb.outs[i] = Tensor();
+  in_flight_bytes -= mb.held[i];
+}
+
 // One pass over the schedule. With `loss`: training (forward and backward);
 // without: inference, outputs collected on the last stage.
 double Pipeline::Impl::step(const Tensor& input, const Tensor& target, const LossFunction* loss,
@@ -169,71 +263,21 @@ double Pipeline::Impl::step(const Tensor& input, const Tensor& target, const Los
   const auto start = Clock::now();
   stats = {};
   in_flight_bytes = 0;
-  const bool training = loss != nullptr;
+  MicroBatches mb = cut_batch(input, target, loss, outputs);
   const int m = options.micro_batches;
-  const int64_t batch = agree_batch(input, training ? "train_step" : "forward");
-  if (training && last() && (!target.defined() || target.dim() == 0 || target.size(0) != batch))
-    throw InvalidArgument(fmt::format(
-        "Pipeline::train_step: the last stage needs a target with {} rows (the batch stage 0 "
-        "has), got {}", batch, target.defined() ? c10::str(target.sizes()) : "none"));
-  const std::vector<int64_t> rows = micro_batch_rows(batch, m);
-  std::vector<int64_t> offset(m, 0);
-  for (int i = 1; i < m; ++i) offset[i] = offset[i - 1] + rows[i - 1];
-  std::vector<Tensor> inputs(m), outs(m);
-  std::vector<int64_t> held(m, 0);
-  double total_loss = 0;
-  auto schedule = training ? pipeline_schedule(options.schedule, stage(), stages(), m)
-                           : pipeline_schedule(Schedule::kGPipe, stage(), stages(), m);
+  auto schedule = mb.training() ? pipeline_schedule(options.schedule, stage(), stages(), m)
+                                : pipeline_schedule(Schedule::kGPipe, stage(), stages(), m);
   for (const PipelineAction& action : schedule) {
-    if (!training && !action.forward) continue;  // inference: forward passes only
-    const int i = action.micro_batch;
-    if (action.forward) {
-      Tensor x = first() ? input.narrow(0, offset[i], rows[i])
-                         : prev->receive_activation(i, rows[i], &stats.receive_wait_seconds);
-      if (training && !first() && x.is_floating_point()) x.requires_grad_(true);
-      const auto t0 = Clock::now();
-      Tensor y = run_layers(x, &held[i]);
-      if (training && last()) {
-        Tensor l = (*loss)(y, target.narrow(0, offset[i], rows[i])) *
-                   (static_cast<double>(rows[i]) / static_cast<double>(batch));
-        total_loss += l.item<double>();
-        y = l;
-      }
-      stats.compute_seconds += seconds_since(t0);
-      in_flight_bytes += held[i];
-      stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, in_flight_bytes);
-      if (!last()) next->send_activation(i, rows[i], y.detach());
-      if (!training) {
-        if (last()) outputs->push_back(y);
-        in_flight_bytes -= held[i];
-        continue;
-      }
-      inputs[i] = x;
-      outs[i] = y;
-    } else {
-      Tensor grad = last() ? Tensor()
-                           : next->receive_gradient(i, outs[i], &stats.receive_wait_seconds);
-      const auto t0 = Clock::now();
-      if (outs[i].requires_grad()) {
-        if (last())
-          outs[i].backward();
-        else
-          ::torch::autograd::backward({outs[i]}, {grad});
-      }
-      stats.compute_seconds += seconds_since(t0);
-      if (!first()) {
-        Tensor g = inputs[i].grad();
-        prev->send_gradient(i, g.defined() ? g : ::torch::zeros_like(inputs[i]));
-      }
-      inputs[i] = Tensor();
-      outs[i] = Tensor();
-      in_flight_bytes -= held[i];
-    }
+    if (!mb.training() && !action.forward) continue;  // inference: forward passes only
+    if (action.forward)
+      forward_micro_batch(mb, action.micro_batch);
+    else
+      backward_micro_batch(mb, action.micro_batch);
   }
   if (prev) prev->finish_sends();
   if (next) next->finish_sends();
   stats.step_seconds = seconds_since(start);
-  return total_loss;
+  return mb.total_loss;
 }
 
 Pipeline::Pipeline(::torch::nn::Sequential model, PipelineOptions options)

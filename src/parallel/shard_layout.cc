@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::parallel {
@@ -37,11 +38,16 @@ ShardBucket split_elements(const std::vector<int64_t>& numels, std::vector<int> 
     for (int64_t done = 0; done < numels[p];) {
       const int64_t room = b.shard - flat % b.shard;  // up to the next owner's boundary
       const int64_t length = std::min(room, numels[p] - done);
+      // A placement never straddles two owners' shards (ShardBucket::owner
+      // reads its first element only).
+      LOCKSTEP_DCHECK_EQ(flat / b.shard, (flat + length - 1) / b.shard,
+                         "ZeRO layout: parameter {} at {} straddles a shard boundary", p, flat);
       b.placements.push_back({p, done, flat, length});
       done += length;
       flat += length;
     }
   }
+  LOCKSTEP_DCHECK_LE(flat, ranks * b.shard, "ZeRO layout: the bucket overflows its shards");
   b.params = std::move(params);
   return b;
 }
@@ -68,6 +74,8 @@ ShardBucket assign_tensors(const std::vector<int64_t>& numels, std::vector<int> 
   for (int p : params) {
     b.placements.push_back({p, 0, next[owner[p]], numels[p]});
     next[owner[p]] += numels[p];
+    LOCKSTEP_DCHECK_LE(next[owner[p]], (owner[p] + 1) * b.shard,
+                       "ZeRO layout: rank {}'s parameters overflow its shard", owner[p]);
   }
   b.params = std::move(params);
   return b;

@@ -20,14 +20,15 @@
 
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
 
 #include <map>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
+#include "parallel/gradient_hook.h"
 #include "parallel/sharded_optimizer_impl.h"
 
 namespace lockstep::parallel {
@@ -36,30 +37,12 @@ namespace lt = lockstep::torch;
 using ::torch::Tensor;
 using State = ::torch::optim::OptimizerParamState;
 
-namespace {
-
 bool is_elementwise(const ::torch::optim::Optimizer& o) {
   return dynamic_cast<const ::torch::optim::SGD*>(&o) || dynamic_cast<const ::torch::optim::Adam*>(&o) ||
          dynamic_cast<const ::torch::optim::AdamW*>(&o) ||
          dynamic_cast<const ::torch::optim::RMSprop*>(&o) ||
          dynamic_cast<const ::torch::optim::Adagrad*>(&o);
 }
-
-class GradientReadyHook : public ::torch::autograd::FunctionPostHook {
- public:
-  explicit GradientReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}
-  ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& outputs,
-                                              const ::torch::autograd::variable_list&) override {
-    ready_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> ready_;
-};
-
-}  // namespace
-
 
 // The bucket's flat gradient in layout order (zeros where a parameter got none).
 Tensor ShardedOptimizer::Impl::pack_gradients(const Bucket& b, bool release) {
@@ -107,8 +90,12 @@ void ShardedOptimizer::Impl::bind_pieces(::torch::optim::Optimizer& optimizer) {
       if (buckets[b].layout.owner(place) != me) continue;
       Tensor full = params[place.param].detach();
       Tensor view = element ? full.view({-1}).narrow(0, place.param_offset, place.length) : full;
-      pieces.push_back({static_cast<int>(b), place,
-                        place.flat_offset - me * buckets[b].layout.shard, view});
+      const int64_t shard_offset = place.flat_offset - me * buckets[b].layout.shard;
+      // Paired with plan_shards: the piece lies inside this rank's shard.
+      LOCKSTEP_DCHECK(shard_offset >= 0 && shard_offset + place.length <= buckets[b].layout.shard,
+                      "ZeRO piece of parameter {} at {} (+{}) outside rank {}'s shard of {}",
+                      place.param, shard_offset, place.length, me, buckets[b].layout.shard);
+      pieces.push_back({static_cast<int>(b), place, shard_offset, view});
     }
   piece_groups.clear();
   auto& groups = optimizer.param_groups();
@@ -211,7 +198,7 @@ ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, NamedPa
         throw InvalidArgument(fmt::format("ShardedOptimizer: {} is not a leaf requiring grad",
                                           m.named[p].first));
       const int param = static_cast<int>(p);
-      uintptr_t key = node->add_post_hook(std::make_unique<GradientReadyHook>(
+      uintptr_t key = node->add_post_hook(std::make_unique<detail::GradientReadyHook>(
           [this, param] { on_gradient_ready(param); }));
       m.hooks.emplace_back(node, key);
     }
@@ -268,6 +255,8 @@ void ShardedOptimizer::step() {
     for (auto& b : m.buckets) {
       b.grad_shard = b.in_flight.result();
       b.in_flight = {};
+      // What the reduce-scatter returns is the shard bind_pieces sliced.
+      LOCKSTEP_DCHECK_EQ(b.grad_shard.numel(), b.layout.shard, "ZeRO gradient shard");
     }
   } else {
     for (auto& b : m.buckets) b.grad_shard = m.pack_gradients(b, options_.stage == 2);

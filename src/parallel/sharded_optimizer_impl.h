@@ -66,6 +66,10 @@ struct ShardedOptimizer::Impl {
   void bind_pieces(::torch::optim::Optimizer& optimizer);
 };
 
+// Whether `o` updates each element from that element alone (SGD, Adam,
+// AdamW, RMSprop, Adagrad), so its parameters may be split anywhere.
+bool is_elementwise(const ::torch::optim::Optimizer& o);
+
 // The resolved gather_overlap (sharded_gather.cc); *forced: on by request,
 // not only because it pays.
 bool decide_gather_overlap(lockstep::torch::Overlap requested, const Group& group, bool* forced);

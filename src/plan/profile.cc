@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lockstep/plan/stats.h"
 #include "plan/json_fields.h"
-#include "plan/stats.h"
 
 namespace lockstep::plan {
 

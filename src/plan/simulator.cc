@@ -8,7 +8,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/plan/compression.h"
-#include "plan/stats.h"
+#include "lockstep/plan/stats.h"
 
 namespace lockstep::plan {
 
@@ -204,6 +204,133 @@ void validate(const Profile& profile, const NetworkModel& m, const Scenario& s) 
                                       s.colocated_slowdown));
 }
 
+// The prediction's fields that come before any communication is priced.
+StepPrediction start_prediction(const NetworkModel& m, const Scenario& s, const Phases& ph) {
+  StepPrediction out;
+  out.nodes = s.topology.nodes;
+  out.ranks = s.topology.ranks();
+  out.backend = s.topology.backend();
+  if (out.backend == "shm" && !m.has("shm")) out.backend = s.topology.cross;  // GPU presets
+  out.compute_ms = ph.compute;
+  return out;
+}
+
+// What follows from the step's time: throughput, efficiency against one
+// rank alone, the communication left exposed, and the bottleneck.
+StepPrediction finish(StepPrediction p, const ProfileSummary& sum, const Phases& ph) {
+  p.samples_per_s = p.step_ms > 0 ? p.ranks * sum.samples_per_step / (p.step_ms / 1e3) : 0;
+  p.efficiency = p.step_ms > 0 ? sum.compute_ms / p.step_ms : 0;
+  p.exposed_comm_ms = std::max(0.0, p.step_ms - ph.compute - p.straggler_ms);
+  p.overlapped_share =
+      p.comm_ms > 0 ? std::clamp((p.comm_ms - p.exposed_comm_ms) / p.comm_ms, 0.0, 1.0) : 0;
+  p.bottleneck = bottleneck(p);
+  return p;
+}
+
+// Gradients as the slowest rank submits them (ready times relative to the
+// start of backward); compression casts run on the training thread before
+// each submission (overlap) or in synchronize.
+struct Submissions {
+  std::vector<Grad> grads;     // parameter order
+  std::vector<double> cast_ms;  // per gradient, by index (0 without compression)
+  double cast_total = 0;
+};
+
+Submissions submissions(const Profile& profile, const NetworkModel& m, const Scenario& s,
+                        double slowdown) {
+  Submissions out;
+  const bool compress = casts(s.compression);
+  for (size_t i = 0; i < profile.gradients.size(); ++i) {
+    const auto& g = profile.gradients[i];
+    const int elem = wire_elem_bytes(g, s.compression);
+    const int64_t count = g.bytes / dtype_bytes(g.dtype);
+    out.grads.push_back({i, g.ready_ms * slowdown, count * elem, elem, elem});
+    const double cast = compress ? g.bytes * m.host->copy_s_per_byte * 1e3 : 0;
+    out.cast_ms.push_back(cast);
+    if (compress) out.cast_total += cast;
+  }
+  return out;
+}
+
+// Without overlap: every gradient goes to the engine once backward (and
+// its casts) ended. Returns when communication ends.
+double synchronous_comm(const std::vector<Grad>& grads, EngineModel& engine, const Scenario& s,
+                        double backward_end, StepPrediction& out) {
+  std::vector<const Grad*> ready;
+  for (const auto& g : grads) ready.push_back(&g);  // parameter order
+  double t = backward_end + engine.cycle_ms();
+  if (s.wake_wait_ms > 0) {
+    // The first operation wakes the engine's thread as compute ends, and
+    // it waits for a core like those that start during compute
+    // (docs/plan.md, "The wait for a core").
+    t += s.wake_wait_ms;
+    out.wake_wait_ms += s.wake_wait_ms;
+  }
+  t += engine.run(ready, s.fusion_threshold);
+  out.comm_ms = t - backward_end;
+  return t;
+}
+
+// With overlap: the engine takes what has been submitted whenever it is
+// free, cycle after cycle, while backward goes on (and slows down by the
+// engine's work where they share a core). Returns when communication ends;
+// moves `backward_end` by what the engine took from training.
+double overlapped_comm(Submissions& sub, EngineModel& engine, const Scenario& s,
+                       double backward_start, double& backward_end, StepPrediction& out) {
+  std::vector<Grad>& grads = sub.grads;
+  std::stable_sort(grads.begin(), grads.end(),
+                   [](const Grad& a, const Grad& b) { return a.submit_ms < b.submit_ms; });
+  double cast_so_far = 0;
+  for (auto& g : grads) {
+    cast_so_far += sub.cast_ms[g.index];
+    g.submit_ms = backward_start + g.submit_ms + cast_so_far;
+  }
+  double free_at = 0;
+  size_t i = 0;
+  while (i < grads.size()) {
+    const double start = std::max(free_at, grads[i].submit_ms);
+    size_t j = i;
+    std::vector<const Grad*> ready;
+    while (j < grads.size() && grads[j].submit_ms <= start) ready.push_back(&grads[j++]);
+    const int collectives_before = out.collectives;
+    double busy = engine.cycle_ms();
+    busy += engine.run(ready, s.fusion_threshold);
+    if (start < backward_end && s.wake_wait_ms > 0) {
+      // Each operation wakes a thread that waits for a computing one's core.
+      const double wait = s.wake_wait_ms * (1 + out.collectives - collectives_before);
+      out.wake_wait_ms += wait;
+      busy += wait;
+    }
+    out.comm_ms += busy;
+    if (out.comm_shares_cores) {
+      // The engine's work takes the training thread's core: everything
+      // backward had left to do after `start` finishes `busy` later.
+      for (size_t k = j; k < grads.size(); ++k) grads[k].submit_ms += busy;
+      if (backward_end > start) backward_end += busy;
+    }
+    free_at = start + busy;
+    i = j;
+  }
+  return free_at;
+}
+
+// PowerSGD, 1-bit, 1-bit Adam: nothing goes during backward; the training
+// thread compresses at synchronize() (1-bit Adam: in step()), then the
+// collectives run one after another, each after its negotiation cycle
+// (Note [Compression compute] for the modelled compute). Returns when
+// communication ends.
+double compressed_comm(const Profile& profile, const NetworkModel& m, const Scenario& s,
+                       const CompressionSpec& spec, EngineModel& engine, double backward_end,
+                       StepPrediction& out) {
+  const auto shapes = gradient_shapes(profile, spec);
+  out.compress_ms = compression_pass_bytes(spec, shapes) * m.host->copy_s_per_byte * 1e3;
+  double t = backward_end + out.compress_ms + s.wake_wait_ms;
+  out.wake_wait_ms += s.wake_wait_ms;
+  for (const auto& c : compressed_step(spec, shapes, out.ranks)) t += engine.compressed_ms(c);
+  out.comm_ms = t - backward_end;
+  return t;
+}
+
 }  // namespace
 
 StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Scenario& s) {
@@ -213,26 +340,10 @@ StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Sce
       s.topology.ranks_per_node > 1 || (s.nodes_share_machine && s.topology.ranks() > 1);
   const double slowdown = colocated ? s.colocated_slowdown : 1.0;
   const Phases ph = phases_of(sum, slowdown);
-  const double lone_compute = sum.compute_ms;
-  StepPrediction out;
-  out.nodes = s.topology.nodes;
-  out.ranks = s.topology.ranks();
-  out.backend = s.topology.backend();
-  if (out.backend == "shm" && !m.has("shm")) out.backend = s.topology.cross;  // GPU presets
-  out.compute_ms = ph.compute;
-  const double samples = sum.samples_per_step;
-  auto finish = [&](StepPrediction& p) {
-    p.samples_per_s = p.step_ms > 0 ? p.ranks * samples / (p.step_ms / 1e3) : 0;
-    p.efficiency = p.step_ms > 0 ? lone_compute / p.step_ms : 0;
-    p.exposed_comm_ms = std::max(0.0, p.step_ms - ph.compute - p.straggler_ms);
-    p.overlapped_share =
-        p.comm_ms > 0 ? std::clamp((p.comm_ms - p.exposed_comm_ms) / p.comm_ms, 0.0, 1.0) : 0;
-    p.bottleneck = bottleneck(p);
-    return p;
-  };
+  StepPrediction out = start_prediction(m, s, ph);
   if (out.ranks == 1) {  // DistributedOptimizer does not communicate at all
     out.step_ms = ph.compute;
-    return finish(out);
+    return finish(out, sum, ph);
   }
   out.overlap = overlap_for(s);
   const bool one_host = s.topology.nodes == 1;
@@ -243,93 +354,22 @@ StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Sce
   const double sigma = s.jitter_ms >= 0 ? s.jitter_ms : sum.compute_sigma_ms;
   out.straggler_ms = sigma * detail::expected_max_normal(out.ranks);
 
-  // Gradients as the slowest rank submits them; compression casts run on
-  // the training thread before each submission (overlap) or in synchronize.
-  std::vector<Grad> grads;
-  double cast_total = 0;
-  const bool compress = casts(s.compression);
-  for (size_t i = 0; i < profile.gradients.size(); ++i) {
-    const auto& g = profile.gradients[i];
-    const int elem = wire_elem_bytes(g, s.compression);
-    const int64_t count = g.bytes / dtype_bytes(g.dtype);
-    grads.push_back({i, g.ready_ms * slowdown, count * elem, elem, elem});
-    if (compress) cast_total += g.bytes * m.host->copy_s_per_byte * 1e3;
-  }
   const double backward_start = ph.forward + out.straggler_ms;
-  double backward_end = backward_start + ph.backward;
-  EngineModel engine(m, s, grads.size(), out);
-  double comm_end = 0;
-
   const CompressionSpec spec = parse_compression(s.compression);
   if (spec.replaces_allreduce()) {
-    // Nothing goes during backward: the training thread compresses at
-    // synchronize() (1-bit Adam: in step()), then the collectives run one
-    // after another (Note [Compression compute] for the modelled compute).
-    const auto shapes = gradient_shapes(profile, spec);
-    const double compress_ms = compression_pass_bytes(spec, shapes) * m.host->copy_s_per_byte * 1e3;
-    double t = backward_end + compress_ms + s.wake_wait_ms;
-    out.wake_wait_ms += s.wake_wait_ms;
-    for (const auto& c : compressed_step(spec, shapes, out.ranks)) t += engine.compressed_ms(c);
-    out.comm_ms = t - backward_end;
-    out.compress_ms = compress_ms;
-    out.step_ms = t + ph.optimizer;
-    return finish(out);
+    EngineModel engine(m, s, profile.gradients.size(), out);
+    out.step_ms = compressed_comm(profile, m, s, spec, engine, backward_start + ph.backward, out) +
+                  ph.optimizer;
+    return finish(out, sum, ph);
   }
-  if (!out.overlap) {
-    backward_end += cast_total;
-    std::vector<const Grad*> ready;
-    for (const auto& g : grads) ready.push_back(&g);  // parameter order
-    double t = backward_end + engine.cycle_ms();
-    if (s.wake_wait_ms > 0) {
-      // The first operation wakes the engine's thread as compute ends, and
-      // it waits for a core like those that start during compute
-      // (docs/plan.md, "The wait for a core").
-      t += s.wake_wait_ms;
-      out.wake_wait_ms += s.wake_wait_ms;
-    }
-    t += engine.run(ready, s.fusion_threshold);
-    out.comm_ms = t - backward_end;
-    comm_end = t;
-  } else {
-    std::stable_sort(grads.begin(), grads.end(),
-                     [](const Grad& a, const Grad& b) { return a.submit_ms < b.submit_ms; });
-    double cast_so_far = 0;
-    for (auto& g : grads) {
-      if (compress) cast_so_far += profile.gradients[g.index].bytes * m.host->copy_s_per_byte * 1e3;
-      g.submit_ms = backward_start + g.submit_ms + cast_so_far;
-    }
-    backward_end += cast_total;
-    double free_at = 0;
-    size_t i = 0;
-    while (i < grads.size()) {
-      const double start = std::max(free_at, grads[i].submit_ms);
-      size_t j = i;
-      std::vector<const Grad*> ready;
-      while (j < grads.size() && grads[j].submit_ms <= start) ready.push_back(&grads[j++]);
-      const int collectives_before = out.collectives;
-      double busy = engine.cycle_ms();
-      busy += engine.run(ready, s.fusion_threshold);
-      if (start < backward_end && s.wake_wait_ms > 0) {
-        // Each operation wakes a thread that waits for a computing one's core.
-        const double wait = s.wake_wait_ms * (1 + out.collectives - collectives_before);
-        out.wake_wait_ms += wait;
-        busy += wait;
-      }
-      out.comm_ms += busy;
-      if (out.comm_shares_cores) {
-        // The engine's work takes the training thread's core: everything
-        // backward had left to do after `start` finishes `busy` later.
-        for (size_t k = j; k < grads.size(); ++k) grads[k].submit_ms += busy;
-        if (backward_end > start) backward_end += busy;
-      }
-      free_at = start + busy;
-      i = j;
-    }
-    comm_end = free_at;
-  }
-  double decompress = compress ? cast_total : 0;
-  out.step_ms = std::max(backward_end, comm_end) + decompress + ph.optimizer;
-  return finish(out);
+  Submissions sub = submissions(profile, m, s, slowdown);
+  double backward_end = backward_start + ph.backward + sub.cast_total;
+  EngineModel engine(m, s, sub.grads.size(), out);
+  const double comm_end =
+      out.overlap ? overlapped_comm(sub, engine, s, backward_start, backward_end, out)
+                  : synchronous_comm(sub.grads, engine, s, backward_end, out);
+  out.step_ms = std::max(backward_end, comm_end) + sub.cast_total + ph.optimizer;
+  return finish(out, sum, ph);
 }
 
 }  // namespace lockstep::plan

@@ -1,4 +1,4 @@
-#include "plan/stats.h"
+#include "lockstep/plan/stats.h"
 
 #include <algorithm>
 #include <cmath>

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "plan/stats.h"
+#include "lockstep/plan/stats.h"
 
 namespace lockstep::plan {
 

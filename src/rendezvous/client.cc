@@ -4,8 +4,8 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
+#include "lockstep/base/socket.h"
 #include "lockstep/rendezvous/store.h"
-#include "rendezvous/socket.h"
 #include "rendezvous/wire.h"
 
 namespace lockstep::rendezvous {

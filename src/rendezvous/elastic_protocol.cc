@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::rendezvous::elastic {
@@ -12,7 +13,19 @@ std::string member_key(int generation, const std::string& worker_id) {
   return fmt::format("elastic/gen/{}/{}", generation, worker_id);
 }
 
+namespace {
+
+bool in_range(const Assignment& a) {
+  return a.size >= 1 && a.rank >= 0 && a.rank < a.size && a.local_size >= 1 &&
+         a.local_rank >= 0 && a.local_rank < a.local_size && a.cross_size >= 1 &&
+         a.cross_rank >= 0 && a.cross_rank < a.cross_size;
+}
+
+}  // namespace
+
 std::string Assignment::encode() const {
+  // Paired with decode(), which refuses (throws) what this would not write.
+  LOCKSTEP_DCHECK(in_range(*this), "elastic: encoding an assignment with an index outside its size");
   return fmt::format("{} {} {} {} {} {}", rank, size, local_rank, local_size, cross_rank,
                      cross_size);
 }
@@ -25,9 +38,7 @@ Assignment Assignment::decode(const std::string& text) {
       static_cast<bool>(in >> a.rank >> a.size >> a.local_rank >> a.local_size >> a.cross_rank >>
                         a.cross_size) &&
       !(in >> rest);
-  if (!parsed || a.size < 1 || a.rank < 0 || a.rank >= a.size || a.local_size < 1 ||
-      a.local_rank < 0 || a.local_rank >= a.local_size || a.cross_size < 1 || a.cross_rank < 0 ||
-      a.cross_rank >= a.cross_size)
+  if (!parsed || !in_range(a))
     throw InvalidArgument(fmt::format(
         "elastic: assignment '{}' is not 'rank size local_rank local_size cross_rank "
         "cross_size' with each index inside its size", text.substr(0, 200)));

@@ -5,12 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cassert>
 #include <cerrno>
 #include <cstdio>
 
 #include <fmt/format.h>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "rendezvous/secret.h"
 #include "rendezvous/server_impl.h"
@@ -163,7 +163,9 @@ void StoreServer::Impl::process_input(Connection& c) {
 size_t StoreServer::Impl::read_room(const Connection& c) const {
   if (c.authenticated) return kReadChunk;
   // Never past the first frame: whatever follows waits for its MAC to verify.
-  assert(c.in.size() < kMaxFirstFrame && "a complete first frame is verified or refused");
+  LOCKSTEP_DCHECK_LT(c.in.size(), kMaxFirstFrame,
+                     "rendezvous: an unauthenticated connection holds a whole first frame that "
+                     "process_input neither verified nor refused");
   return std::min(kReadChunk, kMaxFirstFrame - std::min(kMaxFirstFrame, c.in.size()));
 }
 

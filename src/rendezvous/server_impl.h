@@ -38,8 +38,8 @@
 #include <thread>
 #include <vector>
 
+#include "lockstep/base/socket.h"
 #include "lockstep/rendezvous/store.h"
-#include "rendezvous/socket.h"
 #include "rendezvous/wire.h"
 
 namespace lockstep::rendezvous {
@@ -115,8 +115,13 @@ struct StoreServer::Impl {
   void reply(Connection& c, wire::Status status, std::string_view payload);
   void flush(Connection& c);
   void refuse(Connection& c, std::string_view reason, std::optional<uint32_t> marker = {});
-  // server_requests.cc
+  // server_requests.cc: an authenticated request, one handler per operation.
   void handle_request(Connection& c, std::string_view body);
+  void handle_set(Connection& c, wire::Reader& r);
+  void handle_get_or_wait(Connection& c, wire::Reader& r, wire::Op op);
+  void handle_add(Connection& c, wire::Reader& r);
+  void handle_check(Connection& c, wire::Reader& r);
+  void handle_delete(Connection& c, wire::Reader& r);
   bool try_complete(Connection& c);
   void complete_waiters();
   bool has(std::string_view key) const { return data.find(key) != data.end(); }

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::rendezvous::wire {
@@ -68,11 +69,15 @@ std::string mac(std::string_view secret, std::string_view nonce, Direction direc
 
 std::string frame(std::string_view secret, std::string_view nonce, Direction direction,
                   uint64_t sequence, std::string_view body) {
+  // Paired with the reader's limit (process_input, client.cc), which refuses
+  // a longer body as hostile: lockstep itself never writes one.
+  LOCKSTEP_DCHECK_LE(body.size(), kMaxBodyBytes, "rendezvous frame: body over the wire limit");
   std::string out;
   out.reserve(kLengthBytes + body.size() + kMacBytes);
   append_be(out, body.size(), 4);
   out.append(body);
   out.append(mac(secret, nonce, direction, sequence, body));
+  LOCKSTEP_DCHECK_EQ(out.size(), kLengthBytes + body.size() + kMacBytes);
   return out;
 }
 

@@ -1,5 +1,6 @@
 // The one file that talks to the engine: every torch-level collective goes
 // through here (the seam to swap the transport behind lockstep::torch).
+// init() and the world queries are in init.cc.
 #include "lockstep/torch/collectives.h"
 
 #include <fmt/format.h>
@@ -8,14 +9,9 @@
 #include <map>
 
 #include "lockstep/base/error.h"
-#include "lockstep/base/knobs.h"
-#include "lockstep/base/log.h"
 #include "lockstep/base/mutex.h"
 #include "lockstep/base/terminate.h"
-#include "lockstep/engine/elastic.h"
 #include "lockstep/engine/engine.h"
-#include "lockstep/torch/elastic.h"
-#include "lockstep/torch/placement.h"
 #include "torch/device.h"
 
 namespace lockstep::torch {
@@ -133,6 +129,43 @@ std::function<void()> to_input_device(std::shared_ptr<::torch::Tensor> out,
   };
 }
 
+// The _into variants: the engine writes the caller's `output` when it is where
+// the engine writes (the input's device) and has the result's shape;
+// otherwise into a fresh tensor, copied over (other device) or refused
+// (other shape) when the caller waits.
+void check_into_output(const ::torch::Tensor& input, const ::torch::Tensor& output,
+                       const char* op) {
+  if (!output.defined() || !output.is_contiguous() ||
+      output.scalar_type() != input.scalar_type())
+    throw InvalidArgument(fmt::format(
+        "lockstep::torch::{}: output must be a contiguous {} tensor (got {})", op,
+        c10::toString(input.scalar_type()),
+        output.defined() ? c10::toString(output.scalar_type()) : "undefined"));
+}
+
+engine::Allocator into_allocator(std::shared_ptr<::torch::Tensor> out, ::torch::Tensor output,
+                                 ::torch::Device engine_device) {
+  return [out, output, engine_device](const engine::Shape& shape, engine::DataType) -> void* {
+    const bool fits = output.device() == engine_device &&
+                      engine::Shape(output.sizes().begin(), output.sizes().end()) == shape;
+    *out = fits ? output : ::torch::empty(shape, output.options().device(engine_device));
+    return out->data_ptr();
+  };
+}
+
+std::function<void()> into_finish(std::shared_ptr<::torch::Tensor> out, ::torch::Tensor output,
+                                  const char* op) {
+  return [out, output, op]() mutable {
+    if (out->is_same(output)) return;
+    if (!out->sizes().equals(output.sizes()))
+      throw InvalidArgument(fmt::format("lockstep::torch::{}: the result has shape {} but output "
+                                        "has {}", op, engine::format_shape(shape_of(*out)),
+                                        engine::format_shape(shape_of(output))));
+    ::torch::NoGradGuard no_grad;
+    output.copy_(*out);
+  };
+}
+
 }  // namespace
 
 comm::DataType to_comm_dtype(::torch::ScalarType type) {
@@ -151,55 +184,6 @@ comm::DataType to_comm_dtype(::torch::ScalarType type) {
           "i8, u8, i32 or i64)", c10::toString(type)));
   }
 }
-
-namespace {
-
-// Note [Which way a CUDA tensor travels]: the decision, once per process.
-void start_device_communicator(const Placement& placed) {
-  engine::Engine& e = engine::global();
-  if (e.has_device_communicator()) return;
-  const std::string knob = knob_string("LOCKSTEP_DEVICE_BACKEND");
-  const DeviceBackend backend = choose_device_backend(
-      {.knob = knob,
-       .nccl_built = comm::Communicator::has_backend("nccl"),
-       .cuda = placed.device == DeviceKind::kCuda,
-       .local_size = e.local_size(),
-       .visible_gpus = placed.visible_devices,
-       .elastic = engine::elastic_enabled()});
-  if (backend != DeviceBackend::kNccl) return;
-  // One rank moves nothing: NCCL's start-up only when asked for by name.
-  if (e.size() == 1 && knob != "nccl") return;
-  e.set_device_communicator(comm::Communicator::create(e.world(), "nccl"));
-  log(LogLevel::kInfo, "CUDA tensors travel over NCCL on cuda:{}", placed.device_index);
-}
-
-}  // namespace
-
-void init() {
-  install_terminate_handler();  // also before an elastic world forms
-  tune_malloc();
-  if (!engine::is_initialized()) {
-    // Elastic workers take their world from the launcher's store, not the environment.
-    if (engine::elastic_enabled())
-      init_elastic_world();
-    else
-      engine::init();
-  }
-  const Placement placed = place_this_worker(engine::local_rank(), engine::local_size());
-  start_device_communicator(placed);
-}
-
-void shutdown() {
-  if (engine::is_initialized()) engine::shutdown();
-}
-
-bool is_initialized() { return engine::is_initialized(); }
-int rank() { return engine::is_initialized() ? engine::rank() : 0; }
-int size() { return engine::is_initialized() ? engine::size() : 1; }
-int local_rank() { return engine::is_initialized() ? engine::local_rank() : 0; }
-int local_size() { return engine::is_initialized() ? engine::local_size() : 1; }
-int cross_rank() { return engine::is_initialized() ? engine::cross_rank() : 0; }
-int cross_size() { return engine::is_initialized() ? engine::cross_size() : 1; }
 
 // ---- TensorHandle
 
@@ -312,6 +296,20 @@ TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name, in
   return allgather_async(tensor, std::move(name), process_set).result();
 }
 
+TensorHandle allgather_into_async(const ::torch::Tensor& tensor, ::torch::Tensor output,
+                                  std::string name, int process_set) {
+  ::torch::Tensor input = engine_input(tensor, "allgather_into_async");
+  check_into_output(input, output, "allgather_into_async");
+  if (input.dim() == 0) input = input.reshape({1});
+  auto out = std::make_shared<::torch::Tensor>();
+  engine::Handle handle = eng().allgather_async(
+      auto_name(std::move(name), "allgather"), input.data_ptr(), shape_of(input),
+      to_comm_dtype(input.scalar_type()), into_allocator(out, output, input.device()),
+      op_options_for(input, process_set));
+  return TensorHandle(std::move(handle), out, {input, output},
+                      into_finish(out, output, "allgather_into_async"));
+}
+
 // ---- broadcast
 
 TensorHandle broadcast_async_(::torch::Tensor& tensor, int root, std::string name,
@@ -354,6 +352,19 @@ TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string nam
 ::torch::Tensor reduce_scatter(const ::torch::Tensor& tensor, std::string name,
                                ReduceScatterOptions options) {
   return reduce_scatter_async(tensor, std::move(name), options).result();
+}
+
+TensorHandle reduce_scatter_into_async(const ::torch::Tensor& tensor, ::torch::Tensor output,
+                                       std::string name, ReduceScatterOptions options) {
+  ::torch::Tensor input = engine_input(tensor, "reduce_scatter_into_async");
+  check_into_output(input, output, "reduce_scatter_into_async");
+  auto out = std::make_shared<::torch::Tensor>();
+  engine::Handle handle = eng().reduce_scatter_async(
+      auto_name(std::move(name), "reduce_scatter"), input.data_ptr(), shape_of(input),
+      to_comm_dtype(input.scalar_type()), options.op, into_allocator(out, output, input.device()),
+      op_options_for(input, options.process_set));
+  return TensorHandle(std::move(handle), out, {input, output},
+                      into_finish(out, output, "reduce_scatter_into_async"));
 }
 
 // ---- alltoall

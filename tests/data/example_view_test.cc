@@ -1,5 +1,5 @@
 // The zero-copy Example reader must agree with protobuf's own parser.
-#include "data/example_view.h"
+#include "data/example/example_view.h"
 
 #include <gtest/gtest.h>
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "lockstep/base/error.h"
 #include "lockstep/data/record_index.h"
@@ -83,6 +86,34 @@ TEST(RecordIndex, MissingOrInvalidIndexNamesTheFile) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bad.index.json"), std::string::npos);
+  }
+}
+
+// The layout ShardSetWriter asserts as it writes is checked again where an
+// index comes back from disk: offsets that do not rise by at least an empty
+// frame (16 bytes) or run past the shard's size are refused, naming the
+// shard and the record, before a reader computes a negative span from them.
+TEST(RecordIndex, OffsetsThatDoNotRiseByAFrameAreRefusedAtLoad) {
+  TempDir dir;
+  auto index_with = [&](const std::string& offsets, int records, int bytes) {
+    testing::write_file(dir / "set.index.json",
+                        fmt::format(R"({{"format": "lockstep-record-index", "version": 1,
+                                       "shards": [{{"file": "s.tfrecord", "bytes": {},
+                                                   "records": {}, "offsets": [{}]}}]}})",
+                                    bytes, records, offsets));
+    return dir / "set.index.json";
+  };
+  EXPECT_EQ(RecordIndex::load(index_with("0, 26, 62", 3, 108)).shards[0].records(), 3u);
+  for (auto [offsets, bytes, bad] : {std::tuple{"0, 62, 26", 108, "record 1 spans bytes [62, 26)"},
+                                     std::tuple{"0, 26, 30", 108, "record 1 spans bytes [26, 30)"},
+                                     std::tuple{"0, 26, 62", 70, "record 2 spans bytes [62, 70)"}}) {
+    try {
+      RecordIndex::load(index_with(offsets, 3, bytes));
+      ADD_FAILURE() << "offsets " << offsets << " of " << bytes << " bytes were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("s.tfrecord"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 // HDF5 and LMDB sources against files written another way (h5py, the Python
 // lmdb module and a hand-written Example encoder: write_reference.py) and
 // against the IDX files they came from; converters between all formats;
-// rank assignment through the pipeline; every kind of bad file.
+// rank assignment through the loader; every kind of bad file.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 
 #include "lockstep/data/convert.h"
 #include "lockstep/data/idx.h"
-#include "lockstep/data/pipeline.h"
+#include "lockstep/data/loader.h"
 #include "lockstep/data/source.h"
 #include "test_util.h"
 
@@ -136,7 +136,7 @@ TEST_F(SourceTest, ConvertersRoundTripThroughEveryFormat) {
 // Identity of a decoded sample: its pixels and label.
 using Key = std::pair<std::vector<float>, int64_t>;
 
-std::vector<Key> epoch_of(Pipeline& p, uint64_t epoch) {
+std::vector<Key> epoch_of(Loader& p, uint64_t epoch) {
   std::vector<Key> out;
   p.start_epoch(epoch);
   while (auto batch = p.next())
@@ -147,14 +147,14 @@ std::vector<Key> epoch_of(Pipeline& p, uint64_t epoch) {
   return out;
 }
 
-TEST_F(SourceTest, PipelineOverHdf5GivesTheSameBatchesAsRecordShards) {
+TEST_F(SourceTest, LoaderOverHdf5GivesTheSameBatchesAsRecordShards) {
   ConvertResult h5 = convert_idx(kImages, kLabels, {dir_.str(), "h", 1, {}, SourceFormat::kHdf5});
   ConvertResult rec = convert_idx(kImages, kLabels, {dir_.str(), "r", 1, {}, SourceFormat::kRecords});
   ConvertResult db = convert_idx(kImages, kLabels, {dir_.str(), "l", 1, {}, SourceFormat::kLmdb});
   auto build = [](const std::string& path) {
-    return PipelineBuilder(path).rank(1, 3).seed(9).batch(64).shuffle(500).threads(2).build();
+    return LoaderBuilder(path).rank(1, 3).seed(9).batch(64).shuffle(500).threads(2).build();
   };
-  Pipeline a = build(h5.index_path), b = build(rec.index_path), c = build(db.index_path);
+  Loader a = build(h5.index_path), b = build(rec.index_path), c = build(db.index_path);
   std::vector<Key> from_rec = epoch_of(b, 2);
   EXPECT_EQ(epoch_of(a, 2), from_rec);
   EXPECT_EQ(epoch_of(c, 2), from_rec);
@@ -172,7 +172,7 @@ TEST_F(SourceTest, RanksSplitHdf5AndLmdbWithEqualBatchCounts) {
         std::multiset<Key> seen;
         std::set<uint64_t> batches;
         for (int rank = 0; rank < 3; ++rank) {
-          Pipeline p = PipelineBuilder(path).rank(rank, 3).assignment(assignment, remainder)
+          Loader p = LoaderBuilder(path).rank(rank, 3).assignment(assignment, remainder)
                            .seed(5).batch(32).block_records(40).build();
           batches.insert(p.batches_per_epoch());
           for (Key& k : epoch_of(p, 1)) seen.insert(std::move(k));
@@ -267,7 +267,7 @@ TEST_F(SourceTest, Hdf5CorruptChunkIsABadRecordOrSkipped) {
   // Fletcher-32 checksum no longer matches.
   for (size_t i = 0; i < 16; ++i) bytes[bytes.size() / 2 + i] ^= 0x5a;
   testing::write_file(h5.index_path, bytes);
-  Pipeline strict = PipelineBuilder(h5.index_path).batch(100).shuffle(0).build();
+  Loader strict = LoaderBuilder(h5.index_path).batch(100).shuffle(0).build();
   strict.start_epoch(0);
   try {
     while (strict.next()) {
@@ -277,7 +277,7 @@ TEST_F(SourceTest, Hdf5CorruptChunkIsABadRecordOrSkipped) {
     EXPECT_EQ(e.file(), h5.index_path + " (/images)");
     EXPECT_NE(std::string(e.what()).find("HDF5 read failed"), std::string::npos) << e.what();
   }
-  Pipeline lenient = PipelineBuilder(h5.index_path).batch(100).shuffle(0)
+  Loader lenient = LoaderBuilder(h5.index_path).batch(100).shuffle(0)
                          .bad_data(BadDataPolicy::kSkip).build();
   uint64_t samples = 0;
   lenient.start_epoch(0);

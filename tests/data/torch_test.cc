@@ -1,4 +1,4 @@
-// The LibTorch face: tensors from the pipeline and the torch::data dataset.
+// The LibTorch face: tensors from the loader and the torch::data dataset.
 #include <torch/torch.h>
 
 #include <gtest/gtest.h>
@@ -27,15 +27,15 @@ std::string make_dataset(const TempDir& dir, int records) {
   return writer.index_path();
 }
 
-TEST(TensorPipeline, RangeForYieldsFloatDataAndInt64Targets) {
+TEST(TensorLoader, RangeForYieldsFloatDataAndInt64Targets) {
   TempDir dir;
-  PipelineOptions o;
+  LoaderOptions o;
   o.index_path = make_dataset(dir, 10);
   o.batch_size = 4;
-  TensorPipeline pipeline(o);
+  TensorLoader loader(o);
   std::vector<int64_t> sizes;
   std::set<int64_t> labels;
-  for (auto& batch : pipeline.epoch(0)) {
+  for (auto& batch : loader.epoch(0)) {
     EXPECT_EQ(batch.data.dtype(), torch::kFloat32);
     EXPECT_EQ(batch.target.dtype(), torch::kInt64);
     EXPECT_EQ(batch.data.sizes(), (std::vector<int64_t>{batch.target.size(0), 1, 2, 3}));

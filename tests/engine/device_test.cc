@@ -7,8 +7,16 @@
 // tests/torch/cuda_test.cc).
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include "engine/engine_harness.h"
+#include "engine/trace_reader.h"
 #include "lockstep/base/error.h"
 #include "lockstep/comm/device.h"
 
@@ -69,7 +77,21 @@ class HostAsDevice final : public comm::Backend, public comm::DeviceMemory {
   }
   void set_deferred(bool d) override { deferred_ = d; }
   bool deferred() const override { return deferred_; }
-  void synchronize() override { ++syncs; }
+  void synchronize() override {
+    ++syncs;
+    // A "GPU" that takes kGpuSeconds per batch of marks, so the timeline's
+    // device times fit between the batch's start and the host's wake-up.
+    if (marks_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(kGpuSeconds));
+  }
+  // Scripted GPU times: the phases of a batch take 10, 20 and 10 ms.
+  static constexpr double kGpuSeconds = 0.05;
+  void mark() override { ++marks_; }
+  std::vector<double> take_marks() override {
+    std::vector<double> times = {0, 0.010, 0.030, 0.040};
+    times.resize(static_cast<size_t>(marks_), 0.045);  // more or fewer marks: as many times
+    marks_ = 0;
+    return times;
+  }
 
   int collectives = 0, copies = 0, scaled = 0, syncs = 0;
   std::vector<void*> waited;
@@ -77,6 +99,7 @@ class HostAsDevice final : public comm::Backend, public comm::DeviceMemory {
  private:
   std::unique_ptr<comm::Communicator> inner_;
   bool deferred_ = false;
+  int marks_ = 0;
 };
 
 // The engine over shm plus a HostAsDevice over a second shm job.
@@ -201,6 +224,51 @@ TEST(EngineDevice, DeviceBuffersWithoutADeviceCommunicatorAreRefused) {
                           1.0, on_device());
       },
       {"no device communicator"});
+}
+
+// Issue 27: with the timeline on, a device batch's phases are the GPU's
+// (the marks on the stream), not the host's enqueue times: the scripted
+// 10/20/10 ms phases appear as such, labelled as GPU time, for a fused
+// batch and for a broadcast (no fusion copies: its copy-in phase is the
+// 10 ms the scripted GPU spent before the second mark).
+TEST(EngineDevice, TimelineShowsTheGpuPhasesFromTheStreamsMarks) {
+  const std::string path = "/tmp/lockstep-timeline-dev-" + std::to_string(getpid()) + ".json";
+  auto results = run_workers_raw(1, [&](const comm::WorldInfo& world) {
+    EngineConfig config = EngineConfig::from_knobs();
+    config.timeline_path = path;
+    Engine e(comm::Communicator::create(world, "shm"), config);
+    attach_device(e, world);
+    std::vector<float> a(4, 1.0f), b(2, 2.0f);
+    auto ha = e.allreduce_async("a", a.data(), a.data(), {4}, DataType::kFloat32,
+                                ReduceOp::kSum, 1.0, 1.0, on_device());
+    auto hb = e.allreduce_async("b", b.data(), b.data(), {2}, DataType::kFloat32,
+                                ReduceOp::kSum, 1.0, 1.0, on_device());
+    ha.wait();
+    hb.wait();
+    e.broadcast_async("c", a.data(), {4}, DataType::kFloat32, 0, on_device()).wait();
+    e.shutdown();
+  });
+  expect_all_ok(results);
+  nlohmann::json trace = parse_trace(path);
+  std::map<std::string, std::map<std::string, double>> dur;  // tensor -> phase -> us
+  std::map<int, std::string> rows;
+  std::set<std::string> algorithms;
+  for (const auto& ev : trace)
+    if (ev.value("name", "") == "thread_name") rows[ev["tid"]] = ev["args"]["name"];
+  for (const auto& ev : trace) {
+    if (ev.value("ph", "") != "X" || !ev.contains("tid")) continue;
+    dur[rows[ev["tid"]]][ev["name"]] = ev["dur"];
+    if (ev["name"] == "COLLECTIVE") algorithms.insert(ev["args"]["algorithm"]);
+  }
+  ::unlink(path.c_str());
+  EXPECT_EQ(algorithms, std::set<std::string>{"GPU time"});
+  for (const char* tensor : {"a", "b"}) {
+    SCOPED_TRACE(tensor);
+    EXPECT_NEAR(dur[tensor]["FUSE_COPY_IN"], 10e3, 1.0);
+    EXPECT_NEAR(dur[tensor]["COLLECTIVE"], 20e3, 1.0);
+    EXPECT_NEAR(dur[tensor]["COPY_OUT"], 10e3, 1.0);
+  }
+  EXPECT_NEAR(dur["c"]["COLLECTIVE"], 20e3, 1.0);
 }
 
 }  // namespace

@@ -20,6 +20,13 @@ using engine::EngineConfig;
 using engine::ReduceOp;
 using engine::Shape;
 
+// Options naming process set `id` (the other fields at their defaults).
+inline engine::OpOptions in_set(int id) {
+  engine::OpOptions o;
+  o.process_set = id;
+  return o;
+}
+
 // body runs in every child after the env of `options` is set; `tweak` edits
 // the knob-derived config before the Engine starts.
 inline std::vector<ChildResult> run_engines(

@@ -13,10 +13,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "doctor/diagnose.h"
 #include "engine/engine_harness.h"
 #include "engine/flight_recorder.h"
 #include "lockstep/base/error.h"
+#include "tools/doctor/diagnose.h"
 
 namespace lockstep::testing {
 namespace {

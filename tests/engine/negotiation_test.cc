@@ -124,7 +124,7 @@ TEST(EngineNegotiation, InvalidArgumentsFailLocally) {
   expect_throw_with<InvalidArgument>(
       [&] { e.broadcast_async("b", x.data(), {4}, DataType::kInt32, 3); }, {"'b'", "root 3"});
   expect_throw_with<InvalidArgument>(
-      [&] { e.allreduce_async("p", x.data(), x.data(), {4}, DataType::kInt32, ReduceOp::kSum, 1, 1, {7, {}}); },
+      [&] { e.allreduce_async("p", x.data(), x.data(), {4}, DataType::kInt32, ReduceOp::kSum, 1, 1, in_set(7)); },
       {"process set 7"});
 }
 

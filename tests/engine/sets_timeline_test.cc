@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine_harness.h"
+#include "engine/trace_reader.h"
 #include "lockstep/base/error.h"
 
 namespace lockstep::testing {
@@ -25,17 +26,17 @@ TEST(EngineProcessSets, StaticAndRuntimeSets) {
     EXPECT_EQ(added, 2);
     std::vector<float> x(3, static_cast<float>(r + 1));
     if (r == 0 || r == 2) {
-      e.allreduce_async("x", x.data(), x.data(), {3}, DataType::kFloat32, ReduceOp::kSum, 1, 1, {1, {}}).wait();
+      e.allreduce_async("x", x.data(), x.data(), {3}, DataType::kFloat32, ReduceOp::kSum, 1, 1, in_set(1)).wait();
       EXPECT_EQ(x[0], 4.0f);  // 1 + 3
     } else {
       expect_throw_with<InvalidArgument>(
-          [&] { e.allreduce_async("x", x.data(), x.data(), {3}, DataType::kFloat32, ReduceOp::kSum, 1, 1, {1, {}}); },
+          [&] { e.allreduce_async("x", x.data(), x.data(), {3}, DataType::kFloat32, ReduceOp::kSum, 1, 1, in_set(1)); },
           {"not a member of process set 1"});
     }
     std::vector<int32_t> y = {r * 10};
     if (r != 0) {
       // Same name in two sets is fine; broadcast root is a set rank (1 = job rank 2).
-      e.broadcast_async("x", y.data(), {1}, DataType::kInt32, 1, {2, {}}).wait();
+      e.broadcast_async("x", y.data(), {1}, DataType::kInt32, 1, in_set(2)).wait();
       EXPECT_EQ(y[0], 20);
       e.barrier(2);
     }
@@ -44,18 +45,6 @@ TEST(EngineProcessSets, StaticAndRuntimeSets) {
     EXPECT_EQ(all[0], 3.0f);
   }, {}, [](EngineConfig& c) { c.process_sets = {{0, 2}}; });
   expect_all_ok(results);
-}
-
-nlohmann::json parse_trace(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  // A trace cut short ends in ",\n" with no closing bracket; Chrome accepts
-  // that, strict JSON needs it closed.
-  auto last = text.find_last_not_of(" \n");
-  if (last != std::string::npos && text[last] == ',') text = text.substr(0, last) + "]";
-  return nlohmann::json::parse(text);
 }
 
 TEST(EngineTimeline, WritesEveryPhaseAsChromeTrace) {

@@ -1,7 +1,7 @@
 // lockstep-parallelism as a user runs it: `lockstep run -np 2 ... --json` for
 // every strategy on a small subset; the JSON line carries the fields the docs
 // promise and the memory claims hold (tensor, pipeline and zero hold at most
-// 0.6x data's parameter or optimizer-state bytes per rank).
+// 0.6x data's parameter or optimizer-state bytes per rank, fsdp both).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -54,7 +54,7 @@ nlohmann::json run(const std::string& launcher_flags, const std::string& flags) 
 TEST(Parallelism, EveryStrategyReportsAndShardsMemory) {
   if (!runnable()) GTEST_SKIP() << "needs dataset-fashion-mnist and the built binaries";
   std::map<std::string, nlohmann::json> r;
-  for (const char* s : {"data", "tensor", "pipeline", "zero", "ps"})
+  for (const char* s : {"data", "tensor", "pipeline", "zero", "fsdp", "ps"})
     r[s] = run("", fmt::format("--strategy {} --micro-batches 2", s));
   for (auto& [name, j] : r) {
     ASSERT_FALSE(j.is_null()) << name;
@@ -73,6 +73,8 @@ TEST(Parallelism, EveryStrategyReportsAndShardsMemory) {
   EXPECT_LE(r["tensor"]["param_bytes_per_rank"].get<double>(), 0.6 * data_params);
   EXPECT_LE(r["pipeline"]["param_bytes_per_rank"].get<double>(), 0.6 * data_params);
   EXPECT_LE(r["zero"]["optimizer_state_bytes_per_rank"].get<double>(), 0.6 * data_state);
+  EXPECT_LE(r["fsdp"]["param_bytes_per_rank"].get<double>(), 0.6 * data_params);
+  EXPECT_LE(r["fsdp"]["optimizer_state_bytes_per_rank"].get<double>(), 0.6 * data_state);
   EXPECT_DOUBLE_EQ(r["pipeline"]["bubble_theory"].get<double>(), 1.0 / 3);  // p=2, m=2
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fails when a layer includes a layer above it (docs/architecture.md):
+# Fails when a layer includes a layer above it, or another layer's private
+# headers (docs/architecture.md):
 #   base < rendezvous < comm < engine < torch < parallel;  optim, data stand on base
 #   (and LibTorch); summary on base + data; launcher on base + rendezvous; plan (the planner's
 #   model) on base alone; tools/examples on top.
@@ -35,5 +36,24 @@ check data comm engine launcher torch parallel optim summary
 check summary comm engine launcher torch parallel optim notorch
 check torch launcher parallel
 check parallel launcher
+
+# A header under src/<layer>/ is private to its layer: another layer or a
+# tool that needs it includes its published form, lockstep/<layer>/...
+# (docs/architecture.md). Quoted includes are resolved against src/, so a
+# generated header (comm/transports.inc) counts as its layer's.
+layers=$(cd "$root/src" && ls -d */ | tr -d /)
+for layer in $layers; do
+  others=$(tr ' ' '\n' <<<"$layers" | grep -vx "$layer" | paste -sd'|')
+  if grep -rnE "#include \"($others)/" "$root/src/$layer"; then
+    echo "layer '$layer' includes another layer's private header (src/<layer>/): publish it"
+    status=1
+  fi
+done
+# Tools include the public headers and their own, from the project root
+# ("tools/<tool>/x.h"), never src/: "plan/x.h" could mean tools/plan or src/plan.
+if grep -rnE "#include \"(src/|include/|($(paste -sd'|' <<<"$layers"))/)" "$root/tools"; then
+  echo "a tool includes a private header of a layer (or a path into src/ or include/)"
+  status=1
+fi
 [[ $status == 0 ]] && echo "layering: ok"
 exit $status

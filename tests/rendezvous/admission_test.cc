@@ -22,8 +22,8 @@
 
 #include <gtest/gtest.h>
 
+#include "lockstep/base/socket.h"
 #include "lockstep/rendezvous/store.h"
-#include "rendezvous/socket.h"
 #include "rendezvous/wire.h"
 
 namespace lockstep::rendezvous {

@@ -1,10 +1,10 @@
 // ASHA decisions against cases worked out by hand from Note [ASHA rungs].
-#include "sweep/asha.h"
+#include "tools/sweep/asha.h"
 
 #include <gtest/gtest.h>
 
 #include "lockstep/base/error.h"
-#include "sweep/command.h"
+#include "tools/sweep/command.h"
 
 namespace lockstep::sweep {
 namespace {

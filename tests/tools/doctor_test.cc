@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "doctor/diagnose.h"
+#include "tools/doctor/diagnose.h"
 
 namespace lockstep::doctor {
 namespace {

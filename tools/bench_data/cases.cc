@@ -1,4 +1,4 @@
-#include "cases.h"
+#include "tools/bench_data/cases.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -70,16 +70,16 @@ Row record_read(const std::vector<std::string>& files, size_t threads, double mi
   });
 }
 
-Row pipeline_epochs(const std::string& name, data::PipelineOptions options, double min_seconds,
+Row pipeline_epochs(const std::string& name, data::LoaderOptions options, double min_seconds,
                     uint64_t epoch_bytes) {
-  data::Pipeline pipeline(options);
-  for (const auto& s : pipeline.options().index.shards) epoch_bytes += s.bytes;
+  data::Loader loader(options);
+  for (const auto& s : loader.options().index.shards) epoch_bytes += s.bytes;
   if (epoch_bytes == 0)
     for (const auto& s : data::RecordIndex::load(options.index_path).shards) epoch_bytes += s.bytes;
   uint64_t epoch = 0;
   return repeat({name, options.threads}, min_seconds, [&](Row& row) {
-    pipeline.start_epoch(epoch++);
-    while (auto batch = pipeline.next()) row.records += batch->size();
+    loader.start_epoch(epoch++);
+    while (auto batch = loader.next()) row.records += batch->size();
     row.bytes += epoch_bytes;
   });
 }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/data/pipeline.h"
+#include "lockstep/data/loader.h"
 
 namespace lockstep::bench {
 
@@ -25,7 +25,7 @@ Row page_cache_read(const std::vector<std::string>& files, double min_seconds);
 Row record_read(const std::vector<std::string>& files, size_t threads, double min_seconds);
 // Whole epochs of the pipeline (read, shuffle, decode, augment, batch);
 // `epoch_bytes` (0: the record shards' size from the index) for MB/s.
-Row pipeline_epochs(const std::string& name, data::PipelineOptions options, double min_seconds,
+Row pipeline_epochs(const std::string& name, data::LoaderOptions options, double min_seconds,
                     uint64_t epoch_bytes = 0);
 
 }  // namespace lockstep::bench

@@ -1,4 +1,4 @@
-#include "datasets.h"
+#include "tools/bench_data/datasets.h"
 
 #include <filesystem>
 #include <random>

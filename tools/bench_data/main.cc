@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "cases.h"
-#include "common/cli_checks.h"
-#include "datasets.h"
 #include "lockstep/base/error.h"
 #include "lockstep/data/idx.h"
 #include "lockstep/data/record_index.h"
+#include "tools/bench_data/cases.h"
+#include "tools/bench_data/datasets.h"
+#include "tools/common/cli_checks.h"
 
 namespace {
 
@@ -66,7 +66,7 @@ void run(const Settings& s) {
   // The same 28x28 records from each format, interleaved per thread count.
   std::vector<std::string> h5 = bench::convert_to(idx, s.work_dir, "hdf5");
   std::vector<std::string> lmdb = bench::convert_to(idx, s.work_dir, "lmdb");
-  data::PipelineOptions o;
+  data::LoaderOptions o;
   o.batch_size = 128;
   double best_idx = 0;
   for (size_t t : s.threads) {

@@ -19,8 +19,8 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/engine/engine.h"
-#include "common/cli_checks.h"
-#include "resnet50.h"
+#include "tools/bench_engine/resnet50.h"
+#include "tools/common/cli_checks.h"
 
 namespace lockstep::bench {
 namespace {

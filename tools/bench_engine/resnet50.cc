@@ -1,4 +1,4 @@
-#include "resnet50.h"
+#include "tools/bench_engine/resnet50.h"
 
 #include <fmt/format.h>
 

@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "bench_fit/fit.h"
-#include "comm/kernels/reduce.h"
+#include "lockstep/comm/kernels.h"
 #include "lockstep/plan/fit.h"
+#include "tools/bench_fit/fit.h"
 
 namespace lockstep::bench_fit {
 namespace {

@@ -9,11 +9,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench_fit/fit.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/executable.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/plan/fit.h"
-#include "plan/job.h"
+#include "tools/bench_fit/fit.h"
+#include "tools/common/cli_main.h"
+#include "tools/plan/job.h"
 
 namespace lockstep::bench_fit {
 namespace {
@@ -84,13 +86,13 @@ std::vector<plan::Sample> run_sweeps(const Options& o, const std::string& sizes)
   const std::string dir = std::filesystem::temp_directory_path().string();
   for (int np : nps) {
     JobSpec job;
-    job.argv = {plan_tool::bin_dir() + "/lockstep", "run"};
+    job.argv = {executable_dir() + "/lockstep", "run"};
     if (np > 0) job.argv.insert(job.argv.end(), {"-np", std::to_string(np)});
     job.argv.insert(job.argv.end(), o.launcher_args.begin(), o.launcher_args.end());
     // Flat collectives: the hierarchical allreduce is composed from these
     // fits by the planner, not fitted on its own.
     job.argv.insert(job.argv.end(), {"--backend", o.backend, "-x", "LOCKSTEP_HIERARCHICAL=0", "--",
-                                     plan_tool::bin_dir() + "/lockstep-bench-fit", "--worker",
+                                     executable_dir() + "/lockstep-bench-fit", "--worker",
                                      "--sizes", sizes, "--factor", fmt::format("{}", o.factor),
                                      "--seconds", fmt::format("{}", o.seconds),
                                      "--buffers", o.buffers, "--busy-threads",
@@ -233,19 +235,10 @@ int main(int argc, char** argv) {
                  "measuring (same host section; --backend only names the table)");
   app.add_flag("--worker", o.worker, "(internal) measure under lockstep run");
   lockstep::plan_tool::accept_np_flag(argc, argv);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  try {
-    if (o.worker) return worker_main(size_list(o.sizes, o.factor), o.seconds, o.buffers == "cold", o.busy_threads);
+  return lockstep::cli::run_command(app, argc, argv, "lockstep bench fit", [&] {
+    if (o.worker)
+      return worker_main(size_list(o.sizes, o.factor), o.seconds, o.buffers == "cold",
+                         o.busy_threads);
     return drive(o);
-  } catch (const lockstep::InvalidArgument& e) {
-    std::fprintf(stderr, "lockstep bench fit: %s\n", e.what());
-    return 2;
-  } catch (const lockstep::Error& e) {
-    std::fprintf(stderr, "lockstep bench fit: %s\n", e.what());
-    return 1;
-  }
+  });
 }

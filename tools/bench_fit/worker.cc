@@ -11,7 +11,7 @@
 // is no longer cached, and the allreduces still run back to back, as the
 // engine runs a step's batches (no barrier or untimed gap between them,
 // which would put ranks to sleep and time their wake-ups).
-#include "bench_fit/fit.h"
+#include "tools/bench_fit/fit.h"
 
 #include <unistd.h>
 

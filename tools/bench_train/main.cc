@@ -27,8 +27,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "lockstep/base/executable.h"
 #include "lockstep/base/knobs.h"
-#include "worker.h"
+#include "tools/bench_train/worker.h"
 
 namespace bt = lockstep::bench_train;
 
@@ -55,8 +56,6 @@ struct Variant {
   std::vector<double> samples_per_s;  // one per round that succeeded
   std::optional<nlohmann::json> last;  // the last round's JSON
 };
-
-std::string self_path() { return std::filesystem::canonical("/proc/self/exe").string(); }
 
 int allowed_cpu_count() {
   cpu_set_t set;
@@ -88,14 +87,14 @@ std::vector<Layout> parse_layouts(const Options& o, int cpus) {
 std::string worker_args(const Options& o, const std::string& variant, int threads) {
   const auto& w = o.worker;
   return fmt::format("--worker --variant {} --threads {} --batch-size {} --warmup-steps {} "
-                     "--window-steps {} --windows {} --device {}",
+                     "--window-steps {} --windows {} --device {} --strategy {}",
                      variant, threads, w.batch_size, w.warmup_steps, w.window_steps, w.windows,
-                     w.device);
+                     w.device, w.strategy);
 }
 
 // `lockstep run` when it is there; else the same environment by hand.
 std::string multi_worker_command(const Options& o, Layout l, const std::string& overlap) {
-  const std::string self = self_path();
+  const std::string self = lockstep::executable_path();
   const auto launcher = std::filesystem::path(self).parent_path() / "lockstep";
   const std::string args = worker_args(o, "lockstep", 0);
   if (std::filesystem::exists(launcher))
@@ -214,7 +213,7 @@ struct Ratio {
 int orchestrate(const Options& o) {
   const int cpus = o.cpus > 0 ? o.cpus : allowed_cpu_count();
   const std::vector<Layout> layouts = parse_layouts(o, cpus);
-  const std::string self = "'" + self_path() + "' ";
+  const std::string self = "'" + lockstep::executable_path() + "' ";
   Table t;
   const auto plain11 = t.add("plain 1x1", self + worker_args(o, "plain", 1));
   const auto plain11t = t.add("plain 1x1 tuned", self + worker_args(o, "plain-malloc", 1));
@@ -302,20 +301,21 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "append the JSON lines to FILE");
   app.add_flag("--worker", o.worker_mode, "internal: run one variant");
   app.add_option("--variant", o.worker.variant, "internal: plain|plain-malloc|lockstep");
+  app.add_option("--strategy", o.worker.strategy,
+                 "lockstep variants: data (DistributedOptimizer) or fsdp (FullyShardedModel)")
+      ->check(CLI::IsMember({"data", "fsdp"}))->capture_default_str();
   app.add_option("--threads", o.worker.threads, "internal: intra-op threads (0: placement)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!o.worker_mode) return orchestrate(o);
     bt::WorkerResult r = bt::run_worker(o.worker);
-    if (lockstep::knob_int("LOCKSTEP_RANK") == 0)
-      std::printf("%s\n", nlohmann::json{{"variant", o.worker.variant},
-                                         {"workers", r.workers},
-                                         {"threads", r.threads},
-                                         {"samples_per_s", r.samples_per_s},
-                                         {"step_ms", r.step_ms},
-                                         {"comm_wait_share", r.comm_wait_share}}
-                              .dump()
-                              .c_str());
+    if (lockstep::knob_int("LOCKSTEP_RANK") == 0) {
+      nlohmann::json line{{"variant", o.worker.variant},     {"workers", r.workers},
+                          {"threads", r.threads},            {"samples_per_s", r.samples_per_s},
+                          {"step_ms", r.step_ms},            {"comm_wait_share", r.comm_wait_share}};
+      if (o.worker.variant == "lockstep") line["strategy"] = o.worker.strategy;
+      std::printf("%s\n", line.dump().c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "lockstep-bench-train: error: {}\n", e.what());

@@ -1,4 +1,4 @@
-#include "worker.h"
+#include "tools/bench_train/worker.h"
 
 #include <torch/torch.h>
 
@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "common/fashion_cnn.h"
+#include "lockstep/parallel/fully_sharded.h"
 #include "lockstep/torch/torch.h"
 
 namespace lockstep::bench_train {
@@ -22,27 +23,63 @@ struct Window {
   double seconds = 0, wait_seconds = 0;
 };
 
-// The same step as lockstep-fashion-mnist; `dist` is null for plain LibTorch.
+// FashionCnn's forward as a Sequential of its own modules (FSDP's units):
+// conv, norm, relu, pool twice, then flatten and the head.
+::torch::nn::Sequential as_sequential(examples::FashionCnn& m) {
+  namespace nn = ::torch::nn;
+  nn::Sequential seq;
+  seq->push_back("conv1", m->conv1);
+  seq->push_back("bn1", ::torch::nn::AnyModule(m->bn1));
+  seq->push_back(nn::ReLU());
+  seq->push_back(nn::MaxPool2d(2));
+  seq->push_back("conv2", m->conv2);
+  seq->push_back("bn2", ::torch::nn::AnyModule(m->bn2));
+  seq->push_back(nn::ReLU());
+  seq->push_back(nn::MaxPool2d(2));
+  seq->push_back(nn::Flatten());
+  seq->push_back("fc", m->fc);
+  return seq;
+}
+
+// The same step as lockstep-fashion-mnist; `dist` and `fsdp` are null for
+// plain LibTorch.
 class Stepper {
  public:
-  Stepper(int64_t batch_size, bool distributed, ::torch::Device device)
+  Stepper(int64_t batch_size, const std::string& strategy, bool distributed,
+          ::torch::Device device)
       : model_(to_device(examples::FashionCnn(), device)),
-        adam_(model_->parameters(), ::torch::optim::AdamOptions(1e-3)),
         x_(::torch::randn({batch_size, 1, 28, 28}).to(device)),
         y_(::torch::randint(0, 10, {batch_size}, ::torch::kInt64).to(device)),
         cuda_(device.is_cuda()) {
+    if (distributed && strategy == "fsdp") {
+      fsdp_ = std::make_unique<lockstep::parallel::FullyShardedModel>(
+          as_sequential(model_), lockstep::parallel::FullyShardedOptions{.layers_per_unit = 4});
+      adam_ = std::make_unique<::torch::optim::Adam>(fsdp_->parameters(),
+                                                     ::torch::optim::AdamOptions(1e-3));
+      return;
+    }
+    adam_ = std::make_unique<::torch::optim::Adam>(model_->parameters(),
+                                                   ::torch::optim::AdamOptions(1e-3));
     if (distributed) {
-      dist_ = std::make_unique<lt::DistributedOptimizer>(adam_, *model_);
+      dist_ = std::make_unique<lt::DistributedOptimizer>(*adam_, *model_);
       lt::broadcast_parameters(*model_, 0);
     }
   }
 
-  // Returns the seconds spent waiting for gradients' allreduces.
+  // Returns the seconds spent waiting for gradients' allreduces (fsdp: in
+  // step(), the reduce-scatters' tail and the optimizer on the shards).
   double step() {
+    if (fsdp_) {
+      fsdp_->zero_grad();
+      ::torch::nn::functional::cross_entropy(fsdp_->forward(x_), y_).backward();
+      auto wait_start = Clock::now();
+      fsdp_->step(*adam_);
+      return seconds_since(wait_start);
+    }
     if (!dist_) {
-      adam_.zero_grad();
+      adam_->zero_grad();
       ::torch::nn::functional::cross_entropy(model_->forward(x_), y_).backward();
-      adam_.step();
+      adam_->step();
       return 0;
     }
     dist_->zero_grad();
@@ -72,9 +109,10 @@ class Stepper {
   }
 
   examples::FashionCnn model_;
-  ::torch::optim::Adam adam_;
+  std::unique_ptr<::torch::optim::Adam> adam_;
   ::torch::Tensor x_, y_;
   std::unique_ptr<lt::DistributedOptimizer> dist_;
+  std::unique_ptr<lockstep::parallel::FullyShardedModel> fsdp_;
   bool cuda_ = false;
 };
 
@@ -94,7 +132,7 @@ WorkerResult run_worker(const WorkerConfig& config) {
     ::torch::set_num_threads(std::max(1, config.threads));
   }
   ::torch::manual_seed(0);
-  Stepper stepper(config.batch_size, distributed, device);
+  Stepper stepper(config.batch_size, config.strategy, distributed, device);
   stepper.window(config.warmup_steps);
   std::vector<Window> windows;
   for (int i = 0; i < config.windows; ++i) windows.push_back(stepper.window(config.window_steps));

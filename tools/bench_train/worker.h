@@ -11,6 +11,9 @@ struct WorkerConfig {
   // "plain" (no lockstep at all), "plain-malloc" (plain + lockstep's malloc
   // thresholds only) or "lockstep"
   std::string variant;
+  // lockstep variants: "data" (DistributedOptimizer) or "fsdp"
+  // (FullyShardedModel, one unit per conv block and one for the head).
+  std::string strategy = "data";
   int threads = 0;       // plain: intra-op threads; lockstep: 0 = placement's choice
   int64_t batch_size = 64;
   // "cpu" or "cuda" (plain: GPU 0; lockstep: LOCKSTEP_DEVICE, the placement's GPU).
@@ -22,7 +25,7 @@ struct WorkerConfig {
 
 struct WorkerResult {
   double samples_per_s = 0;     // whole job (all workers), median window
-  double comm_wait_share = 0;   // share of step time blocked in synchronize()
+  double comm_wait_share = 0;   // share of step time blocked in synchronize() (fsdp: in step())
   double step_ms = 0;           // median window's mean step time
   int workers = 1;
   int threads = 1;

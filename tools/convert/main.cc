@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -12,7 +14,7 @@
 #include "lockstep/data/convert.h"
 #include "lockstep/data/idx.h"
 #include "lockstep/data/record_index.h"
-#include "progress.h"
+#include "tools/convert/progress.h"
 
 namespace {
 
@@ -31,6 +33,98 @@ ShardOutput output(const std::string& dir, const std::string& name, size_t shard
           parse_format(format)};
 }
 
+// What the four subcommands take (CLI11 writes into it).
+struct Options {
+  std::string out_dir, name, format = "records";
+  size_t shards = 4;
+  std::string images, labels, mnist_dir, split = "train";  // idx
+  std::string root;                                         // images
+  uint64_t shuffle_seed = 0;
+  SourceSpec in;                                            // data
+  std::string index_out;                                    // index
+  std::vector<std::string> files;
+  CLI::App *idx = nullptr, *folder = nullptr, *data = nullptr, *index = nullptr;
+};
+
+void add_output(CLI::App* cmd, Options& o) {
+  cmd->add_option("--out", o.out_dir, "output folder")->required();
+  cmd->add_option("--name", o.name, "output name prefix (default: split or folder name)");
+  cmd->add_option("--shards", o.shards, "number of shards/files (records, hdf5)")
+      ->default_val(4)
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--format", o.format, "records, hdf5 or lmdb")
+      ->default_val("records")
+      ->check(CLI::IsMember({"records", "hdf5", "lmdb"}));
+}
+
+void add_subcommands(CLI::App& app, Options& o) {
+  o.idx = app.add_subcommand("idx", "MNIST-style IDX files (gzip'd or not)");
+  o.idx->add_option("--images", o.images, "IDX image file");
+  o.idx->add_option("--labels", o.labels, "IDX label file");
+  o.idx->add_option("--mnist-dir", o.mnist_dir,
+                    "folder with <split>-images-idx3-ubyte(.gz) etc.");
+  o.idx->add_option("--split", o.split, "train or t10k (with --mnist-dir)")->default_val("train");
+  add_output(o.idx, o);
+
+  o.folder = app.add_subcommand("images", "a folder of <class>/<image>.jpg|png");
+  o.folder->add_option("--root", o.root, "folder holding one sub-folder per class")->required();
+  o.folder->add_option("--shuffle-seed", o.shuffle_seed,
+                       "write records in a seeded random order (0: class by class)");
+  add_output(o.folder, o);
+
+  o.data = app.add_subcommand("data", "another data set (records, HDF5 or LMDB) to --format");
+  o.data->add_option("--in", o.in.paths, "a <name>.index.json, HDF5 file(s) or LMDB folder(s)")
+      ->required();
+  o.data->add_option("--images-dataset", o.in.images_dataset, "HDF5 image dataset")
+      ->default_val("/images");
+  o.data->add_option("--labels-dataset", o.in.labels_dataset, "HDF5 label dataset")
+      ->default_val("/labels");
+  add_output(o.data, o);
+
+  o.index = app.add_subcommand("index", "index existing TFRecord files (e.g. made by TensorFlow)");
+  o.index->add_option("--out", o.index_out, "index file to write (<name>.index.json)")->required();
+  o.index->add_option("files", o.files, "TFRecord files")->required();
+}
+
+void convert_idx_files(Options& o) {
+  if (!o.mnist_dir.empty()) {
+    o.images = o.mnist_dir + "/" + o.split + "-images-idx3-ubyte.gz";
+    o.labels = o.mnist_dir + "/" + o.split + "-labels-idx1-ubyte.gz";
+  }
+  if (o.images.empty() || o.labels.empty())
+    throw lockstep::InvalidArgument("give --images and --labels, or --mnist-dir");
+  lockstep::cli::ProgressBar bar("idx");
+  const std::string name = o.name.empty() ? o.split : o.name;
+  report(convert_idx(o.images, o.labels, output(o.out_dir, name, o.shards, o.format, &bar)));
+}
+
+void convert_folder(const Options& o) {
+  lockstep::cli::ProgressBar bar("images");
+  std::string stem = std::filesystem::path(o.root).filename().string();
+  uint64_t ignored = 0;
+  const std::string name = o.name.empty() ? stem : o.name;
+  report(convert_image_folder(o.root, output(o.out_dir, name, o.shards, o.format, &bar),
+                              o.shuffle_seed, &ignored));
+  if (ignored) std::printf("ignored %llu files without a .jpg/.jpeg/.png extension\n",
+                           static_cast<unsigned long long>(ignored));
+}
+
+void convert_data(const Options& o) {
+  lockstep::cli::ProgressBar bar("data");
+  std::string stem = std::filesystem::path(o.in.paths.front()).stem().string();
+  if (auto dot = stem.find('.'); dot != std::string::npos) stem.resize(dot);  // x.index.json
+  const std::string name = o.name.empty() ? stem : o.name;
+  report(convert_dataset(o.in, output(o.out_dir, name, o.shards, o.format, &bar)));
+}
+
+void index_files(const Options& o) {
+  RecordIndex built = build_index(o.files);
+  built.save(o.index_out);
+  std::printf("indexed %llu records in %zu files into %s\n",
+              static_cast<unsigned long long>(built.total_records()), o.files.size(),
+              o.index_out.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -38,85 +132,18 @@ int main(int argc, char** argv) {
                "or LMDB",
                "lockstep convert"};
   app.require_subcommand(1);
-  std::string out_dir, name, format = "records";
-  size_t shards = 4;
-  auto add_output = [&](CLI::App* cmd) {
-    cmd->add_option("--out", out_dir, "output folder")->required();
-    cmd->add_option("--name", name, "output name prefix (default: split or folder name)");
-    cmd->add_option("--shards", shards, "number of shards/files (records, hdf5)")
-        ->default_val(4)
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--format", format, "records, hdf5 or lmdb")
-        ->default_val("records")
-        ->check(CLI::IsMember({"records", "hdf5", "lmdb"}));
-  };
-
-  auto* idx = app.add_subcommand("idx", "MNIST-style IDX files (gzip'd or not)");
-  std::string images, labels, mnist_dir, split = "train";
-  idx->add_option("--images", images, "IDX image file");
-  idx->add_option("--labels", labels, "IDX label file");
-  idx->add_option("--mnist-dir", mnist_dir, "folder with <split>-images-idx3-ubyte(.gz) etc.");
-  idx->add_option("--split", split, "train or t10k (with --mnist-dir)")->default_val("train");
-  add_output(idx);
-
-  auto* folder = app.add_subcommand("images", "a folder of <class>/<image>.jpg|png");
-  std::string root;
-  uint64_t shuffle_seed = 0;
-  folder->add_option("--root", root, "folder holding one sub-folder per class")->required();
-  folder->add_option("--shuffle-seed", shuffle_seed,
-                     "write records in a seeded random order (0: class by class)");
-  add_output(folder);
-
-  auto* data = app.add_subcommand("data", "another data set (records, HDF5 or LMDB) to --format");
-  lockstep::data::SourceSpec in;
-  data->add_option("--in", in.paths,
-                   "a <name>.index.json, HDF5 file(s) or LMDB folder(s)")
-      ->required();
-  data->add_option("--images-dataset", in.images_dataset, "HDF5 image dataset")
-      ->default_val("/images");
-  data->add_option("--labels-dataset", in.labels_dataset, "HDF5 label dataset")
-      ->default_val("/labels");
-  add_output(data);
-
-  auto* index = app.add_subcommand("index", "index existing TFRecord files (e.g. made by TensorFlow)");
-  std::string index_out;
-  std::vector<std::string> files;
-  index->add_option("--out", index_out, "index file to write (<name>.index.json)")->required();
-  index->add_option("files", files, "TFRecord files")->required();
-
+  Options o;
+  add_subcommands(app, o);
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*idx) {
-      if (!mnist_dir.empty()) {
-        images = mnist_dir + "/" + split + "-images-idx3-ubyte.gz";
-        labels = mnist_dir + "/" + split + "-labels-idx1-ubyte.gz";
-      }
-      if (images.empty() || labels.empty())
-        throw lockstep::InvalidArgument("give --images and --labels, or --mnist-dir");
-      lockstep::cli::ProgressBar bar("idx");
-      report(convert_idx(images, labels,
-                         output(out_dir, name.empty() ? split : name, shards, format, &bar)));
-    } else if (*folder) {
-      lockstep::cli::ProgressBar bar("images");
-      std::string stem = std::filesystem::path(root).filename().string();
-      uint64_t ignored = 0;
-      report(convert_image_folder(
-          root, output(out_dir, name.empty() ? stem : name, shards, format, &bar), shuffle_seed,
-          &ignored));
-      if (ignored) std::printf("ignored %llu files without a .jpg/.jpeg/.png extension\n",
-                               static_cast<unsigned long long>(ignored));
-    } else if (*data) {
-      lockstep::cli::ProgressBar bar("data");
-      std::string stem = std::filesystem::path(in.paths.front()).stem().string();
-      if (auto dot = stem.find('.'); dot != std::string::npos) stem.resize(dot);  // x.index.json
-      report(convert_dataset(in, output(out_dir, name.empty() ? stem : name, shards, format, &bar)));
-    } else {
-      RecordIndex built = build_index(files);
-      built.save(index_out);
-      std::printf("indexed %llu records in %zu files into %s\n",
-                  static_cast<unsigned long long>(built.total_records()), files.size(),
-                  index_out.c_str());
-    }
+    if (*o.idx)
+      convert_idx_files(o);
+    else if (*o.folder)
+      convert_folder(o);
+    else if (*o.data)
+      convert_data(o);
+    else
+      index_files(o);
   } catch (const lockstep::Error& e) {
     std::fprintf(stderr, "\nlockstep convert: %s\n", e.what());
     return 1;

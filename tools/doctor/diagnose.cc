@@ -8,7 +8,7 @@
 //      the late rank whose last activity is oldest stalled first;
 //   3. otherwise a mismatch error, a rank behind the others in the
 //      negotiated order, or the earliest failure.
-#include "doctor/diagnose.h"
+#include "tools/doctor/diagnose.h"
 
 #include <algorithm>
 #include <map>
@@ -96,15 +96,11 @@ int64_t pending_age_us(const std::vector<const RankDump*>& members, int set, con
   return age;
 }
 
-// Step 2 for one set; true when it reached a verdict.
-bool judge_set(int set, const std::vector<const RankDump*>& members,
-               const std::vector<RankDump>& dumps, Diagnosis& out) {
-  std::map<int, Labels> pending;
+// Each member's pending operations in `set`, grouped by what they have
+// pending beyond what every member has (ranks with the same partial set).
+std::map<Labels, std::vector<int>> partial_groups(const std::map<int, Labels>& pending) {
   Labels everywhere, anywhere;
-  for (const RankDump* d : members) {
-    pending[d->rank] = pending_in(*d, set);
-    anywhere.insert(pending[d->rank].begin(), pending[d->rank].end());
-  }
+  for (const auto& [rank, labels] : pending) anywhere.insert(labels.begin(), labels.end());
   for (const auto& l : anywhere)
     if (std::all_of(pending.begin(), pending.end(), [&](auto& p) { return p.second.count(l); }))
       everywhere.insert(l);
@@ -115,31 +111,28 @@ bool judge_set(int set, const std::vector<const RankDump*>& members,
                         std::inserter(partial, partial.end()));
     groups[partial].push_back(rank);
   }
-  if (groups.size() < 2) return false;
-  auto ref = reference(groups, dumps);
-  if (!ref) {
-    out.verdict = Verdict::kDiverged;
-    std::vector<std::string> parts;
-    for (const auto& [labels, ranks] : groups)
-      parts.push_back(fmt::format("{} pending {}", ranks_text(ranks),
-                                  labels.empty() ? "nothing" : labels_text(labels)));
-    out.summary = fmt::format("process set {}: ranks disagree on which operations to run ({}); "
-                              "their dumps cannot tell which is wrong", set, fmt::join(parts, "; "));
-    return true;
-  }
+  return groups;
+}
+
+// One detail line per rank whose group differs from the reference; its rank
+// goes to `diverged` when it has operations the reference lacks, else to
+// `late` (it only lags behind).
+void compare_with_reference(int set, const std::vector<const RankDump*>& members,
+                            const std::map<int, Labels>& pending,
+                            const std::map<Labels, std::vector<int>>& groups, const Labels& ref,
+                            std::vector<int>& diverged, std::vector<int>& late, Diagnosis& out) {
   auto holders = [&](const std::string& l) {
     std::vector<int> r;
     for (auto& [rank, labels] : pending)
       if (labels.count(l)) r.push_back(rank);
     return r;
   };
-  std::vector<int> diverged, late;
   for (const auto& [labels, ranks] : groups) {
-    if (labels == *ref) continue;
+    if (labels == ref) continue;
     Labels extra, missing;
-    std::set_difference(labels.begin(), labels.end(), ref->begin(), ref->end(),
+    std::set_difference(labels.begin(), labels.end(), ref.begin(), ref.end(),
                         std::inserter(extra, extra.end()));
-    std::set_difference(ref->begin(), ref->end(), labels.begin(), labels.end(),
+    std::set_difference(ref.begin(), ref.end(), labels.begin(), labels.end(),
                         std::inserter(missing, missing.end()));
     for (int r : ranks) {
       (extra.empty() ? late : diverged).push_back(r);
@@ -154,12 +147,12 @@ bool judge_set(int set, const std::vector<const RankDump*>& members,
       out.details.push_back(detail);
     }
   }
-  if (!diverged.empty()) {
-    out.verdict = Verdict::kDiverged;
-    out.culprits = diverged;
-    out.summary = fmt::format("{} diverged first: {}", ranks_text(diverged), out.details.front());
-    return true;
-  }
+}
+
+// The late ranks stalled: the first is the one whose last engine activity
+// is the oldest.
+void stalled_verdict(const std::vector<const RankDump*>& members, std::vector<int> late,
+                     Diagnosis& out) {
   const RankDump* first = nullptr;
   for (int r : late)
     for (const RankDump* d : members)
@@ -180,6 +173,35 @@ bool judge_set(int set, const std::vector<const RankDump*>& members,
       "rank {} stalled first: its last engine activity was {:.1f} s before the newest on any rank "
       "(it was busy outside lockstep, hung, or took another code path); {}",
       first->rank, (newest - first->last_activity_us()) / 1e6, out.details.front());
+}
+
+// Step 2 for one set; true when it reached a verdict.
+bool judge_set(int set, const std::vector<const RankDump*>& members,
+               const std::vector<RankDump>& dumps, Diagnosis& out) {
+  std::map<int, Labels> pending;
+  for (const RankDump* d : members) pending[d->rank] = pending_in(*d, set);
+  const std::map<Labels, std::vector<int>> groups = partial_groups(pending);
+  if (groups.size() < 2) return false;
+  auto ref = reference(groups, dumps);
+  if (!ref) {
+    out.verdict = Verdict::kDiverged;
+    std::vector<std::string> parts;
+    for (const auto& [labels, ranks] : groups)
+      parts.push_back(fmt::format("{} pending {}", ranks_text(ranks),
+                                  labels.empty() ? "nothing" : labels_text(labels)));
+    out.summary = fmt::format("process set {}: ranks disagree on which operations to run ({}); "
+                              "their dumps cannot tell which is wrong", set, fmt::join(parts, "; "));
+    return true;
+  }
+  std::vector<int> diverged, late;
+  compare_with_reference(set, members, pending, groups, *ref, diverged, late, out);
+  if (!diverged.empty()) {
+    out.verdict = Verdict::kDiverged;
+    out.culprits = diverged;
+    out.summary = fmt::format("{} diverged first: {}", ranks_text(diverged), out.details.front());
+    return true;
+  }
+  stalled_verdict(members, std::move(late), out);
   return true;
 }
 

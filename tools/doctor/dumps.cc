@@ -9,8 +9,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "doctor/diagnose.h"
 #include "lockstep/base/error.h"
+#include "tools/doctor/diagnose.h"
 
 namespace lockstep::doctor {
 namespace {

@@ -19,9 +19,9 @@
 #include "lockstep/base/knobs.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/plan/shm_algorithm.h"
-#include "common/cli_checks.h"
-#include "lockstep/bench_device.h"
-#include "lockstep/commands.h"
+#include "tools/common/cli_checks.h"
+#include "tools/lockstep/bench_device.h"
+#include "tools/lockstep/commands.h"
 
 namespace lockstep::cli {
 namespace {
@@ -174,6 +174,32 @@ void write_run_json(const Options& o, std::string_view backend, int np) {
   std::ofstream(o.run_dir + "/run.json") << run.dump(2) << "\n";
 }
 
+// One size's row (rank 0): a table line or a JSON line, and the run
+// directory's bench.jsonl.
+void print_size(const Runner& r, size_t bytes, const Stats& s, double algbw, double busbw,
+                bool wrong) {
+  const Options& o = r.o;
+  Communicator& comm = r.comm;
+  nlohmann::json j = {{"op", o.collective}, {"backend", comm.backend_name()},
+                      {"device", o.device},
+                      {"np", comm.size()}, {"dtype", o.dtype}, {"bytes", bytes},
+                      {"median_us", s.median_us}, {"p99_us", s.p99_us},
+                      {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
+  if (o.check) j["check"] = !wrong;
+  if (comm.backend_name() == "shm" && (o.collective == "allreduce" || o.collective == "reduce"))
+    j["algorithm"] = plan::shm_allreduce_choice(plan::ShmPolicy::from_knobs(), comm.size(),
+                                                static_cast<int64_t>(bytes),
+                                                static_cast<int>(r.es)).name();
+  if (!o.run_dir.empty()) std::ofstream(o.run_dir + "/bench.jsonl", std::ios::app) << j.dump() << "\n";
+  if (o.json) {
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("{:>10} {:>12.2f} {:>12.2f} {:>12.3f} {:>12.3f}{}\n", human_bytes(bytes),
+               s.median_us, s.p99_us, algbw, busbw, o.check ? (wrong ? "  WRONG" : "  ok") : "");
+  }
+  std::fflush(stdout);
+}
+
 int run_bench(const Options& o) {
   auto dtype = comm::parse_dtype(o.dtype);
   auto op = comm::parse_reduce_op(o.op);
@@ -213,25 +239,7 @@ int run_bench(const Options& o) {
     Stats s = measure(r, bytes);
     double algbw = o.collective == "barrier" ? 0 : bytes / (s.median_us * 1e3);
     double busbw = algbw * bus_factor(o.collective, comm->size());
-    if (!lead) continue;
-    nlohmann::json j = {{"op", o.collective}, {"backend", comm->backend_name()},
-                        {"device", o.device},
-                        {"np", comm->size()}, {"dtype", o.dtype}, {"bytes", bytes},
-                        {"median_us", s.median_us}, {"p99_us", s.p99_us},
-                        {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
-    if (o.check) j["check"] = bad == 0;
-    if (comm->backend_name() == "shm" && (o.collective == "allreduce" || o.collective == "reduce"))
-      j["algorithm"] = plan::shm_allreduce_choice(plan::ShmPolicy::from_knobs(), comm->size(),
-                                                  static_cast<int64_t>(bytes),
-                                                  static_cast<int>(r.es)).name();
-    if (!o.run_dir.empty()) std::ofstream(o.run_dir + "/bench.jsonl", std::ios::app) << j.dump() << "\n";
-    if (o.json) {
-      fmt::print("{}\n", j.dump());
-    } else {
-      fmt::print("{:>10} {:>12.2f} {:>12.2f} {:>12.3f} {:>12.3f}{}\n", human_bytes(bytes),
-                 s.median_us, s.p99_us, algbw, busbw, o.check ? (bad ? "  WRONG" : "  ok") : "");
-    }
-    std::fflush(stdout);
+    if (lead) print_size(r, bytes, s, algbw, busbw, bad != 0);
   }
   control.barrier();
   if (!all_ok && lead) std::fprintf(stderr, "lockstep bench: results were WRONG for some sizes\n");

@@ -1,4 +1,4 @@
-#include "lockstep/bench_device.h"
+#include "tools/lockstep/bench_device.h"
 
 #include <cuda_runtime_api.h>
 

@@ -1,5 +1,5 @@
 // DeviceBuffers in a build without CUDA (bench_device.h).
-#include "lockstep/bench_device.h"
+#include "tools/lockstep/bench_device.h"
 
 #include "lockstep/base/error.h"
 

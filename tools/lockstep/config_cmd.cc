@@ -9,10 +9,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "comm/transport/transport.h"
 #include "lockstep/base/knobs.h"
-#include "lockstep/commands.h"
+#include "lockstep/comm/transports.h"
 #include "lockstep/plan/shm_algorithm.h"
+#include "tools/lockstep/commands.h"
 
 namespace lockstep::cli {
 namespace {
@@ -20,7 +20,7 @@ namespace {
 // LOCKSTEP_BACKEND's choices in this build: the transport registry's.
 std::string built_backends() {
   std::string out = "auto";
-  for (const comm::Transport* t : comm::transports()) out += fmt::format("|{}", t->name);
+  for (std::string_view name : comm::transport_names()) out += fmt::format("|{}", name);
   return out;
 }
 

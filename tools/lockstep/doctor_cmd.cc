@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/cli_checks.h"
-#include "doctor/diagnose.h"
 #include "lockstep/base/error.h"
-#include "lockstep/commands.h"
+#include "tools/common/cli_checks.h"
+#include "tools/doctor/diagnose.h"
+#include "tools/lockstep/commands.h"
 
 namespace lockstep::cli {
 

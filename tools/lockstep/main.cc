@@ -1,5 +1,4 @@
 // `lockstep`: launcher, benchmarks and utilities. See `lockstep --help`.
-#include <limits.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,8 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/base/executable.h"
 #include "lockstep/launcher/launcher.h"
-#include "lockstep/commands.h"
+#include "tools/lockstep/commands.h"
 
 namespace {
 
@@ -25,6 +25,8 @@ commands:
   plan validate [options] -- PROGRAM ...   measure here and compare with the prediction
   convert <format> [options]               write record shards (lockstep convert --help)
   sweep --space S.json [options] -- CMD    hyper-parameter search (lockstep sweep --help)
+  report INPUT... [-o report.html]         one HTML page of charts from run, sweep, bench
+                                           and plan outputs (lockstep report --help)
   config                                   print every LOCKSTEP_* knob with its value
   doctor DIR                               which rank diverged or stalled first, from
                                            the ranks' flight-recorder dumps
@@ -32,18 +34,9 @@ commands:
 Run 'lockstep <command> --help' for the options of a command.
 )";
 
-std::string self_dir() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return ".";
-  buf[n] = '\0';
-  std::string path(buf);
-  return path.substr(0, path.rfind('/'));
-}
-
 // Runs `lockstep-<name>` from this binary's folder, passing the remaining args.
 int exec_sibling(const std::string& name, int argc, char** argv) {
-  std::string path = self_dir() + "/lockstep-" + name;
+  std::string path = lockstep::executable_dir() + "/lockstep-" + name;
   if (access(path.c_str(), X_OK) != 0) {
     std::fprintf(stderr,
                  "lockstep: unknown command '%s' (no %s). Run 'lockstep --help' for the list.\n",

@@ -8,7 +8,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/plan/network.h"
 #include "lockstep/plan/zoo.h"
-#include "plan/commands.h"
+#include "tools/plan/commands.h"
 
 namespace lockstep::plan_tool {
 

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/base/error.h"
-#include "plan/commands.h"
+#include "tools/plan/commands.h"
 
 namespace lockstep::plan_tool {
 

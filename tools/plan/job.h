@@ -25,19 +25,14 @@ struct JobSpec {
 };
 
 // Blocks until the job ends (or is stopped). Throws lockstep::Error when it
-// cannot be started, or after stopping it when SIGINT/SIGTERM arrived (see
-// stop_on_signals), so that the caller's destructors clean up.
+// cannot be started, or after stopping it when SIGINT/SIGTERM arrived (after
+// tools::catch_stop_signals(), which turns them into a flag instead of killing
+// this process and leaving namespaces behind), so that the caller's
+// destructors clean up.
 JobResult run_job(const JobSpec& spec);
 
-// SIGINT and SIGTERM set a flag that run_job() turns into an exception
-// instead of killing this process (which would leave namespaces behind).
-void stop_on_signals();
-
-// The folder of this executable (where the lockstep binaries live).
-std::string bin_dir();
-
-// The last `lines` lines of a file, for error messages.
-std::string tail_of(const std::string& path, int lines = 15);
+// The last lines of a job's log, indented, for error messages.
+std::string tail_of(const std::string& log_path);
 
 // Rewrites "-np" (the launcher's spelling, which CLI11 cannot declare) to
 // "--np" in argv up to a "--", in place.

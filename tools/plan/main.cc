@@ -1,7 +1,7 @@
 // lockstep-plan: `lockstep plan` and its sub-commands (docs/plan.md).
 #include <cstring>
 
-#include "plan/commands.h"
+#include "tools/plan/commands.h"
 
 int main(int argc, char** argv) {
   using namespace lockstep::plan_tool;

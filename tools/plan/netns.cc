@@ -1,4 +1,4 @@
-#include "plan/netns.h"
+#include "tools/plan/netns.h"
 
 #include <unistd.h>
 

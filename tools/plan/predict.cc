@@ -9,7 +9,8 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/plan/simulator.h"
-#include "plan/commands.h"
+#include "tools/common/cli_main.h"
+#include "tools/plan/commands.h"
 
 namespace lockstep::plan_tool {
 namespace {
@@ -132,20 +133,7 @@ int predict_main(int argc, char** argv) {
                "lockstep plan"};
   Options o;
   add_options(app, o);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  try {
-    return run(o);
-  } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "lockstep plan: %s\n", e.what());
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "lockstep plan: %s\n", e.what());
-    return 1;
-  }
+  return cli::run_command(app, argc, argv, "lockstep plan", [&] { return run(o); });
 }
 
 }  // namespace lockstep::plan_tool

@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/executable.h"
 #include "lockstep/plan/profile.h"
-#include "plan/job.h"
+#include "tools/common/cli_main.h"
+#include "tools/plan/job.h"
 
 namespace lockstep::plan_tool {
 namespace {
@@ -33,7 +35,7 @@ int run(const Options& o) {
     throw InvalidArgument("--steps and --np must be >= 1, --warmup and --threads >= 0");
   const std::string out = std::filesystem::absolute(o.out).string();
   JobSpec job;
-  job.argv = {bin_dir() + "/lockstep", "run", "-np", std::to_string(o.np),
+  job.argv = {executable_dir() + "/lockstep", "run", "-np", std::to_string(o.np),
               "-x", "LOCKSTEP_PROFILE=" + out,
               "-x", "LOCKSTEP_PROFILE_STEPS=" + std::to_string(o.steps),
               "-x", "LOCKSTEP_PROFILE_WARMUP=" + std::to_string(o.warmup)};
@@ -96,18 +98,5 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("program", o.program, "-- PROGRAM ARGS...")->required();
   lockstep::plan_tool::accept_np_flag(argc, argv);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  try {
-    return run(o);
-  } catch (const lockstep::InvalidArgument& e) {
-    std::fprintf(stderr, "lockstep profile: %s\n", e.what());
-    return 2;
-  } catch (const lockstep::Error& e) {
-    std::fprintf(stderr, "lockstep profile: %s\n", e.what());
-    return 1;
-  }
+  return lockstep::cli::run_command(app, argc, argv, "lockstep profile", [&] { return run(o); });
 }

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "bench_engine/resnet50.h"
 #include "lockstep/torch/torch.h"
+#include "tools/bench_engine/resnet50.h"
 
 namespace lt = lockstep::torch;
 

@@ -1,4 +1,4 @@
-#include "report/chromium.h"
+#include "tools/report/chromium.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "report/inputs.h"
+#include "tools/report/inputs.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "report/timeline_summary.h"
+#include "tools/report/timeline_summary.h"
 
 namespace lockstep::report {
 namespace {

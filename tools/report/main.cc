@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "report/chromium.h"
-#include "report/inputs.h"
-#include "report/page.h"
+#include "tools/report/chromium.h"
+#include "tools/report/inputs.h"
+#include "tools/report/page.h"
 
 namespace {
 

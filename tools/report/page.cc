@@ -1,7 +1,4 @@
-#include "report/page.h"
-
-#include <limits.h>
-#include <unistd.h>
+#include "tools/report/page.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/executable.h"
 
 namespace lockstep::report {
 namespace {
@@ -47,13 +45,6 @@ std::string script_safe_json(const nlohmann::json& data) {
   return out;
 }
 
-fs::path exe_dir() {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return ".";
-  return fs::path(std::string(buf, static_cast<size_t>(n))).parent_path();
-}
-
 bool has_library(const fs::path& dir) {
   return fs::exists(dir / "node_modules/echarts/dist/echarts.min.js") && fs::exists(dir / "report.js");
 }
@@ -70,7 +61,7 @@ addEventListener('unhandledrejection', function (e) { __reportErrors.push(String
 std::string find_assets() {
   std::vector<fs::path> candidates;
   if (const char* env = std::getenv("LOCKSTEP_REPORT_ASSETS")) candidates.emplace_back(env);
-  candidates.push_back(exe_dir() / "../share/lockstep/report");
+  candidates.push_back(fs::path(executable_dir()) / "../share/lockstep/report");
   candidates.emplace_back(LOCKSTEP_REPORT_SOURCE_ASSETS);
   for (const auto& c : candidates)
     if (has_library(c)) return c.string();

@@ -1,4 +1,4 @@
-#include "report/timeline_summary.h"
+#include "tools/report/timeline_summary.h"
 
 #include <algorithm>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "sweep/asha.h"
+#include "tools/sweep/asha.h"
 
 #include <algorithm>
 

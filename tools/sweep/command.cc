@@ -1,4 +1,4 @@
-#include "sweep/command.h"
+#include "tools/sweep/command.h"
 
 #include <algorithm>
 

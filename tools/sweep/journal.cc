@@ -1,4 +1,4 @@
-#include "sweep/journal.h"
+#include "tools/sweep/journal.h"
 
 #include <fcntl.h>
 #include <unistd.h>

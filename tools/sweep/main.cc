@@ -1,7 +1,4 @@
 // lockstep-sweep: `lockstep sweep ...` runs this binary (docs/sweep.md).
-#include <limits.h>
-#include <unistd.h>
-
 #include <string>
 #include <vector>
 
@@ -9,18 +6,10 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "sweep/sweep.h"
+#include "lockstep/base/executable.h"
+#include "tools/sweep/sweep.h"
 
 namespace {
-
-std::string self_dir() {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return ".";
-  buf[n] = '\0';
-  std::string path(buf);
-  return path.substr(0, path.rfind('/'));
-}
 
 void add_flags(CLI::App& app, lockstep::sweep::SweepOptions& o) {
   app.add_option("--space", o.space_path, "search space JSON file (docs/sweep.md)")->required();
@@ -88,7 +77,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   o.command = command;
-  o.lockstep_bin = self_dir() + "/lockstep";
+  o.lockstep_bin = lockstep::executable_dir() + "/lockstep";
   try {
     return lockstep::sweep::run_sweep(o);
   } catch (const std::exception& e) {

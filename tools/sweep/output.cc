@@ -1,4 +1,4 @@
-#include "sweep/output.h"
+#include "tools/sweep/output.h"
 
 #include <unistd.h>
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "sweep/asha.h"
-#include "sweep/sweep.h"
-#include "sweep/trial.h"
+#include "tools/sweep/asha.h"
+#include "tools/sweep/sweep.h"
+#include "tools/sweep/trial.h"
 
 namespace lockstep::sweep {
 

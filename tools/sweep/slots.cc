@@ -1,4 +1,4 @@
-#include "sweep/slots.h"
+#include "tools/sweep/slots.h"
 
 #include <sched.h>
 

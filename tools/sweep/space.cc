@@ -1,4 +1,4 @@
-#include "sweep/space.h"
+#include "tools/sweep/space.h"
 
 #include <cmath>
 #include <fstream>

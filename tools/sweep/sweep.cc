@@ -1,4 +1,4 @@
-#include "sweep/sweep.h"
+#include "tools/sweep/sweep.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,12 +14,13 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "sweep/asha.h"
-#include "sweep/command.h"
-#include "sweep/journal.h"
-#include "sweep/output.h"
-#include "sweep/tensorboard.h"
-#include "sweep/trial.h"
+#include "tools/common/process.h"
+#include "tools/sweep/asha.h"
+#include "tools/sweep/command.h"
+#include "tools/sweep/journal.h"
+#include "tools/sweep/output.h"
+#include "tools/sweep/tensorboard.h"
+#include "tools/sweep/trial.h"
 
 namespace lockstep::sweep {
 namespace {
@@ -30,9 +31,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kPollPeriod = std::chrono::milliseconds(200);
 constexpr auto kKillGrace = std::chrono::seconds(5);     // SIGTERM -> SIGKILL
 constexpr auto kBudgetGrace = std::chrono::seconds(10);  // last epoch -> stopped
-
-volatile sig_atomic_t g_interrupted = 0;
-void on_signal(int) { g_interrupted = 1; }
 
 // The fields a resumed sweep must share with the journal's (not --trials,
 // which may grow, nor placement, which may change between starts).
@@ -60,9 +58,9 @@ class Sweep {
     replay();
     write_run_json();
     events_.emplace(o_.dir, space_, o_.metric, describe());
-    install_signals();
+    tools::catch_stop_signals(/*hangup=*/true);
     print_intro();
-    while (!g_interrupted) {
+    while (!tools::stop_requested()) {
       for (auto& t : trials_)
         if (t.status == Status::kRunning) poll(t);
       launch_pending();
@@ -71,7 +69,7 @@ class Sweep {
         break;
       std::this_thread::sleep_for(kPollPeriod);
     }
-    if (g_interrupted) return interrupt();
+    if (tools::stop_requested()) return interrupt();
     out_.finish_progress();
     out_.table(trials_, o_, space_, mode_);
     write_results();
@@ -218,15 +216,6 @@ class Sweep {
                        fmt::join(o_.command, " "));
   }
 
-  void install_signals() {
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGHUP, &sa, nullptr);
-  }
-
   void print_intro() const {
     fmt::print(stderr, "lockstep sweep: {} trial(s), {} scheduler, {} at a time x {} worker(s); "
                "{} {}; journal {}\n", trials_.size(), o_.scheduler, concurrent_, o_.np, o_.mode,
@@ -283,9 +272,13 @@ class Sweep {
     t.started = Clock::now();
     t.status = Status::kRunning;
     events_->started(t);
-    t.process = std::make_unique<TrialProcess>(LaunchSpec{
-        argv, t.log_path, p.cpus,
-        {{"LOCKSTEP_SWEEP_TRIAL", std::to_string(t.id)}, {"LOCKSTEP_SWEEP_DIR", o_.dir}}});
+    t.process = std::make_unique<tools::ChildProcess>(tools::ChildSpec{
+        .argv = argv,
+        .env = {{"LOCKSTEP_SWEEP_TRIAL", std::to_string(t.id)}, {"LOCKSTEP_SWEEP_DIR", o_.dir}},
+        .log_path = t.log_path,
+        .append_log = true,
+        .cpus = p.cpus,
+        .dies_with_parent = true});
   }
 
   void poll(Trial& t) {
@@ -320,8 +313,8 @@ class Sweep {
       return finish(t, Status::kFailed,
                     fmt::format("exited 0 without writing a '{}' line to {} (is {{metrics}} passed "
                                 "to the program? docs/sweep.md#metrics)", o_.metric, t.metrics_path));
-    finish(t, Status::kFailed, fmt::format("{}; last lines of {}:\n{}", describe_status(wait_status),
-                                           t.log_path, tail_of(t.log_path, 5)));
+    finish(t, Status::kFailed, fmt::format("{}; last lines of {}:\n{}", tools::describe_status(wait_status),
+                                           t.log_path, tools::tail_of(t.log_path, 5)));
   }
 
   void read_metrics(Trial& t) {

@@ -1,4 +1,4 @@
-#include "sweep/tensorboard.h"
+#include "tools/sweep/tensorboard.h"
 
 #include <cmath>
 

@@ -15,8 +15,8 @@
 #include <string>
 
 #include "lockstep/summary/event_writer.h"
-#include "sweep/space.h"
-#include "sweep/trial.h"
+#include "tools/sweep/space.h"
+#include "tools/sweep/trial.h"
 
 namespace lockstep::sweep {
 

@@ -1,4 +1,4 @@
-#include "sweep/trial.h"
+#include "tools/sweep/trial.h"
 
 #include <fmt/format.h>
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "sweep/process.h"
-#include "sweep/slots.h"
-#include "sweep/space.h"
+#include "tools/common/process.h"
+#include "tools/sweep/slots.h"
+#include "tools/sweep/space.h"
 
 namespace lockstep::sweep {
 
@@ -35,7 +35,7 @@ struct Trial {
   std::string dir, metrics_path, log_path;
 
   // While running.
-  std::unique_ptr<TrialProcess> process;
+  std::unique_ptr<tools::ChildProcess> process;
   Placement placement;
   Clock::time_point started;
   bool stopping = false;  // SIGTERM sent; `stop_as` is the status to record

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "lockstep/comm/types.h"
 
@@ -90,6 +91,16 @@ class DeviceMemory {
   // PeerFailure, a deadline TimeoutError, a CUDA or NCCL error lockstep::Error,
   // each naming the oldest operation still pending. Never hangs.
   virtual void synchronize() = 0;
+
+  // Timing marks, for the timeline's GPU times (Note [Device batches] in
+  // src/engine/executor_device.cc): mark() records a timing event on the
+  // stream (pooled, no allocation once warm). After synchronize(),
+  // take_marks() returns, for each mark since the last take_marks(), its
+  // GPU time in seconds after the first of them (so the first is 0), and
+  // forgets them. A backend that cannot time keeps the defaults: marks
+  // cost nothing and take_marks() is empty (the timeline keeps host times).
+  virtual void mark() {}
+  virtual std::vector<double> take_marks() { return {}; }
 };
 
 }  // namespace lockstep::comm

@@ -46,7 +46,7 @@ ConvertResult convert_idx(const std::string& images_path, const std::string& lab
 // "class" (folder name), "format" ("jpeg"|"png"), "index" (position in
 // sorted class/file order). shuffle_seed != 0 writes
 // the records in a seeded random order instead of class by class (advised:
-// the pipeline shuffles blocks of consecutive records). Throws Error for a
+// the loader shuffles blocks of consecutive records). Throws Error for a
 // file whose content is not JPEG/PNG; other files are counted in
 // *ignored_files (when given) and left out.
 ConvertResult convert_image_folder(const std::string& root, const ShardOutput& out,

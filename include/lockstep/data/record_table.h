@@ -16,7 +16,8 @@ class RecordTable {
  public:
   // Opens every shard; throws Error naming a missing one, and BadRecord
   // (kIndexMismatch, naming the file and the offset where its index ends) for
-  // a shard with bytes past its last indexed record.
+  // a shard with bytes past its last indexed record, and Error for offsets
+  // that do not rise by a frame (ShardInfo::check_layout).
   explicit RecordTable(RecordIndex index);
   ~RecordTable();
   RecordTable(const RecordTable&) = delete;
@@ -24,7 +25,7 @@ class RecordTable {
 
   const RecordIndex& index() const { return index_; }
   uint64_t size() const { return starts_.back(); }
-  // (shard, record in shard) of global record i < size().
+  // (shard, record in shard) of global record i; InvalidArgument unless i < size().
   std::pair<uint32_t, uint64_t> locate(uint64_t i) const;
   // Checked payload of global record i; throws BadRecord.
   std::string read(uint64_t i) const;

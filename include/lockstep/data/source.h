@@ -1,7 +1,7 @@
-// Where a data set lives and how the pipeline reads it.
+// Where a data set lives and how the loader reads it.
 //
 // A SampleSource is a list of shards, each a run of records numbered from 0.
-// The pipeline plans an epoch as segments of consecutive records (assign.h),
+// The loader plans an epoch as segments of consecutive records (assign.h),
 // reads each segment with one sequential read (read()), and decodes each
 // record into a Sample on its decode threads (decode()). Three formats ship:
 //
@@ -75,7 +75,7 @@ class SampleSource {
   // A name for messages: the file (and dataset) the shard is.
   const std::string& shard_name(uint32_t shard) const { return names_[shard]; }
 
-  // Records per block the pipeline should read as one unit: `requested`
+  // Records per block the loader should read as one unit: `requested`
   // rounded up to the storage's chunking (HDF5), unchanged elsewhere.
   virtual uint64_t align_block(uint64_t requested) const { return requested; }
   // Reads records [first, first + count) of one shard. Throws Error for an

@@ -1,4 +1,4 @@
-// LibTorch face of the data layer (target lockstep::data_torch): pipeline
+// LibTorch face of the data layer (target lockstep::data_torch): the loader's
 // batches as tensors, and a torch::data dataset for users of that API.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "lockstep/data/pipeline.h"
+#include "lockstep/data/loader.h"
 #include "lockstep/data/record_table.h"
 
 namespace lockstep::data {
@@ -27,35 +27,35 @@ TensorBatch to_tensors(HostBatch batch);
 // batch as is.
 TensorBatch to_device(const TensorBatch& batch, torch::Device device);
 
-// Pipeline yielding tensors. Same thread-safety as Pipeline (one consumer).
-//   TensorPipeline pipeline(options);
-//   for (auto& batch : pipeline.epoch(e)) train_step(batch.data, batch.target);
-class TensorPipeline {
+// Loader yielding tensors. Same thread-safety as Loader (one consumer).
+//   TensorLoader loader(options);
+//   for (auto& batch : loader.epoch(e)) train_step(batch.data, batch.target);
+class TensorLoader {
  public:
-  explicit TensorPipeline(PipelineOptions options) : pipeline_(std::move(options)) {}
-  explicit TensorPipeline(Pipeline pipeline) : pipeline_(std::move(pipeline)) {}
+  explicit TensorLoader(LoaderOptions options) : loader_(std::move(options)) {}
+  explicit TensorLoader(Loader loader) : loader_(std::move(loader)) {}
 
-  void start_epoch(uint64_t epoch) { pipeline_.start_epoch(epoch); }
+  void start_epoch(uint64_t epoch) { loader_.start_epoch(epoch); }
   std::optional<TensorBatch> next();
-  Pipeline& host() { return pipeline_; }
+  Loader& host() { return loader_; }
 
   class Iterator {
    public:
     using value_type = TensorBatch;
     using difference_type = std::ptrdiff_t;
     Iterator() = default;
-    explicit Iterator(TensorPipeline* owner) : owner_(owner) { ++*this; }
+    explicit Iterator(TensorLoader* owner) : owner_(owner) { ++*this; }
     TensorBatch& operator*() { return *current_; }
     TensorBatch* operator->() { return &*current_; }
     Iterator& operator++();
     bool operator==(const Iterator& other) const { return !current_ && !other.current_; }
 
    private:
-    TensorPipeline* owner_ = nullptr;
+    TensorLoader* owner_ = nullptr;
     std::optional<TensorBatch> current_;
   };
   struct EpochRange {
-    TensorPipeline* owner;
+    TensorLoader* owner;
     Iterator begin() { return Iterator(owner); }
     Iterator end() { return Iterator(); }
   };
@@ -66,7 +66,7 @@ class TensorPipeline {
   }
 
  private:
-  Pipeline pipeline_;
+  Loader loader_;
 };
 
 // Random-access dataset over an indexed shard set, for

@@ -92,6 +92,13 @@ TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name = {
                              int process_set = 0);
 ::torch::Tensor allgather(const ::torch::Tensor& tensor, std::string name = {},
                           int process_set = 0);
+// The same, written into `output` (contiguous, the input's dtype), which the
+// caller allocated: its memory is the caller's (an AllocationTracker on the
+// calling thread sees it) and no result tensor is created. When the gathered
+// shape differs from output's (ranks sent other sizes), wait() throws
+// InvalidArgument naming both shapes and output is left unspecified.
+TensorHandle allgather_into_async(const ::torch::Tensor& tensor, ::torch::Tensor output,
+                                  std::string name = {}, int process_set = 0);
 
 // In place: every rank's `tensor` holds root's values afterwards.
 TensorHandle broadcast_async_(::torch::Tensor& tensor, int root, std::string name = {},
@@ -119,6 +126,9 @@ TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string nam
                                   ReduceScatterOptions options = {});
 ::torch::Tensor reduce_scatter(const ::torch::Tensor& tensor, std::string name = {},
                                ReduceScatterOptions options = {});
+// Into the caller's `output`, as allgather_into_async.
+TensorHandle reduce_scatter_into_async(const ::torch::Tensor& tensor, ::torch::Tensor output,
+                                       std::string name = {}, ReduceScatterOptions options = {});
 
 void barrier();
 // Uneven data: this rank has no more batches. Until every rank joined, the

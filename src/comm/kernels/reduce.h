@@ -1,23 +1,15 @@
-// Element-wise reduction kernels used by every transport.
-//
-// Contract: out[i] = in[0][i] (op) in[1][i] (op) ... (op) in[n-1][i], evaluated
-// left to right, so the result depends only on the order of `in` — never on
-// how a message is chunked or which kernel family runs. For kAverage the sum
-// is then divided by `divisor`. f16/bf16 accumulate in f32 and round once.
-// Integer sum/product wrap around (two's complement); integer average
-// truncates toward zero. `out` may alias any input.
+// Element-wise reduction kernels used by every transport: reduce() and its
+// contract are public (lockstep/comm/kernels.h); the kernel families here.
 #pragma once
 
 #include <cstddef>
 
+#include "lockstep/comm/kernels.h"
 #include "lockstep/comm/types.h"
 
 namespace lockstep::comm::kernels {
 
 enum class Family { kScalar, kAvx2 };
-
-void reduce(DataType dtype, ReduceOp op, const void* const* in, int n, void* out, size_t count,
-            int divisor);
 
 // Whether this CPU runs the AVX2 family (AVX2 and F16C).
 bool cpu_has_avx2_f16c();

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "comm/transport/transport.h"
+#include "lockstep/comm/transports.h"
 
 namespace lockstep::comm {
 
@@ -21,6 +22,12 @@ constexpr std::array kTransports = {
 }  // namespace
 
 std::span<const Transport* const> transports() { return kTransports; }
+
+std::vector<std::string_view> transport_names() {
+  std::vector<std::string_view> names;
+  for (const Transport* t : kTransports) names.push_back(t->name);
+  return names;
+}
 
 const Transport* find_transport(std::string_view name) {
   if (name.starts_with("hierarchical-")) name.remove_prefix(std::string_view("hierarchical-").size());

@@ -1,6 +1,6 @@
 #include <torch/torch.h>
 
-#include "data/batch_decode.h"
+#include "data/loader/batch_decode.h"
 #include "lockstep/data/torch.h"
 
 namespace lockstep::data {

@@ -27,13 +27,13 @@ TensorBatch to_device(const TensorBatch& batch, torch::Device device) {
           batch.target.pin_memory().to(device, /*non_blocking=*/true)};
 }
 
-std::optional<TensorBatch> TensorPipeline::next() {
-  std::optional<HostBatch> batch = pipeline_.next();
+std::optional<TensorBatch> TensorLoader::next() {
+  std::optional<HostBatch> batch = loader_.next();
   if (!batch) return std::nullopt;
   return to_tensors(std::move(*batch));
 }
 
-TensorPipeline::Iterator& TensorPipeline::Iterator::operator++() {
+TensorLoader::Iterator& TensorLoader::Iterator::operator++() {
   current_ = owner_->next();
   return *this;
 }

@@ -46,6 +46,7 @@ NcclBackend::~NcclBackend() {
     watchdog_->close();
     if (scratch_) cudaFree(scratch_);
     if (done_) cudaEventDestroy(done_);
+    for (cudaEvent_t e : marks_) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
   } catch (const std::exception&) {
     // The device itself is unusable (cudaSetDevice failed): nothing to free.
@@ -202,6 +203,34 @@ void NcclBackend::record_event(void* cuda_event) {
 void NcclBackend::synchronize() {
   DeviceGuard guard(device_);
   wait_stream("synchronize");
+}
+
+void NcclBackend::mark() {
+  DeviceGuard guard(device_);
+  if (marks_used_ == marks_.size()) {
+    cudaEvent_t e = nullptr;
+    cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+    marks_.push_back(e);
+  }
+  cuda_check(cudaEventRecord(marks_[marks_used_++], stream_), "cudaEventRecord");
+}
+
+// Called after synchronize(): every recorded mark is complete. A mark that
+// cannot be read (an aborted stream) leaves the timeline on host times.
+std::vector<double> NcclBackend::take_marks() {
+  DeviceGuard guard(device_);
+  std::vector<double> seconds;
+  for (size_t i = 0; i < marks_used_; ++i) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, marks_[0], marks_[i]) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: the next collective reports real errors
+      seconds.clear();
+      break;
+    }
+    seconds.push_back(ms / 1e3);
+  }
+  marks_used_ = 0;
+  return seconds;
 }
 
 }  // namespace lockstep::comm::nccl

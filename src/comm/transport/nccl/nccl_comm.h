@@ -97,6 +97,8 @@ class NcclBackend final : public Backend, public DeviceMemory {
   void set_deferred(bool deferred) override { deferred_ = deferred; }
   bool deferred() const override { return deferred_; }
   void synchronize() override;
+  void mark() override;
+  std::vector<double> take_marks() override;
 
  private:
   // Every collective, after its DeviceGuard and argument checks: checks the
@@ -129,6 +131,10 @@ class NcclBackend final : public Backend, public DeviceMemory {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   void* scratch_ = nullptr;  // barrier word and descriptor table
+  // Timing events (cudaEventDefault: timed), reused; marks_used_ of them
+  // are recorded since the last take_marks().
+  std::vector<cudaEvent_t> marks_;
+  size_t marks_used_ = 0;
   // The oldest operation enqueued since the last completed wait ("" when
   // none), how many more followed it, and when it was enqueued.
   std::string pending_;

@@ -26,6 +26,7 @@
 #include <string_view>
 
 #include "comm/kit/op_desc.h"
+#include "lockstep/base/check.h"
 
 namespace lockstep::comm::shm {
 
@@ -109,17 +110,31 @@ class Segment {
   Segment& operator=(const Segment&) = delete;
 
   Header& header() { return *reinterpret_cast<Header*>(base_); }
-  RankLine& rank_line(int r) { return ranks_[r]; }
+  // The accessors below are the segment's layout, so each asserts its
+  // indices: a wrong rank or parity would read another rank's memory.
+  RankLine& rank_line(int r) {
+    LOCKSTEP_DCHECK(r >= 0 && r < size_, "shm segment: rank line {} of {}", r, size_);
+    return ranks_[r];
+  }
   // [0, n*n): bytes rank i sends rank j at i*n+j; [n*n, 2*n*n): bytes rank j
   // expects from rank i at n*n + j*n+i. Indexed by collective parity.
   uint64_t* counts_table(int parity) {
     return counts_ + static_cast<size_t>(parity) * 2 * size_ * size_;
   }
-  Channel& channel(int src, int dst) { return channels_[src * size_ + dst]; }
+  Channel& channel(int src, int dst) {
+    LOCKSTEP_DCHECK(src >= 0 && src < size_ && dst >= 0 && dst < size_,
+                    "shm segment: channel {}->{} of {} ranks", src, dst, size_);
+    return channels_[src * size_ + dst];
+  }
   std::byte* slot(int r, int buffer) {
+    LOCKSTEP_DCHECK(r >= 0 && r < size_ && (buffer == 0 || buffer == 1),
+                    "shm segment: slot {} of rank {} of {}", buffer, r, size_);
     return slots_ + (static_cast<size_t>(r) * 2 + buffer) * slot_bytes_;
   }
   std::byte* p2p(int src, int dst, int buffer) {
+    LOCKSTEP_DCHECK(src >= 0 && src < size_ && dst >= 0 && dst < size_ &&
+                        (buffer == 0 || buffer == 1),
+                    "shm segment: mailbox {} of {}->{} of {} ranks", buffer, src, dst, size_);
     return p2p_ + ((static_cast<size_t>(src) * size_ + dst) * 2 + buffer) * p2p_bytes_;
   }
   size_t slot_bytes() const { return slot_bytes_; }

@@ -122,6 +122,11 @@ void ShmBackend::wait_all() {
     if (r == rank_) continue;
     waiter_->wait(segment_->rank_line(r).step, step_, r, kit::kind_name(op_kind_),
                   peers_arrived_ ? Waiter::Phase::kWithinCall : Waiter::Phase::kArrival);
+    // A linear step waits for every peer, so no peer can be two steps ahead:
+    // it would have needed this rank's next step first.
+    LOCKSTEP_DCHECK(segment_->rank_line(r).step.value.load() - step_ <= 1,
+                    "shm step counters: rank {} is at step {} while rank {} waits at {}", r,
+                    segment_->rank_line(r).step.value.load(), rank_, step_);
   }
   peers_arrived_ = true;
 }
@@ -206,6 +211,11 @@ void ShmBackend::send(const void* buffer, size_t count, DataType dtype, int peer
     std::byte* box = segment_->p2p(rank_, peer, sent & 1);
     size_t offset = p * capacity;
     size_t bytes = std::min(capacity, total - std::min(total, offset));
+    // Two mailboxes: the piece about to go out may overwrite only the one
+    // whose piece the receiver has acked.
+    LOCKSTEP_DCHECK(sent - ch.acked.value.load() <= 1,
+                    "shm send to rank {}: {} pieces sent but only {} acked", peer, sent,
+                    ch.acked.value.load());
     P2pHeader h{tag, static_cast<uint32_t>(p), total, bytes};
     std::memcpy(box, &h, sizeof h);
     if (bytes) std::memcpy(box + kP2pHeaderBytes, static_cast<const std::byte*>(buffer) + offset, bytes);
@@ -231,6 +241,12 @@ void ShmBackend::recv(void* buffer, size_t count, DataType dtype, int peer, int 
           "bytes (sends and receives between a pair must match in order)",
           peer, tag, total, peer, h.tag, h.total_bytes));
     }
+    // The sender's header, checked where it is read: pieces arrive in order
+    // and each fits the mailbox and the receive buffer.
+    LOCKSTEP_DCHECK(h.piece == p && h.piece_bytes <= capacity &&
+                        p * capacity + h.piece_bytes <= total,
+                    "shm recv from rank {}: piece {} ({} bytes) where piece {} of {} bytes was due",
+                    peer, h.piece, h.piece_bytes, p, total);
     if (h.piece_bytes)
       std::memcpy(static_cast<std::byte*>(buffer) + p * capacity, box + kP2pHeaderBytes,
                   h.piece_bytes);

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/log.h"
 
@@ -49,6 +50,13 @@ constexpr auto kSpinStep = std::chrono::nanoseconds(500);
 }  // namespace
 
 void publish(WaitWord& word, uint32_t value) {
+  // Every flag word (a rank's step counter, a channel's sent and acked
+  // counts) has one writer and advances by one per publication, so a
+  // reader's target is always "what I saw + k"; a jump means a second
+  // writer or a skipped step (Note [Shared-memory protocol]).
+  LOCKSTEP_DCHECK(value == word.value.load(std::memory_order_relaxed) + 1,
+                  "shm flag word: publishing {} over {}; a flag has one writer and advances by one",
+                  value, word.value.load(std::memory_order_relaxed));
   word.value.store(value, std::memory_order_seq_cst);
   if (word.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&word.value);
 }

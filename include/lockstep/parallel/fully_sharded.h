@@ -1,0 +1,164 @@
+// FullyShardedModel: fully sharded data parallelism (ZeRO stage 3,
+// Rajbhandari et al. SC'20; PyTorch's FSDP). Each rank of the group keeps
+// 1/N of every parameter, its gradient and its optimizer state; the whole
+// parameters of a unit of layers exist only while that unit computes.
+//
+//   auto model = torch::nn::Sequential(...);           // same seed on every rank
+//   lp::FullyShardedModel fsdp(model, {.layers_per_unit = 2});
+//   torch::optim::Adam adam(fsdp.parameters(), 1e-3);  // steps the shards
+//   fsdp.zero_grad();
+//   loss_fn(fsdp.forward(x), y).backward();
+//   fsdp.step(adam);
+//
+// Units (Note [FSDP units] in fully_sharded.cc): the Sequential's layers,
+// `layers_per_unit` consecutive ones per unit, each unit's parameters laid
+// out as one flat buffer split into N equal segments (shard_layout.h, the
+// ZeRO layout with one bucket per unit). The model's parameters stay its own
+// tensors (names, checkpoints and activation checkpointing see them
+// unchanged) but are views into their unit's flat buffer, whose memory is
+// allocated only between the unit's all-gather and its release:
+//   forward:  all-gather unit k (prefetch k+1 on the engine), run its layers,
+//             release the buffer (autograd's saved views keep no memory);
+//   backward: before unit k's backward, all-gather it again (prefetch k-1);
+//             its gradients accumulate into one flat buffer, which is
+//             reduce-scattered (averaged) into this rank's gradient shard
+//             once every parameter of the unit has its gradient; then the
+//             parameters and the flat gradient are released;
+//   step:     the optimizer updates this rank's segments (parameters()),
+//             which are the next forward's all-gather inputs.
+// Traffic per step per rank: 2 all-gathers + 1 reduce-scatter of the padded
+// parameters, 3(N-1)/N·P elements (data parallelism's allreduce: 2(N-1)/N·P).
+// Memory per rank: (P + G + S)/N for parameters, gradients and optimizer
+// state, plus the units in flight (one computing, one prefetched, one flat
+// gradient being reduced) and activations.
+//
+// Exactness: elementwise optimizers (SGD, Adam, AdamW, RMSprop, Adagrad) may
+// step element shards; optimizers whose step needs whole-tensor norms (LAMB,
+// LARS, NovoGrad) need granularity = kTensor, where each rank owns whole
+// parameters (step() refuses the wrong pairing). Either way the update is
+// data parallelism's (docs/parallelism.md, "Fully sharded").
+//
+// HSDP: `replicate` (a Mesh dimension's group, say) makes the model sharded
+// within `group` and replicated across `replicate`: the gradient shards are
+// averaged across the replicas after the reduce-scatter.
+//
+// Mixed precision (compute_dtype, e.g. kBFloat16): the units are gathered
+// and computed in compute_dtype, forward() casts its floating input to it and
+// its output back to the parameters' dtype; the segments the optimizer steps
+// (master weights) stay in the parameters' dtype, and gradients are cast to
+// it before the reduce-scatter (so they are averaged at full precision).
+// Checkpoints hold the master values.
+//
+// CPU offload (offload_optimizer): the shards that the optimizer steps and its
+// state live in host memory (pinned), the gradient shard is copied there
+// before the step and the updated shard back to the device after it. For
+// parameters already on the CPU this is what happens anyway: a no-op.
+//
+// Requirements: every rank wraps the same model (same layer structure,
+// parameter names and shapes: checked at construction, which throws
+// InvalidArgument naming the first rank and parameter that differ) built
+// from the same seed (rank 0's values are broadcast); every parameter
+// requires grad and is a contiguous floating tensor of one dtype and device;
+// one backward per step(); the optimizer is built on parameters() (one param
+// group, for checkpoints). Forward only through forward(): LibTorch C++ has
+// no forward pre-hooks, so a model->forward(x) would read released memory.
+// Construction is collective over the group. The object must outlive the
+// backward of every forward it ran (backward calls back into it). Not
+// thread-safe: drive it from the training thread. Not copyable.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/parallel/sharded_optimizer.h"
+#include "lockstep/torch/checkpoint.h"
+#include "lockstep/torch/group.h"
+
+namespace lockstep::parallel {
+
+struct FullyShardedOptions {
+  int layers_per_unit = 1;  // consecutive layers of the Sequential per unit
+  // kElement (or kAuto): equal element segments; kTensor: whole parameters
+  // per rank, for optimizers that need whole-tensor norms (LAMB, LARS).
+  ShardGranularity granularity = ShardGranularity::kAuto;
+  bool prefetch = true;            // all-gather the next unit while one computes
+  bool offload_optimizer = false;  // shards and optimizer state in host memory
+  // Mixed precision: gather and compute in this dtype (masters keep theirs).
+  std::optional<::torch::ScalarType> compute_dtype = std::nullopt;
+  Group group{};                   // the ranks that shard the model (default: every rank)
+  std::optional<Group> replicate = std::nullopt;  // HSDP: replicas of the sharded model
+  std::string name = "fsdp";       // collective-name prefix
+};
+
+class FullyShardedModel {
+ public:
+  // Takes `model` over: its parameters become views of the units' buffers and
+  // this rank keeps only its segments. Collective over options.group.
+  explicit FullyShardedModel(::torch::nn::Sequential model, FullyShardedOptions options = {});
+  FullyShardedModel(const FullyShardedModel&) = delete;
+  FullyShardedModel& operator=(const FullyShardedModel&) = delete;
+  ~FullyShardedModel();
+
+  // The layers in order, each unit gathered just before it runs. In grad
+  // mode, backward re-gathers each unit and reduce-scatters its gradients.
+  ::torch::Tensor forward(::torch::Tensor x);
+  // This rank's segments, what the optimizer steps (in unit order).
+  std::vector<::torch::Tensor> parameters() const;
+  void zero_grad();
+  // Completes the gradient reduce-scatters (and the replicas' average),
+  // gives each segment its gradient and steps `optimizer`, which must update
+  // exactly parameters(). Collective.
+  void step(::torch::optim::Optimizer& optimizer);
+
+  // The wrapped model. Its parameters hold no memory between units' uses;
+  // gather_full() makes them whole (e.g. to evaluate with model->forward).
+  ::torch::nn::Sequential& module() { return model_; }
+  // Gathers every unit and keeps it (collective); release_full() frees them.
+  void gather_full();
+  void release_full();
+
+  const FullyShardedOptions& options() const { return options_; }
+  int units() const;
+  bool element_granularity() const;
+  // Elements of parameters in the largest unit (what one unit in flight costs).
+  int64_t max_unit_elements() const;
+  // Elements this rank keeps of all parameters (its segments, padding included).
+  int64_t shard_elements() const;
+
+  // For checkpoints (lockstep/parallel/checkpoint.h). Collective: whole
+  // parameters and whole optimizer state in `optimizer` while `body` runs
+  // (as a one-process model and optimizer built on module()->parameters()
+  // would hold them), then the shard view again, keeping what body changed:
+  // a checkpoint loaded inside body becomes this rank's segments.
+  void with_full_view(::torch::optim::Optimizer& optimizer, bool keep_changes,
+                      const std::function<void()>& body);
+
+  struct Impl;
+
+ private:
+  ::torch::nn::Sequential model_;
+  FullyShardedOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// World-size-independent checkpoints of a fully sharded model: the file is
+// lockstep::torch::save_checkpoint's for the whole model and optimizer, so
+// it loads at any world size, with any FullyShardedOptions, under
+// ShardedOptimizer or into a plain model and optimizer on one process.
+// Collective over fsdp's group; saving assembles the whole model and
+// optimizer state on every rank of the group for a moment.
+void save_checkpoint(const std::string& path, FullyShardedModel& fsdp,
+                     ::torch::optim::Optimizer& optimizer,
+                     const lockstep::torch::TrainingProgress& progress);
+// False when `path` does not exist; lockstep::Error when it is corrupt or
+// does not match the model (a parameter of another shape is named; the
+// model and the optimizer keep what they held).
+bool load_checkpoint(const std::string& path, FullyShardedModel& fsdp,
+                     ::torch::optim::Optimizer& optimizer,
+                     lockstep::torch::TrainingProgress& progress);
+
+}  // namespace lockstep::parallel

@@ -1,0 +1,165 @@
+// Note [FSDP units]
+// A unit is `layers_per_unit` consecutive layers of the Sequential. Its
+// parameters are laid out as ZeRO lays out one bucket (plan_shards with one
+// bucket per unit, shard_layout.h): a flat buffer `full` of n segments of
+// `shard` elements, segment r this rank's if r == me. Each model parameter is
+// turned (set_data) into a view of `full`, so autograd, names, checkpoints
+// and Checkpointed layers keep seeing the model's own tensors. `full`'s
+// StorageImpl is permanent but its memory comes and goes: gather() gives it
+// an allocation (made on the training thread, so AllocationTracker counts
+// it) and the engine's all-gather writes the segments straight into it;
+// release() drops the allocation. Views autograd saved in forward point into
+// the same StorageImpl, so once the unit is gathered again before its
+// backward (UnitBoundary, an identity node on the unit's output whose
+// backward runs before any of the unit's own), they read the gathered values;
+// no version counter moves (the storage's data pointer changes, not the
+// tensors), so autograd's in-place checks are not disturbed.
+// Gradients: begin_backward() points each parameter's .grad at a slice of
+// one zeroed flat buffer, so AccumulateGrad adds into it in place; when the
+// last parameter of the unit has its gradient (a hook on its accumulator),
+// the flat gradient is reduce-scattered into `grad_shard` (at most one in
+// flight) and the unit's parameters are released.
+// Every rank issues the same collectives in the same order: forward gathers
+// in unit order, backward gathers and reduce-scatters in reverse, and step()
+// sends (zeros) for any unit whose backward did not run, so a rank whose loss
+// skipped a unit does not hang the others.
+#include "lockstep/parallel/fully_sharded.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "lockstep/base/check.h"
+#include "lockstep/base/error.h"
+#include "lockstep/torch/objects.h"
+#include "parallel/fully_sharded_impl.h"
+#include "parallel/sharded_optimizer_impl.h"
+
+namespace lockstep::parallel {
+
+namespace lt = lockstep::torch;
+using ::torch::Tensor;
+using ::torch::autograd::AutogradContext;
+using ::torch::autograd::variable_list;
+
+namespace {
+
+void allocate_storage(const Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (s->nbytes() == bytes && s->data() != nullptr) return;
+  s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+  s->set_nbytes(bytes);
+}
+
+void release_storage(const Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+// Identity in forward; in backward, gathers its unit before the unit's own
+// backward nodes run (they consume the gradient this node passes on).
+struct UnitBoundary : ::torch::autograd::Function<UnitBoundary> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, int64_t impl, int64_t unit) {
+    ctx->saved_data["impl"] = impl;
+    ctx->saved_data["unit"] = unit;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* impl = reinterpret_cast<FullyShardedModel::Impl*>(ctx->saved_data["impl"].toInt());
+    impl->begin_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], Tensor(), Tensor()};
+  }
+};
+
+}  // namespace
+
+void FullyShardedModel::Impl::gather(int u, bool wait) {
+  Unit& unit = units[u];
+  if (unit.gathered) return;
+  if (!unit.gathering.valid()) {
+    allocate_storage(unit.full);
+    if (n == 1) {
+      ::torch::NoGradGuard no_grad;
+      unit.full.copy_(compute_shard(unit));
+      unit.gathered = true;
+      return;
+    }
+    unit.gathering = lt::allgather_into_async(compute_shard(unit), unit.full,
+                                              fmt::format("{}.ag.{}", options->name, u),
+                                              options->group.id());
+  }
+  if (!wait) return;
+  unit.gathering.wait();
+  unit.gathering = {};
+  unit.gathered = true;
+}
+
+void FullyShardedModel::Impl::release(int u) {
+  Unit& unit = units[u];
+  if (unit.keep || !unit.gathered) return;
+  LOCKSTEP_DCHECK(!unit.gathering.valid(), "unit {} released with its all-gather in flight", u);
+  release_storage(unit.full);
+  unit.gathered = false;
+}
+
+// The next unit (direction +1) or previous one (-1) that has parameters; -1 if none.
+int FullyShardedModel::Impl::next_with_params(int u, int direction) const {
+  for (int v = u + direction; v >= 0 && v < static_cast<int>(units.size()); v += direction)
+    if (!units[v].params.empty()) return v;
+  return -1;
+}
+
+void FullyShardedModel::Impl::begin_backward(int u) {
+  Unit& unit = units[u];
+  if (unit.sent)
+    throw InvalidArgument(fmt::format(
+        "FullyShardedModel: a second backward reached unit {} (layers {}..{}) before step(); "
+        "run one backward per step()", u, unit.first_layer, unit.end_layer - 1));
+  gather(u, true);
+  const int previous = next_with_params(u, -1);
+  if (options->prefetch && previous >= 0) gather(previous, false);
+  if (!unit.grad_full.defined()) {
+    unit.grad_full = ::torch::zeros({unit.layout.shard * n}, unit.full.options());
+    for (const ShardPlacement& place : unit.layout.placements)
+      if (place.param_offset == 0)
+        params[place.param].mutable_grad() =
+            unit.grad_full.narrow(0, place.flat_offset, params[place.param].numel())
+                .view(params[place.param].sizes());
+  }
+}
+
+void FullyShardedModel::Impl::bind_views(int u) {
+  Unit& unit = units[u];
+  ::torch::NoGradGuard no_grad;
+  allocate_storage(unit.full);  // views are checked against the storage's size
+  for (const ShardPlacement& place : unit.layout.placements)
+    if (place.param_offset == 0) {
+      Tensor& p = params[place.param];
+      p.set_data(unit.full.narrow(0, place.flat_offset, p.numel()).view(p.sizes()));
+    }
+}
+
+Tensor FullyShardedModel::forward(Tensor x) {
+  Impl& m = *impl_;
+  const bool grad = ::torch::GradMode::is_enabled();
+  const bool mixed = m.compute != m.dtype;
+  if (mixed && x.is_floating_point()) x = x.to(m.compute);
+  for (int u = 0; u < static_cast<int>(m.units.size()); ++u) {
+    const bool has_params = !m.units[u].params.empty();
+    if (has_params) {
+      m.gather(u, true);
+      const int next = m.next_with_params(u, +1);
+      if (options_.prefetch && next >= 0) m.gather(next, false);
+    }
+    for (int layer = m.units[u].first_layer; layer < m.units[u].end_layer; ++layer)
+      x = (model_->begin() + layer)->forward(x);
+    if (!has_params) continue;
+    m.release(u);
+    if (grad && x.requires_grad())
+      x = UnitBoundary::apply(x, reinterpret_cast<int64_t>(&m), static_cast<int64_t>(u));
+  }
+  return mixed && x.is_floating_point() ? x.to(m.dtype) : x;
+}
+
+}  // namespace lockstep::parallel

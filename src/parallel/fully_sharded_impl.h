@@ -1,0 +1,77 @@
+// FullyShardedModel's internals, shared by its forward and backward
+// (fully_sharded.cc), its gradient reduction and step (fully_sharded_step.cc)
+// and its checkpoint view (fully_sharded_state.cc). Note [FSDP units].
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lockstep/parallel/fully_sharded.h"
+#include "lockstep/torch/collectives.h"
+#include "parallel/piece_state.h"
+#include "parallel/shard_layout.h"
+
+namespace lockstep::parallel {
+
+struct FullyShardedModel::Impl {
+  struct Unit {
+    int first_layer = 0, end_layer = 0;  // [first, end) of the Sequential
+    std::vector<int> params;             // indices into Impl::params
+    ShardBucket layout;                  // one bucket: n segments of layout.shard elements
+    ::torch::Tensor full;                // n * shard; memory only while gathered
+    ::torch::Tensor shard;               // this rank's segment: what the optimizer steps
+    ::torch::Tensor device_shard;        // offload: the segment on the parameters' device
+    ::torch::Tensor grad_full;           // flat gradient while the unit's backward runs
+    ::torch::Tensor grad_shard;          // this rank's averaged gradient segment
+    ::torch::Tensor host_grad;           // offload: grad_shard in host memory
+    lockstep::torch::TensorHandle gathering, reducing;
+    bool gathered = false;  // full holds this step's values
+    bool keep = false;      // gather_full(): stays gathered until release_full()
+    int ready = 0;          // parameters whose gradient is complete this step
+    bool sent = false;      // the gradient reduce-scatter started this step
+  };
+
+  const FullyShardedOptions* options = nullptr;
+  std::vector<std::string> names;
+  std::vector<::torch::Tensor> params;  // the model's, in module order
+  std::vector<std::vector<int64_t>> shapes;  // theirs at construction
+  std::vector<int> unit_of;             // per parameter
+  std::vector<Unit> units;
+  std::vector<detail::PieceRef> pieces;  // this rank's segments, per placement
+  std::vector<std::pair<std::shared_ptr<::torch::autograd::Node>, uintptr_t>> hooks;
+  int reducing_unit = -1;  // the one reduce-scatter in flight (-1: none)
+  int n = 1, me = 0;
+  bool element = true;
+  bool offload = false;  // resolved: offload_optimizer with device parameters
+  ::torch::ScalarType dtype = ::torch::kFloat32;    // the master segments'
+  ::torch::ScalarType compute = ::torch::kFloat32;  // the gathered units' (compute_dtype)
+  ::torch::Device device = ::torch::kCPU;
+
+  // fully_sharded.cc
+  void gather(int unit, bool wait);
+  void release(int unit);
+  void begin_backward(int unit);
+  void bind_views(int unit);  // parameters := views of the unit's full buffer
+  // On the parameters' gradient accumulators; again after a dtype change
+  // (set_data to another dtype gives a parameter a new accumulator).
+  void register_hooks();
+  void remove_hooks();
+  int next_with_params(int unit, int direction) const;
+  // The all-gather's input: the segment on the parameters' device, in the
+  // compute dtype.
+  ::torch::Tensor compute_shard(const Unit& u) const {
+    const ::torch::Tensor& s = u.device_shard.defined() ? u.device_shard : u.shard;
+    return s.scalar_type() == compute ? s : s.to(compute);
+  }
+  // fully_sharded_step.cc
+  void on_gradient(int param);
+  void send(int unit);
+  void land_reduce();
+};
+
+}  // namespace lockstep::parallel

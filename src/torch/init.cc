@@ -1,0 +1,68 @@
+// lockstep::torch::init() and the world it starts: the engine (or the
+// elastic world from the launcher's store), this worker's CPU placement and,
+// for CUDA tensors, the device communicator. Apart from collectives.cc so
+// that the collectives do not depend on the elastic layer that init() starts.
+#include "lockstep/torch/collectives.h"
+
+#include <string>
+
+#include "lockstep/base/knobs.h"
+#include "lockstep/base/log.h"
+#include "lockstep/base/terminate.h"
+#include "lockstep/comm/communicator.h"
+#include "lockstep/engine/elastic.h"
+#include "lockstep/engine/engine.h"
+#include "lockstep/torch/elastic.h"
+#include "lockstep/torch/placement.h"
+
+namespace lockstep::torch {
+namespace {
+
+// Note [Which way a CUDA tensor travels]: the decision, once per process.
+void start_device_communicator(const Placement& placed) {
+  engine::Engine& e = engine::global();
+  if (e.has_device_communicator()) return;
+  const std::string knob = knob_string("LOCKSTEP_DEVICE_BACKEND");
+  const DeviceBackend backend = choose_device_backend(
+      {.knob = knob,
+       .nccl_built = comm::Communicator::has_backend("nccl"),
+       .cuda = placed.device == DeviceKind::kCuda,
+       .local_size = e.local_size(),
+       .visible_gpus = placed.visible_devices,
+       .elastic = engine::elastic_enabled()});
+  if (backend != DeviceBackend::kNccl) return;
+  // One rank moves nothing: NCCL's start-up only when asked for by name.
+  if (e.size() == 1 && knob != "nccl") return;
+  e.set_device_communicator(comm::Communicator::create(e.world(), "nccl"));
+  log(LogLevel::kInfo, "CUDA tensors travel over NCCL on cuda:{}", placed.device_index);
+}
+
+}  // namespace
+
+void init() {
+  install_terminate_handler();  // also before an elastic world forms
+  tune_malloc();
+  if (!engine::is_initialized()) {
+    // Elastic workers take their world from the launcher's store, not the environment.
+    if (engine::elastic_enabled())
+      init_elastic_world();
+    else
+      engine::init();
+  }
+  const Placement placed = place_this_worker(engine::local_rank(), engine::local_size());
+  start_device_communicator(placed);
+}
+
+void shutdown() {
+  if (engine::is_initialized()) engine::shutdown();
+}
+
+bool is_initialized() { return engine::is_initialized(); }
+int rank() { return engine::is_initialized() ? engine::rank() : 0; }
+int size() { return engine::is_initialized() ? engine::size() : 1; }
+int local_rank() { return engine::is_initialized() ? engine::local_rank() : 0; }
+int local_size() { return engine::is_initialized() ? engine::local_size() : 1; }
+int cross_rank() { return engine::is_initialized() ? engine::cross_rank() : 0; }
+int cross_size() { return engine::is_initialized() ? engine::cross_size() : 1; }
+
+}  // namespace lockstep::torch
