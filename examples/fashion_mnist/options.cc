@@ -190,6 +190,7 @@ void add_testing_options(CLI::App& app, Options& o) {
 void add_options(CLI::App& app, Options& o) {
   add_recipe_options(app, o);
   add_precision_flag(app, o.precision);
+  add_compression_flags(app, o.compression, o.compression_warmup);
   add_evaluation_options(app, o);
   add_data_options(app, o);
   add_run_options(app, o);

@@ -29,6 +29,8 @@ struct Options {
   bool sync_batch_norm = false;
   int64_t channels1 = 32, channels2 = 64;
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (fashion_mnist/precision.h)
+  std::string compression = "none";  // none | powersgd:R | onebit | onebit-adam (precision.h)
+  int64_t compression_warmup = 100;  // uncompressed steps first
   bool pool_first = true;      // conv-pool-BN-ReLU blocks
   bool channels_last = true;   // NHWC activations
   double label_smoothing = 0;

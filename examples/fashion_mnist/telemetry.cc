@@ -39,6 +39,7 @@ std::string config_text(const Options& o) {
   row("lr scaling", o.lr_scaling);
   row("schedule", fmt::format("{}, {} warm-up epochs", o.schedule, o.warmup_epochs));
   row("precision", o.precision);
+  row("compression", fmt::format("{} ({} warm-up steps)", o.compression, o.compression_warmup));
   row("seed", o.seed);
   row("train / test subset", fmt::format("{} / {} (0: all)", o.train_subset, o.test_subset));
   row("target accuracy", o.target_accuracy);

@@ -42,7 +42,7 @@ void set_lr(::torch::optim::Optimizer& optimizer, double lr) {
 Trainer::Trainer(const Options& options, FashionSplit train, FashionSplit test)
     : o_(options), train_(std::move(train)), test_(std::move(test)),
       model_(make_model(o_, lt::rank())), optimizer_(make_optimizer(o_, model_)),
-      precision_(o_.precision),
+      precision_(o_.precision, o_.compression, o_.compression_warmup),
       distributed_(*optimizer_, *model_, precision_.optimizer_options()),
       sampler_({.dataset_size = train_.size(), .rank = lt::rank(), .size = lt::size(),
                 .seed = o_.seed}),
@@ -213,6 +213,7 @@ void Trainer::report_epoch(int64_t epoch, const EpochStats& s, double test_accur
                          {"workers", lt::size()}, {"batch_size", o_.batch_size},
                          {"lr", peak_lr_}, {"reformations", state_.reformations()},
                          {"precision", o_.precision},
+                         {"compression", o_.compression},
                          {"skipped_steps", precision_.scaler().skipped_steps()}};
   telemetry_.epoch_ended(state_.step, line);
   if (o_.metrics.empty()) return;

@@ -3,8 +3,10 @@
 // per replica, N ranks (wire-byte conventions of lockstep/comm/traffic.h):
 //   data, zero   2(N-1)/N · M           (allreduce = reduce-scatter + all-gather)
 //                --compression fp16|bf16: half that; powersgd:R: 2(N-1)/N · 4 ·
-//                sum of powersgd_wire_elements; onebit: 2(N-1) · (L/(8N) + 4)
-//                for L parameters (alltoall + allgather of signs and a scale)
+//                sum of powersgd_wire_elements; onebit and onebit-adam (past
+//                its warm-up): 2(N-1) · (L/(8N) + 4) for L parameters
+//                (alltoall + allgather of signs and a scale); these from
+//                lockstep/plan/compression.h, the runtime's own closed forms
 //   fsdp         3(N-1)/N · M' with M' the padded parameter bytes (N equal
 //                segments per unit): the all-gather before each unit's
 //                forward and again before its backward, the reduce-scatter
@@ -26,6 +28,7 @@
 #include <functional>
 
 #include "lockstep/base/error.h"
+#include "lockstep/plan/compression.h"
 #include "lockstep/torch/torch.h"
 #include "net.h"
 
@@ -72,29 +75,12 @@ Tensor forward_counting(::torch::nn::Sequential& net, Tensor x, int64_t* activat
   return f.checkpoint_activations > 0 ? lp::checkpoint_layers(net, f.checkpoint_activations) : net;
 }
 
-// --compression for the data strategy's DistributedOptimizer.
+// --compression for the data strategy's DistributedOptimizer (the planner's
+// names; onebit-adam needs Adam, which every strategy here uses).
 lt::DistributedOptimizerOptions data_options(const std::string& compression) {
   lt::DistributedOptimizerOptions o;
-  if (compression == "none") return o;
-  if (compression == "fp16" || compression == "bf16") {
-    o.compression = compression == "fp16" ? lt::Compression::kFp16 : lt::Compression::kBf16;
-  } else if (compression == "onebit") {
-    o.compression = lt::Compression::kOneBit;
-  } else if (compression.rfind("powersgd:", 0) == 0) {
-    o.compression = lt::Compression::kPowerSGD;
-    const std::string r = compression.substr(9);
-    size_t used = 0;
-    try {
-      o.powersgd.rank = std::stoi(r, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != r.size() || o.powersgd.rank < 1)
-      throw InvalidArgument(fmt::format("--compression {}: R must be an integer >= 1", compression));
-  } else {
-    throw InvalidArgument(fmt::format(
-        "--compression {}: use none, fp16, bf16, powersgd:R (R >= 1) or onebit", compression));
-  }
+  lt::set_compression(o, compression);
+  o.onebit_adam.warmup_steps = 4;  // the test runs a dozen steps
   return o;
 }
 
@@ -134,7 +120,9 @@ class Replicated : public Strategy {
 class Data : public Replicated {
  public:
   explicit Data(const StrategyFlags& f)
-      : Replicated(f), dist_(*optimizer_, *net_, data_options(f.compression)) {
+      : Replicated(f),
+        dist_(*optimizer_, *net_, data_options(f.compression)),
+        spec_(lockstep::plan::parse_compression(f.compression)) {
     data_rank = lt::rank();
     data_size = lt::size();
   }
@@ -143,22 +131,22 @@ class Data : public Replicated {
     const auto& o = dist_.options();
     if (o.compression == lt::Compression::kFp16 || o.compression == lt::Compression::kBf16)
       return Replicated::closed_form_bytes_per_step(batch) / 2;
-    if (o.compression == lt::Compression::kOneBit) {
-      const int64_t values = param_bytes() / 4;
-      const int64_t row = (values + 8 * data_size - 1) / (8 * data_size) + 4;  // signs + scale
-      return 2.0 * (data_size - 1) * static_cast<double>(row);
-    }
-    if (o.compression != lt::Compression::kPowerSGD)
-      return Replicated::closed_form_bytes_per_step(batch);
-    double elements = 0;
-    for (const auto& p : params_) elements += static_cast<double>(lt::powersgd_wire_elements(p.sizes(), o.powersgd));
-    return allreduce_bytes(4 * elements, data_size);
+    if (!spec_.replaces_allreduce()) return Replicated::closed_form_bytes_per_step(batch);
+    // The runtime's own closed forms (lockstep/plan/compression.h), past
+    // any warm-up: the measured average includes the warm-up's whole steps.
+    std::vector<std::vector<int64_t>> shapes;
+    for (const auto& p : params_) shapes.push_back(p.sizes().vec());
+    double wire = 0;
+    for (const auto& c : lockstep::plan::compressed_step(spec_, shapes, data_size))
+      wire += static_cast<double>(c.wire_bytes);
+    return wire;
   }
 
  private:
   void zero_grad() override { dist_.zero_grad(); }
   void step() override { dist_.step(); }
   lt::DistributedOptimizer dist_;
+  lockstep::plan::CompressionSpec spec_;
 };
 
 class Zero : public Replicated {

@@ -66,6 +66,17 @@ GradientTiming parse_gradient(const json& j, const std::string& where) {
   g.dtype = f.text("dtype");
   dtype_bytes(g.dtype);
   g.ready_ms = f.non_negative("ready_ms");
+  if (f.has("shape")) {
+    int64_t count = 1;
+    for (const json& d : f.array("shape")) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) f.fail("shape", "an array of integers >= 0");
+      g.shape.push_back(d.get<int64_t>());
+      count *= g.shape.back();
+    }
+    if (count * dtype_bytes(g.dtype) != g.bytes)
+      f.fail("shape", fmt::format("dimensions whose product times the dtype's size is bytes ({})",
+                                  g.bytes));
+  }
   return g;
 }
 
@@ -107,9 +118,11 @@ std::string profile_to_json(const Profile& p) {
                      {"backward_ms", t.backward_ms}, {"sync_ms", t.sync_ms},
                      {"optimizer_ms", t.optimizer_ms}, {"samples", t.samples}});
   json grads = json::array();
-  for (const auto& g : p.gradients)
+  for (const auto& g : p.gradients) {
     grads.push_back({{"name", g.name}, {"bytes", g.bytes}, {"dtype", g.dtype},
                      {"ready_ms", g.ready_ms}});
+    if (!g.shape.empty()) grads.back()["shape"] = g.shape;
+  }
   ProfileSummary s = summarize(p);
   json j = {{"schema", kProfileSchema},
             {"program", p.program},

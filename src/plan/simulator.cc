@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/plan/compression.h"
 #include "lockstep/plan/stats.h"
 
 namespace lockstep::plan {
@@ -32,10 +33,27 @@ struct Grad {
   int key = 0;           // wire dtype
 };
 
+bool casts(const std::string& compression) { return compression == "fp16" || compression == "bf16"; }
+
 int wire_elem_bytes(const GradientTiming& g, const std::string& compression) {
   const int elem = dtype_bytes(g.dtype);
   const bool floating = g.dtype == "f32" || g.dtype == "f64";
-  return compression != "none" && floating ? 2 : elem;
+  return casts(compression) && floating ? 2 : elem;
+}
+
+// The parameters' shapes for the compression closed forms; a gradient
+// recorded without one counts as a vector, which PowerSGD would not
+// compress, so PowerSGD refuses it instead of guessing.
+std::vector<std::vector<int64_t>> gradient_shapes(const Profile& profile, const CompressionSpec& spec) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& g : profile.gradients) {
+    if (g.shape.empty() && spec.kind == CompressionKind::kPowerSGD)
+      throw InvalidArgument(fmt::format(
+          "--compression {}: the profile's gradient {} has no shape (recorded before profiles "
+          "had shapes); record the profile again", spec.name(), g.name));
+    shapes.push_back(g.shape.empty() ? std::vector<int64_t>{g.bytes / dtype_bytes(g.dtype)} : g.shape);
+  }
+  return shapes;
 }
 
 // The engine's background thread: costs of cycles and batches, with totals.
@@ -50,6 +68,31 @@ class EngineModel {
     scale_pass_ = s.compression == "none";
   }
 
+  // One collective of a compressed step (compression.h), after its own
+  // negotiation cycle. alltoall and allgather are costed like a ring pass
+  // over the flat transport's fitted line: n-1 message steps, the
+  // collective's wire bytes; an allreduce of several tensors is fused.
+  double compressed_ms(const StepCollective& c) {
+    out_.payload_bytes += c.payload_bytes;
+    out_.wire_bytes += c.wire_bytes;
+    ++out_.collectives;
+    const double copy_s = 2.0 * double(c.payload_bytes) * m_.host->copy_s_per_byte;
+    Cost cost;
+    if (c.op == "allreduce") {
+      cost = allreduce_cost(m_, s_.topology, double(c.payload_bytes), 4).cost;
+    } else {
+      const int n = s_.topology.ranks();
+      const std::string transport = s_.topology.nodes == 1 && m_.has("shm") ? "shm" : s_.topology.cross;
+      const double bytes = double(c.wire_bytes);
+      const AlphaBeta ab =
+          m_.cost(transport, algorithm_for(m_, transport, n, bytes), bytes);
+      cost = apply({double(n - 1), bytes, 0}, ab, 0);
+    }
+    add(cost);
+    out_.copy_ms += copy_s * 1e3;
+    return cycle_ms() + (cost.total() + copy_s) * 1e3;
+  }
+
   double cycle_ms() {
     AllreduceCost c = allreduce_cost(m_, s_.topology, header_bytes_, 4);
     add(c.cost);
@@ -61,6 +104,8 @@ class EngineModel {
   double batch_ms(const std::vector<const Grad*>& batch) {
     int64_t bytes = 0;
     for (const Grad* g : batch) bytes += g->wire_bytes;
+    out_.payload_bytes += bytes;
+    out_.wire_bytes += s_.topology.ranks() > 1 ? 2 * bytes * (s_.topology.ranks() - 1) / s_.topology.ranks() : 0;
     double copy_s = (batch.size() > 1 ? 2.0 : 0.0) * bytes * m_.host->copy_s_per_byte;
     if (scale_pass_) copy_s += bytes * m_.host->copy_s_per_byte;
     AllreduceCost c = allreduce_cost(m_, s_.topology, double(bytes), batch.front()->elem_bytes);
@@ -126,8 +171,9 @@ Phases phases_of(const ProfileSummary& s, double slowdown) {
 std::string bottleneck(const StepPrediction& p) {
   const double step = std::max(p.step_ms, 1e-12);
   if (p.exposed_comm_ms / step < 0.05 && p.straggler_ms / step < 0.05) return "compute";
-  const double busy = std::max(
-      p.alpha_ms + p.beta_ms + p.gamma_ms + p.copy_ms + p.cycle_ms + p.wake_wait_ms, 1e-12);
+  const double busy = std::max(p.alpha_ms + p.beta_ms + p.gamma_ms + p.copy_ms + p.cycle_ms +
+                                   p.wake_wait_ms + p.compress_ms,
+                               1e-12);
   const double exposed = std::max(0.0, p.exposed_comm_ms);
   std::vector<std::pair<double, std::string>> c = {
       {p.straggler_ms, "stragglers"},
@@ -135,6 +181,7 @@ std::string bottleneck(const StepPrediction& p) {
       {exposed * (p.alpha_ms + p.cycle_ms + p.wake_wait_ms) / busy, "latency"},
       {exposed * p.gamma_ms / busy, "reduction"},
       {exposed * p.copy_ms / busy, "memory copies"},
+      {exposed * p.compress_ms / busy, "compression compute"},
   };
   return std::max_element(c.begin(), c.end())->second;
 }
@@ -143,8 +190,7 @@ void validate(const Profile& profile, const NetworkModel& m, const Scenario& s) 
   if (s.topology.nodes < 1 || s.topology.ranks_per_node < 1)
     throw InvalidArgument(fmt::format("nodes ({}) and ranks per node ({}) must be >= 1",
                                       s.topology.nodes, s.topology.ranks_per_node));
-  if (s.compression != "none" && s.compression != "fp16" && s.compression != "bf16")
-    throw InvalidArgument(fmt::format("--compression {}: use none, fp16 or bf16", s.compression));
+  parse_compression(s.compression);  // names the accepted forms
   if (s.fusion_threshold < 0) throw InvalidArgument("--fusion must be >= 0 bytes");
   // One rank does not communicate (its step is its compute), so it needs
   // no network model: plan validate predicts its np 1 points without one.
@@ -193,7 +239,7 @@ struct Submissions {
 Submissions submissions(const Profile& profile, const NetworkModel& m, const Scenario& s,
                         double slowdown) {
   Submissions out;
-  const bool compress = s.compression != "none";
+  const bool compress = casts(s.compression);
   for (size_t i = 0; i < profile.gradients.size(); ++i) {
     const auto& g = profile.gradients[i];
     const int elem = wire_elem_bytes(g, s.compression);
@@ -268,6 +314,23 @@ double overlapped_comm(Submissions& sub, EngineModel& engine, const Scenario& s,
   return free_at;
 }
 
+// PowerSGD, 1-bit, 1-bit Adam: nothing goes during backward; the training
+// thread compresses at synchronize() (1-bit Adam: in step()), then the
+// collectives run one after another, each after its negotiation cycle
+// (Note [Compression compute] for the modelled compute). Returns when
+// communication ends.
+double compressed_comm(const Profile& profile, const NetworkModel& m, const Scenario& s,
+                       const CompressionSpec& spec, EngineModel& engine, double backward_end,
+                       StepPrediction& out) {
+  const auto shapes = gradient_shapes(profile, spec);
+  out.compress_ms = compression_pass_bytes(spec, shapes) * m.host->copy_s_per_byte * 1e3;
+  double t = backward_end + out.compress_ms + s.wake_wait_ms;
+  out.wake_wait_ms += s.wake_wait_ms;
+  for (const auto& c : compressed_step(spec, shapes, out.ranks)) t += engine.compressed_ms(c);
+  out.comm_ms = t - backward_end;
+  return t;
+}
+
 }  // namespace
 
 StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Scenario& s) {
@@ -291,8 +354,15 @@ StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Sce
   const double sigma = s.jitter_ms >= 0 ? s.jitter_ms : sum.compute_sigma_ms;
   out.straggler_ms = sigma * detail::expected_max_normal(out.ranks);
 
-  Submissions sub = submissions(profile, m, s, slowdown);
   const double backward_start = ph.forward + out.straggler_ms;
+  const CompressionSpec spec = parse_compression(s.compression);
+  if (spec.replaces_allreduce()) {
+    EngineModel engine(m, s, profile.gradients.size(), out);
+    out.step_ms = compressed_comm(profile, m, s, spec, engine, backward_start + ph.backward, out) +
+                  ph.optimizer;
+    return finish(out, sum, ph);
+  }
+  Submissions sub = submissions(profile, m, s, slowdown);
   double backward_end = backward_start + ph.backward + sub.cast_total;
   EngineModel engine(m, s, sub.grads.size(), out);
   const double comm_end =

@@ -7,9 +7,15 @@
 namespace lockstep::plan {
 namespace {
 
+int64_t elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 struct Layer {
   std::string name;
-  std::vector<std::pair<std::string, int64_t>> params;  // name, elements
+  std::vector<std::pair<std::string, std::vector<int64_t>>> params;  // name, shape (torch's)
   double flops = 0;                                      // forward, per image
   bool first = false;                                    // no input gradient
 };
@@ -18,16 +24,16 @@ class Builder {
  public:
   // k x k convolution, cin -> cout, producing an h x h map.
   void conv(const std::string& name, int k, int cin, int cout, int h, bool bias = false) {
-    Layer l{name, {{name + ".weight", int64_t(k) * k * cin * cout}}, 2.0 * k * k * cin * cout * h * h,
+    Layer l{name, {{name + ".weight", {cout, cin, k, k}}}, 2.0 * k * k * cin * cout * h * h,
             layers_.empty()};
-    if (bias) l.params.push_back({name + ".bias", cout});
+    if (bias) l.params.push_back({name + ".bias", {cout}});
     layers_.push_back(std::move(l));
   }
   void bn(const std::string& name, int c, int h) {
-    layers_.push_back({name, {{name + ".weight", c}, {name + ".bias", c}}, 4.0 * c * h * h, false});
+    layers_.push_back({name, {{name + ".weight", {c}}, {name + ".bias", {c}}}, 4.0 * c * h * h, false});
   }
   void fc(const std::string& name, int in, int out) {
-    layers_.push_back({name, {{name + ".weight", int64_t(in) * out}, {name + ".bias", out}},
+    layers_.push_back({name, {{name + ".weight", {out, in}}, {name + ".bias", {out}}},
                        2.0 * in * out, false});
   }
   std::vector<Layer> take() { return std::move(layers_); }
@@ -97,7 +103,7 @@ Profile zoo_profile(std::string_view model, const ZooOptions& o) {
   int64_t param_bytes = 0;
   double backward_flops = 0;
   for (const auto& l : layers) {
-    for (const auto& p : l.params) param_bytes += 4 * p.second;
+    for (const auto& p : l.params) param_bytes += 4 * elements(p.second);
     backward_flops += (l.first ? 1 : 2) * l.flops;
   }
   const double step_ms = 1e3 * o.batch / o.images_per_s;
@@ -119,8 +125,8 @@ Profile zoo_profile(std::string_view model, const ZooOptions& o) {
     ready[i] = backward_ms * done / backward_flops;
   }
   for (size_t i = 0; i < layers.size(); ++i)
-    for (const auto& [name, elements] : layers[i].params)
-      p.gradients.push_back({name, 4 * elements, "f32", ready[i]});
+    for (const auto& [name, shape] : layers[i].params)
+      p.gradients.push_back({name, 4 * elements(shape), "f32", ready[i], shape});
   return p;
 }
 

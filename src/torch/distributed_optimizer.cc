@@ -105,6 +105,13 @@ void validate(const DistributedOptimizerOptions& o) {
   if (detail::replaces_allreduce(o.compression) && o.gradient_predivide_factor != 1.0)
     throw InvalidArgument(
         "DistributedOptimizer: PowerSGD and 1-bit compression do not take gradient_predivide_factor");
+  if (o.compression == Compression::kOneBitAdam) {
+    validate(o.onebit_adam);
+    if (o.op != ReduceOp::kAverage)
+      throw InvalidArgument("DistributedOptimizer: 1-bit Adam averages momenta; op must be kAverage");
+    if (o.gradient_predivide_factor != 1.0)
+      throw InvalidArgument("DistributedOptimizer: 1-bit Adam does not take gradient_predivide_factor");
+  }
   if (o.adasum && (o.compression != Compression::kNone || o.gradient_predivide_factor != 1.0))
     throw InvalidArgument(
         "DistributedOptimizer: adasum works on full-precision gradients; drop compression and "
@@ -153,6 +160,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   detail::init_step_profiler();
   options_.group.require_member("DistributedOptimizer");
   fingerprint_every_ = fingerprint_interval(options_);
+  make_onebit_adam();
   for (auto& [name, param] : named)
     if (param.requires_grad()) add_slot(name, param);
 }
@@ -165,6 +173,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   detail::init_step_profiler();
   options_.group.require_member("DistributedOptimizer");
   fingerprint_every_ = fingerprint_interval(options_);
+  make_onebit_adam();
   for (const auto& item : module.named_parameters())
     if (item.value().requires_grad()) add_slot(item.key(), item.value());
 }
@@ -214,7 +223,7 @@ void DistributedOptimizer::add_slot(std::string name, const ::torch::Tensor& par
         "DistributedOptimizer: parameter {} is not a leaf tensor requiring grad", name));
   slot->profile_id = detail::profile_add_gradient(
       this, slot->name, param.numel() * param.element_size(), profile_dtype(param.scalar_type()),
-      overlap_);
+      overlap_, param.sizes().vec());
   Slot* raw = slot.get();
   slot->hook_key = slot->accumulator->add_post_hook(
       std::make_unique<GradientReadyHook>([this, raw] { on_gradient_ready(*raw); }));
@@ -231,7 +240,7 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
         slot.name, options_.backward_passes_per_step));
   }
   if (++slot.passes == options_.backward_passes_per_step && overlap_ && options_.group.size() > 1 &&
-      !options_.adasum && !detail::replaces_allreduce(options_.compression))
+      allreduces_gradients())
     submit(slot);
 }
 
@@ -239,7 +248,8 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
   ::torch::NoGradGuard no_grad;
   ::torch::Tensor& grad = slot.param.mutable_grad();
   if (!grad.defined()) grad = ::torch::zeros_like(slot.param);  // contributes zeros
-  if (options_.compression == Compression::kNone || detail::replaces_allreduce(options_.compression))
+  if (options_.compression == Compression::kNone || options_.compression == Compression::kOneBitAdam ||
+      detail::replaces_allreduce(options_.compression))
     return grad;
   // The whole divisor goes before the cast so the half-precision sum stays in range.
   const bool average = options_.op == ReduceOp::kAverage;
@@ -248,8 +258,10 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
 }
 
 AllreduceOptions DistributedOptimizer::wire_options() const {
+  // 1-bit Adam's warm-up is plain distributed Adam, scaling included.
   const bool scale = options_.op == ReduceOp::kAverage &&
-                     options_.compression == Compression::kNone;
+                     (options_.compression == Compression::kNone ||
+                      options_.compression == Compression::kOneBitAdam);
   const double f = options_.gradient_predivide_factor;
   return {.op = ReduceOp::kSum,
           .prescale = scale ? 1.0 / f : 1.0,
@@ -296,6 +308,11 @@ void DistributedOptimizer::synchronize() {
     adasum_gradients();
   } else if (detail::replaces_allreduce(options_.compression) && options_.group.size() > 1) {
     compressed_gradients();
+  } else if (onebit_adam_ && onebit_adam_->compressing() && options_.group.size() > 1) {
+    for (auto& slot : slots_) {
+      wire_tensor(*slot);  // local gradients stay; zeros where none (step() sends momenta)
+      slot->passes = 0;
+    }
   } else if (options_.group.size() > 1) {
     std::vector<Slot*> pending;
     for (auto& slot : slots_)
@@ -324,6 +341,24 @@ void DistributedOptimizer::adasum_gradients() {
   adasum_allreduce_(grads, options_.name_prefix + ".adasum", options_.group);
 }
 
+// Gradients go one allreduce each (during backward or fused at synchronize())
+// unless a scheme reduces them whole or 1-bit Adam sends momenta instead.
+bool DistributedOptimizer::allreduces_gradients() const {
+  return !options_.adasum && !detail::replaces_allreduce(options_.compression) &&
+         !(onebit_adam_ && onebit_adam_->compressing());
+}
+
+void DistributedOptimizer::make_onebit_adam() {
+  if (options_.compression != Compression::kOneBitAdam) return;
+  auto* adam = dynamic_cast<::torch::optim::Adam*>(&optimizer_);
+  if (adam == nullptr)
+    throw InvalidArgument(
+        "DistributedOptimizer: compression kOneBitAdam (1-bit Adam) needs a torch::optim::Adam to "
+        "wrap; for other optimizers use kOneBit or kPowerSGD");
+  onebit_adam_ = std::make_unique<OneBitAdam>(*adam, options_.onebit_adam, options_.group,
+                                              options_.name_prefix);
+}
+
 // All gradients at once, to the scheme that replaces the allreduce.
 void DistributedOptimizer::compressed_gradients() {
   if (!reducer_) reducer_ = detail::make_gradient_reducer(options_);
@@ -344,7 +379,10 @@ void DistributedOptimizer::step() {
     warn_early_step(passes, options_.backward_passes_per_step);
   if (!synchronized_) synchronize();
   check_fingerprint_if_due();
-  optimizer_.step();
+  if (onebit_adam_)
+    onebit_adam_->step();
+  else
+    optimizer_.step();
   ++steps_;
   synchronized_ = false;
   detail::profile_step_end(this);

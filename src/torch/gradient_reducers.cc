@@ -1,8 +1,28 @@
 #include "torch/gradient_reducers.h"
 
 #include "lockstep/base/error.h"
+#include "lockstep/plan/compression.h"
 #include "lockstep/torch/onebit.h"
 #include "lockstep/torch/powersgd.h"
+
+namespace lockstep::torch {
+
+void set_compression(DistributedOptimizerOptions& o, std::string_view name) {
+  const plan::CompressionSpec spec = plan::parse_compression(name);
+  switch (spec.kind) {
+    case plan::CompressionKind::kNone: o.compression = Compression::kNone; break;
+    case plan::CompressionKind::kFp16: o.compression = Compression::kFp16; break;
+    case plan::CompressionKind::kBf16: o.compression = Compression::kBf16; break;
+    case plan::CompressionKind::kPowerSGD:
+      o.compression = Compression::kPowerSGD;
+      o.powersgd.rank = spec.rank;
+      break;
+    case plan::CompressionKind::kOneBit: o.compression = Compression::kOneBit; break;
+    case plan::CompressionKind::kOneBitAdam: o.compression = Compression::kOneBitAdam; break;
+  }
+}
+
+}  // namespace lockstep::torch
 
 namespace lockstep::torch::detail {
 

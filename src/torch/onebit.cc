@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "lockstep/base/error.h"
+#include "lockstep/plan/compression.h"
 #include "lockstep/torch/collectives.h"
 
 namespace lockstep::torch {
@@ -15,11 +16,6 @@ using ::torch::Tensor;
 namespace {
 
 constexpr int64_t kScaleBytes = 4;  // one f32 scale after each chunk of signs
-
-int64_t padded_length(int64_t values, int ranks) {
-  const int64_t unit = 8 * static_cast<int64_t>(ranks);
-  return (values + unit - 1) / unit * unit;
-}
 
 // |x|₂ / √n: the scale that keeps the compressed vector's norm (DeepSpeed's).
 Tensor rms(const Tensor& x) { return (x.norm() / std::sqrt(static_cast<double>(x.numel()))).reshape({1}); }
@@ -45,8 +41,7 @@ void validate(const OneBitOptions& o) {
 }
 
 int64_t onebit_payload_bytes(int64_t values, int ranks) {
-  const int64_t row = padded_length(values, ranks) / (8 * ranks) + kScaleBytes;
-  return ranks * row /* alltoall: a row for every rank */ + row /* allgather: own row */;
+  return plan::onebit_payload_bytes(values, ranks);  // the planner's closed form, shared
 }
 
 Tensor pack_signs(const Tensor& x) {
@@ -63,13 +58,19 @@ Tensor unpack_signs(const Tensor& packed, ::torch::ScalarType dtype) {
   return (bits.to(dtype) * 2 - 1).reshape({-1});
 }
 
-OneBit::OneBit(OneBitOptions options, Group group, std::string name_prefix)
-    : options_(options), group_(std::move(group)), prefix_(std::move(name_prefix)) {
-  validate(options_);
+CompressedAllreduce::CompressedAllreduce(Group group, std::string name)
+    : group_(std::move(group)), name_(std::move(name)) {}
+
+Tensor CompressedAllreduce::mean(const Tensor& values) {
+  const int64_t length = values.numel();
+  Tensor x = values.reshape({-1}).to(::torch::kFloat32);
+  x = ::torch::constant_pad_nd(x, {0, plan::onebit_padded_length(length, group_.size()) - length});
+  if (worker_error_.defined()) x += worker_error_;
+  return padded_mean(x).narrow(0, 0, length);
 }
 
 // x (padded, this rank's, error included) -> the group's compressed mean.
-Tensor OneBit::compressed_mean(const Tensor& x) {
+Tensor CompressedAllreduce::padded_mean(const Tensor& x) {
   const int n = group_.size();
   const int64_t chunk = x.numel() / n;
   const Tensor scale = rms(x);
@@ -78,7 +79,7 @@ Tensor OneBit::compressed_mean(const Tensor& x) {
   std::vector<Tensor> rows;
   for (int j = 0; j < n; ++j) rows.push_back(encode(x.narrow(0, j * chunk, chunk), scale));
   const Tensor received =
-      alltoall(::torch::stack(rows), {}, prefix_ + ".onebit.chunks", group_.id());
+      alltoall(::torch::stack(rows), {}, name_ + ".chunks", group_.id());
   Tensor y = ::torch::zeros({chunk}, x.options());
   for (int i = 0; i < n; ++i) y += decode(received[i], x.scalar_type());
   y = y / n;
@@ -86,10 +87,18 @@ Tensor OneBit::compressed_mean(const Tensor& x) {
   const Tensor server_row = encode(y, rms(y));
   server_error_ = y - decode(server_row, x.scalar_type());
   const Tensor gathered =
-      allgather(server_row.unsqueeze(0), prefix_ + ".onebit.mean", group_.id());
+      allgather(server_row.unsqueeze(0), name_ + ".mean", group_.id());
   std::vector<Tensor> chunks;
   for (int j = 0; j < n; ++j) chunks.push_back(decode(gathered[j], x.scalar_type()));
   return ::torch::cat(chunks);
+}
+
+OneBit::OneBit(OneBitOptions options, Group group, std::string name_prefix)
+    : options_(options),
+      group_(group),
+      prefix_(std::move(name_prefix)),
+      compressed_(std::move(group), prefix_ + ".onebit") {
+  validate(options_);
 }
 
 void OneBit::allreduce_whole(const std::vector<Tensor>& grads,
@@ -114,11 +123,7 @@ void OneBit::reduce(const std::vector<Tensor>& grads, const std::vector<std::str
   if (steps_++ < options_.warmup_steps) return allreduce_whole(grads, names, average);
   std::vector<Tensor> flat;
   for (const auto& g : grads) flat.push_back(g.reshape({-1}).to(::torch::kFloat32));
-  Tensor x = ::torch::cat(flat);
-  const int64_t values = x.numel();
-  x = ::torch::constant_pad_nd(x, {0, padded_length(values, group_.size()) - values});
-  if (worker_error_.defined()) x += worker_error_;
-  Tensor mean = compressed_mean(x);
+  Tensor mean = compressed_.mean(::torch::cat(flat));
   if (!average) mean *= group_.size();
   int64_t offset = 0;
   for (const auto& g : grads) {

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <span>
 #include <utility>
 
 #include "lockstep/base/error.h"
+#include "lockstep/plan/compression.h"
 #include "lockstep/torch/collectives.h"
 
 namespace lockstep::torch {
@@ -22,20 +24,11 @@ void validate(const PowerSGDOptions& o) {
 
 namespace {
 
-struct MatrixShape {
-  int64_t n = 0, m = 0, r = 0;  // r: the rank actually used, at most min(n, m)
-  bool compressed = false;
-};
-
-MatrixShape matrix_shape(at::IntArrayRef shape, const PowerSGDOptions& o) {
-  MatrixShape s;
-  if (shape.size() < 2) return s;
-  s.n = shape[0];
-  s.m = s.n == 0 ? 0 : c10::multiply_integers(shape) / s.n;
-  s.r = std::min<int64_t>({o.rank, s.n, s.m});
-  s.compressed = s.r > 0 && static_cast<double>(s.n) * static_cast<double>(s.m) >=
-                                o.min_compression_rate * static_cast<double>((s.n + s.m) * s.r);
-  return s;
+// The planner's rule (lockstep/plan/compression.h), shared so that its
+// bytes are these.
+plan::PowerSGDMatrix matrix_shape(at::IntArrayRef shape, const PowerSGDOptions& o) {
+  return plan::powersgd_matrix(std::span<const int64_t>(shape.data(), shape.size()), o.rank,
+                               o.min_compression_rate);
 }
 
 // Tensors of several dtypes go in one grouped allreduce per dtype (the
@@ -57,7 +50,7 @@ void allreduce_all(std::vector<Tensor>& tensors, const std::vector<std::string>&
 }  // namespace
 
 int64_t powersgd_wire_elements(at::IntArrayRef shape, const PowerSGDOptions& options) {
-  const MatrixShape s = matrix_shape(shape, options);
+  const plan::PowerSGDMatrix s = matrix_shape(shape, options);
   return s.compressed ? (s.n + s.m) * s.r : c10::multiply_integers(shape);
 }
 
@@ -110,7 +103,7 @@ void PowerSGD::reduce(const std::vector<Tensor>& grads, const std::vector<std::s
       first_names.push_back(prefix_ + "." + names[i] + ".whole");
       continue;
     }
-    const MatrixShape s = matrix_shape(grads[i].sizes(), options_);
+    const plan::PowerSGDMatrix s = matrix_shape(grads[i].sizes(), options_);
     State& st = state_[names[i]];
     Tensor m = grads[i].reshape({s.n, s.m});  // a view when contiguous; written back below
     if (st.error.defined()) m.add_(st.error);

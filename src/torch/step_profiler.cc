@@ -98,12 +98,13 @@ StepProfiler::StepProfiler(std::string path, int warmup, int steps)
 }
 
 int StepProfiler::add_gradient(const void* owner, const std::string& name, int64_t bytes,
-                               const std::string& dtype, bool overlap) {
+                               const std::string& dtype, bool overlap,
+                               std::vector<int64_t> shape) {
   MutexLock lock(mu_);
   const void* expected = nullptr;
   if (!owner_.compare_exchange_strong(expected, owner) && expected != owner) return -1;
   profile_.overlap = overlap;
-  profile_.gradients.push_back({name, bytes, dtype, 0});
+  profile_.gradients.push_back({name, bytes, dtype, 0, std::move(shape)});
   ready_ms_.emplace_back();
   ready_ns_.push_back(0);
   return static_cast<int>(profile_.gradients.size() - 1);

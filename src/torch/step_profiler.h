@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lockstep/base/mutex.h"
@@ -31,7 +32,7 @@ class StepProfiler {
   // `overlap`: the owner's decision (overlaps_backward), recorded with the
   // gradients since it decides how the planner replays them.
   int add_gradient(const void* owner, const std::string& name, int64_t bytes,
-                   const std::string& dtype, bool overlap);
+                   const std::string& dtype, bool overlap, std::vector<int64_t> shape);
   void detach(const void* owner);
   void zero_grad();
   void backward_function();  // any autograd node starting (RecordFunction)
@@ -71,9 +72,10 @@ inline StepProfiler* step_profiler() { return g_step_profiler.load(std::memory_o
 
 // `owner` is the calling DistributedOptimizer.
 inline int profile_add_gradient(const void* owner, const std::string& name, int64_t bytes,
-                                const std::string& dtype, bool overlap) {
+                                const std::string& dtype, bool overlap,
+                                std::vector<int64_t> shape = {}) {
   StepProfiler* p = step_profiler();
-  return p ? p->add_gradient(owner, name, bytes, dtype, overlap) : -1;
+  return p ? p->add_gradient(owner, name, bytes, dtype, overlap, std::move(shape)) : -1;
 }
 inline void profile_detach(const void* owner) {
   if (StepProfiler* p = step_profiler()) p->detach(owner);

@@ -1,5 +1,6 @@
 // The main job as a user runs it: the binary, a subprocess, its metrics file.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include "examples/example_util.h"
 
@@ -136,6 +137,33 @@ TEST(FashionMnist, TwoWorkersViaLauncher) {
   EXPECT_EQ(run["metrics"].get<std::string>(), (dir / "m.jsonl").string());
   EXPECT_FALSE(fs::exists(dir / "run" / "metrics.jsonl"));
   expect_step_rows_and_events(dir / "m.jsonl", dir / "run", lines);
+}
+
+// --compression onebit-adam: 1-bit Adam after 20 warm-up steps still
+// learns (the uncompressed run above reaches > 0.7); bad names are refused
+// while parsing, with status 2 and the flag named.
+TEST(FashionMnist, TwoWorkersOneBitAdamAndBadCompression) {
+  if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
+  if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep launcher is not built";
+  auto dir = scratch("np2-onebit-adam");
+  auto cmd = fmt::format("'{}' run -np 2 '{}' {} --compression onebit-adam --compression-warmup 20 "
+                         "--metrics '{}' 2>'{}'", bin("lockstep"), bin("lockstep-fashion-mnist"),
+                         kQuick, (dir / "m.jsonl").string(), (dir / "err.txt").string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto lines = read_metrics(dir / "m.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["compression"], "onebit-adam");
+  EXPECT_GT(lines[1]["test_accuracy"].get<double>(), 0.7);
+  for (const char* bad : {"zip", "powersgd:0", "fp16"}) {
+    auto err = dir / "bad.txt";
+    auto bad_cmd = fmt::format("'{}' --compression {} 2>'{}'", bin("lockstep-fashion-mnist"), bad,
+                               err.string());
+    const int status = std::system(bad_cmd.c_str());
+    EXPECT_EQ(WEXITSTATUS(status), 2) << bad;
+    std::ifstream in(err);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("--compression"), std::string::npos) << bad << ": " << text;
+  }
 }
 
 TEST(FashionMnist, TwoWorkersSyncBatchNormAndTimeline) {

@@ -18,7 +18,7 @@ inline Profile make_profile(int grads = 20, int64_t bytes = 1 << 20, double jitt
     p.steps.push_back({100 + j, 30 + j, 60, 0, 10, 64});
   }
   for (int i = 0; i < grads; ++i)
-    p.gradients.push_back({fmt::format("g{}", i), bytes, "f32", 60.0 * (grads - i) / grads});
+    p.gradients.push_back({fmt::format("g{}", i), bytes, "f32", 60.0 * (grads - i) / grads, {}});
   return p;
 }
 

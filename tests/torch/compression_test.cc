@@ -4,8 +4,9 @@
 // bytes handed to the communicator per step (traffic counters) reduced by
 // the closed-form factor. 1-bit: sign packing; at 2 ranks, ±s vectors pass
 // exactly, error feedback makes the applied mean converge to the true one,
-// traffic against the closed form. Both train a small classifier to the
-// accuracy of uncompressed allreduce.
+// traffic against the closed form. Both, and 1-bit Adam
+// (onebit_adam_test.cc), train a small classifier to the accuracy of
+// uncompressed allreduce.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -226,15 +227,24 @@ std::pair<Tensor, Tensor> classes(int64_t rows, uint64_t seed) {
   return {x, x.matmul(teacher).argmax(1)};
 }
 
-double train_accuracy(Compression compression) {
+// Momentum SGD, or Adam (for 1-bit Adam and its uncompressed reference).
+double train_accuracy(Compression compression, bool adam = false) {
   ::torch::manual_seed(8);
   auto model = nn::Sequential(nn::Linear(16, 64), nn::ReLU(), nn::Linear(64, 4));
-  ::torch::optim::SGD sgd(model->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
-  DistributedOptimizer dist(sgd, *model,
+  std::unique_ptr<::torch::optim::Optimizer> optimizer;
+  if (adam)
+    optimizer = std::make_unique<::torch::optim::Adam>(model->parameters(),
+                                                       ::torch::optim::AdamOptions(0.01));
+  else
+    optimizer = std::make_unique<::torch::optim::SGD>(
+        model->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
+  DistributedOptimizer dist(*optimizer, *model,
                             {.compression = compression,
                              .powersgd = {.rank = 2, .warmup_steps = 5},
                              .onebit = {.warmup_steps = 5},
-                             .name_prefix = fmt::format("train{}", static_cast<int>(compression))});
+                             .onebit_adam = {.warmup_steps = 20},
+                             .name_prefix = fmt::format("train{}{}", static_cast<int>(compression),
+                                                        adam ? ".adam" : "")});
   for (int step = 0; step < 200; ++step) {
     auto [x, y] = classes(32, 1000 * static_cast<uint64_t>(step) + static_cast<uint64_t>(rank()));
     dist.zero_grad();
@@ -261,5 +271,18 @@ TEST(Compression, PowerSGDAndOneBitTrainAsWellAsUncompressedAllreduce) {
                   onebit);
   });
 }
+
+TEST(OneBitAdam, TrainsAsWellAsAdam) {
+  run_torch_workers(2, [] {
+    const double plain = train_accuracy(Compression::kNone, /*adam=*/true);
+    const double onebit = train_accuracy(Compression::kOneBitAdam, /*adam=*/true);
+    EXPECT_GE(plain, 0.9);
+    EXPECT_GE(onebit, 0.9);
+    EXPECT_GE(onebit, plain - 0.03) << "plain Adam " << plain;
+    if (rank() == 0) std::printf("test accuracy: %.4f Adam, %.4f 1-bit Adam\n", plain, onebit);
+  });
+}
+
+
 }  // namespace
 }  // namespace lockstep::torch

@@ -46,17 +46,17 @@ std::string default_cross(const plan::NetworkModel& model) {
 }
 
 std::string prediction_header() {
-  return fmt::format("{:>6} {:>6} {:>22} {:>10} {:>9} {:>7} {:>9} {:>8} {:>12} {:>6}  {}",
+  return fmt::format("{:>6} {:>6} {:>22} {:>10} {:>9} {:>7} {:>9} {:>8} {:>12} {:>6} {:>9}  {}",
                      "nodes", "ranks", "backend", "step(ms)", "comm(ms)", "hidden", "exposed",
-                     "strag.", "samples/s", "eff.", "bottleneck");
+                     "strag.", "samples/s", "eff.", "wire(MB)", "bottleneck");
 }
 
 std::string prediction_row(const plan::StepPrediction& p) {
   return fmt::format("{:>6} {:>6} {:>22} {:>10.2f} {:>9.2f} {:>6.0f}% {:>9.2f} {:>8.2f} {:>12.0f} "
-                     "{:>5.1f}%  {}",
+                     "{:>5.1f}% {:>9.3f}  {}",
                      p.nodes, p.ranks, p.backend, p.step_ms, p.comm_ms, 100 * p.overlapped_share,
                      p.exposed_comm_ms, p.straggler_ms, p.samples_per_s, 100 * p.efficiency,
-                     p.bottleneck);
+                     p.wire_bytes / 1e6, p.bottleneck);
 }
 
 std::string prediction_json(const plan::StepPrediction& p, const std::string& network) {
@@ -82,6 +82,9 @@ std::string prediction_json(const plan::StepPrediction& p, const std::string& ne
                       {"copy_ms", p.copy_ms},
                       {"cycle_ms", p.cycle_ms},
                       {"wake_wait_ms", p.wake_wait_ms},
+                      {"payload_bytes", p.payload_bytes},
+                      {"wire_bytes", p.wire_bytes},
+                      {"compress_ms", p.compress_ms},
                       {"largest_algorithm", p.largest_algorithm},
                       {"bottleneck", p.bottleneck}};
   return j.dump();

@@ -38,6 +38,9 @@ struct GradientTiming {
   int64_t bytes = 0;
   std::string dtype = "f32";  // f16 bf16 f32 f64
   double ready_ms = 0;        // median over steps, from the start of backward
+  // The parameter's dimensions (optional in the file: profiles recorded
+  // before it have none). PowerSGD's bytes depend on them.
+  std::vector<int64_t> shape;
 };
 
 struct Profile {

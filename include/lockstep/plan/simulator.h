@@ -49,7 +49,9 @@ struct Scenario {
   Topology topology;
   int64_t fusion_threshold = 1 << 20;  // LOCKSTEP_FUSION_THRESHOLD
   std::string overlap = "auto";        // auto | on | off (LOCKSTEP_OVERLAP)
-  std::string compression = "none";    // none | fp16 | bf16
+  // none | fp16 | bf16 | powersgd:R | onebit | onebit-adam (compression.h;
+  // the last three modelled past their warm-up)
+  std::string compression = "none";
   double jitter_ms = -1;               // per-rank compute sigma; < 0: the profile's
   // For overlap auto and CPU sharing: cores per node (0: unknown, taken as
   // more than the ranks' threads) and intra-op threads per rank.
@@ -90,11 +92,15 @@ struct StepPrediction {
   double samples_per_s = 0;
   double efficiency = 0;      // throughput / (ranks x single-rank throughput)
   int cycles = 0, collectives = 0;
+  // Gradient data one rank hands to collectives per step and sends on the
+  // wire (lockstep/comm/traffic.h's measures), negotiation excluded.
+  int64_t payload_bytes = 0, wire_bytes = 0;
+  double compress_ms = 0;     // PowerSGD/1-bit compute on the training thread (modelled)
   double alpha_ms = 0, beta_ms = 0, gamma_ms = 0, copy_ms = 0, cycle_ms = 0;
   double wake_wait_ms = 0;    // engine operations waiting for a core (Scenario::wake_wait_ms)
   std::string largest_algorithm;  // the algorithm of the largest collective
   std::string bottleneck;     // compute | network bandwidth | latency | reduction |
-                              // memory copies | stragglers
+                              // memory copies | compression compute | stragglers
 };
 
 // Throws InvalidArgument on a bad scenario, and at more than one rank when

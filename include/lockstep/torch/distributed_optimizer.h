@@ -27,6 +27,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/group.h"
 #include "lockstep/torch/onebit.h"
+#include "lockstep/torch/onebit_adam.h"
 #include "lockstep/torch/powersgd.h"
 
 namespace lockstep::torch {
@@ -44,6 +46,11 @@ enum class Compression {
   kBf16,  // bfloat16 on the wire
   kPowerSGD,  // low-rank factors on the wire (powersgd.h; options.powersgd), at synchronize()
   kOneBit,    // signs and a scale on the wire (onebit.h; options.onebit), at synchronize()
+  // DeepSpeed's 1-bit Adam (onebit_adam.h; options.onebit_adam): needs a
+  // torch::optim::Adam and op kAverage. Warm-up steps are those of kNone;
+  // after them synchronize() leaves each rank's local gradient and step()
+  // sends the momentum as signs and a scale instead.
+  kOneBitAdam,
 };
 
 // Whether gradients are allreduced as backward produces them (overlap) or
@@ -81,6 +88,7 @@ struct DistributedOptimizerOptions {
   Compression compression = Compression::kNone;
   PowerSGDOptions powersgd{};  // with Compression::kPowerSGD
   OneBitOptions onebit{};      // with Compression::kOneBit
+  OneBitAdamOptions onebit_adam{};  // with Compression::kOneBitAdam
   // Average only: divide by this before the reduction and by size()/factor
   // after (>1 keeps large sums of small ranks in range).
   double gradient_predivide_factor = 1.0;
@@ -96,6 +104,11 @@ struct DistributedOptimizerOptions {
   // pipeline stages) are never compared.
   int64_t fingerprint_every = -1;
 };
+
+// Sets options.compression (and PowerSGD's rank) from a `--compression`
+// name: none, fp16, bf16, powersgd:R, onebit or onebit-adam (the planner's
+// names, lockstep/plan/compression.h). Throws InvalidArgument naming the text.
+void set_compression(DistributedOptimizerOptions& options, std::string_view name);
 
 class DistributedOptimizer {
  public:
@@ -148,6 +161,8 @@ class DistributedOptimizer {
   void check_fingerprint_if_due();
   void adasum_gradients();
   void compressed_gradients();
+  bool allreduces_gradients() const;
+  void make_onebit_adam();
 
   ::torch::optim::Optimizer& optimizer_;
   DistributedOptimizerOptions options_;
@@ -159,6 +174,9 @@ class DistributedOptimizer {
   int64_t fingerprint_every_ = 0;
   // kPowerSGD / kOneBit: takes over the reduction; made at the first synchronize().
   std::unique_ptr<GradientReducer> reducer_;
+  // kOneBitAdam: steps the wrapped Adam; past warm-up it replaces both the
+  // gradient allreduce and Adam's step.
+  std::unique_ptr<OneBitAdam> onebit_adam_;
 };
 
 }  // namespace lockstep::torch

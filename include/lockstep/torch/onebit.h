@@ -13,10 +13,11 @@
 //
 // So a step sends 2(N−1) · (L/(8N) + 4) bytes per rank, where an fp32
 // allreduce sends 2(N−1)/N · 4L: about 32x less. The first warmup_steps
-// steps allreduce whole gradients (DeepSpeed's warm-up stage, during which
-// its 1-bit Adam also settles the variance it then freezes; freezing Adam's
-// variance is not done here: with Adam or LAMB the second moment follows the
-// compressed gradient, so prefer SGD with momentum, or a long warm-up).
+// steps allreduce whole gradients (DeepSpeed's warm-up stage). With Adam or
+// LAMB wrapped, their second moment follows the compressed gradient: prefer
+// SGD with momentum, or 1-bit Adam (onebit_adam.h), which freezes Adam's
+// variance after its warm-up and compresses the momentum instead. The byte
+// counts are lockstep/plan/compression.h's (shared with the planner).
 //
 // Used through DistributedOptimizer (Compression::kOneBit, options.onebit),
 // which calls reduce() at synchronize(). Every rank of the group must call
@@ -44,6 +45,27 @@ void validate(const OneBitOptions& options);
 // gradient values on `ranks` ranks (L padded to a multiple of 8 · ranks).
 int64_t onebit_payload_bytes(int64_t values, int ranks);
 
+// DeepSpeed's compressed allreduce of one flat vector (the scheme above,
+// without the warm-up), with this rank's worker error and its chunk's
+// server error kept between calls. OneBit applies it to gradients,
+// OneBitAdam (onebit_adam.h) to Adam's momentum. Collective over `group`:
+// every rank calls mean() with the same length, in the same order.
+class CompressedAllreduce {
+ public:
+  // `name` names the two collectives (<name>.chunks, <name>.mean).
+  CompressedAllreduce(Group group, std::string name);
+  // The group's compressed mean of `values` (any shape; f32 result, flat).
+  ::torch::Tensor mean(const ::torch::Tensor& values);
+
+ private:
+  ::torch::Tensor padded_mean(const ::torch::Tensor& x);
+
+  Group group_;
+  std::string name_;
+  ::torch::Tensor worker_error_;  // padded length
+  ::torch::Tensor server_error_;  // this rank's chunk
+};
+
 class OneBit : public GradientReducer {
  public:
   OneBit(OneBitOptions options, Group group, std::string name_prefix);
@@ -55,7 +77,6 @@ class OneBit : public GradientReducer {
   int64_t steps() const { return steps_; }
 
  private:
-  ::torch::Tensor compressed_mean(const ::torch::Tensor& x);
   void allreduce_whole(const std::vector<::torch::Tensor>& grads,
                        const std::vector<std::string>& names, bool average);
 
@@ -63,8 +84,7 @@ class OneBit : public GradientReducer {
   Group group_;
   std::string prefix_;
   int64_t steps_ = 0;
-  ::torch::Tensor worker_error_;  // padded length
-  ::torch::Tensor server_error_;  // this rank's chunk
+  CompressedAllreduce compressed_;
 };
 
 // Signs (>= 0 is +1) of `x` (length a multiple of 8) packed 8 to a byte,

@@ -1,0 +1,78 @@
+// DeepSpeed's 1-bit Adam (Tang et al., "1-bit Adam: Communication Efficient
+// Large-Scale Training with Adam's Convergence Speed", ICML 2021; DeepSpeed's
+// runtime/fp16/onebit/adam.py) over a torch::optim::Adam:
+//
+//   warm-up (the first warmup_steps steps): plain distributed Adam. The
+//     gradients are allreduced (averaged) as with no compression, and the
+//     wrapped Adam steps, so these steps are bitwise those of
+//     DistributedOptimizer over Adam without compression.
+//   compression stage: Adam's variance v is frozen (its bias correction
+//     with it, at warmup_steps); each rank folds its *local* gradient into
+//     the momentum, m = b1 m + (1 - b1) g, and the momenta, not the
+//     gradients, travel: one 1-bit compressed allreduce with worker and
+//     server error feedback (CompressedAllreduce, onebit.h) over every
+//     parameter at once, whose result replaces m on every rank. Then
+//     p -= lr m / (1 - b1^t) / (sqrt(v / (1 - b2^warmup)) + eps).
+//
+// The frozen variance is what makes the compression safe: the update is a
+// fixed preconditioner times the momentum, so the momentum's compression
+// error is fed back like an SGD gradient's (the paper's argument). Weight
+// decay is added to the gradient (L2), as torch::optim::Adam does; DeepSpeed
+// adds it to the update. Bias correction follows torch's Adam so the stages
+// join without a jump.
+//
+// Whether a step compresses is read from the Adam state's step count, so a
+// job resumed from a checkpoint past warm-up stays in the compression stage
+// (the error feedback restarts from zero, as DeepSpeed's does on load).
+//
+// Used through DistributedOptimizer (Compression::kOneBitAdam,
+// options.onebit_adam) over a torch::optim::Adam. Every rank of the group
+// must step together. Not thread-safe.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+#include "lockstep/torch/group.h"
+#include "lockstep/torch/onebit.h"
+
+namespace lockstep::torch {
+
+struct OneBitAdamOptions {
+  // Steps of plain distributed Adam before the variance freezes
+  // (DeepSpeed's freeze_step); at least 1, so there is a variance to freeze.
+  int64_t warmup_steps = 100;
+};
+// Throws InvalidArgument for warmup_steps < 1.
+void validate(const OneBitAdamOptions& options);
+
+class OneBitAdam {
+ public:
+  // `adam` must outlive this object. Throws InvalidArgument when it uses
+  // amsgrad (its running maximum of v has no frozen counterpart).
+  OneBitAdam(::torch::optim::Adam& adam, OneBitAdamOptions options, Group group,
+             std::string name_prefix);
+  OneBitAdam(const OneBitAdam&) = delete;
+  OneBitAdam& operator=(const OneBitAdam&) = delete;
+
+  // Whether the next step is compressed: the Adam state has taken
+  // warmup_steps steps. Before that, gradients must be averaged by the caller.
+  bool compressing() const;
+  // Warm-up: the wrapped Adam's step() (gradients already averaged).
+  // Compression stage: the step above, from each parameter's local
+  // gradient (a parameter without one contributes a zero gradient).
+  // Collective over the group in the compression stage.
+  void step();
+
+ private:
+  void compressed_step();
+
+  ::torch::optim::Adam& adam_;
+  OneBitAdamOptions options_;
+  int ranks_;
+  CompressedAllreduce momentum_;
+};
+
+}  // namespace lockstep::torch
