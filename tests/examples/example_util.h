@@ -24,6 +24,9 @@ inline std::string bin(const std::string& name) {
   return (fs::path(dir ? dir : ".") / name).string();
 }
 
+// The main job's executable.
+inline std::string main_job() { return bin("lockstep-fashion-mnist"); }
+
 inline bool have_dataset() {
   return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 }

@@ -9,8 +9,6 @@ namespace {
 
 using namespace lockstep::testing;
 
-std::string main_job() { return bin("lockstep-fashion-mnist"); }
-
 // --recipe fast and plain name the pieces they leave on; a flag given
 // explicitly wins.
 TEST(FashionMnistRecipe, FastTurnsOnItsPiecesUnlessAFlagSaysOtherwise) {

@@ -10,8 +10,6 @@ namespace {
 
 using namespace lockstep::testing;
 
-std::string main_job() { return bin("lockstep-fashion-mnist"); }
-
 // Every bad value exits 2 naming its flag, and before any data is read: the
 // --data folder here is empty, so a job that got as far as loading would
 // fail with a message about missing IDX files instead.
