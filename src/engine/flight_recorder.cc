@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 #include "lockstep/base/log.h"
 
 namespace lockstep::engine::detail {
@@ -55,12 +56,6 @@ std::string error_kind(std::exception_ptr error) {
 }
 
 namespace {
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
-  return name;
-}
 
 nlohmann::json record_json(const FlightRecord& r) {
   nlohmann::json j = {{"id", r.id},

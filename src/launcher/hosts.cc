@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 #include "lockstep/base/socket.h"
 
 namespace lockstep::launcher {
@@ -47,7 +48,7 @@ bool valid_host_name(std::string_view host) {
 // addresses), so its ranks share one host everywhere: local ranks, the
 // shared-memory group (LOCKSTEP_HOST), discovery's free slots.
 HostSlots host_entry(std::string_view host, std::string_view slots_text, const std::string& where) {
-  HostSlots h{is_local_host(host) ? this_host_name() : std::string(host), 1};
+  HostSlots h{is_local_host(host) ? host_name() : std::string(host), 1};
   if (!valid_host_name(host))
     throw InvalidArgument(fmt::format("{}: '{}' is not a host name (letters, digits, '.', '-', "
                                       "'_', '@' only)", where, host));
@@ -197,15 +198,9 @@ bool is_own_address(std::string_view host) {
 
 }  // namespace
 
-std::string this_host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
-}
-
 bool is_local_host(std::string_view host) {
   if (host == "localhost" || host == "::1" || host.starts_with("127.")) return true;
-  return host == this_host_name() || is_own_address(host);
+  return host == host_name() || is_own_address(host);
 }
 
 }  // namespace lockstep::launcher

@@ -38,11 +38,9 @@ std::vector<Placement> place_ranks(const std::vector<HostSlots>& hosts, int num_
 
 // localhost, 127.x.y.z, ::1, this machine's own host name and the addresses
 // of its interfaces. Every parser here (-H, --hostfile, discovery output)
-// replaces such a name by this_host_name(), so this machine is one host
-// whatever it is called.
+// replaces such a name by host_name() (lockstep/base/host.h), so this
+// machine is one host whatever it is called.
 bool is_local_host(std::string_view host);
-// gethostname(), the name ranks started without -H get.
-std::string this_host_name();
 // "a:1,b:1,a:1" is a with two slots, as for mpirun; order of first mention.
 std::vector<HostSlots> merge_duplicates(const std::vector<HostSlots>& hosts);
 

@@ -15,6 +15,7 @@
 #include "launcher/spec.h"
 #include "launcher/supervisor.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 #include "lockstep/rendezvous/store.h"
 
 namespace lockstep::launcher {
@@ -27,7 +28,7 @@ std::vector<Placement> placements_of(const LaunchSpec& spec) {
     return placements;
   }
   if (!spec.hosts.empty()) return place_ranks(spec.hosts, spec.num_proc);
-  return place_ranks({{this_host_name(), spec.num_proc}}, spec.num_proc);
+  return place_ranks({{host_name(), spec.num_proc}}, spec.num_proc);
 }
 
 int supervise_job(const LaunchSpec& spec, const std::string& path) {

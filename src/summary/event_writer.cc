@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 #include "lockstep/data/record_io.h"
 #include "summary/wire.h"
 
@@ -23,12 +24,6 @@ namespace {
 
 constexpr uint32_t kWallTime = 1, kStep = 2, kFileVersion = 3, kSummary = 5;
 constexpr const char* kFileVersionString = "brain.Event:2";
-
-std::string host_name() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
-}
 
 std::string event_header(double wall_time) {
   std::string e;

@@ -15,17 +15,12 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 #include "lockstep/base/log.h"
 
 namespace lockstep::torch::detail {
 namespace fs = std::filesystem;
 namespace {
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
-}
 
 std::string directory_of(const std::string& target) {
   fs::path p(target);

@@ -18,6 +18,7 @@
 #include "lockstep/torch/fingerprint.h"
 #include "lockstep/torch/objects.h"
 #include "lockstep/torch/placement.h"
+#include "torch/byte_tensor.h"
 
 namespace lockstep::torch {
 namespace {
@@ -62,17 +63,6 @@ std::map<std::string, double> decode_values(const std::string& bytes) {
     out.emplace(std::move(name), value);
   }
   return out;
-}
-
-::torch::Tensor bytes_tensor(const std::string& bytes) {
-  auto t = ::torch::empty({static_cast<int64_t>(bytes.size())}, ::torch::kUInt8);
-  if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
-  return t;
-}
-
-std::string tensor_bytes(const ::torch::Tensor& t) {
-  auto c = t.contiguous();
-  return std::string(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
 }
 
 std::string read_whole_file(const std::string& path) {
@@ -242,8 +232,8 @@ void ElasticState::save_checkpoint(const std::string& path) const {
   archive.write("tensor_count", c10::IValue(static_cast<int64_t>(committed_.tensors.size())));
   for (size_t i = 0; i < committed_.tensors.size(); ++i)
     archive.write(fmt::format("tensor.{}", i), committed_.tensors[i]);
-  archive.write("optimizer", bytes_tensor(committed_.optimizer));
-  archive.write("values", bytes_tensor(encode_values(committed_.values)));
+  archive.write("optimizer", detail::bytes_tensor(committed_.optimizer));
+  archive.write("values", detail::bytes_tensor(encode_values(committed_.values)));
   archive.write("counters", ::torch::tensor({committed_.epoch, committed_.step,
                                              committed_.sampler_epoch,
                                              committed_.sampler_position}, ::torch::kInt64));
@@ -272,9 +262,9 @@ bool ElasticState::load_checkpoint(const std::string& path) {
     // Fresh tensors: read() into a defined tensor keeps that tensor's dtype.
     ::torch::Tensor optimizer, user_values, counters;
     archive.read("optimizer", optimizer);
-    s.optimizer = tensor_bytes(optimizer);
+    s.optimizer = detail::tensor_bytes(optimizer);
     archive.read("values", user_values);
-    s.values = decode_values(tensor_bytes(user_values));
+    s.values = decode_values(detail::tensor_bytes(user_values));
     archive.read("counters", counters);
     auto c = counters.accessor<int64_t, 1>();
     s.epoch = c[0];

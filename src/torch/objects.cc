@@ -5,9 +5,10 @@
 
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/metrics.h"
+#include "torch/byte_tensor.h"
 
 namespace lockstep::torch {
-namespace {
+namespace detail {
 
 ::torch::Tensor bytes_tensor(const std::string& bytes) {
   auto t = ::torch::empty({static_cast<int64_t>(bytes.size())}, ::torch::kUInt8);
@@ -16,20 +17,21 @@ namespace {
 }
 
 std::string tensor_bytes(const ::torch::Tensor& t) {
-  return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()));
+  auto c = t.contiguous();
+  return std::string(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
 }
 
-}  // namespace
+}  // namespace detail
 
 std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name,
                             int process_set) {
   if (size() == 1) return bytes;
   auto length = ::torch::tensor({static_cast<int64_t>(bytes.size())}, ::torch::kInt64);
   broadcast_(length, root, name + ".size", process_set);
-  auto payload = rank() == root ? bytes_tensor(bytes)
+  auto payload = rank() == root ? detail::bytes_tensor(bytes)
                                 : ::torch::empty({length.item<int64_t>()}, ::torch::kUInt8);
   broadcast_(payload, root, name + ".bytes", process_set);
-  return tensor_bytes(payload);
+  return detail::tensor_bytes(payload);
 }
 
 std::vector<std::string> allgather_bytes(const std::string& bytes, const std::string& name,
@@ -37,12 +39,12 @@ std::vector<std::string> allgather_bytes(const std::string& bytes, const std::st
   if (size() == 1) return {bytes};
   auto lengths = allgather(::torch::tensor({static_cast<int64_t>(bytes.size())}, ::torch::kInt64),
                            name + ".size", process_set);
-  auto payload = allgather(bytes_tensor(bytes), name + ".bytes", process_set);
+  auto payload = allgather(detail::bytes_tensor(bytes), name + ".bytes", process_set);
   std::vector<std::string> out;
   int64_t offset = 0;
   for (int64_t r = 0; r < lengths.numel(); ++r) {
     int64_t n = lengths[r].item<int64_t>();
-    out.push_back(tensor_bytes(payload.narrow(0, offset, n).contiguous()));
+    out.push_back(detail::tensor_bytes(payload.narrow(0, offset, n).contiguous()));
     offset += n;
   }
   return out;

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
 #include "lockstep/engine/engine.h"
@@ -73,20 +74,12 @@ std::string utc_now() {
   return buf;
 }
 
-std::string host_name() {
-  std::string host = knob_string("LOCKSTEP_HOST");
-  if (!host.empty()) return host;
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 }  // namespace
 
 StepProfiler::StepProfiler(std::string path, int warmup, int steps)
     : path_(std::move(path)), warmup_(warmup), steps_(steps) {
   profile_.program = command_line();
-  profile_.host = host_name();
+  profile_.host = host_label();
   profile_.world_size = size();
   profile_.local_size = local_size();
   profile_.intra_op_threads = at::get_num_threads();

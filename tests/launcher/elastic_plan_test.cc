@@ -4,6 +4,7 @@
 
 #include "launcher/elastic.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 
 namespace lockstep::launcher {
 namespace {
@@ -53,7 +54,7 @@ TEST(ElasticPlan, HostsDroppedOrShrunkByDiscoveryLoseTheirHighestRanks) {
 // machine's name gave the joiner a host of its own (and asked to remove
 // both running workers, at every poll).
 TEST(ElasticPlan, DiscoveredLocalhostIsThisMachine) {
-  const std::string me = this_host_name();
+  const std::string me = host_name();
   auto found = parse_discovery_output("localhost:2\n127.0.0.1:1\n");
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].host, me);

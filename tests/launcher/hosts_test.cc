@@ -11,6 +11,7 @@
 #include "launcher/mpirun.h"
 #include "launcher/remote.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 #include "lockstep/base/terminate.h"
 
 namespace lockstep::launcher {
@@ -105,7 +106,7 @@ TEST(Placement, LocalHostNamesAreRecognised) {
 // Issue 30.2: `localhost` beside this machine's name was a second host (its
 // own local ranks, its own shared-memory group).
 TEST(Placement, ThisMachineIsOneHostByAnyName) {
-  const std::string me = this_host_name();
+  const std::string me = host_name();
   EXPECT_TRUE(is_local_host(me));
   EXPECT_TRUE(is_local_host("127.0.1.1"));
   EXPECT_TRUE(is_local_host("::1"));

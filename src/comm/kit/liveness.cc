@@ -28,14 +28,6 @@ int open_pidfd(int pid) {
 
 }  // namespace
 
-std::string host_label() {
-  std::string host = knob_string("LOCKSTEP_HOST");
-  if (!host.empty()) return host;
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 PeerLiveness::PeerLiveness(std::vector<int> pids, int self)
     : pids_(std::move(pids)), pidfds_(pids_.size(), -1) {
   if (self >= 0 && self < static_cast<int>(pids_.size())) pids_[self] = 0;

@@ -16,11 +16,6 @@
 
 namespace lockstep::comm::kit {
 
-// This host's name as the launcher knows it (LOCKSTEP_HOST, else the host
-// name): ranks that report equal labels at start-up run on one host, so each
-// can watch the others' pids.
-std::string host_label();
-
 class PeerLiveness {
  public:
   PeerLiveness() = default;

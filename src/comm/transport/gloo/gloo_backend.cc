@@ -19,6 +19,7 @@
 #include "comm/transport/gloo/gloo_comm.h"
 #include "comm/transport/gloo/gloo_store.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/mutex.h"
 
@@ -91,9 +92,7 @@ std::shared_ptr<::gloo::transport::Device> device() {
   } else if (!towards_store.empty()) {
     attr.hostname = towards_store;
   } else {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    attr.hostname = host;
+    attr.hostname = host_name();
   }
   try {
     dev = ::gloo::transport::tcp::CreateDevice(attr);
@@ -112,7 +111,7 @@ std::shared_ptr<::gloo::transport::Device> device() {
 
 // Pids of the peers on this host (same host label), 0 for the others.
 std::vector<int> local_pids(const std::vector<PeerInfo>& peers) {
-  std::string host = kit::host_label();
+  std::string host = host_label();
   std::vector<int> pids(peers.size(), 0);
   for (size_t r = 0; r < peers.size(); ++r)
     if (peers[r].host == host) pids[r] = peers[r].pid;
@@ -121,7 +120,7 @@ std::vector<int> local_pids(const std::vector<PeerInfo>& peers) {
 
 std::vector<PeerInfo> exchange_peers(::gloo::rendezvous::Store& store, const WorldInfo& world,
                                      std::chrono::milliseconds timeout) {
-  std::string mine = fmt::format("{}\n{}", kit::host_label(), getpid());
+  std::string mine = fmt::format("{}\n{}", host_label(), getpid());
   store.set(fmt::format("peer/{}", world.rank), std::vector<char>(mine.begin(), mine.end()));
   std::vector<PeerInfo> peers(world.size);
   for (int r = 0; r < world.size; ++r) {

@@ -17,6 +17,7 @@
 #include "comm/transport/hierarchical/hierarchical_comm.h"
 #include "comm/transport/shm/shm_backend.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 #include "lockstep/base/log.h"
 
 namespace lockstep::comm::hierarchical {
@@ -88,7 +89,7 @@ Layout layout_of(const std::vector<int64_t>& all, int r, const WorldInfo& world,
 }
 
 int64_t host_hash() {
-  return static_cast<int64_t>(std::hash<std::string>{}(kit::host_label()) >> 1);
+  return static_cast<int64_t>(std::hash<std::string>{}(host_label()) >> 1);
 }
 
 // A job id shared by every rank, naming the hosts' shared-memory segments.

@@ -12,6 +12,7 @@
 #include "comm/transport/nccl/nccl_backend.h"
 #include "comm/transport/nccl/nccl_comm.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/host.h"
 #include "lockstep/base/knobs.h"
 
 namespace lockstep::comm::nccl {
@@ -34,7 +35,7 @@ PeerRecord my_record(int device) {
   PeerRecord mine;
   mine.pid = getpid();
   mine.device = device;
-  std::string host = kit::host_label();
+  std::string host = host_label();
   std::strncpy(mine.host, host.c_str(), sizeof mine.host - 1);
   cuda_check(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, device),
              "cudaDeviceGetPCIBusId");
