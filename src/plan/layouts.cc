@@ -13,9 +13,8 @@ namespace lockstep::plan {
 namespace {
 
 void check_scaling(const ThreadScaling& s) {
-  if (!(s.serial_fraction >= 0 && s.serial_fraction <= 1))
-    throw InvalidArgument(
-        fmt::format("serial fraction {} must be in [0, 1]", s.serial_fraction));
+  if (!(s.serial_fraction >= 0) || !std::isfinite(s.serial_fraction))
+    throw InvalidArgument(fmt::format("serial fraction {} must be >= 0", s.serial_fraction));
   if (!(s.contention >= 0) || !std::isfinite(s.contention))
     throw InvalidArgument(fmt::format("contention {} must be >= 0 per extra worker", s.contention));
 }
@@ -64,11 +63,20 @@ double fit_serial_fraction(double ms_a, int threads_a, double ms_b, int threads_
     throw InvalidArgument(fmt::format(
         "fitting the serial fraction needs positive times at two different thread counts "
         "(got {} ms at {}, {} ms at {})", ms_a, threads_a, ms_b, threads_b));
-  // ms_a / ms_b = r = A(a) / A(b); multiplied out, s + (1 - s)/a = r s + r (1 - s)/b
-  // is linear in s.
-  const double r = ms_a / ms_b, ia = 1.0 / threads_a, ib = 1.0 / threads_b;
+  if (threads_a > threads_b) std::swap(ms_a, ms_b), std::swap(threads_a, threads_b);
+  const double r = ms_a / ms_b;  // the speed-up from threads_a to threads_b
+  if (r >= double(threads_b) / threads_a) return 0;  // linear or better
+  // r = A(a) / A(b); multiplied out, s + (1 - s)/a = r s + r (1 - s)/b is
+  // linear in s. As s grows, r falls towards (1 - 1/a) / (1 - 1/b): no s
+  // fits a slow-down beyond that (none at all from a = 1).
+  const double ia = 1.0 / threads_a, ib = 1.0 / threads_b;
   const double s = (r * ib - ia) / (1 - ia - r + r * ib);
-  return std::clamp(std::isfinite(s) ? s : 1.0, 0.0, 1.0);
+  if (!std::isfinite(s) || s < 0)
+    throw InvalidArgument(fmt::format(
+        "no serial fraction fits {} ms at {} threads and {} ms at {}: the step slowed down "
+        "{:.2f}x, more than the model reaches ({:.2f}x)", ms_a, threads_a, ms_b, threads_b,
+        1 / r, (1 - ib) / (1 - ia)));
+  return s;
 }
 
 double fit_contention(double alone_ms, double colocated_ms, int workers) {

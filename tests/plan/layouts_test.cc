@@ -149,11 +149,15 @@ TEST(PlanLayouts, SerialFractionAndContentionFitsMatchHandValues) {
   EXPECT_NEAR(fit_serial_fraction(40, 4, 100, 1), 0.2, 1e-12);      // either order
   EXPECT_NEAR(fit_serial_fraction(55, 2, 21.25, 8), 0.1, 1e-12);    // neither at 1 thread
   EXPECT_EQ(fit_serial_fraction(100, 1, 10, 8), 0.0);               // better than linear
-  EXPECT_EQ(fit_serial_fraction(100, 1, 120, 2), 1.0);              // slower with more
+  EXPECT_NEAR(fit_serial_fraction(100, 1, 120, 2), 1.4, 1e-12);     // slower: A(2) = 1.2
+  EXPECT_NEAR(amdahl_time(1.4, 2), 1.2, 1e-12);
   EXPECT_NEAR(fit_contention(100, 135, 8), 0.05, 1e-12);
   EXPECT_EQ(fit_contention(100, 90, 2), 0.0);
   EXPECT_NEAR(amdahl_time(0.2, 4), 0.4, 1e-12);
   EXPECT_THROW(fit_serial_fraction(100, 2, 50, 2), InvalidArgument);
+  // From 2 threads the model slows down at most (1 - 1/4) / (1 - 1/2) = 1.5x by 4.
+  EXPECT_NEAR(fit_serial_fraction(15, 2, 17.5, 4), 2.0, 1e-12);  // s = 2: A(2) 1.5, A(4) 1.75
+  EXPECT_THROW(fit_serial_fraction(10, 2, 30, 4), InvalidArgument);
   EXPECT_THROW(fit_contention(100, 120, 1), InvalidArgument);
 }
 
@@ -188,8 +192,8 @@ TEST(PlanLayouts, BadInputIsNamed) {
   no_shm.transports.clear();
   expect_error([&] { predict_layout(p, no_shm, query(8, 0.2, 0), {2, 4}); }, "no shm costs");
   EXPECT_NO_THROW(predict_layout(p, no_shm, query(8, 0.2, 0), {1, 8}));  // one worker: none needed
-  expect_error([&] { predict_layout(p, alpha_only(1e-3), query(8, 1.5, 0), {1, 8}); },
-               "serial fraction 1.5");
+  expect_error([&] { predict_layout(p, alpha_only(1e-3), query(8, -0.5, 0), {1, 8}); },
+               "serial fraction -0.5 must be >= 0");
   expect_error([&] { parse_layouts("2x8,4x", "--layouts"); }, "'4x' is not WORKERSxTHREADS");
   expect_error([&] { parse_layouts("2x8x1", "--layouts"); }, "'2x8x1'");
   EXPECT_EQ(parse_layouts("1x16,2x8", "--layouts"), (std::vector<Layout>{{1, 16}, {2, 8}}));

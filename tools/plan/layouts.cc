@@ -42,7 +42,7 @@ void add_layouts_options(CLI::App& app, LayoutsOptions& o) {
   app.add_option("--layouts", o.layouts,
                  "WORKERSxTHREADS,... (default: N x the placement's threads, N = 1..CPUs)");
   app.add_option("--serial-fraction", o.serial_fraction,
-                 fmt::format("Amdahl serial fraction of one worker's step, 0..1 (default: fitted "
+                 fmt::format("Amdahl serial fraction of one worker's step, >= 0; > 1: slower with more threads (default: fitted "
                              "from --scaling-profile, else {})", plan::kDefaultSerialFraction));
   app.add_option("--scaling-profile", o.scaling_profile,
                  "a profile of the same program at another thread count: fits the serial fraction");

@@ -43,8 +43,10 @@ nlohmann::json layout_json(const plan::LayoutPrediction& p, const plan::ThreadSc
 }
 
 std::string describe_scaling(const plan::ThreadScaling& scaling) {
-  return fmt::format("serial fraction {:.3f}, contention {:.3f} per extra worker ({})",
-                     scaling.serial_fraction, scaling.contention, scaling.source);
+  return fmt::format("serial fraction {:.3f}{}, contention {:.3f} per extra worker ({})",
+                     scaling.serial_fraction,
+                     scaling.serial_fraction > 1 ? " (> 1: more threads were slower)" : "",
+                     scaling.contention, scaling.source);
 }
 
 }  // namespace lockstep::plan_tool

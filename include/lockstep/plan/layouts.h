@@ -8,7 +8,11 @@
 //     A(T) = s + (1 - s) / T    Amdahl's law for one worker's step: s is the
 //                               serial fraction (measured: fit_serial_fraction
 //                               on the step at two thread counts; else
-//                               kDefaultSerialFraction), T0 the profile's threads
+//                               kDefaultSerialFraction), T0 the profile's threads;
+//                               s > 1 fits a step measured *slower* with more
+//                               threads (they wait for each other or for cores
+//                               other processes hold): A then grows with T
+//                               towards s
 //     K(N) = 1 + k (N - 1)      co-located workers contend for memory
 //                               bandwidth and the last-level cache: k per
 //                               extra worker (fit_contention; else 0), N0 the
@@ -45,7 +49,7 @@ namespace lockstep::plan {
 inline constexpr double kDefaultSerialFraction = 0.15;
 
 struct ThreadScaling {
-  double serial_fraction = kDefaultSerialFraction;  // s, in [0, 1]
+  double serial_fraction = kDefaultSerialFraction;  // s, >= 0 (> 1: threads slow it)
   double contention = 0;                            // k, >= 0
   std::string source = "default";                   // how s and k were obtained
 };
@@ -53,9 +57,9 @@ struct ThreadScaling {
 // A(T) = s + (1 - s) / T: one worker's compute at T threads over its
 // compute at 1 thread.
 double amdahl_time(double serial_fraction, int threads);
-// s from one worker's compute time at two different thread counts, clamped
-// to [0, 1] (a measurement better than linear speed-up gives 0, one slower
-// with more threads gives 1).
+// s from one worker's compute time at two different thread counts: the
+// curve A passes through both. At least 0 (a measurement better than
+// linear speed-up gives 0); above 1 where more threads were slower.
 double fit_serial_fraction(double ms_a, int threads_a, double ms_b, int threads_b);
 // k from one worker's step time alone and beside workers - 1 others running
 // the same step (each with the same threads), clamped to >= 0.
