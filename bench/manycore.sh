@@ -10,11 +10,11 @@
 # --train R adds `lockstep bench train --rounds R` (every workers x threads
 # layout of the host, measured beside the planner's prediction and
 # recommendation; about 3-4 min at R = 2 on 16 cores); --no-allreduce skips
-# the allreduce part.
+# the allreduce part; --train-args passes more options to bench train.
 #
 #   bench/manycore.sh BUILD_DIR [--nps "2 4 8 16"] [--sizes 4KiB:256MiB]
 #                     [--seconds 0.15] [--rounds 1] [--out DIR]
-#                     [--train R] [--no-allreduce]
+#                     [--train R] [--train-args "ARGS"] [--no-allreduce]
 #
 # Every run is `lockstep run -np N lockstep bench allreduce --json`; the raw
 # JSON lines stay in --out (default: a temporary directory, printed).
@@ -22,7 +22,7 @@ set -euo pipefail
 build=${1:-}
 [[ -n $build && $build != -* ]] || { sed -n '2,20p' "$0"; exit 2; }
 shift
-nps="2 4 8 16" sizes=4KiB:256MiB seconds=0.15 rounds=1 out="" train=0 allreduce=1
+nps="2 4 8 16" sizes=4KiB:256MiB seconds=0.15 rounds=1 out="" train=0 train_args="" allreduce=1
 while (($#)); do
   case $1 in
     --nps) nps=$2; shift 2 ;;
@@ -31,6 +31,7 @@ while (($#)); do
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --train) train=$2; shift 2 ;;
+    --train-args) train_args=$2; shift 2 ;;
     --no-allreduce) allreduce=0; shift ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "manycore: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -47,7 +48,8 @@ echo "# raw results: $out"
 if ((train > 0)); then
   # FashionCnn's step in every layout N x T = CPUs, plain LibTorch, the
   # independent-process ceiling and lockstep, with the planner's prediction.
-  "$bin" bench train --rounds "$train" --json "$out/train.jsonl" 2>"$out/train.err" ||
+  # shellcheck disable=SC2086
+  "$bin" bench train --rounds "$train" $train_args --json "$out/train.jsonl" 2>"$out/train.err" ||
     { echo "manycore: bench train failed:" >&2; tail -5 "$out/train.err" >&2; exit 1; }
 fi
 ((allreduce)) || exit 0
