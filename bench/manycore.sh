@@ -7,17 +7,22 @@
 # a memory-traffic bound at 2 ranks. Prints one compact table per rank count
 # and the issue's goals with pass/fail. Needs only the build and python3
 # (no MPI); about 60-90 s on a 16-core host with the defaults.
+# --train R adds `lockstep bench train --rounds R` (every workers x threads
+# layout of the host, measured beside the planner's prediction and
+# recommendation; about 3-4 min at R = 2 on 16 cores); --no-allreduce skips
+# the allreduce part; --train-args passes more options to bench train.
 #
 #   bench/manycore.sh BUILD_DIR [--nps "2 4 8 16"] [--sizes 4KiB:256MiB]
 #                     [--seconds 0.15] [--rounds 1] [--out DIR]
+#                     [--train R] [--train-args "ARGS"] [--no-allreduce]
 #
 # Every run is `lockstep run -np N lockstep bench allreduce --json`; the raw
 # JSON lines stay in --out (default: a temporary directory, printed).
 set -euo pipefail
 build=${1:-}
-[[ -n $build && $build != -* ]] || { sed -n '2,15p' "$0"; exit 2; }
+[[ -n $build && $build != -* ]] || { sed -n '2,20p' "$0"; exit 2; }
 shift
-nps="2 4 8 16" sizes=4KiB:256MiB seconds=0.15 rounds=1 out=""
+nps="2 4 8 16" sizes=4KiB:256MiB seconds=0.15 rounds=1 out="" train=0 train_args="" allreduce=1
 while (($#)); do
   case $1 in
     --nps) nps=$2; shift 2 ;;
@@ -25,7 +30,10 @@ while (($#)); do
     --seconds) seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --train) train=$2; shift 2 ;;
+    --train-args) train_args=$2; shift 2 ;;
+    --no-allreduce) allreduce=0; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "manycore: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -36,6 +44,15 @@ mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 echo "# host: $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "# raw results: $out"
+
+if ((train > 0)); then
+  # FashionCnn's step in every layout N x T = CPUs, plain LibTorch, the
+  # independent-process ceiling and lockstep, with the planner's prediction.
+  # shellcheck disable=SC2086
+  "$bin" bench train --rounds "$train" $train_args --json "$out/train.jsonl" 2>"$out/train.err" ||
+    { echo "manycore: bench train failed:" >&2; tail -5 "$out/train.err" >&2; exit 1; }
+fi
+((allreduce)) || exit 0
 
 # variant name -> environment
 declare -A env_of=(

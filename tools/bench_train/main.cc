@@ -13,7 +13,11 @@
 //     lockstep NxT                `lockstep run -np N --threads-per-worker T`
 //                                 (N = 1: the program alone, T threads)
 // Prints a table, the ratios the goals of docs/performance.md name, and one
-// JSON line per variant and per ratio.
+// JSON line per variant and per ratio; then the planner's predicted
+// samples/s beside the measured per layout and whether the layout it
+// recommends is the measured fastest (predict.h; before the rounds it
+// records a profile of lockstep 1x1 and, without --network, fits the shm
+// costs with a short `lockstep bench fit`).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <sched.h>
@@ -29,6 +33,8 @@
 
 #include "lockstep/base/executable.h"
 #include "lockstep/base/knobs.h"
+#include "lockstep/plan/layouts.h"
+#include "tools/bench_train/predict.h"
 #include "tools/bench_train/worker.h"
 
 namespace bt = lockstep::bench_train;
@@ -42,13 +48,12 @@ struct Options {
   int rounds = 3;
   bool overlap_variants = false;
   std::string json;
+  std::string network;  // shm fit for the planner; empty: fitted here
+  bool predict = true;
   bool worker_mode = false;
 };
 
-struct Layout {
-  int workers = 1, threads = 1;
-  std::string name() const { return fmt::format("{}x{}", workers, threads); }
-};
+using lockstep::plan::Layout;
 
 struct Variant {
   std::string label;
@@ -64,23 +69,10 @@ int allowed_cpu_count() {
 }
 
 std::vector<Layout> parse_layouts(const Options& o, int cpus) {
+  if (!o.layouts.empty()) return lockstep::plan::parse_layouts(o.layouts, "--layouts");
   std::vector<Layout> out;
-  if (o.layouts.empty()) {
-    for (int n = 1; n <= cpus; ++n)
-      if (cpus % n == 0) out.push_back({n, cpus / n});
-    return out;
-  }
-  std::string text = o.layouts + ",";
-  for (size_t start = 0, comma; (comma = text.find(',', start)) != std::string::npos;
-       start = comma + 1) {
-    std::string item = text.substr(start, comma - start);
-    Layout l;
-    char x = 0;
-    if (std::sscanf(item.c_str(), "%d%c%d", &l.workers, &x, &l.threads) != 3 || x != 'x' ||
-        l.workers < 1 || l.threads < 1)
-      throw CLI::ValidationError("--layouts", fmt::format("'{}' is not WORKERSxTHREADS", item));
-    out.push_back(l);
-  }
+  for (int n = 1; n <= cpus; ++n)
+    if (cpus % n == 0) out.push_back({n, cpus / n});
   return out;
 }
 
@@ -210,26 +202,29 @@ struct Ratio {
   double goal;  // 0: none
 };
 
-int orchestrate(const Options& o) {
-  const int cpus = o.cpus > 0 ? o.cpus : allowed_cpu_count();
-  const std::vector<Layout> layouts = parse_layouts(o, cpus);
-  const std::string self = "'" + lockstep::executable_path() + "' ";
-  Table t;
-  const auto plain11 = t.add("plain 1x1", self + worker_args(o, "plain", 1));
-  const auto plain11t = t.add("plain 1x1 tuned", self + worker_args(o, "plain-malloc", 1));
-  const auto plain1c = t.add(fmt::format("plain 1x{}", cpus), self + worker_args(o, "plain", cpus));
-  const auto plain1ct =
-      t.add(fmt::format("plain 1x{} tuned", cpus), self + worker_args(o, "plain-malloc", cpus));
-  const auto lockstep11 =
-      t.add("lockstep 1x1", "LOCKSTEP_INTRA_OP_THREADS=1 " + self + worker_args(o, "lockstep", 0));
+// The labels of the variants every run has, and per layout.
+struct Labels {
+  std::string plain11, plain11t, plain1c, plain1ct, lockstep11;
   std::map<std::string, std::pair<std::string, std::string>> per_layout;  // ceiling, lockstep
+};
+
+Labels add_variants(Table& t, const Options& o, const std::vector<Layout>& layouts, int cpus) {
+  const std::string self = "'" + lockstep::executable_path() + "' ";
+  Labels b;
+  b.plain11 = t.add("plain 1x1", self + worker_args(o, "plain", 1));
+  b.plain11t = t.add("plain 1x1 tuned", self + worker_args(o, "plain-malloc", 1));
+  b.plain1c = t.add(fmt::format("plain 1x{}", cpus), self + worker_args(o, "plain", cpus));
+  b.plain1ct =
+      t.add(fmt::format("plain 1x{} tuned", cpus), self + worker_args(o, "plain-malloc", cpus));
+  b.lockstep11 =
+      t.add("lockstep 1x1", "LOCKSTEP_INTRA_OP_THREADS=1 " + self + worker_args(o, "lockstep", 0));
   for (const Layout& l : layouts) {
     std::string ceiling, lockstep;
     if (l.workers > 1)
       ceiling = t.add(fmt::format("ceiling {} (independent)", l.name()),
                       concurrent_command(self + worker_args(o, "plain-malloc", l.threads), l.workers));
     if (l.workers == 1 && l.threads == 1) {
-      lockstep = lockstep11;
+      lockstep = b.lockstep11;
     } else if (l.workers == 1) {
       lockstep = t.add(fmt::format("lockstep {}", l.name()),
                        fmt::format("LOCKSTEP_INTRA_OP_THREADS={} ", l.threads) + self +
@@ -239,23 +234,25 @@ int orchestrate(const Options& o) {
       if (o.overlap_variants)
         t.add(fmt::format("lockstep {}, overlap on", l.name()), multi_worker_command(o, l, "on"));
     }
-    per_layout[l.name()] = {ceiling, lockstep};
+    b.per_layout[l.name()] = {ceiling, lockstep};
   }
-  t.run(o.rounds);
+  return b;
+}
 
-  FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "a");
-  const double base = t.median_of(plain11t);
-  t.print(json, base);
-  const double best_plain_c = std::max(t.median_of(plain1c), t.median_of(plain1ct));
+// Prints the ratios and the fastest layout; returns its samples/s (0: none ran).
+double print_ratios(const Table& t, const Labels& b, const std::vector<Layout>& layouts, int cpus,
+                    FILE* json) {
+  const double base = t.median_of(b.plain11t);
+  const double best_plain_c = std::max(t.median_of(b.plain1c), t.median_of(b.plain1ct));
   std::vector<Ratio> ratios;
   if (base > 0)
-    ratios.push_back({"lockstep 1x1 / plain 1x1 tuned", t.median_of(lockstep11) / base, 0.98});
-  std::string best_layout;
+    ratios.push_back({"lockstep 1x1 / plain 1x1 tuned", t.median_of(b.lockstep11) / base, 0.98});
+  Layout best_layout;
   double best = 0;
   for (const Layout& l : layouts) {
-    const auto& [ceiling, lockstep] = per_layout[l.name()];
+    const auto& [ceiling, lockstep] = b.per_layout.at(l.name());
     const double sps = t.median_of(lockstep);
-    if (sps > best) best = sps, best_layout = l.name();
+    if (sps > best) best = sps, best_layout = l;
     if (!ceiling.empty() && t.median_of(ceiling) > 0)
       ratios.push_back({fmt::format("lockstep {} / ceiling {}", l.name(), l.name()),
                         sps / t.median_of(ceiling), l.threads == 1 ? 0.97 : 0});
@@ -269,10 +266,85 @@ int orchestrate(const Options& o) {
                r.goal > 0 ? fmt::format("   goal >= {:.2f}{}", r.goal, r.value >= r.goal ? "" : "  MISSED") : "");
     Table::emit(json, {{"ratio", r.what}, {"value", r.value}, {"goal", r.goal}});
   }
-  if (!best_layout.empty())
+  if (best > 0)
     fmt::print("fastest layout on {} CPUs: {} workers x {} threads ({:.0f} samples/s)\n", cpus,
-               best_layout.substr(0, best_layout.find('x')),
-               best_layout.substr(best_layout.find('x') + 1), best);
+               best_layout.workers, best_layout.threads, best);
+  return best;
+}
+
+// What the planner needs that the rounds do not measure: a profile of
+// lockstep 1x1 and the shm costs (predict.h).
+struct PlannerInputs {
+  std::optional<lockstep::plan::Profile> profile;
+  std::optional<lockstep::plan::NetworkModel> network;
+};
+
+PlannerInputs prepare_planner(const Options& o, const std::vector<Layout>& layouts,
+                              const std::string& base) {
+  if (!o.predict) return {};
+  if (o.worker.strategy != "data" || o.worker.device != "cpu") {
+    fmt::print(stderr, "bench train: no prediction: the planner's layouts model data parallelism "
+                       "on CPUs (--strategy data --device cpu)\n");
+    return {};
+  }
+  const std::string profile = base + ".profile.json";
+  fmt::print(stderr, "bench train: recording a profile of lockstep 1x1 for the planner\n");
+  PlannerInputs in;
+  in.profile = bt::record_profile(
+      fmt::format("LOCKSTEP_INTRA_OP_THREADS=1 LOCKSTEP_PROFILE='{}' LOCKSTEP_PROFILE_WARMUP={} "
+                  "LOCKSTEP_PROFILE_STEPS={} '{}' {}", profile, o.worker.warmup_steps,
+                  std::max(1, o.worker.window_steps), lockstep::executable_path(),
+                  worker_args(o, "lockstep", 0)),
+      profile);
+  std::vector<int> counts;
+  for (const Layout& l : layouts) counts.push_back(l.workers);
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  if (in.profile) in.network = bt::shm_network(o.network, counts, base + ".shm.json");
+  std::filesystem::remove(profile);
+  std::filesystem::remove(base + ".shm.json");
+  return in;
+}
+
+bt::Measured measured(const Table& t, const Labels& b, const Options& o,
+                      const std::vector<Layout>& layouts, int cpus) {
+  bt::Measured m;
+  m.cpus = cpus;
+  m.batch_size = o.worker.batch_size;
+  m.plain_1x1 = t.median_of(b.plain11t);
+  m.plain_1xc = t.median_of(b.plain1ct);
+  m.lockstep_1x1 = t.median_of(b.lockstep11);
+  const auto all = b.per_layout.find(fmt::format("{}x1", cpus));
+  if (all != b.per_layout.end() && !all->second.first.empty())
+    m.ceiling_cx1 = t.median_of(all->second.first);
+  for (const Layout& l : layouts)
+    if (const double sps = t.median_of(b.per_layout.at(l.name()).second); sps > 0)
+      m.layouts.push_back({l, sps});
+  return m;
+}
+
+int orchestrate(const Options& o) {
+  const int cpus = o.cpus > 0 ? o.cpus : allowed_cpu_count();
+  const std::vector<Layout> layouts = parse_layouts(o, cpus);
+  const PlannerInputs planner = prepare_planner(
+      o, layouts,
+      fmt::format("{}/lockstep-bench-train-{}", std::filesystem::temp_directory_path().string(),
+                  getpid()));
+  Table t;
+  const Labels b = add_variants(t, o, layouts, cpus);
+  t.run(o.rounds);
+
+  FILE* json = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "a");
+  t.print(json, t.median_of(b.plain11t));
+  const double best = print_ratios(t, b, layouts, cpus, json);
+  if (planner.profile && planner.network) {
+    try {
+      bt::print_predictions(measured(t, b, o, layouts, cpus), *planner.profile, *planner.network,
+                            json);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "bench train: no prediction: {}\n", e.what());
+    }
+  }
   if (json) std::fclose(json);
   return best > 0 ? 0 : 1;
 }
@@ -299,6 +371,11 @@ int main(int argc, char** argv) {
   app.add_flag("--overlap-variants", o.overlap_variants,
                "also time each multi-worker layout with --overlap on");
   app.add_option("--json", o.json, "append the JSON lines to FILE");
+  app.add_option("--network", o.network,
+                 "`lockstep bench fit --backend shm` file for the planner's prediction (default: "
+                 "a short fit at the layouts' worker counts before the rounds)");
+  app.add_flag("!--no-predict", o.predict,
+               "skip the planner's prediction (and the profile and fit it needs)");
   app.add_flag("--worker", o.worker_mode, "internal: run one variant");
   app.add_option("--variant", o.worker.variant, "internal: plain|plain-malloc|lockstep");
   app.add_option("--strategy", o.worker.strategy,

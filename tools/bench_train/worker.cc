@@ -50,6 +50,7 @@ class Stepper {
       : model_(to_device(examples::FashionCnn(), device)),
         x_(::torch::randn({batch_size, 1, 28, 28}).to(device)),
         y_(::torch::randint(0, 10, {batch_size}, ::torch::kInt64).to(device)),
+        batch_size_(batch_size),
         cuda_(device.is_cuda()) {
     if (distributed && strategy == "fsdp") {
       fsdp_ = std::make_unique<lockstep::parallel::FullyShardedModel>(
@@ -83,6 +84,7 @@ class Stepper {
       return 0;
     }
     dist_->zero_grad();
+    lt::profile_samples(batch_size_);  // LOCKSTEP_PROFILE's samples per step (no sampler here)
     ::torch::nn::functional::cross_entropy(model_->forward(x_), y_).backward();
     auto wait_start = Clock::now();
     dist_->synchronize();
@@ -113,6 +115,7 @@ class Stepper {
   ::torch::Tensor x_, y_;
   std::unique_ptr<lt::DistributedOptimizer> dist_;
   std::unique_ptr<lockstep::parallel::FullyShardedModel> fsdp_;
+  int64_t batch_size_ = 0;
   bool cuda_ = false;
 };
 

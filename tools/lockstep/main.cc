@@ -23,6 +23,7 @@ commands:
   profile [options] -- PROGRAM ARGS...     record a step profile of a training program
   plan --profile P --network N [options]   predict step time and scaling from 1 to 1024 nodes
   plan validate [options] -- PROGRAM ...   measure here and compare with the prediction
+  plan layouts --profile P --network N     rank workers x threads layouts of one host
   convert <format> [options]               write record shards (lockstep convert --help)
   sweep --space S.json [options] -- CMD    hyper-parameter search (lockstep sweep --help)
   report INPUT... [-o report.html]         one HTML page of charts from run, sweep, bench

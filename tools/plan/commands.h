@@ -12,6 +12,7 @@ int predict_main(int argc, char** argv);   // lockstep plan --profile P --networ
 int validate_main(int argc, char** argv);  // lockstep plan validate ... -- PROGRAM ARGS
 int presets_main(int argc, char** argv);   // lockstep plan presets
 int zoo_main(int argc, char** argv);       // lockstep plan zoo MODEL --images-per-s X
+int layouts_main(int argc, char** argv);   // lockstep plan layouts --profile P --network N
 
 // "1,2,4" or "1:1024" (powers of two) into a list of positive integers.
 std::vector<int> parse_int_list(const std::string& text, const std::string& what);

@@ -8,5 +8,6 @@ int main(int argc, char** argv) {
   if (argc >= 2 && !std::strcmp(argv[1], "validate")) return validate_main(argc - 1, argv + 1);
   if (argc >= 2 && !std::strcmp(argv[1], "presets")) return presets_main(argc - 1, argv + 1);
   if (argc >= 2 && !std::strcmp(argv[1], "zoo")) return zoo_main(argc - 1, argv + 1);
+  if (argc >= 2 && !std::strcmp(argv[1], "layouts")) return layouts_main(argc - 1, argv + 1);
   return predict_main(argc, argv);
 }
