@@ -50,7 +50,7 @@ fi
 echo "== assertions (src) =="
 src_functions=$(awk -F'\t' 'index($2, "src/") == 1' "$tags" | wc -l)
 dchecks=$(grep -rhoE '\bLOCKSTEP_DCHECK(_[A-Z]+)?\(' src | wc -l)
-asserts=$(grep -rhoE '(^|[^_[:alnum:]])assert\(' src | wc -l)
+asserts=$( (grep -rhoE '(^|[^_[:alnum:]])assert\(' src || true) | wc -l)  # none is the goal: grep then exits 1
 awk -v d="$dchecks" -v a="$asserts" -v f="$src_functions" 'BEGIN {
   printf "LOCKSTEP_DCHECK*: %d, bare assert: %d, per function: %.3f\n", d, a, (f ? (d + a) / f : 0) }'
 

@@ -65,7 +65,8 @@ struct Parsed {
   int servers = 0;
 };
 
-void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
+// Where the workers run: hosts, slots, remote start, Slurm, rendezvous.
+void add_host_flags(CLI::App& app, Parsed& p) {
   app.add_option("-n,--num-proc", p.num_proc,
                  "-np N, -n N, --num-proc N: number of worker processes to start on this host")
       ->option_text("N");
@@ -96,6 +97,10 @@ void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
                  "IP address of this machine that every host can reach (default: 127.0.0.1 on "
                  "one host, else the route towards the first remote host)")
       ->option_text("IP");
+}
+
+// What every worker gets: output prefixes, knobs, environment, servers.
+void add_worker_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
   prefix_option = app.add_flag("--prefix-output,!--no-prefix-output", p.spec.prefix_output,
                                "prefix each line of worker output with '[rank]: ' (default: on "
                                "when -np > 1)");
@@ -117,6 +122,10 @@ void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
       ->option_text("K")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--verbose", p.spec.verbose, "print the job id, rendezvous address and worker pids");
+}
+
+// Elastic jobs (docs/elastic.md).
+void add_elastic_flags(CLI::App& app, Parsed& p) {
   app.add_option("--min-np", p.min_np,
                  "elastic: keep going while at least this many workers live (docs/elastic.md)");
   app.add_option("--max-np", p.max_np, "elastic: never run more workers than this (default -np)");
@@ -128,6 +137,12 @@ void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
   app.add_option("--discovery-interval", p.discovery_interval,
                  "elastic: seconds between runs of the discovery script")
       ->capture_default_str();
+}
+
+void add_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
+  add_host_flags(app, p);
+  add_worker_flags(app, p, prefix_option);
+  add_elastic_flags(app, p);
 }
 
 // The elastic flags, checked against -np.

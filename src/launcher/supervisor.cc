@@ -152,7 +152,13 @@ void Supervisor::on_signal() {
   }
 }
 
+// Workers reaped in one pass are handled signal deaths first, then failures,
+// then clean exits: when the launcher is slow to wake (a loaded host), a
+// killed worker and the survivor that exited because it saw the death can be
+// reaped together, and the job's failure must name the cause, not the
+// survivor that happened to have the lower rank.
 void Supervisor::reap() {
+  std::vector<Worker*> exited;
   for (auto& w : workers_) {
     if (!w.running) continue;
     int status = 0;
@@ -160,9 +166,16 @@ void Supervisor::reap() {
     if (r == w.pid) {
       w.running = false;
       w.wait_status = status;
-      on_exit(w);
+      exited.push_back(&w);
     }
   }
+  auto severity = [](const Worker* w) {
+    if (WIFSIGNALED(w->wait_status)) return 0;
+    return WEXITSTATUS(w->wait_status) != 0 ? 1 : 2;
+  };
+  std::stable_sort(exited.begin(), exited.end(),
+                   [&](const Worker* a, const Worker* b) { return severity(a) < severity(b); });
+  for (Worker* w : exited) on_exit(*w);
 }
 
 void Supervisor::on_exit(Worker& w) {

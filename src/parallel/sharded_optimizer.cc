@@ -133,6 +133,55 @@ void validate(const ShardedOptimizerOptions& o, const ::torch::optim::Optimizer&
 
 }  // namespace
 
+std::vector<int64_t> ShardedOptimizer::Impl::index_parameters() {
+  std::vector<int64_t> numels;
+  dtype = named.front().second.scalar_type();
+  device = named.front().second.device();
+  for (const auto& [name, p] : named) {
+    if (p.device() != device)
+      throw InvalidArgument(fmt::format("ShardedOptimizer: parameter {} is on {} but {} is on {}; "
+                                        "all must be on one device", name, p.device().str(),
+                                        named.front().first, device.str()));
+    if (!p.is_floating_point() || p.scalar_type() != dtype || !p.is_contiguous())
+      throw InvalidArgument(fmt::format(
+          "ShardedOptimizer: parameter {} is {} ({}contiguous); all must be contiguous {}", name,
+          c10::toString(p.scalar_type()), p.is_contiguous() ? "" : "non-", c10::toString(dtype)));
+    index[p.unsafeGetTensorImpl()] = static_cast<int>(params.size());
+    params.push_back(p);
+    numels.push_back(p.numel());
+  }
+  return numels;
+}
+
+void ShardedOptimizer::Impl::lay_out(const std::vector<int64_t>& numels, size_t bucket_bytes) {
+  auto layouts = plan_shards(numels, ::torch::elementSize(dtype), bucket_bytes, n, !element);
+  buckets_of.resize(params.size());
+  passes.assign(params.size(), 0);
+  for (size_t b = 0; b < layouts.size(); ++b) {
+    for (int p : layouts[b].params) buckets_of[p].push_back(static_cast<int>(b));
+    buckets.push_back({std::move(layouts[b]), Tensor(), {}, 0, false, {}});
+  }
+}
+
+void ShardedOptimizer::Impl::map_groups(::torch::optim::Optimizer& optimizer) {
+  size_t seen = 0;
+  for (auto& group : optimizer.param_groups()) {
+    for (const Tensor& p : group.params()) {
+      auto it = index.find(p.unsafeGetTensorImpl());
+      if (it == index.end())
+        throw InvalidArgument("ShardedOptimizer: the optimizer updates a parameter that is not in "
+                              "the wrapped list (wrap every parameter it updates)");
+      group_params.push_back(it->second);
+      ++seen;
+    }
+    full_groups.push_back(group.params());
+    group_sizes.push_back(group.params().size());
+  }
+  if (seen != params.size())
+    throw InvalidArgument(fmt::format("ShardedOptimizer: {} parameters wrapped but the optimizer "
+                                      "updates {}", params.size(), seen));
+}
+
 ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, const ::torch::nn::Module& module,
                                    ShardedOptimizerOptions options)
     : ShardedOptimizer(optimizer, trainable_parameters(module), std::move(options)) {}
@@ -146,49 +195,11 @@ ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, NamedPa
   m.me = options_.group.rank();
   m.named = std::move(named);
   if (m.named.empty()) throw InvalidArgument("ShardedOptimizer: no parameters");
-  std::map<const void*, int>& index = m.index;
-  std::vector<int64_t> numels;
-  m.dtype = m.named.front().second.scalar_type();
-  m.device = m.named.front().second.device();
-  for (const auto& [name, p] : m.named) {
-    if (p.device() != m.device)
-      throw InvalidArgument(fmt::format("ShardedOptimizer: parameter {} is on {} but {} is on {}; "
-                                        "all must be on one device", name, p.device().str(),
-                                        m.named.front().first, m.device.str()));
-    if (!p.is_floating_point() || p.scalar_type() != m.dtype || !p.is_contiguous())
-      throw InvalidArgument(fmt::format(
-          "ShardedOptimizer: parameter {} is {} ({}contiguous); all must be contiguous {}", name,
-          c10::toString(p.scalar_type()), p.is_contiguous() ? "" : "non-", c10::toString(m.dtype)));
-    index[p.unsafeGetTensorImpl()] = static_cast<int>(m.params.size());
-    m.params.push_back(p);
-    numels.push_back(p.numel());
-  }
+  const std::vector<int64_t> numels = m.index_parameters();
   m.element = options_.granularity == ShardGranularity::kElement ||
               (options_.granularity == ShardGranularity::kAuto && is_elementwise(optimizer));
-  auto layouts = plan_shards(numels, ::torch::elementSize(m.dtype), options_.bucket_bytes, m.n,
-                             !m.element);
-  m.buckets_of.resize(m.params.size());
-  m.passes.assign(m.params.size(), 0);
-  for (size_t b = 0; b < layouts.size(); ++b) {
-    for (int p : layouts[b].params) m.buckets_of[p].push_back(static_cast<int>(b));
-    m.buckets.push_back({std::move(layouts[b]), Tensor(), {}, 0, false, {}});
-  }
-  size_t seen = 0;
-  for (auto& group : optimizer.param_groups()) {
-    for (const Tensor& p : group.params()) {
-      auto it = index.find(p.unsafeGetTensorImpl());
-      if (it == index.end())
-        throw InvalidArgument("ShardedOptimizer: the optimizer updates a parameter that is not in "
-                              "the wrapped list (wrap every parameter it updates)");
-      m.group_params.push_back(it->second);
-      ++seen;
-    }
-    m.full_groups.push_back(group.params());
-    m.group_sizes.push_back(group.params().size());
-  }
-  if (seen != m.params.size())
-    throw InvalidArgument(fmt::format("ShardedOptimizer: {} parameters wrapped but the optimizer "
-                                      "updates {}", m.params.size(), seen));
+  m.lay_out(numels, options_.bucket_bytes);
+  m.map_groups(optimizer);
   m.bind_pieces(optimizer);
   m.overlap = decide_gather_overlap(options_.gather_overlap, options_.group, &m.overlap_forced);
   if ((options_.stage == 2 || m.overlap) && m.n > 1)

@@ -55,6 +55,12 @@ struct ShardedOptimizer::Impl {
   ::torch::ScalarType dtype = ::torch::kFloat32;
   ::torch::Device device = ::torch::kCPU;  // the parameters' (one device for all)
 
+  // Construction, in order (sharded_optimizer.cc): check and index `named`
+  // (returns their element counts), lay out the buckets, map the
+  // optimizer's groups onto the indices.
+  std::vector<int64_t> index_parameters();
+  void lay_out(const std::vector<int64_t>& numels, size_t bucket_bytes);
+  void map_groups(::torch::optim::Optimizer& optimizer);
   ::torch::Tensor pack_gradients(const Bucket& b, bool release);
   void send(int bucket, const ShardedOptimizerOptions& o, bool release);
   void on_gradient(int param, const ShardedOptimizerOptions& o);
