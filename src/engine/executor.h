@@ -77,6 +77,10 @@ class Executor {
                        Times& t);
   size_t device_allreduce(comm::Communicator& dev, const Batch& batch, const CycleResult& cycle,
                           std::span<Entry* const> entries, Times& t);
+  size_t device_allgather(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
+                          std::exception_ptr& error);
+  size_t device_alltoall(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
+                         std::exception_ptr& error);
   size_t device_reduce_scatter(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
                                std::exception_ptr& error);
   void* device_buffer(comm::Communicator& dev, size_t bytes);  // the device fusion buffer

@@ -121,45 +121,15 @@ size_t Executor::run_on_device(const Batch& batch, const CycleResult& cycle,
       entry->state->output_shape = req.shape;
       bytes = req.bytes();
       break;
-    case Collective::kAllgather: {
-      const size_t row = row_elements(req.shape);
-      std::vector<size_t> counts(dev->size());
-      int64_t rows = 0;
-      for (int r = 0; r < dev->size(); ++r) {
-        const auto& shape = first.per_rank[r].shape;
-        counts[r] = static_cast<size_t>(shape.empty() ? 0 : shape[0]) * row;
-        rows += shape.empty() ? 0 : shape[0];
-      }
-      Shape out_shape = with_rows(req.shape, rows);
-      void* out = device_allocate(*dev, entry, out_shape, req.dtype, errors[i0]);
-      dev->allgatherv(entry->input, out, counts, req.dtype);
-      entry->state->output_shape = out_shape;
-      bytes = static_cast<size_t>(rows) * row * comm::dtype_size(req.dtype);
+    case Collective::kAllgather:
+      bytes = device_allgather(*dev, first, entry, errors[i0]);
       break;
-    }
     case Collective::kReduceScatter:
       bytes = device_reduce_scatter(*dev, first, entry, errors[i0]);
       break;
-    case Collective::kAlltoall: {
-      const int me = dev->rank();
-      const size_t row = row_elements(req.shape);
-      std::vector<size_t> send_counts(dev->size()), recv_counts(dev->size());
-      std::vector<int64_t> received(dev->size());
-      int64_t rows = 0;
-      for (int r = 0; r < dev->size(); ++r) {
-        send_counts[r] = static_cast<size_t>(first.per_rank[me].splits[r]) * row;
-        received[r] = first.per_rank[r].splits[me];
-        recv_counts[r] = static_cast<size_t>(received[r]) * row;
-        rows += received[r];
-      }
-      Shape out_shape = with_rows(req.shape, rows);
-      void* out = device_allocate(*dev, entry, out_shape, req.dtype, errors[i0]);
-      dev->alltoallv(entry->input, send_counts, out, recv_counts, req.dtype);
-      entry->state->output_shape = out_shape;
-      entry->state->received_splits = std::move(received);
-      bytes = static_cast<size_t>(rows) * row * comm::dtype_size(req.dtype);
+    case Collective::kAlltoall:
+      bytes = device_alltoall(*dev, first, entry, errors[i0]);
       break;
-    }
     default: break;  // barrier: negotiation already synchronized every rank
   }
   if (!packs) {
@@ -240,6 +210,46 @@ size_t Executor::device_allreduce(comm::Communicator& dev, const Batch& batch,
   }
   LOCKSTEP_DCHECK_EQ(offset, batch.bytes);
   return batch.bytes;
+}
+
+// Rows of every rank gathered into a new device tensor; returns its bytes.
+size_t Executor::device_allgather(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
+                                  std::exception_ptr& error) {
+  const size_t row = row_elements(item.request.shape);
+  std::vector<size_t> counts(dev.size());
+  int64_t rows = 0;
+  for (int r = 0; r < dev.size(); ++r) {
+    const auto& shape = item.per_rank[r].shape;
+    counts[r] = static_cast<size_t>(shape.empty() ? 0 : shape[0]) * row;
+    rows += shape.empty() ? 0 : shape[0];
+  }
+  Shape out_shape = with_rows(item.request.shape, rows);
+  void* out = device_allocate(dev, entry, out_shape, item.request.dtype, error);
+  dev.allgatherv(entry->input, out, counts, item.request.dtype);
+  entry->state->output_shape = out_shape;
+  return static_cast<size_t>(rows) * row * comm::dtype_size(item.request.dtype);
+}
+
+// Each rank's splits exchanged into a new device tensor; returns its bytes.
+size_t Executor::device_alltoall(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
+                                 std::exception_ptr& error) {
+  const int me = dev.rank();
+  const size_t row = row_elements(item.request.shape);
+  std::vector<size_t> send_counts(dev.size()), recv_counts(dev.size());
+  std::vector<int64_t> received(dev.size());
+  int64_t rows = 0;
+  for (int r = 0; r < dev.size(); ++r) {
+    send_counts[r] = static_cast<size_t>(item.per_rank[me].splits[r]) * row;
+    received[r] = item.per_rank[r].splits[me];
+    recv_counts[r] = static_cast<size_t>(received[r]) * row;
+    rows += received[r];
+  }
+  Shape out_shape = with_rows(item.request.shape, rows);
+  void* out = device_allocate(dev, entry, out_shape, item.request.dtype, error);
+  dev.alltoallv(entry->input, send_counts, out, recv_counts, item.request.dtype);
+  entry->state->output_shape = out_shape;
+  entry->state->received_splits = std::move(received);
+  return static_cast<size_t>(rows) * row * comm::dtype_size(item.request.dtype);
 }
 
 size_t Executor::device_reduce_scatter(comm::Communicator& dev, const ReadyItem& item,
