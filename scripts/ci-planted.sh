@@ -16,14 +16,15 @@
 #
 #   bash scripts/ci-planted.sh [--stage NAME]... [--keep]
 #
-# Stages: asan, ubsan, asan-mpi, tsan, fuzz (default: all). --keep leaves
+# Stages: asan, ubsan, asan-mpi, tsan, fuzz and lock-check (the fuzz
+# stage's other half: clang's thread-safety analysis; default: all). --keep leaves
 # the scratch worktree, its build trees and logs. Compiles go through ccache
 # when it is installed (the flags stay CI's), so a second run recompiles
 # little more than the planted files. docs/ci.md lists the plants.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-all_stages=(asan ubsan asan-mpi tsan fuzz)
+all_stages=(asan ubsan asan-mpi tsan fuzz lock-check)
 stages=()
 keep=0
 while (($#)); do
@@ -76,6 +77,12 @@ expr[fuzz]='s/rest_.size\(\) < nl \+ 1 \+ length \+ 1 \|\|/rest_.size() < nl + 1
 what[fuzz]="the launch block reader forgets the record's closing newline in its bounds check"
 tree[fuzz]=build-fuzz build[fuzz]=launch-block
 report[fuzz]='ERROR: AddressSanitizer|runtime error:|ERROR: libFuzzer'
+
+# The fuzz stage's lock check: clang's -Werror=thread-safety, parsing the
+# engine (scripts/fuzz.sh 0), finds the TSan plant without running it.
+file[lock-check]=${file[tsan]} expr[lock-check]=${expr[tsan]} what[lock-check]=${what[tsan]}
+tree[lock-check]=build-fuzz
+report[lock-check]='error: .*\[-Werror,-Wthread-safety[a-z-]*\]'
 
 start=$SECONDS
 say() { printf '[%4d s] %s\n' $((SECONDS - start)) "$*"; }
@@ -131,17 +138,17 @@ stage_select() {
 
 # build_stage <stage> <log>: the stage's tree, only what the check runs.
 build_stage() {
-  if [[ $1 == fuzz ]]; then
-    # Built (and run for a second) by fuzz.sh itself, as CI builds it.
-    return 0
-  fi
+  [[ ${tree[$1]} == build-fuzz ]] && return 0  # scripts/fuzz.sh builds it, in run_stage
   ci_sanitized_build "${tree[$1]}" "${sanitizers[$1]}" "${build[$1]}" >"$2" 2>&1
 }
 
 # run_stage <stage> <log> <seconds>: the stage's check, as CI runs it.
 run_stage() {
   local s=$1 log=$2
-  if [[ $s == fuzz ]]; then
+  if [[ $s == lock-check ]]; then
+    bash scripts/fuzz.sh 0 >"$log" 2>&1
+    return
+  elif [[ $s == fuzz ]]; then
     # A fresh machine's fuzz run: the seeds only, no corpus grown before.
     rm -rf "build-fuzz/corpus/${build[fuzz]}" build-fuzz/artifacts
     bash scripts/fuzz.sh "$3" "${build[fuzz]}" >"$log" 2>&1
@@ -172,7 +179,11 @@ row() { rows+=("$(printf '| %s | %s | %s | `%.110s` | %d |' "$@")"); }
 
 check_stage() {
   local s=$1 t0=$SECONDS where first status=0
-  say "$s: building ${tree[$s]} (${build[$s]}); log $logs/$s-build.log"
+  if [[ ${tree[$s]} == build-fuzz ]]; then
+    say "$s: scripts/fuzz.sh builds build-fuzz (${build[$s]:-no target: the parse}) as it runs"
+  else
+    say "$s: building ${tree[$s]} (lockstep-tests-${build[$s]}); log $logs/$s-build.log"
+  fi
   if ! build_stage "$s" "$logs/$s-build.log"; then
     tail -n 30 "$logs/$s-build.log" >&2
     row "$s" "${what[$s]}" error "build failed (unplanted)" $((SECONDS - t0))
