@@ -17,10 +17,10 @@
 #   bash scripts/ci-planted.sh [--stage NAME]... [--keep]
 #
 # Stages: asan, ubsan, asan-mpi, tsan, fuzz and lock-check (the fuzz
-# stage's other half: clang's thread-safety analysis; default: all). --keep leaves
-# the scratch worktree, its build trees and logs. Compiles go through ccache
-# when it is installed (the flags stay CI's), so a second run recompiles
-# little more than the planted files. docs/ci.md lists the plants.
+# stage's other half, clang's thread-safety analysis); default: all. --keep
+# leaves the scratch worktree, its build trees and logs. Compiles go through
+# ccache when it is installed (the flags stay CI's), so a second run
+# recompiles little more than the planted files. docs/ci.md lists the plants.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -101,7 +101,7 @@ cleanup() {
     echo "scratch worktree and logs kept: $scratch"
   else
     git -C "$root" worktree remove --force "$work" 2>/dev/null || true
-    rm -rf "$scratch"
+    rm -rf "$scratch" "$scratch.lock"
   fi
 }
 trap cleanup EXIT
@@ -204,12 +204,13 @@ check_stage() {
     return 2
   fi
   say "$s: the stage's tests with the bug (must fail with '${report[$s]}')"
-  run_stage "$s" "$logs/$s-planted.log" 30 || status=$?
+  run_stage "$s" "$logs/$s-planted.log" "$ci_fuzz_seconds" || status=$?
   git checkout --quiet -- "${file[$s]}"
   first=$(grep -m1 -oE "(${report[$s]}).*" "$logs/$s-planted.log" || true)
   if ((status)) && [[ -n $first ]]; then
     row "$s" "$where: ${what[$s]}" yes "$first" $((SECONDS - t0))
   else
+    tail -n 40 "$logs/$s-planted.log" >&2
     row "$s" "$where: ${what[$s]}" no "status $status; $logs/$s-planted.log" $((SECONDS - t0))
     return 1
   fi

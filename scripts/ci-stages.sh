@@ -19,6 +19,9 @@ ci_asan_select=(-L "$(ci_labels "${ci_asan_labels[@]}")" -LE mpi)
 ci_asan_mpi_select=(-L mpi)
 ci_tsan_select=(-L "$(ci_labels "${ci_tsan_labels[@]}")")
 
+# Seconds each libFuzzer target runs (scripts/fuzz.sh).
+ci_fuzz_seconds=30
+
 # Sanitizer options of the test stages. Every report stops the process
 # (halt_on_error, abort_on_error), so a finding fails its test. Open MPI
 # leaks by design at finalize (and from dlclose'd plugins that

@@ -92,4 +92,4 @@ stage "build: thread (build-tsan): tests labelled ${ci_tsan_labels[*]}" \
 stage "tests: thread build (build-tsan): ${ci_tsan_select[*]}" \
   run_ctest build-tsan "${ci_tsan_select[@]}"
 
-stage "fuzz: 30 s per target" bash scripts/fuzz.sh 30
+stage "fuzz: $ci_fuzz_seconds s per target" bash scripts/fuzz.sh "$ci_fuzz_seconds"
