@@ -6,10 +6,15 @@
 # already bring base, data, rendezvous and launcher), whose locks clang
 # checks (-Werror=thread-safety; include/lockstep/base/mutex.h).
 #
-#   bash scripts/fuzz.sh [SECONDS_PER_TARGET]    (default 30)
+#   bash scripts/fuzz.sh [SECONDS_PER_TARGET [TARGET...]]    (default 30)
+#
+# TARGETs (rendezvous, launch-block, records, hdf5) build and run only those
+# and skip the parse of comm and engine; SECONDS 0 builds and runs no target,
+# only the parse (scripts/ci-planted.sh uses both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
+shift $(($# > 0))
 dir=build-fuzz
 # File by file (LOCKSTEP_UNITY=OFF), unlike CI's other trees: this is the
 # tree where each source of base, rendezvous, launcher and data is compiled
@@ -21,11 +26,13 @@ if [[ ! -f $dir/build.ninja ]]; then
     -DLOCKSTEP_BUILD_FUZZ=ON -DLOCKSTEP_SANITIZE=address,undefined,fuzzer-no-link -DLOCKSTEP_UNITY=OFF
 fi
 targets=(lockstep-fuzz-rendezvous lockstep-fuzz-launch-block lockstep-fuzz-records lockstep-fuzz-hdf5)
-cmake --build $dir -j"$(nproc)" --target "${targets[@]}"
+(($#)) && targets=("${@/#/lockstep-fuzz-}")
+((seconds > 0)) || targets=()
+((${#targets[@]} == 0)) || cmake --build $dir -j"$(nproc)" --target "${targets[@]}"
 # The thread-safety analysis is part of clang's front end, so the comm and
 # engine sources are only parsed (-fsyntax-only, their flags from
 # compile_commands.json): the same errors in half the CPU of compiling them.
-python3 - $dir/compile_commands.json <<'PY' | xargs -0 -n1 -P"$(nproc)" bash -c
+(($#)) || python3 - $dir/compile_commands.json <<'PY' | xargs -0 -n1 -P"$(nproc)" bash -c
 import json, re, sys
 for e in json.load(open(sys.argv[1])):
     if re.search(r"/src/(comm|engine)/", e["file"]):
@@ -33,9 +40,8 @@ for e in json.load(open(sys.argv[1])):
         print(f'cd {e["directory"]} && {cmd}', end="\0")
 PY
 mkdir -p $dir/artifacts
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+source scripts/ci-stages.sh  # the sanitizer options of CI's ASan+UBSan tests
+export ASAN_OPTIONS=$ci_asan_options LSAN_OPTIONS=$ci_lsan_options UBSAN_OPTIONS=$ci_ubsan_options
 for t in "${targets[@]}"; do
   name=${t#lockstep-fuzz-}
   corpus=$dir/corpus/$name
@@ -62,4 +68,4 @@ for t in "${targets[@]}"; do
     exit 1
   fi
 done
-echo "== fuzz: all targets ran ${seconds}s without a finding"
+((${#targets[@]} == 0)) || echo "== fuzz: all targets ran ${seconds}s without a finding"

@@ -71,34 +71,25 @@ stage "tests: main build" run_ctest build
 
 [[ "${1:-}" == "--quick" ]] && exit 0
 
-# The sanitizer trees build only the tests of the labels they run and the
-# binaries those tests start (target lockstep-tests-<label>,
-# tests/CMakeLists.txt), not the tools and benchmarks nobody runs there.
-sanitized_build() {  # sanitized_build <dir> <sanitizers> <label>...
-  local dir=$1 sanitizers=$2
-  shift 2
-  if [[ ! -f "$dir/build.ninja" ]]; then
-    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DLOCKSTEP_WITH_TORCH=OFF \
-      -DLOCKSTEP_BUILD_BENCH=OFF -DLOCKSTEP_SANITIZE="$sanitizers"
-  fi
-  cmake --build "$dir" -j"$jobs" --target "${@/#/lockstep-tests-}"
-}
-labels() { local IFS='|'; echo "$*"; }  # labels a b c -> a|b|c (ctest -L)
+# The sanitizer trees, their labels and options: scripts/ci-stages.sh
+# (shared with scripts/ci-planted.sh, the planted-bug check of these stages).
+source scripts/ci-stages.sh
+ci_jobs=$jobs
 
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-asan=(comm launcher rendezvous engine data)
-stage "build: address,undefined (build-asan): tests labelled ${asan[*]}" \
-  sanitized_build build-asan address,undefined "${asan[@]}" mpi
-# Open MPI leaks by design at finalize (and from dlclose'd plugins that
-# LeakSanitizer cannot name), so its tests run without leak detection.
-LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  stage "tests: address,undefined build (build-asan): -L $(labels "${asan[@]}") -LE mpi" \
-  run_ctest build-asan -L "$(labels "${asan[@]}")" -LE mpi
-ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 stage "tests: address,undefined build (build-asan): -L mpi" \
-  run_ctest build-asan -L mpi
+export UBSAN_OPTIONS=$ci_ubsan_options
+stage "build: address,undefined (build-asan): tests labelled ${ci_asan_labels[*]}" \
+  ci_sanitized_build build-asan address,undefined "${ci_asan_labels[@]}" mpi
+LSAN_OPTIONS=$ci_lsan_options ASAN_OPTIONS=$ci_asan_options \
+  stage "tests: address,undefined build (build-asan): ${ci_asan_select[*]}" \
+  run_ctest build-asan "${ci_asan_select[@]}"
+ASAN_OPTIONS=$ci_asan_mpi_options \
+  stage "tests: address,undefined build (build-asan): ${ci_asan_mpi_select[*]}" \
+  run_ctest build-asan "${ci_asan_mpi_select[@]}"
 
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp
-stage "build: thread (build-tsan): tests labelled engine" sanitized_build build-tsan thread engine
-stage "tests: thread build (build-tsan): -L engine" run_ctest build-tsan -L engine
+export TSAN_OPTIONS=$ci_tsan_options
+stage "build: thread (build-tsan): tests labelled ${ci_tsan_labels[*]}" \
+  ci_sanitized_build build-tsan thread "${ci_tsan_labels[@]}"
+stage "tests: thread build (build-tsan): ${ci_tsan_select[*]}" \
+  run_ctest build-tsan "${ci_tsan_select[@]}"
 
-stage "fuzz: 30 s per target" bash scripts/fuzz.sh 30
+stage "fuzz: $ci_fuzz_seconds s per target" bash scripts/fuzz.sh "$ci_fuzz_seconds"

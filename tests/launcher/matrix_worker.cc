@@ -4,8 +4,15 @@
 // network namespaces, hierarchical shm + Gloo, ...). Rank 0 prints the
 // backend's name so that tests can assert which path ran.
 //
+// What a job of this worker adds to the in-process matrices (tests/comm,
+// tests/comm_gloo, which run every case) is the launcher and the network
+// between hosts, not the ops: above 1000 elements it reduces each dtype with
+// one op, rotating so that every op and dtype still take the large path
+// (matrix::thin_large_counts). MATRIX_ALL_LARGE_CASES=1 runs every case.
+//
 //   lockstep run -H ns1:2,ns2:2 ... lockstep-test-matrix-worker [--gtest_filter=...]
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -30,6 +37,13 @@ lockstep::comm::Communicator& world() {
 }
 
 namespace matrix = lockstep::testing::matrix;
+
+// Before main (gtest_main's), so before the first test.
+[[maybe_unused]] const bool kThinned = [] {
+  const char* all = std::getenv("MATRIX_ALL_LARGE_CASES");
+  if (!all || std::string(all) != "1") matrix::thin_large_counts();
+  return true;
+}();
 
 TEST(Matrix, Allreduce) { matrix::allreduce_every_dtype_op_and_count(world()); }
 TEST(Matrix, Reduce) { matrix::reduce_to_every_root(world()); }

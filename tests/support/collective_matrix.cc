@@ -37,7 +37,8 @@ constexpr std::array<size_t, 5> kCounts = {0, 1, 7, 1000, 1'000'003};
 // the same function over a smaller range, and every op runs at counts up to
 // 1000 for every dtype). So above 1000 elements a sanitizer build reduces
 // each dtype with one op, rotating so that every op still takes the large
-// path: 8 large cases per collective instead of 40. Other builds run all.
+// path: 8 large cases per collective instead of 40. Other builds run all,
+// unless a caller asks for the same thinning (thin_large_counts).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kSanitized = true;
 #elif defined(__has_feature)
@@ -46,8 +47,10 @@ constexpr bool kSanitized = __has_feature(address_sanitizer) || __has_feature(th
 constexpr bool kSanitized = false;
 #endif
 
+bool g_thin_large = kSanitized;
+
 bool skip_large_case(DataType dtype, ReduceOp op, size_t count) {
-  if (!kSanitized || count <= 1000) return false;
+  if (!g_thin_large || count <= 1000) return false;
   size_t d = std::find(kDTypes.begin(), kDTypes.end(), dtype) - kDTypes.begin();
   return kOps[d % kOps.size()] != op;
 }
@@ -305,6 +308,7 @@ void send_recv_ring_and_barrier(Communicator& c) {
 
 void require_bitwise_reductions(bool on) { g_bitwise = on; }
 void limit_counts(size_t max_count) { g_max_count = max_count; }
+void thin_large_counts() { g_thin_large = true; }
 
 void run_all(Communicator& c) {
   allreduce_every_dtype_op_and_count(c);

@@ -29,6 +29,13 @@ void require_bitwise_reductions(bool on);
 // another layer's, tested there).
 void limit_counts(size_t max_count);
 
+// Above 1000 elements, reduces each dtype with one op, rotating so that every
+// op and every dtype still take the large path (8 large cases per reducing
+// collective instead of 40), as sanitizer builds always do: for callers
+// whose point is elsewhere than the ops (the matrix across network
+// namespaces), the in-process tests running the whole matrix.
+void thin_large_counts();
+
 // Runs all of the above.
 void run_all(comm::Communicator& c);
 
