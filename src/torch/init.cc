@@ -44,10 +44,12 @@ void init() {
   tune_malloc();
   if (!engine::is_initialized()) {
     // Elastic workers take their world from the launcher's store, not the environment.
-    if (engine::elastic_enabled())
+    if (engine::elastic_enabled()) {
       init_elastic_world();
-    else
+    } else {
+      bind_before_engine();  // first touch of the shm segment on this rank's node
       engine::init();
+    }
   }
   const Placement placed = place_this_worker(engine::local_rank(), engine::local_size());
   start_device_communicator(placed);

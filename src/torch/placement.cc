@@ -33,6 +33,23 @@ std::atomic<bool> bound_by_placement{false};
 
 Mutex applied_mutex;
 std::optional<Placement> applied LOCKSTEP_GUARDED_BY(applied_mutex);  // set by place_this_worker
+// What apply_placement last bound the process to, and the CPUs it had
+// before lockstep first bound it.
+struct Binding {
+  std::vector<int> before, after;
+};
+std::optional<Binding> binding LOCKSTEP_GUARDED_BY(applied_mutex);
+
+// The CPUs a placement divides among the host's workers: the process's own,
+// or, while it is still bound as apply_placement left it, the ones it had
+// before (a second placement, after init() or at an elastic re-formation,
+// must not divide one worker's share again). A mask someone else set since
+// is respected.
+std::vector<int> placement_cpus() {
+  std::vector<int> now = allowed_cpus();
+  MutexLock lock(applied_mutex);
+  return binding && binding->after == now ? binding->before : now;
+}
 
 // Alone on the host and not placed by `lockstep run` (started by hand, or by
 // srun/mpirun with one task per node): nothing else decided how many CPUs
@@ -172,6 +189,7 @@ void apply_placement(const Placement& p) {
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int c : p.cpus) CPU_SET(c, &set);
+  std::vector<int> before = placement_cpus();
   if (sched_setaffinity(0, sizeof(set), &set) != 0) {
     log(LogLevel::kWarning, "could not bind to cpus {}: {}", fmt::join(p.cpus, ","),
         std::strerror(errno));
@@ -179,6 +197,8 @@ void apply_placement(const Placement& p) {
   }
   bind_other_threads(set);
   bound_by_placement = true;
+  MutexLock lock(applied_mutex);
+  binding = Binding{std::move(before), allowed_cpus()};
 }
 
 int parse_intra_op_threads(const std::string& text) {
@@ -194,7 +214,7 @@ int parse_intra_op_threads(const std::string& text) {
 Placement place_this_worker(int local_rank, int local_size) {
   BindTo bind_to = parse_bind_to(knob_string("LOCKSTEP_BIND_TO"));
   int threads = parse_intra_op_threads(knob_string("LOCKSTEP_INTRA_OP_THREADS"));
-  const std::vector<int> cpus = allowed_cpus();
+  const std::vector<int> cpus = placement_cpus();
   const DeviceChoice device = parse_device(knob_string("LOCKSTEP_DEVICE"));
   Placement p = plan_placement(local_rank, local_size, cpus, bind_to, threads);
   p.visible_devices = device == DeviceChoice::kCpu ? 0 : detail::visible_gpus();
@@ -228,6 +248,18 @@ Placement placement() {
   p.intra_op_threads = at::get_num_threads();
   p.reason = "not placed: init() has not run";
   return p;
+}
+
+void bind_before_engine() {
+  if (!knob_is_set("LOCKSTEP_LOCAL_SIZE") || !knob_is_set("LOCKSTEP_LOCAL_RANK")) return;
+  const int local_size = static_cast<int>(knob_int("LOCKSTEP_LOCAL_SIZE"));
+  const int local_rank = static_cast<int>(knob_int("LOCKSTEP_LOCAL_RANK"));
+  if (local_size <= 1 || local_rank < 0 || local_rank >= local_size) return;  // init() decides
+  const Placement p =
+      plan_placement(local_rank, local_size, placement_cpus(),
+                     parse_bind_to(knob_string("LOCKSTEP_BIND_TO")),
+                     parse_intra_op_threads(knob_string("LOCKSTEP_INTRA_OP_THREADS")));
+  if (!p.cpus.empty()) apply_placement(p);
 }
 
 int worker_cpu_count(int local_size) {

@@ -1,5 +1,6 @@
 // Single-process tests: sampler, checkpoints, placement. References are
 // computed another way (sets, an uninterrupted run, hand-worked plans).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
@@ -586,6 +587,36 @@ TEST(Placement, ProcessStartedWithoutTheLauncherUsesOneThreadWhenItsOtherCpuIsBu
   EXPECT_EQ(placement().intra_op_threads, 1);
   EXPECT_EQ(::at::get_num_threads(), 1);
   EXPECT_NE(applied.reason.find("idle"), std::string::npos) << applied.describe();
+}
+
+// init() binds a launcher-placed worker before the engine starts (its shm
+// pages are then first touched on its own node); the placement after init()
+// must divide the CPUs the process had before, not the worker's own share.
+TEST(Placement, BindingBeforeTheEngineLeavesTheLaterPlacementTheHostsCpus) {
+  const std::vector<int> all = allowed_cpus();
+  if (all.size() < 2) GTEST_SKIP() << "needs 2 CPUs";
+  const int threads = ::at::get_num_threads();
+  ::setenv("LOCKSTEP_LOCAL_RANK", "1", 1);
+  ::setenv("LOCKSTEP_LOCAL_SIZE", "2", 1);
+  ::setenv("LOCKSTEP_BIND_TO", "core", 1);
+  ::unsetenv("LOCKSTEP_INTRA_OP_THREADS");
+  bind_before_engine();
+  const std::vector<int> early = allowed_cpus();
+  Placement later = place_this_worker(1, 2);
+  const std::vector<int> after = allowed_cpus();
+  for (const char* knob : {"LOCKSTEP_LOCAL_RANK", "LOCKSTEP_LOCAL_SIZE", "LOCKSTEP_BIND_TO"})
+    ::unsetenv(knob);
+  Placement restore;  // the process's CPUs and threads back before asserting
+  restore.intra_op_threads = threads;
+  restore.cpus = all;
+  apply_placement(restore);
+  const size_t share = all.size() / 2;
+  const std::vector<int> second_half(all.begin() + share, all.begin() + 2 * share);
+  EXPECT_EQ(early, second_half);
+  EXPECT_EQ(later.cpus, second_half) << later.describe();
+  EXPECT_EQ(after, second_half);
+  EXPECT_NE(later.reason.find(fmt::format("{} CPUs / 2 worker(s)", all.size())), std::string::npos)
+      << later.describe();
 }
 
 TEST(Placement, PlacementReportsWhatWasApplied) {

@@ -88,6 +88,14 @@ Placement placement();
 // the caller; threads started later inherit the caller's mask.
 void apply_placement(const Placement& placement);
 
+// init(), before the engine starts: a worker the launcher placed
+// (LOCKSTEP_LOCAL_RANK/LOCKSTEP_LOCAL_SIZE, more than one on the host) is
+// bound to its CPUs already, so the pages of the shared-memory segment it
+// first touches are allocated on its own NUMA node (docs/shm.md, Note [First
+// touch]) and the engine's threads start with its mask. place_this_worker
+// after init() decides as always, over the CPUs the process had before any
+// binding. A no-op for other processes and when nothing is bound.
+void bind_before_engine();
 // CPUs this worker computes on: its affinity set when apply_placement bound
 // it, else an equal share of the allowed CPUs among the host's workers.
 int worker_cpu_count(int local_size);
