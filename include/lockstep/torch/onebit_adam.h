@@ -48,7 +48,7 @@ struct OneBitAdamOptions {
 // Throws InvalidArgument for warmup_steps < 1.
 void validate(const OneBitAdamOptions& options);
 
-class OneBitAdam {
+class OneBitAdam : public OneBitOptimizer {
  public:
   // `adam` must outlive this object. Throws InvalidArgument when it uses
   // amsgrad (its running maximum of v has no frozen counterpart).
@@ -59,12 +59,12 @@ class OneBitAdam {
 
   // Whether the next step is compressed: the Adam state has taken
   // warmup_steps steps. Before that, gradients must be averaged by the caller.
-  bool compressing() const;
+  bool compressing() const override;
   // Warm-up: the wrapped Adam's step() (gradients already averaged).
   // Compression stage: the step above, from each parameter's local
   // gradient (a parameter without one contributes a zero gradient).
   // Collective over the group in the compression stage.
-  void step();
+  void step() override;
 
  private:
   void compressed_step();
