@@ -1,5 +1,6 @@
 // 1-bit Adam (onebit_adam.h) through DistributedOptimizer at 2 ranks: its
-// warm-up steps are bitwise those of plain distributed Adam; after them the
+// warm-up steps are bitwise those of plain distributed Adam, elements with
+// no gradient in the warm-up stay put after it; after them the
 // bytes handed to the communicator per step are the closed form's
 // (lockstep/plan/compression.h), against 4L for the uncompressed steps, and
 // so are 1-bit LAMB's (onebit_lamb.h; its own tests in onebit_lamb_test.cc);
@@ -115,6 +116,13 @@ void check_planner_bytes_are_measured_bytes() {
   }
 }
 
+void check_zero_variance_stays_put() {
+  auto model = testing::onebit_model();
+  ::torch::optim::Adam adam(model->parameters(), ::torch::optim::AdamOptions(0.01));
+  OneBitAdam onebit(adam, {.warmup_steps = 3}, Group(), "dead");
+  testing::check_zero_variance_stays_put(model, onebit);
+}
+
 void check_named_errors() {
   auto model = testing::onebit_model();
   ::torch::optim::SGD sgd(model->parameters(), 0.1);
@@ -148,6 +156,7 @@ TEST(OneBitAdam, WarmupIsPlainAdamThenBytesFollowTheClosedFormAndThePlanner) {
   run_torch_workers(2, [] {
     check_named_errors();
     check_warmup_is_plain_adam();
+    check_zero_variance_stays_put();
     check_planner_bytes_are_measured_bytes();
   });
 }

@@ -1,7 +1,8 @@
 // Shared by the 1-bit Adam and 1-bit LAMB tests (onebit_adam_test.cc,
-// onebit_lamb_test.cc): a small model, per-rank batches, and the check that
+// onebit_lamb_test.cc): a small model, per-rank batches, the check that
 // the warm-up steps are bitwise those of DistributedOptimizer over the same
-// optimizer without compression.
+// optimizer without compression, and the one that elements without any
+// gradient in the warm-up stay put after it.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,9 +10,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lockstep/torch/distributed_optimizer.h"
+#include "lockstep/torch/torch.h"
 
 namespace lockstep::torch::testing {
 
@@ -60,6 +63,39 @@ void check_warmup_is_plain(DistributedOptimizerOptions onebit, int warmup, MakeO
     }
   }
   EXPECT_FALSE(same()) << "the compressed step changed nothing";
+}
+
+// Gradients averaged by hand (what DistributedOptimizer does in the
+// warm-up of a 1-bit optimizer driven directly).
+inline void average_gradients(::torch::nn::Sequential& model) {
+  const auto params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    allreduce_(params[i].mutable_grad(), "avg." + std::to_string(i), {.op = ReduceOp::kAverage});
+}
+
+// Input feature 0 is always 0, so column 0 of the first weight of
+// onebit_model() never gets a gradient and its v is 0 at the freeze: the
+// compression stage must leave it alone (without the mask it moved by
+// lr ±scale/ε, and lockstep-parallelism's loss overflowed), the other
+// columns move. `onebit` wraps an optimizer of `model` without weight
+// decay, its warm-up shorter than 6 steps.
+inline void check_zero_variance_stays_put(::torch::nn::Sequential& model,
+                                          OneBitOptimizer& onebit) {
+  const ::torch::Tensor weight = model->parameters()[0];
+  const ::torch::Tensor start = weight.detach().clone();
+  for (int step = 0; step < 6; ++step) {
+    model->zero_grad();
+    auto g = ::torch::make_generator<at::CPUGeneratorImpl>(300 * step + rank());
+    ::torch::Tensor x = ::torch::randn({16, 32}, g);
+    x.select(1, 0).zero_();
+    ::torch::nn::functional::cross_entropy(model->forward(x), ::torch::randint(0, 4, {16}, g))
+        .backward();
+    if (!onebit.compressing()) average_gradients(model);
+    onebit.step();
+  }
+  EXPECT_TRUE(onebit.compressing());
+  EXPECT_TRUE(::torch::equal(weight.select(1, 0), start.select(1, 0)));
+  EXPECT_FALSE(::torch::equal(weight.select(1, 1), start.select(1, 1)));
 }
 
 }  // namespace lockstep::torch::testing

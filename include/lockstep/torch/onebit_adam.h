@@ -21,6 +21,12 @@
 // adds it to the update. Bias correction follows torch's Adam so the stages
 // join without a jump.
 //
+// Elements whose frozen v is exactly 0 (no gradient in the whole warm-up:
+// dead units, unused rows) keep m = 0: the compressed mean gives them ±scale
+// (signs carry no zero), which divided by ε made lockstep-parallelism's
+// loss overflow after its 4-step warm-up. DeepSpeed asks the user for this
+// mask (exp_avg_mask); 1-bit LAMB (onebit_lamb.h) does the same.
+//
 // Whether a step compresses is read from the Adam state's step count, so a
 // job resumed from a checkpoint past warm-up stays in the compression stage
 // (the error feedback restarts from zero, as DeepSpeed's does on load).
