@@ -11,13 +11,18 @@
 #
 #   sudo bench/compression_link.sh [--seeds 1,2] [--rate 200mbit] [--target 0.9]
 #        [--schemes none,powersgd:4,onebit-adam,onebit] [--warmup 100] [--build build]
-#        [--results FILE] [--report-only] [--lockstep-args "ARGS"]
+#        [--eval-every F] [--results FILE] [--report-only] [--lockstep-args "ARGS"]
 #
 # Needs root, iproute2 and tc with the tbf qdisc; exits 77 without them.
 # --warmup: the main job's --compression-warmup (uncompressed steps first).
+# --eval-every: the main job's, a fraction of an epoch (its default with a
+# target: 0.25); evaluation time is not training time, so a finer F only
+# costs wall time. A scheme SCHEME@OPT runs with --optimizer OPT (the main
+# job's default is adam); onebit-lamb alone means onebit-lamb@lamb, and its
+# uncompressed reference is none@lamb.
 set -euo pipefail
 seeds=1,2 rate=200mbit target=0.9 schemes=none,powersgd:4,onebit-adam,onebit warmup=100
-build=build results=bench-results/compression_link.jsonl report_only=0 extra=""
+build=build results=bench-results/compression_link.jsonl report_only=0 extra="" eval_every=""
 while (($#)); do
   case $1 in
     --seeds) seeds=$2; shift 2 ;;
@@ -26,10 +31,11 @@ while (($#)); do
     --schemes) schemes=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --eval-every) eval_every=$2; shift 2 ;;
     --results) results=$2; shift 2 ;;
     --report-only) report_only=1; shift ;;
     --lockstep-args) extra=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "compression_link: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,11 +71,15 @@ for s, rs in by.items():
                   "epochs_to_target": mean([r["epochs_to_target"] for r in rs]),
                   "target_accuracy": target, "rate": runs[-1]["rate"]}
 print()
-base = summary.get("none", {}).get("time_to_target_s")
+def base_of(s):  # the uncompressed run with the same optimizer
+    opt = s.split("@")[1] if "@" in s else ("lamb" if s == "onebit-lamb" else "adam")
+    ref = "none" if opt == "adam" else f"none@{opt}"
+    return summary.get(ref, {}).get("time_to_target_s")
 for s, v in summary.items():
     if v["time_to_target_s"] is None:
         print(f"{s:<12} mean: missed in {v['misses']} of {v['runs']} runs")
         continue
+    base = base_of(s)
     ratio = f", {v['time_to_target_s'] / base:.3f}x uncompressed's training time" if base else ""
     print(f"{s:<12} mean of {v['runs']}: {v['time_to_target_s']:.2f} s training, "
           f"{v['wall_to_target_s']:.2f} s wall, {v['epochs_to_target']:.2f} epochs{ratio}")
@@ -124,13 +134,18 @@ IFS=, read -ra scheme_list <<<"$schemes"
 for seed in "${seed_list[@]}"; do
   for scheme in "${scheme_list[@]}"; do
     echo "compression_link: $scheme seed $seed ($(date +%T))" >&2
-    metrics=$tmp/$seed.${scheme//:/_}.jsonl
+    metrics=$tmp/$seed.${scheme//[:@]/_}.jsonl
+    compression=${scheme%@*} optimizer=adam
+    [[ $scheme == *@* ]] && optimizer=${scheme#*@}
+    [[ $scheme == onebit-lamb ]] && optimizer=lamb
+    job_args=(--optimizer "$optimizer")
+    [[ -n $eval_every ]] && job_args+=(--eval-every "$eval_every")
     # shellcheck disable=SC2086  # the extra arguments are meant to split
     if ! timeout 1200 "$bin/lockstep" run --remote-exec 'ip netns exec {host}' \
         --rendezvous-addr "$NET.1" -H "$NS1:1,$NS2:1" --backend gloo -- \
         "$bin/lockstep-fashion-mnist" --seed "$seed" --target-accuracy "$target" \
-        --metrics "$metrics" --compression "$scheme" --compression-warmup "$warmup" $extra \
-        >"$tmp/out" 2>&1; then
+        --metrics "$metrics" --compression "$compression" --compression-warmup "$warmup" \
+        "${job_args[@]}" $extra >"$tmp/out" 2>&1; then
       tail -5 "$tmp/out" >&2
       echo "compression_link: $scheme seed $seed failed" >&2
       exit 1
@@ -141,7 +156,7 @@ import json, sys
 line = json.loads(sys.stdin.read())
 line.update(scheme=sys.argv[1], seed=int(sys.argv[2]), target_accuracy=float(sys.argv[3]),
             rate=sys.argv[4], warmup=int(sys.argv[5]), args=sys.argv[6])
-print(json.dumps(line))' "$scheme" "$seed" "$target" "$rate" "$warmup" "$extra" >>"$results"
+print(json.dumps(line))' "$scheme" "$seed" "$target" "$rate" "$warmup" "${job_args[*]} $extra" >>"$results"
   done
 done
 report

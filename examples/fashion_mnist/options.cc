@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <utility>
 
 #include "fashion_mnist/precision.h"
 #include "lockstep/data/idx.h"
@@ -90,8 +91,8 @@ void add_recipe_options(CLI::App& app, Options& o) {
                  "cosine (after warm-up, to 0 at the last epoch) | constant | one-cycle (up to "
                  "the scaled lr over --warmup-epochs, then down)")
       ->check(CLI::IsMember({"cosine", "constant", "one-cycle"}))->capture_default_str()->group(g);
-  app.add_option("--optimizer", o.optimizer, "sgd|adam")
-      ->check(CLI::IsMember({"sgd", "adam"}))->capture_default_str()->group(g);
+  app.add_option("--optimizer", o.optimizer, "sgd|adam|lamb")
+      ->check(CLI::IsMember({"sgd", "adam", "lamb"}))->capture_default_str()->group(g);
   app.add_option("--seed", o.seed, "model init and shuffling")->capture_default_str()->group(g);
   app.add_flag("--sync-batch-norm", o.sync_batch_norm, "batch statistics over all workers")
       ->group(g);
@@ -196,6 +197,17 @@ void add_options(CLI::App& app, Options& o) {
   add_run_options(app, o);
   add_testing_options(app, o);
   add_telemetry_options(app, o);
+  // 1-bit Adam and 1-bit LAMB wrap one optimizer each: a wrong pairing is a
+  // bad command line (status 2), not an error at the first step.
+  app.callback([&o] {
+    static constexpr std::pair<const char*, const char*> kWraps[] = {{"onebit-adam", "adam"},
+                                                                     {"onebit-lamb", "lamb"}};
+    for (const auto& [scheme, optimizer] : kWraps)
+      if (o.compression == scheme && o.optimizer != optimizer)
+        throw CLI::ValidationError(
+            "--compression", fmt::format("{} needs --optimizer {} (it wraps that optimizer), not "
+                                         "--optimizer {}", scheme, optimizer, o.optimizer));
+  });
 }
 
 int parse_options(CLI::App& app, int argc, char** argv) {

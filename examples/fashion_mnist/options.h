@@ -24,12 +24,13 @@ struct Options {
   std::string lr_scaling = "sqrt";
   double warmup_epochs = 0;
   std::string schedule = "cosine";
-  std::string optimizer = "adam";
+  std::string optimizer = "adam";  // sgd | adam | lamb
   uint64_t seed = 42;
   bool sync_batch_norm = false;
   int64_t channels1 = 32, channels2 = 64;
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (fashion_mnist/precision.h)
-  std::string compression = "none";  // none | powersgd:R | onebit | onebit-adam (precision.h)
+  // none | powersgd:R | onebit | onebit-adam | onebit-lamb (precision.h)
+  std::string compression = "none";
   int64_t compression_warmup = 100;  // uncompressed steps first
   bool pool_first = true;      // conv-pool-BN-ReLU blocks
   bool channels_last = true;   // NHWC activations

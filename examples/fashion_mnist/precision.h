@@ -1,6 +1,7 @@
 // `--precision fp32|bf16|fp16` for the main job (docs/mixed-precision.md):
 // the autocast region of the forward pass, the loss scaler, and the wire
-// format of the gradients; and `--compression powersgd:R|onebit|onebit-adam`
+// format of the gradients; and `--compression
+// powersgd:R|onebit|onebit-adam|onebit-lamb`
 // with `--compression-warmup N` (docs/parallelism.md, "Gradient
 // compression"), the other wire formats. Kept apart from main.cc so the
 // training program stays about training.
@@ -29,8 +30,8 @@ inline void add_precision_flag(CLI::App& app, std::string& precision) {
 inline void add_compression_flags(CLI::App& app, std::string& compression, int64_t& warmup) {
   app.add_option("--compression", compression,
                  "gradients on the wire: none, powersgd:R (rank-R factors), onebit (signs with "
-                 "error feedback) or onebit-adam (1-bit Adam: --optimizer adam; momenta as "
-                 "signs after the warm-up)")
+                 "error feedback), onebit-adam (1-bit Adam: --optimizer adam; momenta as "
+                 "signs after the warm-up) or onebit-lamb (1-bit LAMB: --optimizer lamb)")
       ->check([](const std::string& v) -> std::string {
         if (v == "fp16" || v == "bf16") return "fp16/bf16 wire formats come with --precision";
         try {
@@ -44,7 +45,7 @@ inline void add_compression_flags(CLI::App& app, std::string& compression, int64
       ->capture_default_str()->group("Recipe");
   app.add_option("--compression-warmup", warmup,
                  "optimizer steps of uncompressed allreduce before --compression starts (1-bit "
-                 "Adam: its variance freezes then; at least 1)")
+                 "Adam and LAMB: their variance freezes then; at least 1)")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->group("Recipe");
 }
 
@@ -69,6 +70,7 @@ class StepPrecision {
     options.powersgd.warmup_steps = warmup_;
     options.onebit.warmup_steps = warmup_;
     options.onebit_adam.warmup_steps = warmup_;
+    options.onebit_lamb.warmup_steps = warmup_;
     return options;
   }
   torch::Precision precision() const { return precision_; }

@@ -15,6 +15,7 @@
 #include "lockstep/engine/elastic.h"
 #include "lockstep/base/error.h"
 #include "lockstep/engine/engine.h"
+#include "lockstep/optim/lamb.h"
 
 namespace lockstep::examples {
 namespace lt = lockstep::torch;
@@ -30,6 +31,9 @@ std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const Options& o, Fash
   if (o.optimizer == "sgd")
     return std::make_unique<::torch::optim::SGD>(
         model->parameters(), ::torch::optim::SGDOptions(o.lr).momentum(0.9).nesterov(true));
+  if (o.optimizer == "lamb")  // lockstep's LAMB (docs/optim.md), for --compression onebit-lamb
+    return std::make_unique<lockstep::optim::Lamb>(model->parameters(),
+                                                   lockstep::optim::LambOptions(o.lr));
   return std::make_unique<::torch::optim::Adam>(model->parameters(), ::torch::optim::AdamOptions(o.lr));
 }
 

@@ -4,7 +4,8 @@
 //
 //   lockstep run -np 2 lockstep-parallelism --strategy data|tensor|pipeline|zero|fsdp|ps
 //       [--micro-batches M] [--schedule gpipe|1f1b] [--mesh data=2,tensor=2]
-//       [--compression none|fp16|bf16|powersgd:R|onebit|onebit-adam] [--checkpoint-activations K]
+//       [--compression none|fp16|bf16|powersgd:R|onebit|onebit-adam|onebit-lamb]
+//       [--checkpoint-activations K]
 //       [--fsdp-unit K]
 //       [--epochs E] [--json]
 //   lockstep run -np 2 --servers 1 lockstep-parallelism --strategy ps   # dedicated server
@@ -64,8 +65,9 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--batch-size", f.s.batch_size, "samples per data replica per step")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--compression", f.s.compression,
-                 "data: gradients on the wire as none|fp16|bf16|powersgd:R|onebit|onebit-adam (1-bit Adam: "
-                 "momenta after 4 warm-up steps)")
+                 "data: gradients on the wire as none|fp16|bf16|powersgd:R|onebit|onebit-adam|"
+                 "onebit-lamb (1-bit Adam, or 1-bit LAMB with LAMB instead of Adam: momenta "
+                 "after 4 warm-up steps)")
       ->capture_default_str();
   app.add_option("--checkpoint-activations", f.s.checkpoint_activations,
                  "recompute activations in backward, in segments of K layers (0: off; not tensor)")

@@ -3,8 +3,8 @@
 // per replica, N ranks (wire-byte conventions of lockstep/comm/traffic.h):
 //   data, zero   2(N-1)/N · M           (allreduce = reduce-scatter + all-gather)
 //                --compression fp16|bf16: half that; powersgd:R: 2(N-1)/N · 4 ·
-//                sum of powersgd_wire_elements; onebit and onebit-adam (past
-//                its warm-up): 2(N-1) · (L/(8N) + 4) for L parameters
+//                sum of powersgd_wire_elements; onebit, onebit-adam and
+//                onebit-lamb (past their warm-up): 2(N-1) · (L/(8N) + 4) for L parameters
 //                (alltoall + allgather of signs and a scale); these from
 //                lockstep/plan/compression.h, the runtime's own closed forms
 //   fsdp         3(N-1)/N · M' with M' the padded parameter bytes (N equal
@@ -28,6 +28,7 @@
 #include <functional>
 
 #include "lockstep/base/error.h"
+#include "lockstep/optim/lamb.h"
 #include "lockstep/plan/compression.h"
 #include "lockstep/torch/torch.h"
 #include "net.h"
@@ -76,11 +77,13 @@ Tensor forward_counting(::torch::nn::Sequential& net, Tensor x, int64_t* activat
 }
 
 // --compression for the data strategy's DistributedOptimizer (the planner's
-// names; onebit-adam needs Adam, which every strategy here uses).
+// names; onebit-adam needs Adam, which every strategy here uses, and
+// onebit-lamb LAMB, which replicated strategies then use instead).
 lt::DistributedOptimizerOptions data_options(const std::string& compression) {
   lt::DistributedOptimizerOptions o;
   lt::set_compression(o, compression);
   o.onebit_adam.warmup_steps = 4;  // the test runs a dozen steps
+  o.onebit_lamb.warmup_steps = 4;
   return o;
 }
 
@@ -91,7 +94,12 @@ class Replicated : public Strategy {
     ::torch::manual_seed(42);
     net_ = make_model(f);
     params_ = net_->parameters();
-    optimizer_ = std::make_unique<::torch::optim::Adam>(params_, ::torch::optim::AdamOptions(f.lr));
+    if (f.compression == "onebit-lamb")
+      optimizer_ =
+          std::make_unique<lockstep::optim::Lamb>(params_, lockstep::optim::LambOptions(f.lr));
+    else
+      optimizer_ =
+          std::make_unique<::torch::optim::Adam>(params_, ::torch::optim::AdamOptions(f.lr));
   }
   std::optional<double> train_step(const Tensor& x, const Tensor& y) override {
     zero_grad();

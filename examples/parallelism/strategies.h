@@ -25,7 +25,8 @@ struct StrategyFlags {
   int servers = 0;                // ps: colocated servers (0: every worker)
   double lr = 1e-3;
   int64_t batch_size = 64;        // per data-parallel replica
-  std::string compression = "none";  // data: none|fp16|bf16|powersgd:R|onebit
+  // data: none|fp16|bf16|powersgd:R|onebit|onebit-adam|onebit-lamb
+  std::string compression = "none";
   int checkpoint_activations = 0;    // layers per checkpointed segment (0: off; not tensor)
 };
 

@@ -96,7 +96,8 @@ Lamb::Lamb(std::vector<::torch::optim::OptimizerParamGroup> groups, LambOptions 
       }
       auto update = (s.exp_avg() / c1) / ((s.exp_avg_sq() / c2).sqrt() + o.eps());
       if (o.weight_decay() != 0) update.add_(p, o.weight_decay());
-      p.sub_(update.mul_(trust_ratio(p, update, o)), o.lr());
+      s.trust_ratio(trust_ratio(p, update, o));
+      p.sub_(update.mul_(s.trust_ratio()), o.lr());
     }
   }
   return loss;

@@ -9,8 +9,12 @@
 //               alltoall of N rows (wire (N-1) rows), allgather of one row
 //               (wire (N-1) rows): payload (N+1) row, wire 2(N-1) row, so
 //               about 32x less than 2(N-1)/N 4L
-// The runtime's PowerSGD/OneBit/OneBitAdam call these functions for their
-// own sizes, and the wire bytes follow lockstep/comm/traffic.h's rules.
+// 1-bit Adam and 1-bit LAMB send, after their warm-up, the momentum (L
+// values, one per gradient value) through the same compressed allreduce:
+// the 1-bit row above, byte for byte; their warm-up steps are none's.
+// The runtime's PowerSGD/OneBit/OneBitAdam/OneBitLamb call these functions
+// for their own sizes, and the wire bytes follow lockstep/comm/traffic.h's
+// rules.
 //
 // Note [Compression compute]
 // Modelled, not measured: each scheme's tensor operations counted as passes
@@ -23,7 +27,9 @@
 //   1-bit     flatten and pad (4), error added (3), norm (1), signs and new
 //             worker error (6), packing (5), N rows unpacked and summed (8),
 //             server error (2), allgathered rows unpacked (6), copied back
-//             (2): 37 passes over 4L
+//             (2): 37 passes over 4L; 1-bit Adam and LAMB are charged the
+//             same (their optimizer arithmetic is the step's, not the
+//             compression's)
 #include "lockstep/plan/compression.h"
 
 #include <fmt/format.h>
@@ -54,7 +60,7 @@ StepCollective allreduce(int64_t bytes, int n) { return {"allreduce", bytes, all
 
 bool CompressionSpec::replaces_allreduce() const {
   return kind == CompressionKind::kPowerSGD || kind == CompressionKind::kOneBit ||
-         kind == CompressionKind::kOneBitAdam;
+         kind == CompressionKind::kOneBitAdam || kind == CompressionKind::kOneBitLamb;
 }
 
 std::string CompressionSpec::name() const {
@@ -65,6 +71,7 @@ std::string CompressionSpec::name() const {
     case CompressionKind::kPowerSGD: return fmt::format("powersgd:{}", rank);
     case CompressionKind::kOneBit: return "onebit";
     case CompressionKind::kOneBitAdam: return "onebit-adam";
+    case CompressionKind::kOneBitLamb: return "onebit-lamb";
   }
   return "?";
 }
@@ -75,6 +82,7 @@ CompressionSpec parse_compression(std::string_view text) {
   if (text == "bf16") return {CompressionKind::kBf16};
   if (text == "onebit") return {CompressionKind::kOneBit};
   if (text == "onebit-adam") return {CompressionKind::kOneBitAdam};
+  if (text == "onebit-lamb") return {CompressionKind::kOneBitLamb};
   if (text.starts_with("powersgd:")) {
     const std::string_view r = text.substr(9);
     int rank = 0;
@@ -85,7 +93,8 @@ CompressionSpec parse_compression(std::string_view text) {
     return {CompressionKind::kPowerSGD, rank};
   }
   throw InvalidArgument(fmt::format(
-      "--compression {}: use none, fp16, bf16, powersgd:R (R >= 1), onebit or onebit-adam", text));
+      "--compression {}: use none, fp16, bf16, powersgd:R (R >= 1), onebit, onebit-adam or "
+      "onebit-lamb", text));
 }
 
 int64_t onebit_padded_length(int64_t values, int ranks) {
@@ -141,7 +150,8 @@ std::vector<StepCollective> compressed_step(const CompressionSpec& spec,
       return out;
     }
     case CompressionKind::kOneBit:
-    case CompressionKind::kOneBitAdam: {
+    case CompressionKind::kOneBitAdam:
+    case CompressionKind::kOneBitLamb: {
       const int64_t row = onebit_row_bytes(values, ranks);
       return {{"alltoall", ranks * row, (ranks - 1) * row},
               {"allgather", row, (ranks - 1) * row}};
@@ -157,7 +167,8 @@ double compression_pass_bytes(const CompressionSpec& spec,
     for (const auto& s : shapes)
       if (powersgd_matrix(s, spec.rank, kPowerSGDMinCompressionRate).compressed)
         bytes += kPowerSGDPasses * 4.0 * static_cast<double>(numel(s));
-  } else if (spec.kind == CompressionKind::kOneBit || spec.kind == CompressionKind::kOneBitAdam) {
+  } else if (spec.kind == CompressionKind::kOneBit || spec.kind == CompressionKind::kOneBitAdam ||
+             spec.kind == CompressionKind::kOneBitLamb) {
     for (const auto& s : shapes) bytes += kOneBitPasses * 4.0 * static_cast<double>(numel(s));
   }
   return bytes;

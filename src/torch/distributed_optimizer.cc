@@ -105,12 +105,16 @@ void validate(const DistributedOptimizerOptions& o) {
   if (detail::replaces_allreduce(o.compression) && o.gradient_predivide_factor != 1.0)
     throw InvalidArgument(
         "DistributedOptimizer: PowerSGD and 1-bit compression do not take gradient_predivide_factor");
-  if (o.compression == Compression::kOneBitAdam) {
-    validate(o.onebit_adam);
+  if (o.compression == Compression::kOneBitAdam) validate(o.onebit_adam);
+  if (o.compression == Compression::kOneBitLamb) validate(o.onebit_lamb);
+  if (detail::compresses_momentum(o.compression)) {
+    const char* scheme = o.compression == Compression::kOneBitAdam ? "1-bit Adam" : "1-bit LAMB";
     if (o.op != ReduceOp::kAverage)
-      throw InvalidArgument("DistributedOptimizer: 1-bit Adam averages momenta; op must be kAverage");
+      throw InvalidArgument(fmt::format(
+          "DistributedOptimizer: {} averages momenta; op must be kAverage", scheme));
     if (o.gradient_predivide_factor != 1.0)
-      throw InvalidArgument("DistributedOptimizer: 1-bit Adam does not take gradient_predivide_factor");
+      throw InvalidArgument(fmt::format(
+          "DistributedOptimizer: {} does not take gradient_predivide_factor", scheme));
   }
   if (o.adasum && (o.compression != Compression::kNone || o.gradient_predivide_factor != 1.0))
     throw InvalidArgument(
@@ -160,7 +164,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   detail::init_step_profiler();
   options_.group.require_member("DistributedOptimizer");
   fingerprint_every_ = fingerprint_interval(options_);
-  make_onebit_adam();
+  make_onebit_optimizer();
   for (auto& [name, param] : named)
     if (param.requires_grad()) add_slot(name, param);
 }
@@ -173,7 +177,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   detail::init_step_profiler();
   options_.group.require_member("DistributedOptimizer");
   fingerprint_every_ = fingerprint_interval(options_);
-  make_onebit_adam();
+  make_onebit_optimizer();
   for (const auto& item : module.named_parameters())
     if (item.value().requires_grad()) add_slot(item.key(), item.value());
 }
@@ -248,7 +252,8 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
   ::torch::NoGradGuard no_grad;
   ::torch::Tensor& grad = slot.param.mutable_grad();
   if (!grad.defined()) grad = ::torch::zeros_like(slot.param);  // contributes zeros
-  if (options_.compression == Compression::kNone || options_.compression == Compression::kOneBitAdam ||
+  if (options_.compression == Compression::kNone ||
+      detail::compresses_momentum(options_.compression) ||
       detail::replaces_allreduce(options_.compression))
     return grad;
   // The whole divisor goes before the cast so the half-precision sum stays in range.
@@ -258,10 +263,11 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
 }
 
 AllreduceOptions DistributedOptimizer::wire_options() const {
-  // 1-bit Adam's warm-up is plain distributed Adam, scaling included.
+  // 1-bit Adam's and LAMB's warm-up is plain distributed Adam or LAMB,
+  // scaling included.
   const bool scale = options_.op == ReduceOp::kAverage &&
                      (options_.compression == Compression::kNone ||
-                      options_.compression == Compression::kOneBitAdam);
+                      detail::compresses_momentum(options_.compression));
   const double f = options_.gradient_predivide_factor;
   return {.op = ReduceOp::kSum,
           .prescale = scale ? 1.0 / f : 1.0,
@@ -308,7 +314,7 @@ void DistributedOptimizer::synchronize() {
     adasum_gradients();
   } else if (detail::replaces_allreduce(options_.compression) && options_.group.size() > 1) {
     compressed_gradients();
-  } else if (onebit_adam_ && onebit_adam_->compressing() && options_.group.size() > 1) {
+  } else if (onebit_optimizer_ && onebit_optimizer_->compressing() && options_.group.size() > 1) {
     for (auto& slot : slots_) {
       wire_tensor(*slot);  // local gradients stay; zeros where none (step() sends momenta)
       slot->passes = 0;
@@ -342,21 +348,32 @@ void DistributedOptimizer::adasum_gradients() {
 }
 
 // Gradients go one allreduce each (during backward or fused at synchronize())
-// unless a scheme reduces them whole or 1-bit Adam sends momenta instead.
+// unless a scheme reduces them whole or 1-bit Adam/LAMB sends momenta instead.
 bool DistributedOptimizer::allreduces_gradients() const {
   return !options_.adasum && !detail::replaces_allreduce(options_.compression) &&
-         !(onebit_adam_ && onebit_adam_->compressing());
+         !(onebit_optimizer_ && onebit_optimizer_->compressing());
 }
 
-void DistributedOptimizer::make_onebit_adam() {
-  if (options_.compression != Compression::kOneBitAdam) return;
-  auto* adam = dynamic_cast<::torch::optim::Adam*>(&optimizer_);
-  if (adam == nullptr)
-    throw InvalidArgument(
-        "DistributedOptimizer: compression kOneBitAdam (1-bit Adam) needs a torch::optim::Adam to "
-        "wrap; for other optimizers use kOneBit or kPowerSGD");
-  onebit_adam_ = std::make_unique<OneBitAdam>(*adam, options_.onebit_adam, options_.group,
-                                              options_.name_prefix);
+void DistributedOptimizer::make_onebit_optimizer() {
+  if (options_.compression == Compression::kOneBitAdam) {
+    auto* adam = dynamic_cast<::torch::optim::Adam*>(&optimizer_);
+    if (adam == nullptr)
+      throw InvalidArgument(
+          "DistributedOptimizer: compression kOneBitAdam (1-bit Adam) needs a torch::optim::Adam "
+          "to wrap; for lockstep::optim::Lamb use kOneBitLamb, for other optimizers kOneBit or "
+          "kPowerSGD");
+    onebit_optimizer_ = std::make_unique<OneBitAdam>(*adam, options_.onebit_adam, options_.group,
+                                                     options_.name_prefix);
+  } else if (options_.compression == Compression::kOneBitLamb) {
+    auto* lamb = dynamic_cast<optim::Lamb*>(&optimizer_);
+    if (lamb == nullptr)
+      throw InvalidArgument(
+          "DistributedOptimizer: compression kOneBitLamb (1-bit LAMB) needs a "
+          "lockstep::optim::Lamb to wrap; for torch::optim::Adam use kOneBitAdam, for other "
+          "optimizers kOneBit or kPowerSGD");
+    onebit_optimizer_ = std::make_unique<OneBitLamb>(*lamb, options_.onebit_lamb, options_.group,
+                                                     options_.name_prefix);
+  }
 }
 
 // All gradients at once, to the scheme that replaces the allreduce.
@@ -379,8 +396,8 @@ void DistributedOptimizer::step() {
     warn_early_step(passes, options_.backward_passes_per_step);
   if (!synchronized_) synchronize();
   check_fingerprint_if_due();
-  if (onebit_adam_)
-    onebit_adam_->step();
+  if (onebit_optimizer_)
+    onebit_optimizer_->step();
   else
     optimizer_.step();
   ++steps_;

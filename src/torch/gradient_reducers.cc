@@ -19,6 +19,7 @@ void set_compression(DistributedOptimizerOptions& o, std::string_view name) {
       break;
     case plan::CompressionKind::kOneBit: o.compression = Compression::kOneBit; break;
     case plan::CompressionKind::kOneBitAdam: o.compression = Compression::kOneBitAdam; break;
+    case plan::CompressionKind::kOneBitLamb: o.compression = Compression::kOneBitLamb; break;
   }
 }
 
@@ -28,6 +29,10 @@ namespace lockstep::torch::detail {
 
 bool replaces_allreduce(Compression compression) {
   return compression == Compression::kPowerSGD || compression == Compression::kOneBit;
+}
+
+bool compresses_momentum(Compression compression) {
+  return compression == Compression::kOneBitAdam || compression == Compression::kOneBitLamb;
 }
 
 std::unique_ptr<GradientReducer> make_gradient_reducer(const DistributedOptimizerOptions& o) {

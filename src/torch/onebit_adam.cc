@@ -83,6 +83,7 @@ void OneBitAdam::compressed_step() {
       Tensor grad = p.grad().defined() ? p.grad() : ::torch::zeros_like(p);
       if (o.weight_decay() != 0) grad = grad.add(p, o.weight_decay());
       s->exp_avg().mul_(std::get<0>(o.betas())).add_(grad, 1 - std::get<0>(o.betas()));
+      s->exp_avg().masked_fill_(s->exp_avg_sq().eq(0), 0);  // see below
       momenta.push_back(s->exp_avg().reshape({-1}));
       items.push_back({p, s, &o});
     }
@@ -93,6 +94,9 @@ void OneBitAdam::compressed_step() {
   for (auto& [p, s, o] : items) {
     Tensor m = s->exp_avg();
     m.copy_(mean.narrow(0, offset, m.numel()).view(m.sizes()));
+    // Signs carry no zero: where the frozen v is 0 the compressed mean is
+    // noise, and dividing by ε would make it the update (the header).
+    m.masked_fill_(s->exp_avg_sq().eq(0), 0);
     offset += m.numel();
     s->step(s->step() + 1);
     const auto [beta1, beta2] = o->betas();

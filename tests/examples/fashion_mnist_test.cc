@@ -140,8 +140,9 @@ TEST(FashionMnist, TwoWorkersViaLauncher) {
 }
 
 // --compression onebit-adam: 1-bit Adam after 20 warm-up steps still
-// learns (the uncompressed run above reaches > 0.7); bad names are refused
-// while parsing, with status 2 and the flag named.
+// learns (the uncompressed run above reaches > 0.7); bad names, and 1-bit
+// Adam or LAMB over the other optimizer, are refused while parsing, with
+// status 2 and the flag named.
 TEST(FashionMnist, TwoWorkersOneBitAdamAndBadCompression) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep launcher is not built";
@@ -154,7 +155,8 @@ TEST(FashionMnist, TwoWorkersOneBitAdamAndBadCompression) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[1]["compression"], "onebit-adam");
   EXPECT_GT(lines[1]["test_accuracy"].get<double>(), 0.7);
-  for (const char* bad : {"zip", "powersgd:0", "fp16"}) {
+  for (const char* bad :
+       {"zip", "powersgd:0", "fp16", "onebit-lamb", "onebit-adam --optimizer lamb"}) {
     auto err = dir / "bad.txt";
     auto bad_cmd = fmt::format("'{}' --compression {} 2>'{}'", bin("lockstep-fashion-mnist"), bad,
                                err.string());

@@ -16,13 +16,17 @@ namespace {
 TEST(PlanCompression, ParsesTheNamesAndRefusesOthers) {
   EXPECT_EQ(parse_compression("none").kind, CompressionKind::kNone);
   EXPECT_EQ(parse_compression("onebit-adam").kind, CompressionKind::kOneBitAdam);
+  const CompressionSpec lamb = parse_compression("onebit-lamb");
+  EXPECT_EQ(lamb.kind, CompressionKind::kOneBitLamb);
+  EXPECT_EQ(lamb.name(), "onebit-lamb");
+  EXPECT_TRUE(lamb.replaces_allreduce());
   const CompressionSpec p = parse_compression("powersgd:4");
   EXPECT_EQ(p.kind, CompressionKind::kPowerSGD);
   EXPECT_EQ(p.rank, 4);
   EXPECT_EQ(p.name(), "powersgd:4");
   EXPECT_TRUE(p.replaces_allreduce());
   EXPECT_FALSE(parse_compression("fp16").replaces_allreduce());
-  for (const char* bad : {"powersgd:0", "powersgd:", "powersgd:2x", "zip", "onebit_adam"})
+  for (const char* bad : {"powersgd:0", "powersgd:", "powersgd:2x", "zip", "onebit_adam", "onebit-lamb2"})
     EXPECT_THROW(parse_compression(bad), InvalidArgument) << bad;
 }
 
@@ -53,6 +57,18 @@ TEST(PlanCompression, ClosedFormsByHand) {
   EXPECT_EQ(onebit[0].wire_bytes, 3 * row);
   EXPECT_EQ(onebit[1].op, "allgather");
   EXPECT_EQ(onebit[1].payload_bytes, row);
+  // 1-bit LAMB sends its momentum as 1-bit Adam does: the same rows.
+  for (const char* c : {"onebit-adam", "onebit-lamb"}) {
+    const auto same = compressed_step(parse_compression(c), shapes, 4);
+    ASSERT_EQ(same.size(), 2u) << c;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(same[i].op, onebit[i].op) << c;
+      EXPECT_EQ(same[i].payload_bytes, onebit[i].payload_bytes) << c;
+      EXPECT_EQ(same[i].wire_bytes, onebit[i].wire_bytes) << c;
+    }
+  }
+  EXPECT_EQ(compression_pass_bytes(parse_compression("onebit-lamb"), shapes),
+            compression_pass_bytes(parse_compression("onebit"), shapes));
   EXPECT_TRUE(compressed_step(parse_compression("onebit"), shapes, 1).empty());
   EXPECT_EQ(compression_pass_bytes({}, shapes), 0);
   EXPECT_GT(compression_pass_bytes(parse_compression("onebit"), shapes), 0);
@@ -74,7 +90,7 @@ Scenario two_nodes(const std::string& compression) {
 TEST(PlanCompression, SimulatorBytesAreTheClosedForms) {
   const Profile p = shaped_profile(8, 512, 256);
   std::vector<std::vector<int64_t>> shapes(8, std::vector<int64_t>{512, 256});
-  for (const char* c : {"powersgd:2", "onebit", "onebit-adam"}) {
+  for (const char* c : {"powersgd:2", "onebit", "onebit-adam", "onebit-lamb"}) {
     const StepPrediction r = simulate(p, testing::make_network(), two_nodes(c));
     int64_t payload = 0, wire = 0;
     for (const auto& k : compressed_step(parse_compression(c), shapes, 2)) {

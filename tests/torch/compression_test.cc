@@ -4,14 +4,15 @@
 // bytes handed to the communicator per step (traffic counters) reduced by
 // the closed-form factor. 1-bit: sign packing; at 2 ranks, ±s vectors pass
 // exactly, error feedback makes the applied mean converge to the true one,
-// traffic against the closed form. Both, and 1-bit Adam
-// (onebit_adam_test.cc), train a small classifier to the accuracy of
-// uncompressed allreduce.
+// traffic against the closed form. Both, 1-bit Adam (onebit_adam_test.cc)
+// and 1-bit LAMB (onebit_lamb_test.cc), train a small classifier to the
+// accuracy of their uncompressed reference.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "lockstep/base/error.h"
 #include "lockstep/comm/traffic.h"
+#include "lockstep/optim/lamb.h"
 #include "lockstep/torch/onebit.h"
 #include "lockstep/torch/powersgd.h"
 #include "torch/helpers.h"
@@ -227,14 +228,17 @@ std::pair<Tensor, Tensor> classes(int64_t rows, uint64_t seed) {
   return {x, x.matmul(teacher).argmax(1)};
 }
 
-// Momentum SGD, or Adam (for 1-bit Adam and its uncompressed reference).
-double train_accuracy(Compression compression, bool adam = false) {
+// Momentum SGD, or Adam or LAMB (for 1-bit Adam, 1-bit LAMB and their
+// uncompressed references).
+double train_accuracy(Compression compression, const std::string& optimizer_name = "sgd") {
   ::torch::manual_seed(8);
   auto model = nn::Sequential(nn::Linear(16, 64), nn::ReLU(), nn::Linear(64, 4));
   std::unique_ptr<::torch::optim::Optimizer> optimizer;
-  if (adam)
+  if (optimizer_name == "adam")
     optimizer = std::make_unique<::torch::optim::Adam>(model->parameters(),
                                                        ::torch::optim::AdamOptions(0.01));
+  else if (optimizer_name == "lamb")
+    optimizer = std::make_unique<optim::Lamb>(model->parameters(), optim::LambOptions(0.01));
   else
     optimizer = std::make_unique<::torch::optim::SGD>(
         model->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -243,8 +247,9 @@ double train_accuracy(Compression compression, bool adam = false) {
                              .powersgd = {.rank = 2, .warmup_steps = 5},
                              .onebit = {.warmup_steps = 5},
                              .onebit_adam = {.warmup_steps = 20},
-                             .name_prefix = fmt::format("train{}{}", static_cast<int>(compression),
-                                                        adam ? ".adam" : "")});
+                             .onebit_lamb = {.warmup_steps = 20},
+                             .name_prefix = fmt::format("train{}.{}", static_cast<int>(compression),
+                                                        optimizer_name)});
   for (int step = 0; step < 200; ++step) {
     auto [x, y] = classes(32, 1000 * static_cast<uint64_t>(step) + static_cast<uint64_t>(rank()));
     dist.zero_grad();
@@ -272,15 +277,26 @@ TEST(Compression, PowerSGDAndOneBitTrainAsWellAsUncompressedAllreduce) {
   });
 }
 
-TEST(OneBitAdam, TrainsAsWellAsAdam) {
-  run_torch_workers(2, [] {
-    const double plain = train_accuracy(Compression::kNone, /*adam=*/true);
-    const double onebit = train_accuracy(Compression::kOneBitAdam, /*adam=*/true);
+// 1-bit Adam or LAMB against the optimizer it wraps, uncompressed.
+void expect_trains_like_uncompressed(Compression onebit_kind, const std::string& optimizer) {
+  run_torch_workers(2, [&] {
+    const double plain = train_accuracy(Compression::kNone, optimizer);
+    const double onebit = train_accuracy(onebit_kind, optimizer);
     EXPECT_GE(plain, 0.9);
     EXPECT_GE(onebit, 0.9);
-    EXPECT_GE(onebit, plain - 0.03) << "plain Adam " << plain;
-    if (rank() == 0) std::printf("test accuracy: %.4f Adam, %.4f 1-bit Adam\n", plain, onebit);
+    EXPECT_GE(onebit, plain - 0.03) << "plain " << optimizer << " " << plain;
+    if (rank() == 0)
+      std::printf("test accuracy: %.4f %s, %.4f 1-bit %s\n", plain, optimizer.c_str(), onebit,
+                  optimizer.c_str());
   });
+}
+
+TEST(OneBitAdam, TrainsAsWellAsAdam) {
+  expect_trains_like_uncompressed(Compression::kOneBitAdam, "adam");
+}
+
+TEST(OneBitLamb, TrainsAsWellAsLamb) {
+  expect_trains_like_uncompressed(Compression::kOneBitLamb, "lamb");
 }
 
 

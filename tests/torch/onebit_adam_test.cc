@@ -1,18 +1,23 @@
 // 1-bit Adam (onebit_adam.h) through DistributedOptimizer at 2 ranks: its
-// warm-up steps are bitwise those of plain distributed Adam; after them the
+// warm-up steps are bitwise those of plain distributed Adam, elements with
+// no gradient in the warm-up stay put after it; after them the
 // bytes handed to the communicator per step are the closed form's
-// (lockstep/plan/compression.h), against 4L for the uncompressed steps; the
-// planner's bytes for the same model equal the runtime's traffic counters
-// for none, PowerSGD, 1-bit and 1-bit Adam; bad options get named errors.
-// (compression_test.cc trains a classifier with it.)
+// (lockstep/plan/compression.h), against 4L for the uncompressed steps, and
+// so are 1-bit LAMB's (onebit_lamb.h; its own tests in onebit_lamb_test.cc);
+// the planner's bytes for the same model equal the runtime's traffic
+// counters for none, PowerSGD, 1-bit, 1-bit Adam and 1-bit LAMB; bad
+// options get named errors. (compression_test.cc trains a classifier with
+// them.)
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "lockstep/base/error.h"
 #include "lockstep/comm/traffic.h"
+#include "lockstep/optim/lamb.h"
 #include "lockstep/plan/compression.h"
 #include "lockstep/torch/distributed_optimizer.h"
 #include "torch/helpers.h"
+#include "torch/onebit_warmup.h"
 
 namespace lockstep::torch {
 namespace {
@@ -20,50 +25,14 @@ namespace {
 using ::torch::Tensor;
 using testing::run_torch_workers;
 namespace nn = ::torch::nn;
-namespace nnf = ::torch::nn::functional;
 
-nn::Sequential small_model() {
-  ::torch::manual_seed(5);
-  return nn::Sequential(nn::Linear(32, 48), nn::Tanh(), nn::Linear(48, 4));
-}
-
-void backward_on(nn::Sequential& model, int step) {
-  auto g = ::torch::make_generator<at::CPUGeneratorImpl>(100 * step + rank());
-  nnf::cross_entropy(model->forward(::torch::randn({16, 32}, g)),
-                     ::torch::randint(0, 4, {16}, g))
-      .backward();
-}
-
-// Plain distributed Adam and 1-bit Adam from the same start, the same
-// batches: equal bits through the warm-up (overlap on, so the gradients go
-// from the backward hooks as without compression), different after.
 void check_warmup_is_plain_adam() {
-  auto plain = small_model();
-  auto onebit = small_model();
-  ::torch::optim::Adam adam_a(plain->parameters(), ::torch::optim::AdamOptions(0.01));
-  ::torch::optim::Adam adam_b(onebit->parameters(), ::torch::optim::AdamOptions(0.01));
-  DistributedOptimizer a(adam_a, *plain, {.name_prefix = "plain", .overlap = Overlap::kOn});
-  DistributedOptimizer b(adam_b, *onebit,
-                         {.compression = Compression::kOneBitAdam,
-                          .onebit_adam = {.warmup_steps = 3},
-                          .name_prefix = "obadam",
-                          .overlap = Overlap::kOn});
-  auto same = [&] {
-    for (size_t i = 0; i < plain->parameters().size(); ++i)
-      if (!::torch::equal(plain->parameters()[i], onebit->parameters()[i])) return false;
-    return true;
-  };
-  for (int step = 0; step < 4; ++step) {
-    for (auto* pair : {&a, &b}) pair->zero_grad();
-    backward_on(plain, step);
-    backward_on(onebit, step);
-    a.step();
-    b.step();
-    if (step < 3) {
-      EXPECT_TRUE(same()) << "warm-up step " << step;
-    }
-  }
-  EXPECT_FALSE(same()) << "the compressed step changed nothing";
+  testing::check_warmup_is_plain(
+      {.compression = Compression::kOneBitAdam, .onebit_adam = {.warmup_steps = 3}}, 3,
+      [](std::vector<Tensor> params) {
+        return std::make_unique<::torch::optim::Adam>(std::move(params),
+                                                      ::torch::optim::AdamOptions(0.01));
+      });
 }
 
 // Payload bytes handed to the communicator by one step() (synchronize and
@@ -74,14 +43,21 @@ nn::Sequential traffic_model() {
                         nn::Linear(256, 10));
 }
 
+// Adam, or LAMB for onebit-lamb.
 comm::Traffic step_traffic(const std::string& compression, int step_to_measure) {
   auto model = traffic_model();
-  ::torch::optim::Adam adam(model->parameters(), ::torch::optim::AdamOptions(1e-3));
+  std::unique_ptr<::torch::optim::Optimizer> optimizer;
+  if (compression == "onebit-lamb")
+    optimizer = std::make_unique<optim::Lamb>(model->parameters(), optim::LambOptions(1e-3));
+  else
+    optimizer = std::make_unique<::torch::optim::Adam>(model->parameters(),
+                                                       ::torch::optim::AdamOptions(1e-3));
   DistributedOptimizerOptions o{.name_prefix = "t." + compression, .overlap = Overlap::kOff,
                                 .fingerprint_every = 0};
   set_compression(o, compression);
   o.onebit_adam.warmup_steps = 2;
-  DistributedOptimizer dist(adam, *model, o);
+  o.onebit_lamb.warmup_steps = 2;
+  DistributedOptimizer dist(*optimizer, *model, o);
   auto g = ::torch::make_generator<at::CPUGeneratorImpl>(20 + rank());
   comm::Traffic measured;
   for (int step = 0; step <= step_to_measure; ++step) {
@@ -107,7 +83,7 @@ std::vector<std::vector<int64_t>> wide_shapes() {
 // measured - planned is the same small number for both measures: a data
 // collective the planner mis-sized (a 1-bit row is 2.3 KiB here) fails.
 void check_planner_bytes_are_measured_bytes() {
-  for (const std::string c : {"none", "powersgd:4", "onebit", "onebit-adam"}) {
+  for (const std::string c : {"none", "powersgd:4", "onebit", "onebit-adam", "onebit-lamb"}) {
     const comm::Traffic m = step_traffic(c, 3);
     int64_t payload = 0, wire = 0;
     for (const auto& k : plan::compressed_step(plan::parse_compression(c), wide_shapes(), 2)) {
@@ -124,21 +100,31 @@ void check_planner_bytes_are_measured_bytes() {
                   static_cast<unsigned long long>(m.payload_bytes),
                   static_cast<unsigned long long>(m.wire_bytes));
   }
-  // 1-bit Adam's warm-up step is an uncompressed one: 4L bytes.
+  // 1-bit Adam's and LAMB's warm-up step is an uncompressed one: 4L bytes.
   int64_t values = 0;
   for (const auto& s : wide_shapes()) values += c10::multiply_integers(s);
-  const comm::Traffic warm = step_traffic("onebit-adam", 0);
-  EXPECT_GE(warm.payload_bytes, static_cast<uint64_t>(4 * values));
-  EXPECT_LE(static_cast<double>(warm.payload_bytes), 1.01 * 4.0 * static_cast<double>(values));
-  const comm::Traffic frozen = step_traffic("onebit-adam", 3);
-  const double factor = 4.0 * static_cast<double>(values) /
-                        static_cast<double>(plan::onebit_payload_bytes(values, 2));
-  EXPECT_NEAR(static_cast<double>(warm.payload_bytes) / static_cast<double>(frozen.payload_bytes),
-              factor, 0.02 * factor);
+  for (const std::string c : {"onebit-adam", "onebit-lamb"}) {
+    const comm::Traffic warm = step_traffic(c, 0);
+    EXPECT_GE(warm.payload_bytes, static_cast<uint64_t>(4 * values)) << c;
+    EXPECT_LE(static_cast<double>(warm.payload_bytes), 1.01 * 4.0 * static_cast<double>(values))
+        << c;
+    const comm::Traffic frozen = step_traffic(c, 3);
+    const double factor = 4.0 * static_cast<double>(values) /
+                          static_cast<double>(plan::onebit_payload_bytes(values, 2));
+    EXPECT_NEAR(static_cast<double>(warm.payload_bytes) / static_cast<double>(frozen.payload_bytes),
+                factor, 0.02 * factor) << c;
+  }
+}
+
+void check_zero_variance_stays_put() {
+  auto model = testing::onebit_model();
+  ::torch::optim::Adam adam(model->parameters(), ::torch::optim::AdamOptions(0.01));
+  OneBitAdam onebit(adam, {.warmup_steps = 3}, Group(), "dead");
+  testing::check_zero_variance_stays_put(model, onebit);
 }
 
 void check_named_errors() {
-  auto model = small_model();
+  auto model = testing::onebit_model();
   ::torch::optim::SGD sgd(model->parameters(), 0.1);
   ::torch::optim::Adam adam(model->parameters(), ::torch::optim::AdamOptions(0.1));
   ::torch::optim::Adam ams(model->parameters(), ::torch::optim::AdamOptions(0.1).amsgrad(true));
@@ -170,6 +156,7 @@ TEST(OneBitAdam, WarmupIsPlainAdamThenBytesFollowTheClosedFormAndThePlanner) {
   run_torch_workers(2, [] {
     check_named_errors();
     check_warmup_is_plain_adam();
+    check_zero_variance_stays_put();
     check_planner_bytes_are_measured_bytes();
   });
 }

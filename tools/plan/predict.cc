@@ -47,8 +47,9 @@ void add_options(CLI::App& app, PredictOptions& o) {
   app.add_option("--fusion", o.fusion, "fusion threshold (LOCKSTEP_FUSION_THRESHOLD)")
       ->capture_default_str();
   app.add_option("--overlap", o.overlap, "auto|on|off (LOCKSTEP_OVERLAP)")->capture_default_str();
-  app.add_option("--compression", o.compression, "none|fp16|bf16|powersgd:R|onebit|onebit-adam gradient compression (the "
-                 "last three past their warm-up; PowerSGD needs a profile with shapes)")
+  app.add_option("--compression", o.compression,
+                 "none|fp16|bf16|powersgd:R|onebit|onebit-adam|onebit-lamb gradient compression "
+                 "(the last four past their warm-up; PowerSGD needs a profile with shapes)")
       ->capture_default_str();
   app.add_option("--strategy", o.strategy, "data (zero and pipeline are not modelled yet)")
       ->capture_default_str();

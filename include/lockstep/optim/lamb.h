@@ -7,7 +7,8 @@
 //   trust = ‖x‖/‖u‖ (1 when either norm is 0), capped at max_trust_ratio if > 0
 //   x ← x − lr·trust·u
 // φ is the identity, as in the paper's experiments. Options are per group;
-// state (step, m, v) saves and loads with torch::save / torch::load.
+// state (step, m, v) saves and loads with torch::save / torch::load; each
+// step's trust ratio is kept in the state too (LambParamState::trust_ratio).
 //
 // Thread-safety: as torch::optim's optimizers, none; step() and the
 // param_groups() it reads belong to one thread at a time.
@@ -43,6 +44,10 @@ struct LambParamState : public ::torch::optim::OptimizerCloneableParamState<Lamb
   TORCH_ARG(int64_t, step) = 0;
   TORCH_ARG(::torch::Tensor, exp_avg);
   TORCH_ARG(::torch::Tensor, exp_avg_sq);
+  // The trust ratio the last step applied (0-dim, on the parameter's
+  // device); not saved. 1-bit LAMB (lockstep/torch/onebit_lamb.h) averages
+  // it over its warm-up.
+  TORCH_ARG(::torch::Tensor, trust_ratio);
 
  public:
   void serialize(::torch::serialize::InputArchive& archive) override;

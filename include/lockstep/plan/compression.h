@@ -1,7 +1,7 @@
 // Gradient compression as the planner and the runtime both see it: the
 // `--compression` names, and the closed forms of what a compressed step puts
-// on the wire. The torch layer's PowerSGD, OneBit and OneBitAdam size their
-// collectives with these same functions (no hand copy), so the planner's
+// on the wire. The torch layer's PowerSGD, OneBit, OneBitAdam and OneBitLamb
+// size their collectives with these same functions (no hand copy), so the planner's
 // bytes are the runtime's by construction; tests compare both with the
 // traffic counters (Note [Compression closed forms] in compression.cc).
 //
@@ -23,6 +23,7 @@ enum class CompressionKind {
   kPowerSGD,    // rank-R factors, two allreduces per step
   kOneBit,      // signs of the error-compensated gradient: alltoall + allgather
   kOneBitAdam,  // DeepSpeed's 1-bit Adam: after warm-up, signs of the momentum
+  kOneBitLamb,  // DeepSpeed's 1-bit LAMB: the same bytes as 1-bit Adam
 };
 
 struct CompressionSpec {
@@ -34,7 +35,8 @@ struct CompressionSpec {
   std::string name() const;  // as parse_compression reads it
 };
 
-// "none", "fp16", "bf16", "powersgd:R" (R >= 1), "onebit", "onebit-adam".
+// "none", "fp16", "bf16", "powersgd:R" (R >= 1), "onebit", "onebit-adam",
+// "onebit-lamb".
 // Throws InvalidArgument naming the text and the accepted forms.
 CompressionSpec parse_compression(std::string_view text);
 
@@ -74,7 +76,8 @@ struct StepCollective {
 //   powersgd:R  allreduce of the P factors and the uncompressed gradients,
 //               then allreduce of the Q factors (PowerSGD's default
 //               min_compression_rate 2)
-//   onebit, onebit-adam  alltoall of `ranks` rows, allgather of one
+//   onebit, onebit-adam, onebit-lamb  alltoall of `ranks` rows, allgather
+//               of one (1-bit Adam and LAMB: their momentum, after warm-up)
 // Empty at one rank.
 std::vector<StepCollective> compressed_step(const CompressionSpec& spec,
                                             const std::vector<std::vector<int64_t>>& shapes,

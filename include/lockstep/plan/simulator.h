@@ -49,8 +49,8 @@ struct Scenario {
   Topology topology;
   int64_t fusion_threshold = 1 << 20;  // LOCKSTEP_FUSION_THRESHOLD
   std::string overlap = "auto";        // auto | on | off (LOCKSTEP_OVERLAP)
-  // none | fp16 | bf16 | powersgd:R | onebit | onebit-adam (compression.h;
-  // the last three modelled past their warm-up)
+  // none | fp16 | bf16 | powersgd:R | onebit | onebit-adam | onebit-lamb
+  // (compression.h; the last four modelled past their warm-up)
   std::string compression = "none";
   double jitter_ms = -1;               // per-rank compute sigma; < 0: the profile's
   // For overlap auto and CPU sharing: cores per node (0: unknown, taken as

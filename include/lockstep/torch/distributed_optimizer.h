@@ -36,6 +36,7 @@
 #include "lockstep/torch/group.h"
 #include "lockstep/torch/onebit.h"
 #include "lockstep/torch/onebit_adam.h"
+#include "lockstep/torch/onebit_lamb.h"
 #include "lockstep/torch/powersgd.h"
 
 namespace lockstep::torch {
@@ -51,6 +52,10 @@ enum class Compression {
   // after them synchronize() leaves each rank's local gradient and step()
   // sends the momentum as signs and a scale instead.
   kOneBitAdam,
+  // DeepSpeed's 1-bit LAMB (onebit_lamb.h; options.onebit_lamb): the same
+  // over a lockstep::optim::Lamb, its trust ratios frozen after the warm-up
+  // and rescaled by how far the frozen variance drifts.
+  kOneBitLamb,
 };
 
 // Whether gradients are allreduced as backward produces them (overlap) or
@@ -89,6 +94,7 @@ struct DistributedOptimizerOptions {
   PowerSGDOptions powersgd{};  // with Compression::kPowerSGD
   OneBitOptions onebit{};      // with Compression::kOneBit
   OneBitAdamOptions onebit_adam{};  // with Compression::kOneBitAdam
+  OneBitLambOptions onebit_lamb{};  // with Compression::kOneBitLamb
   // Average only: divide by this before the reduction and by size()/factor
   // after (>1 keeps large sums of small ranks in range).
   double gradient_predivide_factor = 1.0;
@@ -106,8 +112,9 @@ struct DistributedOptimizerOptions {
 };
 
 // Sets options.compression (and PowerSGD's rank) from a `--compression`
-// name: none, fp16, bf16, powersgd:R, onebit or onebit-adam (the planner's
-// names, lockstep/plan/compression.h). Throws InvalidArgument naming the text.
+// name: none, fp16, bf16, powersgd:R, onebit, onebit-adam or onebit-lamb (the
+// planner's names, lockstep/plan/compression.h). Throws InvalidArgument naming
+// the text.
 void set_compression(DistributedOptimizerOptions& options, std::string_view name);
 
 class DistributedOptimizer {
@@ -162,7 +169,7 @@ class DistributedOptimizer {
   void adasum_gradients();
   void compressed_gradients();
   bool allreduces_gradients() const;
-  void make_onebit_adam();
+  void make_onebit_optimizer();
 
   ::torch::optim::Optimizer& optimizer_;
   DistributedOptimizerOptions options_;
@@ -174,9 +181,9 @@ class DistributedOptimizer {
   int64_t fingerprint_every_ = 0;
   // kPowerSGD / kOneBit: takes over the reduction; made at the first synchronize().
   std::unique_ptr<GradientReducer> reducer_;
-  // kOneBitAdam: steps the wrapped Adam; past warm-up it replaces both the
-  // gradient allreduce and Adam's step.
-  std::unique_ptr<OneBitAdam> onebit_adam_;
+  // kOneBitAdam / kOneBitLamb: steps the wrapped Adam or Lamb; past warm-up
+  // it replaces both the gradient allreduce and the optimizer's step.
+  std::unique_ptr<OneBitOptimizer> onebit_optimizer_;
 };
 
 }  // namespace lockstep::torch

@@ -66,6 +66,24 @@ class CompressedAllreduce {
   ::torch::Tensor server_error_;  // this rank's chunk
 };
 
+// An optimizer wrapper whose steps, after a warm-up of plain distributed
+// steps, exchange the optimizer's momentum through a CompressedAllreduce
+// instead of the gradients: OneBitAdam (onebit_adam.h) and OneBitLamb
+// (onebit_lamb.h). DistributedOptimizer averages the gradients while
+// !compressing() and leaves each rank's local gradient after; step() does
+// the rest. Not thread-safe.
+class OneBitOptimizer {
+ public:
+  virtual ~OneBitOptimizer() = default;
+  // Whether the next step() is compressed (the warm-up is over). Before
+  // that, gradients must be averaged by the caller.
+  virtual bool compressing() const = 0;
+  // Warm-up: the wrapped optimizer's step (gradients already averaged).
+  // After it: a step from each rank's local gradient, collective over the
+  // group.
+  virtual void step() = 0;
+};
+
 class OneBit : public GradientReducer {
  public:
   OneBit(OneBitOptions options, Group group, std::string name_prefix);

@@ -21,6 +21,12 @@
 // adds it to the update. Bias correction follows torch's Adam so the stages
 // join without a jump.
 //
+// Elements whose frozen v is exactly 0 (no gradient in the whole warm-up:
+// dead units, unused rows) keep m = 0: the compressed mean gives them ±scale
+// (signs carry no zero), which divided by ε made lockstep-parallelism's
+// loss overflow after its 4-step warm-up. DeepSpeed asks the user for this
+// mask (exp_avg_mask); 1-bit LAMB (onebit_lamb.h) does the same.
+//
 // Whether a step compresses is read from the Adam state's step count, so a
 // job resumed from a checkpoint past warm-up stays in the compression stage
 // (the error feedback restarts from zero, as DeepSpeed's does on load).
@@ -48,7 +54,7 @@ struct OneBitAdamOptions {
 // Throws InvalidArgument for warmup_steps < 1.
 void validate(const OneBitAdamOptions& options);
 
-class OneBitAdam {
+class OneBitAdam : public OneBitOptimizer {
  public:
   // `adam` must outlive this object. Throws InvalidArgument when it uses
   // amsgrad (its running maximum of v has no frozen counterpart).
@@ -59,12 +65,12 @@ class OneBitAdam {
 
   // Whether the next step is compressed: the Adam state has taken
   // warmup_steps steps. Before that, gradients must be averaged by the caller.
-  bool compressing() const;
+  bool compressing() const override;
   // Warm-up: the wrapped Adam's step() (gradients already averaged).
   // Compression stage: the step above, from each parameter's local
   // gradient (a parameter without one contributes a zero gradient).
   // Collective over the group in the compression stage.
-  void step();
+  void step() override;
 
  private:
   void compressed_step();
