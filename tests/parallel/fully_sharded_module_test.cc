@@ -8,11 +8,14 @@
 #include <gmock/gmock.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "lockstep/base/error.h"
-#include "lockstep/optim/lamb.h"
+#include "lockstep/parallel/activation_checkpoint.h"
 #include "lockstep/parallel/fully_sharded.h"
+#include "lockstep/parallel/mesh.h"
 #include "lockstep/torch/memory.h"
+#include "parallel/fsdp_helpers.h"
 #include "torch/helpers.h"
 
 namespace lockstep::parallel {
@@ -20,12 +23,14 @@ namespace {
 
 using lockstep::torch::testing::flat_parameters;
 using lockstep::torch::testing::run_torch_workers;
+using testing::local_batch;
+using testing::make_optimizer;
+using testing::relative_error;
 namespace lt = lockstep::torch;
 namespace nn = ::torch::nn;
 using ::torch::Tensor;
 
 constexpr int kSteps = 6;
-constexpr int64_t kGlobalBatch = 8;
 
 template <typename ModuleType>
 nn::AnyModule unit_or_plain(bool unit, ModuleType module) {
@@ -51,6 +56,7 @@ struct Shape {
   bool units = true;        // FullyShardedUnit submodules (false: the plain model)
   bool inner_units = true;  // block2's fc1 and fc2 units (else block2 is root)
   bool twice = false;       // block1 runs twice per forward (shared weights)
+  bool checkpointed = false;  // block1 is also Checkpointed (recomputed in backward)
   int64_t d = 16, w = 32;
 };
 
@@ -61,7 +67,8 @@ struct NetImpl : nn::Module {
     ::torch::manual_seed(3);
     embed = unit_or_plain(s.units, nn::Linear(8, s.d));
     register_module("embed", embed.ptr());
-    block1 = unit_or_plain(s.units, Block(s.d, s.w, false));
+    block1 = s.checkpointed ? unit_or_plain(s.units, Checkpointed(Block(s.d, s.w, false)))
+                            : unit_or_plain(s.units, Block(s.d, s.w, false));
     register_module("block1", block1.ptr());
     block2 = register_module("block2", Block(s.d, s.w, s.units && s.inner_units));
     scale = register_parameter("scale", ::torch::rand({s.d}) + 0.5);
@@ -82,23 +89,6 @@ class Net : public nn::ModuleHolder<NetImpl> {
  public:
   using nn::ModuleHolder<NetImpl>::ModuleHolder;
 };
-
-std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const std::string& kind,
-                                                          std::vector<Tensor> params) {
-  if (kind == "adam")
-    return std::make_unique<::torch::optim::Adam>(params, ::torch::optim::AdamOptions(0.01));
-  if (kind == "lamb")
-    return std::make_unique<optim::Lamb>(params, optim::LambOptions(0.01).weight_decay(0.01));
-  return std::make_unique<::torch::optim::SGD>(params, ::torch::optim::SGDOptions(0.05).momentum(0.9));
-}
-
-std::pair<Tensor, Tensor> local_batch(int step) {
-  auto g = ::torch::make_generator<at::CPUGeneratorImpl>(500 + step);
-  auto x = ::torch::randn({kGlobalBatch, 8}, g);
-  auto y = ::torch::randn({kGlobalBatch, 4}, g);
-  const int64_t rows = kGlobalBatch / lt::size();
-  return {x.narrow(0, lt::rank() * rows, rows), y.narrow(0, lt::rank() * rows, rows)};
-}
 
 Tensor train_data_parallel(const std::string& kind, Shape shape) {
   shape.units = false;
@@ -129,10 +119,6 @@ Tensor train_fsdp(Net& net, FullyShardedModel& fsdp, ::torch::optim::Optimizer& 
   return flat;
 }
 
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  return ((actual - expected).abs().max() / expected.abs().max()).item<double>();
-}
-
 void check_equals_data_parallel(bool prefetch) {
   for (const std::string kind : {"sgd", "adam", "lamb"})
     for (bool twice : {false, true}) {
@@ -148,6 +134,26 @@ void check_equals_data_parallel(bool prefetch) {
       EXPECT_LE(relative_error(actual, expected), 1e-6)
           << kind << (twice ? " block1 twice" : "") << " on " << lt::size() << " ranks";
     }
+}
+
+// Activation checkpointing inside a unit (the recomputation reads the
+// parameters the unit's backward gathered) and HSDP (replicate=2 x shard=2,
+// 4 ranks) also compute what data parallelism computes.
+void check_checkpointed_and_hybrid(bool hybrid) {
+  const Shape shape{.checkpointed = true};
+  const Tensor expected = train_data_parallel("adam", shape);
+  Net net(shape);
+  FullyShardedOptions o{.name = fmt::format("cph{}", hybrid)};
+  std::optional<Mesh> mesh;
+  if (hybrid) {
+    mesh.emplace(std::vector<MeshDim>{{"replicate", 2}, {"shard", 2}});
+    o.group = mesh->group("shard");
+    o.replicate = mesh->group("replicate");
+  }
+  FullyShardedModel fsdp(net, o);
+  auto opt = make_optimizer("adam", fsdp.parameters());
+  EXPECT_LE(relative_error(train_fsdp(net, fsdp, *opt, 0, kSteps), expected), 1e-6)
+      << "checkpointed block" << (hybrid ? ", HSDP 2 x 2" : "");
 }
 
 // The wrapper keeps the wrapped modules' names: the plain model's.
@@ -257,6 +263,7 @@ TEST(FullyShardedModule, TwoRanksComputeWhatDataParallelismComputes) {
   run_torch_workers(2, [] {
     check_names_are_the_plain_models();
     check_equals_data_parallel(/*prefetch=*/true);
+    check_checkpointed_and_hybrid(false);
     check_memory_below_data_parallel();
     check_named_errors();
   });
@@ -265,6 +272,7 @@ TEST(FullyShardedModule, TwoRanksComputeWhatDataParallelismComputes) {
 TEST(FullyShardedModule, FourRanksComputeWhatDataParallelismComputes) {
   run_torch_workers(4, [] {
     check_equals_data_parallel(/*prefetch=*/false);
+    check_checkpointed_and_hybrid(true);
     check_memory_below_data_parallel();
   });
 }
