@@ -3,7 +3,9 @@
 // unit in fully_sharded.h) and the constructor that shards them.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "lockstep/base/error.h"
 #include "parallel/wrapped_names.h"
@@ -58,18 +60,31 @@ void FullyShardedModel::Impl::unbind_unit_modules() {
 
 namespace {
 
-using UnitModule = std::shared_ptr<FullyShardedUnitImpl>;
+// A FullyShardedUnit submodule and every path it is registered under.
+struct FoundUnit {
+  std::vector<std::string> paths;
+  std::shared_ptr<FullyShardedUnitImpl> module;
+
+  bool contains(const std::string& parameter_name) const {
+    for (const auto& path : paths)
+      if (path.empty() || parameter_name.rfind(path + ".", 0) == 0) return true;
+    return false;
+  }
+};
 
 // The model's FullyShardedUnit submodules in named_modules() order (each
-// once), with their paths; nested units are refused.
-std::vector<std::pair<std::string, UnitModule>> find_units(::torch::nn::Module& model) {
-  std::vector<std::pair<std::string, UnitModule>> found;
+// once); nested units are refused.
+std::vector<FoundUnit> find_units(::torch::nn::Module& model) {
+  std::vector<FoundUnit> found;
   for (const auto& item : model.named_modules()) {
     auto unit = std::dynamic_pointer_cast<FullyShardedUnitImpl>(item.value());
     if (!unit) continue;
-    bool seen = false;
-    for (const auto& f : found) seen = seen || f.second == unit;
-    if (seen) continue;
+    auto same = std::find_if(found.begin(), found.end(),
+                             [&](const FoundUnit& f) { return f.module == unit; });
+    if (same != found.end()) {
+      same->paths.push_back(item.key());
+      continue;
+    }
     for (const auto& inner : unit->named_modules("", /*include_self=*/false))
       if (std::dynamic_pointer_cast<FullyShardedUnitImpl>(inner.value()))
         throw InvalidArgument(fmt::format(
@@ -78,12 +93,32 @@ std::vector<std::pair<std::string, UnitModule>> find_units(::torch::nn::Module& 
     if (unit->sharded())
       throw InvalidArgument(fmt::format(
           "FullyShardedModel: unit '{}' already belongs to another FullyShardedModel", item.key()));
-    found.emplace_back(item.key(), std::move(unit));
+    found.push_back({{item.key()}, std::move(unit)});
   }
   if (found.empty())
     throw InvalidArgument("FullyShardedModel: the module has no FullyShardedUnit submodule; wrap "
                           "the layers to shard in lockstep::parallel::fsdp_unit(...)");
   return found;
+}
+
+// Each unit's parameters (TensorImpl -> unit); one parameter in two units
+// is refused. The units' entries in m.
+std::unordered_map<const void*, int> own_parameters(FullyShardedModel::Impl& m,
+                                                    const std::vector<FoundUnit>& found) {
+  std::unordered_map<const void*, int> owner;
+  for (size_t u = 0; u < found.size(); ++u) {
+    m.units.emplace_back();
+    m.units[u].label = fmt::format("{} ({})", u, found[u].paths[0]);
+    m.unit_modules.push_back(found[u].module);
+    for (const auto& p : found[u].module->named_parameters()) {
+      auto [it, fresh] = owner.emplace(p.value().unsafeGetTensorImpl(), static_cast<int>(u));
+      if (!fresh)
+        throw InvalidArgument(fmt::format(
+            "FullyShardedModel: units '{}' and '{}' share the parameter {}; a parameter belongs "
+            "to one unit", found[it->second].paths[0], found[u].paths[0], p.key()));
+    }
+  }
+  return owner;
 }
 
 }  // namespace
@@ -92,28 +127,20 @@ std::vector<std::pair<std::string, UnitModule>> find_units(::torch::nn::Module& 
 // parameters in the model's named_parameters() order (what checkpoints and
 // an optimizer on the plain model use).
 static std::string plan_module_units(FullyShardedModel::Impl& m, ::torch::nn::Module& model,
-                                     const std::vector<std::pair<std::string, UnitModule>>& found) {
-  std::unordered_map<const void*, int> owner;  // TensorImpl -> unit
-  for (size_t u = 0; u < found.size(); ++u) {
-    m.units.emplace_back();
-    m.units[u].label = fmt::format("{} ({})", u, found[u].first);
-    m.unit_modules.push_back(found[u].second);
-    for (const auto& p : found[u].second->named_parameters()) {
-      const void* key = p.value().unsafeGetTensorImpl();
-      auto [it, fresh] = owner.emplace(key, static_cast<int>(u));
-      if (!fresh)
-        throw InvalidArgument(fmt::format(
-            "FullyShardedModel: units '{}' and '{}' share the parameter {}; a parameter belongs "
-            "to one unit", found[it->second].first, found[u].first, p.key()));
-    }
-  }
+                                     const std::vector<FoundUnit>& found) {
+  const auto owner = own_parameters(m, found);
   std::string description = fmt::format("modules granularity={}\n", m.element ? "element" : "tensor");
   const int root = static_cast<int>(found.size());
-  std::unordered_map<const void*, std::string> taken;  // each parameter once (first name)
+  std::unordered_set<const void*> taken;  // each parameter once (its first name)
   for (const auto& item : model.named_parameters()) {
     const void* key = item.value().unsafeGetTensorImpl();
-    if (!taken.emplace(key, item.key()).second) continue;
     auto it = owner.find(key);
+    if (it != owner.end() && !found[it->second].contains(item.key()))
+      throw InvalidArgument(fmt::format(
+          "FullyShardedModel: {} is a parameter of unit '{}' that is also registered outside it "
+          "(tied weights across a unit's boundary are not supported: it holds no memory there)",
+          item.key(), found[it->second].paths[0]));
+    if (!taken.insert(key).second) continue;
     if (it == owner.end() && static_cast<int>(m.units.size()) == root) {
       m.units.emplace_back();
       m.units[root].label = "root";

@@ -9,7 +9,8 @@
 namespace lockstep::parallel::detail {
 
 inline void adopt_names(::torch::nn::Module& wrapper, const ::torch::nn::Module& wrapped) {
-  for (const auto& child : wrapped.named_children()) wrapper.register_module(child.key(), child.value());
+  for (const auto& child : wrapped.named_children())
+    wrapper.register_module(child.key(), child.value());
   for (const auto& p : wrapped.named_parameters(/*recurse=*/false))
     wrapper.register_parameter(p.key(), p.value(), p.value().requires_grad());
   for (const auto& b : wrapped.named_buffers(/*recurse=*/false))

@@ -246,6 +246,12 @@ void check_named_errors() {
   EXPECT_THAT([&] { FullyShardedModel fsdp(std::shared_ptr<nn::Module>(nested.ptr())); },
               ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr(
                   "unit '0' contains another FullyShardedUnit ('0.0'); nested units")));
+  auto tied = std::make_shared<nn::Module>();  // a unit's weight registered outside it too
+  auto fc = tied->register_module("fc", fsdp_unit(nn::Linear(4, 4)));
+  tied->register_parameter("w", fc->named_parameters()["weight"]);
+  EXPECT_THAT([&] { FullyShardedModel fsdp(tied); },
+              ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr(
+                  "w is a parameter of unit 'fc' that is also registered outside it")));
   EXPECT_THAT([] { FullyShardedModel fsdp(Net(Shape{}), {.compute_dtype = ::torch::kBFloat16}); },
               ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("compute_dtype")));
   Net net(Shape{});

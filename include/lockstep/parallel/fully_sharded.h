@@ -84,9 +84,13 @@
 // named_parameters() are the plain model's. A unit may run more than once
 // per forward (shared weights): it is gathered for each call and its
 // gradient reduced once. Not supported (InvalidArgument at construction):
-// nested units, parameters shared between units or between a unit and the
-// root (tied weights across a unit), compute_dtype, and models without any
-// unit. forward() and module() are the Sequential path's.
+// nested units, parameters shared between units or registered both in a
+// unit and outside it (tied weights across a unit), compute_dtype, and
+// models without any unit. A unit's parameter read outside its forward
+// without being registered there is not detected (it holds no memory).
+// forward() and module() are the Sequential path's. Once the
+// FullyShardedModel is destroyed the units run unsharded, but their
+// parameters hold memory only if gather_full() was called before.
 //
 // Requirements: every rank wraps the same model (same layer structure,
 // parameter names and shapes: checked at construction, which throws
