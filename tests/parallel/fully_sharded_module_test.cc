@@ -200,6 +200,44 @@ void check_memory_below_data_parallel() {
                static_cast<double>(sharded) / dense, unit);
 }
 
+// Prefetch is visible in memory: a unit's buffer is allocated while the one
+// before it (forward) or after it (backward) computes. From the second step
+// on (the first records the order), the peak of a training step and that of
+// an evaluation forward exceed those without prefetch.
+std::pair<int64_t, int64_t> steady_peaks(bool prefetch) {
+  Net net(Shape{.d = 64, .w = 512});
+  FullyShardedModel fsdp(net, {.prefetch = prefetch, .name = fmt::format("steady{}", prefetch)});
+  ::torch::optim::SGD sgd(fsdp.parameters(), 0.01);
+  lt::AllocationTracker tracker;
+  int64_t start = 0;
+  for (int s = 0; s < 3; ++s) {
+    if (s == 1) {
+      tracker.reset_peak();
+      start = tracker.current_bytes();
+    }
+    auto [x, y] = local_batch(s);
+    fsdp.zero_grad();
+    ::torch::nn::functional::mse_loss(net->forward(x), y).backward();
+    fsdp.step(sgd);
+  }
+  const int64_t step = tracker.peak_bytes() - start;
+  ::torch::NoGradGuard no_grad;
+  tracker.reset_peak();
+  start = tracker.current_bytes();
+  net->forward(local_batch(0).first);
+  return {step, tracker.peak_bytes() - start};
+}
+
+void check_prefetch_gathers_ahead() {
+  const auto [step, forward] = steady_peaks(true);
+  const auto [step_without, forward_without] = steady_peaks(false);
+  EXPECT_GT(step, step_without) << "no unit gathered ahead in backward";
+  EXPECT_GT(forward, forward_without) << "no unit gathered ahead in forward";
+  if (lt::rank() == 0)
+    fmt::print("[prefetch] peak with/without prefetch: step {}/{} B, forward {}/{} B\n", step,
+               step_without, forward, forward_without);
+}
+
 // Saved from FSDP over the module, read by the plain model (the same names)
 // and by another FSDP over the module (the root unit's values included).
 void check_checkpoint_round_trip(const std::string& path) {
@@ -271,6 +309,7 @@ TEST(FullyShardedModule, TwoRanksComputeWhatDataParallelismComputes) {
     check_equals_data_parallel(/*prefetch=*/true);
     check_checkpointed_and_hybrid(false);
     check_memory_below_data_parallel();
+    check_prefetch_gathers_ahead();
     check_named_errors();
   });
 }
