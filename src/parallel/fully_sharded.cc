@@ -19,6 +19,13 @@
 // last parameter of the unit has its gradient (a hook on its accumulator),
 // the flat gradient is reduce-scattered into `grad_shard` (at most one in
 // flight) and the unit's parameters are released.
+// Over a module (fully_sharded_unit.cc), the units are FullyShardedUnit
+// submodules whose forward calls enter() and leave(): the same gather,
+// release and UnitBoundary, in the order the model's forward calls them;
+// prefetch follows the order recorded on the first forward. The root unit
+// (parameters outside every unit) is `keep`: never released, its gradient
+// taken from AccumulateGrad's .grad when it is sent, its buffer all-gathered
+// again at the end of step().
 // Every rank issues the same collectives in the same order: forward gathers
 // in unit order, backward gathers and reduce-scatters in reverse, and step()
 // sends (zeros) for any unit whose backward did not run, so a rank whose loss

@@ -74,11 +74,12 @@
 // prefetches nothing), compute, release, and put the UnitBoundary on its
 // output so that backward gathers it again. Units are numbered in
 // named_modules() order (registration order: the same on every rank, which
-// construction checks). Parameters outside every unit form one root unit
-// that is sharded for the optimizer but stays gathered all the time (its
-// gradient is reduce-scattered like a unit's, and step() all-gathers the
-// updated root): LibTorch has no hook at the start of the model's forward,
-// and the model may read them anywhere in it. So keep the root small (norms,
+// construction checks); every rank's forward must call them in the same
+// order (the same code: their gathers are collectives). Parameters outside
+// every unit form one root unit that is sharded for the optimizer but stays
+// gathered all the time (its gradient is reduce-scattered like a unit's,
+// and step() all-gathers the updated root): LibTorch has no hook at the
+// start of the model's forward, and the model may read them anywhere in it. So keep the root small (norms,
 // scales, a head) and put the big layers in units. The wrapper keeps the
 // wrapped module's names (as Checkpointed does), so checkpoints and
 // named_parameters() are the plain model's. A unit may run more than once
