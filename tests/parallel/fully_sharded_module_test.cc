@@ -1,7 +1,7 @@
 // FullyShardedModel over a model's own module (FullyShardedUnit submodules,
 // the forward the model's own) against data parallelism on the same model
 // without units: the same parameters after K steps of SGD, Adam and LAMB in
-// f32 (1e-6 relative) at 2 and 4 ranks, a unit called twice per forward,
+// f32 (1e-6 relative) at 1, 2 and 4 ranks, a unit called twice per forward,
 // peak bytes per rank below data parallelism's (AllocationTracker),
 // checkpoints read by the plain model, and named errors.
 #include <fmt/format.h>
@@ -301,6 +301,10 @@ void check_named_errors() {
   EXPECT_THAT([&] { FullyShardedModel again(net, {.name = "again"}); },
               ::testing::ThrowsMessage<InvalidArgument>(
                   ::testing::HasSubstr("already belongs to another FullyShardedModel")));
+}
+
+TEST(FullyShardedModule, OneRankIsThePlainModel) {
+  run_torch_workers(1, [] { check_equals_data_parallel(/*prefetch=*/true); });
 }
 
 TEST(FullyShardedModule, TwoRanksComputeWhatDataParallelismComputes) {
