@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "lockstep/base/error.h"
+#include "parallel/wrapped_names.h"
 
 namespace lockstep::parallel {
 
@@ -192,11 +193,7 @@ CheckpointedImpl::CheckpointedImpl(std::shared_ptr<::torch::nn::Module> module,
                                    SegmentForward forward)
     : module_(std::move(module)), forward_(std::move(forward)) {
   if (!module_ || !forward_) throw InvalidArgument("Checkpointed: no module given");
-  // The wrapped module's own names, one level up (see the header).
-  for (const auto& child : module_->named_children()) register_module(child.key(), child.value());
-  for (const auto& p : module_->named_parameters(/*recurse=*/false))
-    register_parameter(p.key(), p.value(), p.value().requires_grad());
-  for (const auto& b : module_->named_buffers(/*recurse=*/false)) register_buffer(b.key(), b.value());
+  detail::adopt_names(*this, *module_);  // the wrapped module's names, one level up
 }
 
 Tensor CheckpointedImpl::forward(const Tensor& input) {

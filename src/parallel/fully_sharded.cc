@@ -19,6 +19,13 @@
 // last parameter of the unit has its gradient (a hook on its accumulator),
 // the flat gradient is reduce-scattered into `grad_shard` (at most one in
 // flight) and the unit's parameters are released.
+// Over a module (fully_sharded_unit.cc), the units are FullyShardedUnit
+// submodules whose forward calls enter() and leave(): the same gather,
+// release and UnitBoundary, in the order the model's forward calls them;
+// prefetch follows the order recorded on the first forward. The root unit
+// (parameters outside every unit) is `keep`: never released, its gradient
+// taken from AccumulateGrad's .grad when it is sent, its buffer all-gathered
+// again at the end of step().
 // Every rank issues the same collectives in the same order: forward gathers
 // in unit order, backward gathers and reduce-scatters in reverse, and step()
 // sends (zeros) for any unit whose backward did not run, so a rank whose loss
@@ -110,15 +117,60 @@ int FullyShardedModel::Impl::next_with_params(int u, int direction) const {
   return -1;
 }
 
+int FullyShardedModel::Impl::prefetch_target(int u, int direction) const {
+  if (!modules) return next_with_params(u, direction);
+  if (!order_frozen) return -1;
+  return direction > 0 ? next_forward[u] : previous_backward[u];
+}
+
+// Per unit: the unit called after its first call (forward's prefetch) and
+// the one called before its last call (backward meets that call first).
+void FullyShardedModel::Impl::freeze_order() {
+  if (order_frozen) return;
+  order_frozen = true;
+  next_forward.assign(units.size(), -1);
+  previous_backward.assign(units.size(), -1);
+  std::vector<bool> seen(units.size(), false);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int u = order[i];
+    for (size_t j = i + 1; !seen[u] && j < order.size(); ++j)
+      if (order[j] != u) {  // a unit called twice in a row: the one after its calls
+        next_forward[u] = order[j];
+        break;
+      }
+    seen[u] = true;
+    if (i > 0 && order[i - 1] != u) previous_backward[u] = order[i - 1];
+  }
+}
+
+void FullyShardedModel::Impl::enter(int u) {
+  if (units[u].params.empty()) return;
+  if (!order_frozen) order.push_back(u);
+  gather(u, true);
+  const int next = prefetch_target(u, +1);
+  if (options->prefetch && next >= 0) gather(next, false);
+}
+
+Tensor FullyShardedModel::Impl::leave(int u, Tensor out) {
+  if (units[u].params.empty()) return out;
+  release(u);
+  if (::torch::GradMode::is_enabled() && out.requires_grad())
+    out = UnitBoundary::apply(out, reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
+  return out;
+}
+
 void FullyShardedModel::Impl::begin_backward(int u) {
   Unit& unit = units[u];
   if (unit.sent)
     throw InvalidArgument(fmt::format(
-        "FullyShardedModel: a second backward reached unit {} (layers {}..{}) before step(); "
-        "run one backward per step()", u, unit.first_layer, unit.end_layer - 1));
+        "FullyShardedModel: a second backward reached unit {} before step(); "
+        "run one backward per step()", unit.label));
+  if (modules) freeze_order();
   gather(u, true);
-  const int previous = next_with_params(u, -1);
-  if (options->prefetch && previous >= 0) gather(previous, false);
+  const int previous = prefetch_target(u, -1);
+  // A unit already reduced (module path: an order not strictly reversed)
+  // must not be gathered now: it would keep this step's values past step().
+  if (options->prefetch && previous >= 0 && !units[previous].sent) gather(previous, false);
   if (!unit.grad_full.defined()) {
     unit.grad_full = ::torch::zeros({unit.layout.shard * n}, unit.full.options());
     for (const ShardPlacement& place : unit.layout.placements)
@@ -140,7 +192,17 @@ void FullyShardedModel::Impl::bind_views(int u) {
     }
 }
 
+::torch::nn::Sequential& FullyShardedModel::module() {
+  if (model_.is_empty())
+    throw InvalidArgument("FullyShardedModel::module: built over a module, not a Sequential; "
+                          "use wrapped()");
+  return model_;
+}
+
 Tensor FullyShardedModel::forward(Tensor x) {
+  if (model_.is_empty())
+    throw InvalidArgument("FullyShardedModel::forward: built over a module; call the module's "
+                          "own forward (its FullyShardedUnit submodules gather themselves)");
   Impl& m = *impl_;
   const bool grad = ::torch::GradMode::is_enabled();
   const bool mixed = m.compute != m.dtype;

@@ -18,7 +18,7 @@ using ::torch::Tensor;
 
 namespace {
 
-std::string describe_parameter(const std::string& name, const Tensor& p, int unit) {
+std::string describe_parameter(const std::string& name, const Tensor& p, const std::string& unit) {
   std::ostringstream s;
   s << name << " " << p.sizes() << " " << c10::toString(p.scalar_type()) << " in unit " << unit;
   return s.str();
@@ -50,16 +50,20 @@ void check_same_model_everywhere(const std::string& mine, const FullyShardedOpti
   }
 }
 
-void validate_fsdp_options(const FullyShardedOptions& o, const ::torch::nn::Sequential& model) {
-  if (o.layers_per_unit < 1)
-    throw InvalidArgument(fmt::format("FullyShardedModel: layers_per_unit={} must be >= 1",
-                                      o.layers_per_unit));
-  if (model->size() == 0) throw InvalidArgument("FullyShardedModel: the Sequential has no layers");
+void validate_common_options(const FullyShardedOptions& o) {
   o.group.require_member("FullyShardedModel");
   if (o.replicate) o.replicate->require_member("FullyShardedModel (replicate group)");
   if (o.compute_dtype && !c10::isFloatingType(*o.compute_dtype))
     throw InvalidArgument(fmt::format("FullyShardedModel: compute_dtype {} is not a floating type",
                                       c10::toString(*o.compute_dtype)));
+}
+
+void validate_fsdp_options(const FullyShardedOptions& o, const ::torch::nn::Sequential& model) {
+  if (o.layers_per_unit < 1)
+    throw InvalidArgument(fmt::format("FullyShardedModel: layers_per_unit={} must be >= 1",
+                                      o.layers_per_unit));
+  if (model->size() == 0) throw InvalidArgument("FullyShardedModel: the Sequential has no layers");
+  validate_common_options(o);
 }
 
 }  // namespace
@@ -82,6 +86,30 @@ static void check_parameter(FullyShardedModel::Impl& m, const std::string& name,
   }
 }
 
+void FullyShardedModel::Impl::add_parameter(int u, const std::string& name, const Tensor& p,
+                                            std::string& description) {
+  check_parameter(*this, name, p);
+  description += describe_parameter(name, p, units[u].label) + "\n";
+  units[u].params.push_back(static_cast<int>(params.size()));
+  names.push_back(name);
+  params.push_back(p);
+  shapes.push_back(p.sizes().vec());
+  unit_of.push_back(u);
+}
+
+// One bucket of plan_shards over the unit's parameters.
+void FullyShardedModel::Impl::lay_out(int u) {
+  Unit& unit = units[u];
+  if (unit.params.empty()) return;
+  std::vector<int64_t> numels;
+  for (int p : unit.params) numels.push_back(params[p].numel());
+  auto buckets = plan_shards(numels, ::torch::elementSize(dtype),
+                             std::numeric_limits<size_t>::max(), n, !element);
+  unit.layout = std::move(buckets.at(0));
+  for (auto& place : unit.layout.placements) place.param = unit.params[place.param];
+  for (auto& p : unit.layout.params) p = unit.params[p];
+}
+
 // Units, their layouts and the parameters' checks; the model's description
 // for check_same_model_everywhere.
 static std::string plan_units(FullyShardedModel::Impl& m, ::torch::nn::Sequential& model,
@@ -92,32 +120,16 @@ static std::string plan_units(FullyShardedModel::Impl& m, ::torch::nn::Sequentia
   const int layers = static_cast<int>(model->size());
   const auto children = model->named_children();  // the names module.named_parameters() uses
   for (int first = 0; first < layers; first += o.layers_per_unit) {
-    FullyShardedModel::Impl::Unit unit;
-    unit.first_layer = first;
-    unit.end_layer = std::min(layers, first + o.layers_per_unit);
-    std::vector<int64_t> numels;
     const int u = static_cast<int>(m.units.size());
-    for (int layer = first; layer < unit.end_layer; ++layer)
-      for (const auto& item : model->ptr(layer)->named_parameters()) {
-        const std::string name = fmt::format("{}.{}", children[layer].key(), item.key());
-        const Tensor& p = item.value();
-        check_parameter(m, name, p);
-        description += describe_parameter(name, p, u) + "\n";
-        unit.params.push_back(static_cast<int>(m.params.size()));
-        numels.push_back(p.numel());
-        m.names.push_back(name);
-        m.params.push_back(p);
-        m.shapes.push_back(p.sizes().vec());
-        m.unit_of.push_back(u);
-      }
-    if (!numels.empty()) {
-      auto buckets = plan_shards(numels, ::torch::elementSize(m.dtype),
-                                 std::numeric_limits<size_t>::max(), m.n, !m.element);
-      unit.layout = std::move(buckets.at(0));
-      for (auto& place : unit.layout.placements) place.param = unit.params[place.param];
-      for (auto& p : unit.layout.params) p = unit.params[p];
-    }
-    m.units.push_back(std::move(unit));
+    m.units.emplace_back();
+    m.units[u].first_layer = first;
+    m.units[u].end_layer = std::min(layers, first + o.layers_per_unit);
+    m.units[u].label = fmt::format("{} (layers {}..{})", u, first, m.units[u].end_layer - 1);
+    for (int layer = first; layer < m.units[u].end_layer; ++layer)
+      for (const auto& item : model->ptr(layer)->named_parameters())
+        m.add_parameter(u, fmt::format("{}.{}", children[layer].key(), item.key()), item.value(),
+                        description);
+    m.lay_out(u);
   }
   if (m.params.empty()) throw InvalidArgument("FullyShardedModel: the model has no parameters");
   return description;
@@ -160,21 +172,26 @@ static void make_pieces(FullyShardedModel::Impl& m) {
     }
 }
 
+void FullyShardedModel::Impl::finish(const std::string& description) {
+  check_same_model_everywhere(description, *options);
+  offload = options->offload_optimizer && !device.is_cpu();
+  compute = options->compute_dtype.value_or(dtype);
+  for (int u = 0; u < static_cast<int>(units.size()); ++u)
+    if (!units[u].params.empty()) shard_unit(*this, u);
+  make_pieces(*this);
+  register_hooks();
+}
+
 FullyShardedModel::FullyShardedModel(::torch::nn::Sequential model, FullyShardedOptions options)
     : model_(std::move(model)), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   validate_fsdp_options(options_, model_);
+  root_ = model_.ptr();
   Impl& m = *impl_;
   m.options = &options_;
   m.n = options_.group.size();
   m.me = options_.group.rank();
   m.element = options_.granularity != ShardGranularity::kTensor;
-  check_same_model_everywhere(plan_units(m, model_, options_), options_);
-  m.offload = options_.offload_optimizer && !m.device.is_cpu();
-  m.compute = options_.compute_dtype.value_or(m.dtype);
-  for (int u = 0; u < static_cast<int>(m.units.size()); ++u)
-    if (!m.units[u].params.empty()) shard_unit(m, u);
-  make_pieces(m);
-  m.register_hooks();
+  m.finish(plan_units(m, model_, options_));
 }
 
 void FullyShardedModel::Impl::register_hooks() {
@@ -195,6 +212,7 @@ void FullyShardedModel::Impl::remove_hooks() {
 }
 
 FullyShardedModel::~FullyShardedModel() {
+  impl_->unbind_unit_modules();
   impl_->remove_hooks();
   for (auto& unit : impl_->units)
     for (auto* handle : {&unit.gathering, &unit.reducing}) {

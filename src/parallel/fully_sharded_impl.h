@@ -21,6 +21,8 @@ namespace lockstep::parallel {
 struct FullyShardedModel::Impl {
   struct Unit {
     int first_layer = 0, end_layer = 0;  // [first, end) of the Sequential
+    std::string label;                   // for errors: "layers 0..1", a module's path
+    bool root = false;                   // module path: the parameters outside every unit
     std::vector<int> params;             // indices into Impl::params
     ShardBucket layout;                  // one bucket: n segments of layout.shard elements
     ::torch::Tensor full;                // n * shard; memory only while gathered
@@ -44,6 +46,14 @@ struct FullyShardedModel::Impl {
   std::vector<Unit> units;
   std::vector<detail::PieceRef> pieces;  // this rank's segments, per placement
   std::vector<std::pair<std::shared_ptr<::torch::autograd::Node>, uintptr_t>> hooks;
+  // Module path (FullyShardedUnit submodules): units in named_modules()
+  // order; `order` is the first forward's sequence of unit calls, recorded
+  // until freeze_order() (first backward or step()), then the prefetch
+  // targets per unit (-1: none).
+  bool modules = false;
+  std::vector<std::shared_ptr<FullyShardedUnitImpl>> unit_modules;
+  std::vector<int> order, next_forward, previous_backward;
+  bool order_frozen = false;
   int reducing_unit = -1;  // the one reduce-scatter in flight (-1: none)
   int n = 1, me = 0;
   bool element = true;
@@ -62,6 +72,24 @@ struct FullyShardedModel::Impl {
   void register_hooks();
   void remove_hooks();
   int next_with_params(int unit, int direction) const;
+  // The unit to prefetch after `unit` in forward (+1) or backward (-1).
+  int prefetch_target(int unit, int direction) const;
+  // A FullyShardedUnit's forward: enter before the wrapped forward, leave
+  // with its output (the UnitBoundary added in grad mode).
+  void enter(int unit);
+  ::torch::Tensor leave(int unit, ::torch::Tensor out);
+  void freeze_order();
+  // fully_sharded_unit.cc: the FullyShardedUnit modules call into this Impl
+  // (bind) until the model is destroyed (unbind: they run unsharded).
+  void bind_unit_modules();
+  void unbind_unit_modules();
+  // fully_sharded_build.cc: the parameter's checks, its place in `params`
+  // and in unit u; `description` gains its line.
+  void add_parameter(int u, const std::string& name, const ::torch::Tensor& p,
+                     std::string& description);
+  void lay_out(int u);
+  // Checks the description against every rank's, shards every unit, hooks.
+  void finish(const std::string& description);
   // The all-gather's input: the segment on the parameters' device, in the
   // compute dtype.
   ::torch::Tensor compute_shard(const Unit& u) const {

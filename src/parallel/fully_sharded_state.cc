@@ -49,12 +49,32 @@ static void master_views(FullyShardedModel::Impl& m) {
   }
 }
 
+// The root unit is whole on every rank: the parameters' values (as body
+// left them, e.g. loaded) are copied into its buffer, no collective needed.
+static void keep_root_values(FullyShardedModel::Impl& m, int u) {
+  auto& unit = m.units[u];
+  ::torch::NoGradGuard no_grad;
+  for (const ShardPlacement& place : unit.layout.placements) {
+    if (place.param_offset != 0) continue;  // a parameter's later segments
+    Tensor& p = m.params[place.param];
+    Tensor slot = unit.full.narrow(0, place.flat_offset, p.numel());
+    if (p.data_ptr() != slot.data_ptr()) slot.copy_(p.detach().reshape({-1}));
+  }
+  m.bind_views(u);
+  unit.gathered = true;
+  unit.keep = true;
+}
+
 // The parameters back as views of their units' (released) buffers; a
 // dtype change gave them new gradient accumulators, which need the hooks.
 static void leave_full_view(FullyShardedModel::Impl& m) {
   for (int u = 0; u < static_cast<int>(m.units.size()); ++u) {
     auto& unit = m.units[u];
     if (unit.params.empty()) continue;
+    if (unit.root) {  // stays gathered: the parameters' values (a load's) into full
+      keep_root_values(m, u);
+      continue;
+    }
     m.bind_views(u);  // the values in full are stale until the next gather
     unit.gathered = true;
     unit.keep = false;
@@ -140,7 +160,7 @@ void FullyShardedModel::with_full_view(::torch::optim::Optimizer& optimizer, boo
 void save_checkpoint(const std::string& path, FullyShardedModel& fsdp,
                      ::torch::optim::Optimizer& optimizer, const lt::TrainingProgress& progress) {
   fsdp.with_full_view(optimizer, /*keep_changes=*/false, [&] {
-    lt::save_checkpoint(path, *fsdp.module(), optimizer, progress);
+    lt::save_checkpoint(path, fsdp.wrapped(), optimizer, progress);
   });
 }
 
@@ -148,7 +168,7 @@ bool load_checkpoint(const std::string& path, FullyShardedModel& fsdp,
                      ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
   bool found = false;
   fsdp.with_full_view(optimizer, /*keep_changes=*/true, [&] {
-    found = lt::load_checkpoint(path, *fsdp.module(), optimizer, progress);
+    found = lt::load_checkpoint(path, fsdp.wrapped(), optimizer, progress);
   });
   return found;
 }

@@ -40,8 +40,15 @@ void FullyShardedModel::Impl::send(int u) {
   LOCKSTEP_DCHECK(!unit.sent, "unit {} sent twice", u);
   if (unit.gathering.valid()) gather(u, true);  // prefetched but never used
   release(u);
-  if (!unit.grad_full.defined())  // no backward reached this unit on this rank
+  if (!unit.grad_full.defined()) {  // no backward reached it, or the root unit
     unit.grad_full = ::torch::zeros({unit.layout.shard * n}, unit.full.options());
+    ::torch::NoGradGuard no_grad;
+    for (const ShardPlacement& place : unit.layout.placements) {
+      const Tensor& g = params[place.param].grad();
+      if (place.param_offset == 0 && g.defined())
+        unit.grad_full.narrow(0, place.flat_offset, g.numel()).copy_(g.reshape({-1}));
+    }
+  }
   for (int p : unit.params) params[p].mutable_grad() = Tensor();
   land_reduce();
   unit.grad_shard = ::torch::empty({unit.layout.shard}, unit.full.options().dtype(dtype));
@@ -124,6 +131,12 @@ void FullyShardedModel::step(::torch::optim::Optimizer& optimizer) {
     unit.ready = 0;
     unit.sent = false;
   }
+  if (m.modules) m.freeze_order();
+  for (int u = 0; u < static_cast<int>(m.units.size()); ++u)
+    if (m.units[u].root) {  // stays gathered: the updated values now
+      m.units[u].gathered = false;
+      m.gather(u, true);
+    }
 }
 
 void FullyShardedModel::zero_grad() {
@@ -151,6 +164,7 @@ void FullyShardedModel::gather_full() {
 
 void FullyShardedModel::release_full() {
   for (int u = 0; u < static_cast<int>(impl_->units.size()); ++u) {
+    if (impl_->units[u].root) continue;  // always gathered
     impl_->units[u].keep = false;
     impl_->release(u);
   }

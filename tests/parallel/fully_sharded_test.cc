@@ -16,18 +16,21 @@
 #include "lockstep/parallel/mesh.h"
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/torch/memory.h"
+#include "parallel/fsdp_helpers.h"
 #include "torch/helpers.h"
 
 namespace lockstep::parallel {
 namespace {
 
 using lockstep::torch::testing::flat_parameters;
+using testing::local_batch;
+using testing::make_optimizer;
+using testing::relative_error;
 using lockstep::torch::testing::run_torch_workers;
 namespace lt = lockstep::torch;
 using ::torch::Tensor;
 
 constexpr int kSteps = 8;
-constexpr int64_t kGlobalBatch = 8;
 
 ::torch::nn::Sequential make_model(bool checkpointed = false, int64_t width = 40,
                                    uint64_t seed = 3) {
@@ -36,24 +39,6 @@ constexpr int64_t kGlobalBatch = 8;
                                        ::torch::nn::Linear(width, 24), ::torch::nn::Tanh(),
                                        ::torch::nn::Linear(24, 4));
   return checkpointed ? checkpoint_layers(model, 2) : model;
-}
-
-std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const std::string& kind,
-                                                          std::vector<Tensor> params) {
-  if (kind == "adam")
-    return std::make_unique<::torch::optim::Adam>(params, ::torch::optim::AdamOptions(0.01));
-  if (kind == "lamb")
-    return std::make_unique<optim::Lamb>(params, optim::LambOptions(0.01).weight_decay(0.01));
-  return std::make_unique<::torch::optim::SGD>(params, ::torch::optim::SGDOptions(0.05).momentum(0.9));
-}
-
-// This rank's rows of step s's global batch.
-std::pair<Tensor, Tensor> local_batch(int step, ::torch::ScalarType dtype = ::torch::kFloat32) {
-  auto g = ::torch::make_generator<at::CPUGeneratorImpl>(500 + step);
-  auto x = ::torch::randn({kGlobalBatch, 8}, g).to(dtype);
-  auto y = ::torch::randn({kGlobalBatch, 4}, g).to(dtype);
-  const int64_t rows = kGlobalBatch / lt::size();
-  return {x.narrow(0, lt::rank() * rows, rows), y.narrow(0, lt::rank() * rows, rows)};
 }
 
 Tensor train_data_parallel(const std::string& kind, ::torch::ScalarType dtype, int first = 0,
@@ -85,10 +70,6 @@ Tensor whole_parameters(FullyShardedModel& fsdp) {
   Tensor flat = flat_parameters(*fsdp.module()).clone();
   fsdp.release_full();
   return flat;
-}
-
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  return ((actual - expected).abs().max() / expected.abs().max()).item<double>();
 }
 
 void check_equals_data_parallel(FullyShardedOptions base = {}) {

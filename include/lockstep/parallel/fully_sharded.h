@@ -54,14 +54,54 @@
 // before the step and the updated shard back to the device after it. For
 // parameters already on the CPU this is what happens anyway: a no-op.
 //
+// Your own module (any torch::nn::Module whose forward calls submodules,
+// the way PyTorch FSDP's nested wrapping shards one): wrap the submodules
+// that should be units in FullyShardedUnit (fsdp_unit) where the model
+// registers them, and build the FullyShardedModel over the whole model:
+//
+//   fc1 = register_module("fc1", lp::fsdp_unit(torch::nn::Linear(512, 2048)));
+//   ...
+//   auto net = Net();                                   // same seed on every rank
+//   lp::FullyShardedModel fsdp(net);                    // finds fc1, ... (units)
+//   torch::optim::Adam adam(fsdp.parameters(), 1e-3);
+//   fsdp.zero_grad();
+//   loss_fn(net->forward(x), y).backward();             // the model's own forward
+//   fsdp.step(adam);
+//
+// A unit's forward does what forward() does per unit above: gather (and
+// prefetch the unit that ran after it in the first forward: the order is
+// recorded until the first backward or step(), so the first forward
+// prefetches nothing), compute, release, and put the UnitBoundary on its
+// output so that backward gathers it again. Units are numbered in
+// named_modules() order (registration order: the same on every rank, which
+// construction checks); every rank's forward must call them in the same
+// order (the same code: their gathers are collectives). Parameters outside
+// every unit form one root unit that is sharded for the optimizer but stays
+// gathered all the time (its gradient is reduce-scattered like a unit's,
+// and step() all-gathers the updated root): LibTorch has no hook at the
+// start of the model's forward, and the model may read them anywhere in it. So keep the root small (norms,
+// scales, a head) and put the big layers in units. The wrapper keeps the
+// wrapped module's names (as Checkpointed does), so checkpoints and
+// named_parameters() are the plain model's. A unit may run more than once
+// per forward (shared weights): it is gathered for each call and its
+// gradient reduced once. Not supported (InvalidArgument at construction):
+// nested units, parameters shared between units or registered both in a
+// unit and outside it (tied weights across a unit), compute_dtype, and
+// models without any unit. A unit's parameter read outside its forward
+// without being registered there is not detected (it holds no memory).
+// forward() and module() are the Sequential path's. Once the
+// FullyShardedModel is destroyed the units run unsharded, but their
+// parameters hold memory only if gather_full() was called before.
+//
 // Requirements: every rank wraps the same model (same layer structure,
 // parameter names and shapes: checked at construction, which throws
 // InvalidArgument naming the first rank and parameter that differ) built
 // from the same seed (rank 0's values are broadcast); every parameter
 // requires grad and is a contiguous floating tensor of one dtype and device;
 // one backward per step(); the optimizer is built on parameters() (one param
-// group, for checkpoints). Forward only through forward(): LibTorch C++ has
-// no forward pre-hooks, so a model->forward(x) would read released memory.
+// group, for checkpoints). A Sequential runs only through forward(): LibTorch
+// C++ has no forward pre-hooks, so its model->forward(x) would read released
+// memory (with FullyShardedUnit layers, build over the module instead).
 // Construction is collective over the group. The object must outlive the
 // backward of every forward it ran (backward calls back into it). Not
 // thread-safe: drive it from the training thread. Not copyable.
@@ -74,6 +114,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/parallel/activation_checkpoint.h"
 #include "lockstep/parallel/sharded_optimizer.h"
 #include "lockstep/torch/checkpoint.h"
 #include "lockstep/torch/group.h"
@@ -99,12 +140,22 @@ class FullyShardedModel {
   // Takes `model` over: its parameters become views of the units' buffers and
   // this rank keeps only its segments. Collective over options.group.
   explicit FullyShardedModel(::torch::nn::Sequential model, FullyShardedOptions options = {});
+  // Over your own module: its FullyShardedUnit submodules are the units, the
+  // rest of its parameters the root unit (see above). Collective.
+  explicit FullyShardedModel(std::shared_ptr<::torch::nn::Module> model,
+                             FullyShardedOptions options = {});
+  template <typename ModuleType>
+  explicit FullyShardedModel(::torch::nn::ModuleHolder<ModuleType> model,
+                             FullyShardedOptions options = {})
+      : FullyShardedModel(std::static_pointer_cast<::torch::nn::Module>(model.ptr()),
+                          std::move(options)) {}
   FullyShardedModel(const FullyShardedModel&) = delete;
   FullyShardedModel& operator=(const FullyShardedModel&) = delete;
   ~FullyShardedModel();
 
   // The layers in order, each unit gathered just before it runs. In grad
   // mode, backward re-gathers each unit and reduce-scatters its gradients.
+  // Sequential path only (over a module, call the module's forward).
   ::torch::Tensor forward(::torch::Tensor x);
   // This rank's segments, what the optimizer steps (in unit order).
   std::vector<::torch::Tensor> parameters() const;
@@ -116,7 +167,9 @@ class FullyShardedModel {
 
   // The wrapped model. Its parameters hold no memory between units' uses;
   // gather_full() makes them whole (e.g. to evaluate with model->forward).
-  ::torch::nn::Sequential& module() { return model_; }
+  // Sequential path only; wrapped() is the model given, either kind.
+  ::torch::nn::Sequential& module();
+  ::torch::nn::Module& wrapped() { return *root_; }
   // Gathers every unit and keeps it (collective); release_full() frees them.
   void gather_full();
   void release_full();
@@ -140,10 +193,53 @@ class FullyShardedModel {
   struct Impl;
 
  private:
-  ::torch::nn::Sequential model_;
+  ::torch::nn::Sequential model_{nullptr};  // null when built over a module
+  std::shared_ptr<::torch::nn::Module> root_;  // the model, either kind
   FullyShardedOptions options_;
   std::unique_ptr<Impl> impl_;
 };
+
+// A unit of a FullyShardedModel built over your own module: wraps a module
+// with forward(Tensor) -> Tensor, keeping its names (its children,
+// parameters and buffers registered one level up, as Checkpointed does).
+// Until a FullyShardedModel takes the model it is the wrapped module; after,
+// its forward gathers the unit's parameters, runs the wrapped forward and
+// releases them (see FullyShardedModel). Not thread-safe, like the model.
+class FullyShardedUnitImpl : public ::torch::nn::Module {
+ public:
+  template <typename ModuleType>
+  explicit FullyShardedUnitImpl(::torch::nn::ModuleHolder<ModuleType> module)
+      : FullyShardedUnitImpl(::torch::nn::AnyModule(std::move(module))) {}
+  explicit FullyShardedUnitImpl(::torch::nn::AnyModule module);
+  explicit FullyShardedUnitImpl(::torch::nn::Sequential module);
+  FullyShardedUnitImpl(std::shared_ptr<::torch::nn::Module> module, SegmentForward forward);
+
+  ::torch::Tensor forward(const ::torch::Tensor& input);
+  void train(bool on = true) override;
+  void pretty_print(std::ostream& stream) const override;
+  const std::shared_ptr<::torch::nn::Module>& wrapped() const { return module_; }
+  // Whether a (living) FullyShardedModel holds this unit.
+  bool sharded() const { return owner_ != nullptr; }
+
+ private:
+  friend struct FullyShardedModel::Impl;  // binds the unit to its model
+  std::shared_ptr<::torch::nn::Module> module_;
+  SegmentForward forward_;
+  FullyShardedModel::Impl* owner_ = nullptr;  // null: not (or no longer) sharded
+  int unit_ = -1;
+};
+// TORCH_MODULE spelled out (see Checkpointed).
+class FullyShardedUnit : public ::torch::nn::ModuleHolder<FullyShardedUnitImpl> {
+ public:
+  using ::torch::nn::ModuleHolder<FullyShardedUnitImpl>::ModuleHolder;
+  using Impl = FullyShardedUnitImpl;
+};
+
+// fc = register_module("fc", fsdp_unit(torch::nn::Linear(8, 8))).
+template <typename ModuleType>
+FullyShardedUnit fsdp_unit(ModuleType module) {
+  return FullyShardedUnit(std::move(module));
+}
 
 // World-size-independent checkpoints of a fully sharded model: the file is
 // lockstep::torch::save_checkpoint's for the whole model and optimizer, so
