@@ -20,7 +20,7 @@ namespace lockstep::engine::detail {
 struct Batch {
   std::vector<size_t> items;  // indices into the ready list, in order
   size_t bytes = 0;           // of the fused allreduce; 0 otherwise
-  bool fused() const { return items.size() > 1; }
+  bool fused() const { return plan::is_fused(items.size()); }
 };
 
 // The largest tensor that is packed with others at this threshold.

@@ -106,7 +106,7 @@ class EngineModel {
     for (const Grad* g : batch) bytes += g->wire_bytes;
     out_.payload_bytes += bytes;
     out_.wire_bytes += s_.topology.ranks() > 1 ? 2 * bytes * (s_.topology.ranks() - 1) / s_.topology.ranks() : 0;
-    double copy_s = (batch.size() > 1 ? 2.0 : 0.0) * bytes * m_.host->copy_s_per_byte;
+    double copy_s = (is_fused(batch.size()) ? 2.0 : 0.0) * bytes * m_.host->copy_s_per_byte;
     if (scale_pass_) copy_s += bytes * m_.host->copy_s_per_byte;
     AllreduceCost c = allreduce_cost(m_, s_.topology, double(bytes), batch.front()->elem_bytes);
     add(c.cost);

@@ -30,6 +30,10 @@ struct FusionItem {
 // Which indices of `ready` run together, in order of their first item.
 std::vector<std::vector<size_t>> fusion_batches(const std::vector<FusionItem>& ready,
                                                 int64_t threshold);
+// Whether a batch of `members` items is fused: packed into the fusion
+// buffer (one copy in, one copy out). A lone item runs in place, uncopied.
+// The engine's Batch::fused() and the planner's copy costs both ask this.
+inline constexpr bool is_fused(size_t members) { return members > 1; }
 
 // The CPUs one of `workers` unbound workers of a host with `host_cpus` CPUs
 // computes on: an equal share, at least 1 (the placement's share too).
