@@ -5,8 +5,10 @@
 // line and the schedule; the phases in validate_*.cc (validate.h).
 #include "tools/plan/validate.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include <CLI/CLI.hpp>
@@ -25,8 +27,11 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string make_temp_dir() {
+  // mkdtemp(3) replaces the six trailing X of its template with a unique name.
   std::string t = (fs::temp_directory_path() / "lockstep-validate-XXXXXX").string();
-  if (!mkdtemp(t.data())) throw Error("cannot create a temporary directory");
+  if (!mkdtemp(t.data()))
+    throw Error(fmt::format("plan validate: cannot create a temporary directory {}: {} (set "
+                            "TMPDIR to a writable directory)", t, std::strerror(errno)));
   return t;
 }
 
