@@ -55,18 +55,12 @@ void LambParamState::serialize(::torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(::torch::Tensor, exp_avg_sq);
 }
 
-namespace {
-
-// ‖x‖/‖u‖ (1 when a norm is 0), capped: a 0-dim tensor on x's device, so
-// the step needs no host sync per parameter.
-::torch::Tensor trust_ratio(const ::torch::Tensor& x, const ::torch::Tensor& u,
-                            const LambOptions& o) {
+::torch::Tensor lamb_trust_ratio(const ::torch::Tensor& x, const ::torch::Tensor& u,
+                                 const LambOptions& o) {
   auto xn = x.norm(), un = u.norm();
   auto trust = ::torch::where(detail::both_positive(xn, un), xn / un, ::torch::ones_like(xn));
   return o.max_trust_ratio() > 0 ? trust.clamp_max(o.max_trust_ratio()) : trust;
 }
-
-}  // namespace
 
 Lamb::Lamb(std::vector<::torch::optim::OptimizerParamGroup> groups, LambOptions defaults)
     : Optimizer(std::move(groups), std::make_unique<LambOptions>(defaults)) {
@@ -96,7 +90,7 @@ Lamb::Lamb(std::vector<::torch::optim::OptimizerParamGroup> groups, LambOptions 
       }
       auto update = (s.exp_avg() / c1) / ((s.exp_avg_sq() / c2).sqrt() + o.eps());
       if (o.weight_decay() != 0) update.add_(p, o.weight_decay());
-      s.trust_ratio(trust_ratio(p, update, o));
+      s.trust_ratio(lamb_trust_ratio(p, update, o));
       p.sub_(update.mul_(s.trust_ratio()), o.lr());
     }
   }

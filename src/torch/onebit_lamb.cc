@@ -63,13 +63,6 @@ LambParamState& compressed_state_of(optim::Lamb& lamb, const Tensor& p) {
 
 double scalar_of(const Tensor& t) { return t.defined() ? t.item<double>() : 0.0; }
 
-// ‖x‖/‖u‖ capped as Lamb's, 1 when a norm is 0: the trust ratio of update u.
-Tensor lamb_trust(const Tensor& x, const Tensor& u, const LambOptions& o) {
-  const Tensor xn = x.norm(), un = u.norm();
-  Tensor trust = ::torch::where(xn.gt(0).logical_and(un.gt(0)), xn / un, ::torch::ones_like(xn));
-  return o.max_trust_ratio() > 0 ? trust.clamp_max(o.max_trust_ratio()) : trust;
-}
-
 }  // namespace
 
 OneBitLamb::OneBitLamb(optim::Lamb& lamb, OneBitLambOptions options, Group group,
@@ -171,7 +164,7 @@ void OneBitLamb::freeze() {
       }
       Tensor u = (s.exp_avg() / c1) / ((s.exp_avg_sq() / c2).sqrt() + o.eps());
       if (o.weight_decay() != 0) u.add_(layer.param, o.weight_decay());
-      layer.frozen_trust = lamb_trust(layer.param, u, o);
+      layer.frozen_trust = optim::lamb_trust_ratio(layer.param, u, o);
     }
   }
   frozen_ = true;

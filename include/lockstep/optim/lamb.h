@@ -54,6 +54,12 @@ struct LambParamState : public ::torch::optim::OptimizerCloneableParamState<Lamb
   void serialize(::torch::serialize::OutputArchive& archive) const override;
 };
 
+// LAMB's trust ratio of update u for parameter x: ‖x‖/‖u‖ (1 when a norm
+// is 0), capped at max_trust_ratio when that is set. A 0-dim tensor on x's
+// device (no host sync). Lamb::step and 1-bit LAMB both apply it.
+::torch::Tensor lamb_trust_ratio(const ::torch::Tensor& x, const ::torch::Tensor& u,
+                                 const LambOptions& o);
+
 class Lamb : public ::torch::optim::Optimizer {
  public:
   Lamb(std::vector<::torch::optim::OptimizerParamGroup> groups, LambOptions defaults);
