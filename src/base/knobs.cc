@@ -95,11 +95,16 @@ constexpr std::array kKnobs = {
          "from peers ((ranks-1) x message size; 2 ranks: messages up to this size)"},
     Knob{"LOCKSTEP_SHM_ALGORITHM", "auto",
          "shm allreduce algorithm: auto (by ranks and size, docs/shm.md), legacy (the rule "
-         "before issue 28, for comparison), or force one_step / two_step; same on every rank",
-         "auto|legacy|one_step|two_step"},
+         "before issue 28, for comparison), or force one_step / two_step / two_level (two_step "
+         "where ranks form no node groups); same on every rank",
+         "auto|legacy|one_step|two_step|two_level"},
     Knob{"LOCKSTEP_SHM_CHUNK_BYTES", "auto",
          "two-step allreduce chunk (pipelined, three per rank in its two slots); auto = "
          "max(64KiB, 4MiB / ranks), at most half a slot"},
+    Knob{"LOCKSTEP_SHM_NODES", "auto",
+         "shm ranks grouped by NUMA node for the two_level allreduce: auto (from the CPUs each "
+         "rank is bound to; contiguous equal groups or none), off, or a number of contiguous "
+         "equal groups; same on every rank"},
     Knob{"LOCKSTEP_SHM_SYNC", "auto",
          "how a shm step waits for the other ranks: linear (poll every peer) or dissemination "
          "(log2(ranks) rounds); auto = dissemination from 5 ranks when each has a core; same "

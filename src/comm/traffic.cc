@@ -14,10 +14,10 @@ std::atomic<uint64_t> g_calls{0};
 std::atomic<uint64_t> g_payload{0};
 std::atomic<uint64_t> g_wire{0};
 
-constexpr std::array<std::string_view, 4> kSegmentAlgorithms = {"one_step", "two_step",
-                                                                 "broadcast", "barrier"};
+constexpr std::array<std::string_view, 5> kSegmentAlgorithms = {
+    "one_step", "two_step", "two_level", "broadcast", "barrier"};
 struct SegmentCounters {
-  std::atomic<uint64_t> calls{0}, read{0}, written{0};
+  std::atomic<uint64_t> calls{0}, read{0}, written{0}, cross{0};
 };
 std::array<SegmentCounters, kSegmentAlgorithms.size()> g_segment;
 
@@ -25,7 +25,8 @@ SegmentCounters& segment_counters(std::string_view algorithm) {
   for (size_t i = 0; i < kSegmentAlgorithms.size(); ++i)
     if (kSegmentAlgorithms[i] == algorithm) return g_segment[i];
   throw InvalidArgument(fmt::format(
-      "segment traffic: unknown algorithm '{}' (one_step two_step broadcast barrier)", algorithm));
+      "segment traffic: unknown algorithm '{}' (one_step two_step two_level broadcast barrier)",
+      algorithm));
 }
 
 }  // namespace
@@ -38,15 +39,17 @@ Traffic traffic() {
 SegmentTraffic segment_traffic(std::string_view algorithm) {
   const SegmentCounters& c = segment_counters(algorithm);
   return {c.calls.load(std::memory_order_relaxed), c.read.load(std::memory_order_relaxed),
-          c.written.load(std::memory_order_relaxed)};
+          c.written.load(std::memory_order_relaxed), c.cross.load(std::memory_order_relaxed)};
 }
 
 namespace detail {
-void count_segment(std::string_view algorithm, uint64_t read_bytes, uint64_t written_bytes) {
+void count_segment(std::string_view algorithm, uint64_t read_bytes, uint64_t written_bytes,
+                   uint64_t cross_node_read_bytes) {
   SegmentCounters& c = segment_counters(algorithm);
   c.calls.fetch_add(1, std::memory_order_relaxed);
   c.read.fetch_add(read_bytes, std::memory_order_relaxed);
   c.written.fetch_add(written_bytes, std::memory_order_relaxed);
+  c.cross.fetch_add(cross_node_read_bytes, std::memory_order_relaxed);
 }
 
 void count_traffic(uint64_t payload_bytes, uint64_t wire_bytes) {

@@ -199,17 +199,12 @@ size_t Executor::reduce_scatter(const ReadyItem& item, Entry* entry, std::except
 
 Executor::Executor(comm::Communicator& comm, Timeline* timeline,
                    const std::atomic<comm::Communicator*>* device)
-    : comm_(comm), timeline_(timeline), device_(device) {
-  // The transport read the same knobs when it was created, so this parses.
-  if (comm_.backend_name() == "shm") shm_policy_ = plan::ShmPolicy::from_knobs();
-}
+    : comm_(comm), timeline_(timeline), device_(device) {}
 
 std::string Executor::algorithm_of(const Batch& batch, const Request& request) const {
-  if (!shm_policy_ || request.collective != Collective::kAllreduce || comm_.size() < 2) return {};
+  if (request.collective != Collective::kAllreduce) return {};
   const size_t bytes = batch.fused() ? batch.bytes : request.bytes();
-  return plan::shm_allreduce_choice(*shm_policy_, comm_.size(), static_cast<int64_t>(bytes),
-                                    static_cast<int>(comm::dtype_size(request.dtype)))
-      .name();
+  return comm_.backend().allreduce_algorithm(bytes, comm::dtype_size(request.dtype), false);
 }
 
 void Executor::record(const Batch& batch, std::span<Entry* const> entries, const Times& t) {

@@ -21,7 +21,6 @@
 #include "engine/negotiator.h"
 #include "engine/op_state.h"
 #include "engine/timeline.h"
-#include "lockstep/plan/shm_algorithm.h"
 
 namespace lockstep::engine::detail {
 
@@ -67,8 +66,8 @@ class Executor {
   void* allocate(Entry* entry, const Shape& shape, DataType dtype, std::exception_ptr& error);
   void* scratch(size_t bytes);
   void record(const Batch& batch, std::span<Entry* const> entries, const Times& t);
-  // The shm algorithm an allreduce batch ran (plan::shm_allreduce_choice,
-  // the transport's own decision), or "" on other transports.
+  // The algorithm an allreduce batch ran, as the transport names it
+  // (Backend::allreduce_algorithm: shm's own decision), or "".
   std::string algorithm_of(const Batch& batch, const Request& request) const;
 
   // executor_device.cc
@@ -99,7 +98,6 @@ class Executor {
   void* device_fusion_ = nullptr;
   size_t device_fusion_bytes_ = 0;
   std::vector<std::shared_ptr<void>> device_temps_;  // scratch until the batch's wait
-  std::optional<plan::ShmPolicy> shm_policy_;  // set when the transport is shm
   std::vector<std::byte> fusion_;
   std::vector<std::byte> scratch_;
 };

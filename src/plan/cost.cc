@@ -21,6 +21,7 @@ ShmPolicy shm_policy(const NetworkModel& model) {
   ShmPolicy p;
   p.small_bytes = model.shm_small_bytes;
   p.slot_bytes = model.shm_slot_bytes;
+  p.nodes = model.shm_nodes;
   return p;
 }
 
@@ -33,6 +34,15 @@ Coefficients shm_one_step(int n, double bytes) {
 Coefficients shm_two_step(int n, double bytes, double chunk_bytes) {
   // Pipelined: one step per chunk and one to drain (shm_pipeline.cc).
   return {ceil_div(bytes, chunk_bytes) + 1, (2.0 * n - 1) / n * bytes, double(n - 1) / n * bytes};
+}
+
+Coefficients shm_two_level(int n, int nodes, double bytes, double chunk_bytes) {
+  // Per chunk: stage, one chain step per node, the result's copy (G + 2,
+  // unpipelined); two_step's bytes on L ranks plus the prefix and result
+  // read across nodes, and the prefix added once more.
+  const double L = double(n) / nodes;
+  return {ceil_div(bytes, chunk_bytes) * (nodes + 2), (2 * L - 1) / L * bytes + 2 * bytes / L,
+          (L - 1) / L * bytes + bytes / L};
 }
 
 Coefficients shm_reduce_scatter(int n, double bytes, double slot_bytes) {
@@ -81,6 +91,10 @@ Coefficients coefficients(const NetworkModel& model, std::string_view transport,
     if (!c.pipelined) k.steps = 2 * (k.steps - 1);  // two steps per chunk, no drain step
     return k;
   }
+  if (algorithm == "two_level") {
+    const ShmChoice c = shm_allreduce_choice(shm_policy(model), n, int64_t(std::ceil(bytes)), 1);
+    return shm_two_level(n, c.nodes, bytes, double(c.chunk_bytes));
+  }
   if (algorithm == "ring") return ring(n, bytes);
   if (algorithm == "recursive_doubling") return recursive_doubling(n, bytes);
   throw InvalidArgument(fmt::format("unknown algorithm '{}' for transport {}", algorithm, transport));
@@ -100,7 +114,8 @@ double gamma_of(const NetworkModel& m) { return m.host ? m.host->gamma_s_per_byt
 AllreduceCost flat(const NetworkModel& m, std::string_view transport, int n, double bytes,
                    double beta_scale = 1) {
   std::string algo = algorithm_for(m, transport, n, bytes);
-  AlphaBeta ab = m.cost(transport, algo, bytes);
+  // A fit on one node cannot measure two_level: two_step's line prices its bytes.
+  AlphaBeta ab = m.cost(transport, algo == "two_level" ? "two_step" : algo, bytes);
   ab.beta_s_per_byte *= beta_scale;
   return {apply(coefficients(m, transport, algo, n, bytes), ab, gamma_of(m)),
           fmt::format("{} {}({})", transport, algo, n)};

@@ -71,6 +71,7 @@ NetworkModel merge(NetworkModel base, const NetworkModel& overlay) {
     if (name == "shm") {
       base.shm_small_bytes = overlay.shm_small_bytes;
       base.shm_slot_bytes = overlay.shm_slot_bytes;
+      base.shm_nodes = overlay.shm_nodes;
     }
   }
   if (!overlay.transports.empty() && overlay.transports.count("shm") == 0)
@@ -143,6 +144,7 @@ NetworkModel parse_network(std::string_view text, std::string_view source) {
   m.preset = f.flag_or("preset", false);
   m.shm_small_bytes = f.integer_or("shm_small_bytes", m.shm_small_bytes);
   m.shm_slot_bytes = f.integer_or("shm_slot_bytes", m.shm_slot_bytes);
+  m.shm_nodes = static_cast<int>(f.integer_or("shm_nodes", m.shm_nodes));
   m.nic_shared = f.flag_or("nic_shared", true);
   if (f.has("host")) {
     Fields h(f.object("host"), f.where("host"));
@@ -186,6 +188,7 @@ std::string network_to_json(const NetworkModel& m) {
   json j = {{"schema", kNetworkSchema},      {"name", m.name},
             {"description", m.description},  {"preset", m.preset},
             {"shm_small_bytes", m.shm_small_bytes}, {"shm_slot_bytes", m.shm_slot_bytes},
+            {"shm_nodes", m.shm_nodes},
             {"nic_shared", m.nic_shared},    {"transports", transports}};
   if (m.host)
     j["host"] = {{"gamma_s_per_byte", m.host->gamma_s_per_byte},

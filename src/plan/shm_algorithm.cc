@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include <fmt/format.h>
 
@@ -34,6 +35,26 @@ namespace lockstep::plan {
 //    ranks on 2 busy cores took 190 us per 4 KiB allreduce against 78-100
 //    us linear, so auto stays linear there (as LOCKSTEP_SPIN_US stops
 //    spinning).
+//  * On ranks grouped by NUMA node (shm_node_groups > 1), messages on the
+//    two_step side run two_level, which reads about 2B/L across the node
+//    boundary instead of about 2B(n-L)/n (docs/shm.md; its speed on a real
+//    multi-socket host is not measured yet). one_step stays one_step.
+
+namespace {
+
+// LOCKSTEP_SHM_NODES: auto (0) | off (1) | a number of groups.
+int parse_nodes(const std::string& text) {
+  if (text == "auto") return 0;
+  if (text == "off") return 1;
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 1)
+    throw InvalidArgument(fmt::format(
+        "LOCKSTEP_SHM_NODES={} must be auto, off or a number of node groups (1, 2, ...)", text));
+  return value;
+}
+
+}  // namespace
 
 ShmPolicy ShmPolicy::from_knobs() {
   ShmPolicy p;
@@ -49,19 +70,26 @@ ShmPolicy ShmPolicy::from_knobs() {
         "LOCKSTEP_SHM_CHUNK_BYTES={} must be auto or a multiple of 4096 of at least 4096", chunk));
   p.algorithm = knob_choice("LOCKSTEP_SHM_ALGORITHM");
   p.sync = knob_choice("LOCKSTEP_SHM_SYNC");
+  p.nodes = parse_nodes(knob_string("LOCKSTEP_SHM_NODES"));
   p.host_cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   return p;
 }
 
 const char* algorithm_name(ShmAlgorithm a) {
-  return a == ShmAlgorithm::kOneStep ? "one_step" : "two_step";
+  switch (a) {
+    case ShmAlgorithm::kOneStep: return "one_step";
+    case ShmAlgorithm::kTwoStep: return "two_step";
+    case ShmAlgorithm::kTwoLevel: return "two_level";
+  }
+  return "?";
 }
 
 const char* sync_name(ShmSync s) { return s == ShmSync::kLinear ? "linear" : "dissemination"; }
 
 std::string ShmChoice::name() const {
   std::string out = algorithm_name(algorithm);
-  if (algorithm == ShmAlgorithm::kTwoStep) {
+  if (algorithm == ShmAlgorithm::kTwoLevel) out += fmt::format("/{}x{}", nodes, node_ranks);
+  if (algorithm != ShmAlgorithm::kOneStep) {
     const bool mib = chunk_bytes % (1 << 20) == 0;
     out += fmt::format("/{}{}", mib ? chunk_bytes >> 20 : chunk_bytes >> 10, mib ? "MiB" : "KiB");
     if (!pipelined) out += "+2steps";
@@ -87,6 +115,11 @@ int64_t shm_chunk_bytes(const ShmPolicy& policy, int ranks) {
   return std::min(most, std::max(kFloor, per_rank));
 }
 
+int shm_node_groups(const ShmPolicy& policy, int ranks) {
+  const int g = policy.nodes;
+  return g > 1 && ranks % g == 0 && ranks / g >= 2 ? g : 1;
+}
+
 ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes,
                                int elem_bytes) {
   ShmChoice c;
@@ -100,25 +133,44 @@ ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes
   bool one;
   if (policy.algorithm == "one_step")
     one = fits;
-  else if (policy.algorithm == "two_step")
+  else if (policy.algorithm == "two_step" || policy.algorithm == "two_level")
     one = false;
   else if (policy.algorithm == "legacy")
     one = bytes <= std::min(policy.small_bytes, policy.slot_bytes);
   else
     one = fits && int64_t(std::max(1, ranks - 1)) * bytes <= policy.small_bytes;
   c.algorithm = one ? ShmAlgorithm::kOneStep : ShmAlgorithm::kTwoStep;
+  const int groups = shm_node_groups(policy, ranks);
+  const bool flat_only = policy.algorithm == "legacy" || policy.algorithm == "two_step";
+  if (!one && groups > 1 && !flat_only) {
+    c.algorithm = ShmAlgorithm::kTwoLevel;
+    c.nodes = groups;
+    c.node_ranks = ranks / groups;
+  }
   return c;
 }
 
 SegmentBytes shm_allreduce_bytes(ShmAlgorithm algorithm, int ranks, double bytes,
-                                 bool receives) {
+                                 bool receives, int nodes, int node) {
   if (ranks <= 1) return {};
   const double n = ranks, share = bytes / n;
+  const double remote = nodes > 1 ? n - n / nodes : 0;  // peers on other nodes
   if (algorithm == ShmAlgorithm::kOneStep)  // stage B; read every peer's B
-    return {receives ? (n - 1) * bytes : 0, bytes};
+    return {receives ? (n - 1) * bytes : 0, bytes, receives ? remote * bytes : 0};
+  if (algorithm == ShmAlgorithm::kTwoLevel) {
+    // Within the node as two_step on L ranks (share B/L); plus the prefix
+    // from the previous node (all but node 0) and the final result from the
+    // last node (all but the last), read once each and the latter written
+    // again for the node's peers.
+    const double local = n / nodes, s = bytes / local;
+    const double cross = (node > 0 ? s : 0) + (node < nodes - 1 ? s : 0);
+    const double again = node < nodes - 1 ? s : 0;
+    return {2 * (local - 1) * s + cross, bytes + again, cross};
+  }
   // Stage all but the own share, write the reduced share; read the own share
   // of every peer, then (receivers) every other share's result.
-  return {(n - 1) * share + (receives ? bytes - share : 0), bytes};
+  return {(n - 1) * share + (receives ? bytes - share : 0), bytes,
+          remote * share * (receives ? 2 : 1)};
 }
 
 SegmentBytes shm_broadcast_bytes(int ranks, bool root, double bytes) {

@@ -224,21 +224,38 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, SegmentTraffic, ::testing::Values(2, 3, 5, 
                          [](const auto& info) { return fmt::format("np{}", info.param); });
 
 // The runtime's choice, seen through which algorithm's counter moved, is
-// the planner's for a model fitted with the same knobs: one function.
+// the planner's for a model fitted with the same knobs: one function. With
+// node groups (LOCKSTEP_SHM_NODES, the model's shm_nodes) both name two_level.
 TEST(ShmDecision, RuntimeRunsWhatThePlannerPredicts) {
-  for (int np : {2, 5, 16}) {
-    expect_all_ok(run_workers(np, [](Communicator& c) {
+  for (auto [np, nodes] : {std::pair{2, 1}, {5, 1}, {16, 1}, {4, 2}, {8, 2}}) {
+    MultiProcOptions options;
+    options.env["LOCKSTEP_SHM_NODES"] = std::to_string(nodes);
+    expect_all_ok(run_workers(np, [nodes](Communicator& c) {
       plan::NetworkModel model;  // the defaults of the knobs
+      model.shm_nodes = nodes;
       for (size_t bytes : {size_t{64}, size_t{1} << 10, size_t{4} << 10, size_t{16} << 10,
                            size_t{64} << 10}) {
         std::vector<float> x(bytes / 4, 1.0f);
-        const comm::SegmentTraffic one = comm::segment_traffic("one_step");
+        const std::vector<const char*> names = {"one_step", "two_step", "two_level"};
+        std::vector<uint64_t> calls;
+        for (const char* a : names) calls.push_back(comm::segment_traffic(a).calls);
         c.allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
-        const bool ran_one = comm::segment_traffic("one_step").calls > one.calls;
+        std::string ran;  // the algorithms whose counter moved
+        for (size_t i = 0; i < names.size(); ++i)
+          if (comm::segment_traffic(names[i]).calls > calls[i]) ran += names[i];
         const std::string planned = plan::algorithm_for(model, "shm", c.size(), double(bytes));
-        EXPECT_EQ(ran_one ? "one_step" : "two_step", planned) << c.size() << " ranks, " << bytes;
+        EXPECT_EQ(ran, planned) << c.size() << " ranks, " << nodes << " nodes, " << bytes;
+        // What the transport names (timeline, bench): the same, with its chunk.
+        const std::string named = c.backend().allreduce_algorithm(bytes, 4, false);
+        EXPECT_EQ(named.substr(0, planned.size()), planned) << named;
+        if (planned == "two_level") {  // a reduce runs two_step instead
+          EXPECT_EQ(c.backend().allreduce_algorithm(bytes, 4, true).substr(0, 8), "two_step");
+        }
       }
-    }));
+      if (nodes > 1) {  // the largest size is on the two_step side
+        EXPECT_EQ(plan::algorithm_for(model, "shm", c.size(), 64 << 10), "two_level");
+      }
+    }, options));
   }
 }
 
@@ -268,16 +285,23 @@ TEST(ShmDecision, DisseminationTimeoutNamesTheRankThatNeverJoined) {
 // Ranks started with different algorithm knobs fail at start-up, naming
 // them, instead of following different protocols.
 TEST(ShmDecision, RanksWithDifferentKnobsFailAtStartUp) {
-  auto results = run_workers_raw(3, [](const comm::WorldInfo& world) {
-    setenv("LOCKSTEP_SHM_SYNC", world.rank == 1 ? "dissemination" : "linear", 1);
-    try {
-      auto c = Communicator::create(world, "shm");
-      ADD_FAILURE() << "expected InvalidArgument";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("LOCKSTEP_SHM_ALGORITHM"), std::string::npos) << e.what();
-    }
-  });
-  expect_all_ok(results);
+  const std::vector<std::tuple<const char*, const char*, const char*>> knobs = {
+      {"LOCKSTEP_SHM_SYNC", "dissemination", "linear"}, {"LOCKSTEP_SHM_NODES", "2", "auto"}};
+  for (const auto& [knob_name, odd_value, value] : knobs) {
+    const std::string knob = knob_name, odd = odd_value, usual = value;
+    auto results = run_workers_raw(4, [&](const comm::WorldInfo& world) {
+      setenv(knob.c_str(), world.rank == 1 ? odd.c_str() : usual.c_str(), 1);
+      try {
+        auto c = Communicator::create(world, "shm");
+        ADD_FAILURE() << "expected InvalidArgument for " << knob;
+      } catch (const InvalidArgument& e) {
+        // The message names the knobs as LOCKSTEP_SHM_ALGORITHM, _SYNC, ... _NODES.
+        EXPECT_NE(std::string(e.what()).find("_" + knob.substr(13)), std::string::npos)
+            << e.what();
+      }
+    });
+    expect_all_ok(results);
+  }
 }
 
 }  // namespace

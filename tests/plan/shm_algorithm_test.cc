@@ -108,6 +108,82 @@ TEST(ShmAlgorithm, PlannerAsksTheSameDecision) {
   EXPECT_DOUBLE_EQ(coefficients(m, "shm", "two_step", 16, 4.0 * MiB).steps, 16 + 1);
 }
 
+// Node groups turn the two_step side into two_level; one_step, forced
+// two_step, legacy and groupings that do not split the ranks stay flat.
+TEST(ShmAlgorithm, TwoLevelWhereRanksFormNodeGroups) {
+  ShmPolicy p;
+  p.nodes = 2;
+  EXPECT_EQ(algo(p, 8, 1 * KiB), ShmAlgorithm::kOneStep);
+  const ShmChoice c = shm_allreduce_choice(p, 8, MiB, 4);
+  EXPECT_EQ(c.algorithm, ShmAlgorithm::kTwoLevel);
+  EXPECT_EQ(c.name(), "two_level/2x4/512KiB+dissemination");
+  EXPECT_EQ(shm_allreduce_choice(p, 4, MiB, 4).name(), "two_level/2x2/512KiB");
+  EXPECT_EQ(algo(p, 2, MiB), ShmAlgorithm::kTwoStep);   // groups of one rank
+  EXPECT_EQ(algo(p, 5, MiB), ShmAlgorithm::kTwoStep);   // does not split
+  p.nodes = 3;
+  EXPECT_EQ(shm_node_groups(p, 8), 1);
+  EXPECT_EQ(shm_node_groups(p, 6), 3);
+  EXPECT_EQ(algo(p, 6, MiB), ShmAlgorithm::kTwoLevel);
+  for (const char* flat : {"two_step", "legacy"}) {
+    p.algorithm = flat;
+    EXPECT_NE(algo(p, 6, MiB), ShmAlgorithm::kTwoLevel) << flat;
+  }
+  p.algorithm = "two_level";  // forced: also below the one-step cut-off
+  EXPECT_EQ(algo(p, 6, 64), ShmAlgorithm::kTwoLevel);
+  p.nodes = 0;  // auto, before the transport resolves it
+  EXPECT_EQ(algo(p, 6, MiB), ShmAlgorithm::kTwoStep);
+}
+
+// Per rank, for B = 8000 bytes on 8 ranks in 2 nodes of 4: flat two_step
+// reads 2(n-1)/n B of which 2(n-L)/n B across; two_level 2(L-1)/L B locally
+// plus one share of B/L across (the end nodes; a middle node two).
+TEST(ShmAlgorithm, CrossNodeClosedForms) {
+  const SegmentBytes flat = shm_allreduce_bytes(ShmAlgorithm::kTwoStep, 8, 8000, true, 2, 0);
+  EXPECT_DOUBLE_EQ(flat.read, 7000 + 7000);
+  EXPECT_DOUBLE_EQ(flat.cross_node_read, 2 * 4 * 1000);
+  const SegmentBytes first = shm_allreduce_bytes(ShmAlgorithm::kTwoLevel, 8, 8000, true, 2, 0);
+  EXPECT_DOUBLE_EQ(first.read, 2 * 3 * 2000 + 2000);
+  EXPECT_DOUBLE_EQ(first.written, 8000 + 2000);
+  EXPECT_DOUBLE_EQ(first.cross_node_read, 2000);
+  const SegmentBytes last = shm_allreduce_bytes(ShmAlgorithm::kTwoLevel, 8, 8000, true, 2, 1);
+  EXPECT_DOUBLE_EQ(last.written, 8000);
+  EXPECT_DOUBLE_EQ(last.cross_node_read, 2000);
+  const SegmentBytes middle = shm_allreduce_bytes(ShmAlgorithm::kTwoLevel, 6, 6000, true, 3, 1);
+  EXPECT_DOUBLE_EQ(middle.cross_node_read, 2 * 3000);
+  EXPECT_DOUBLE_EQ(shm_allreduce_bytes(ShmAlgorithm::kOneStep, 8, 100, true, 2, 0).cross_node_read,
+                   400);
+  EXPECT_DOUBLE_EQ(shm_allreduce_bytes(ShmAlgorithm::kTwoStep, 8, 8000).cross_node_read, 0);
+}
+
+// The planner names two_level for a model with node groups and costs it
+// with two_step's fitted line (what a one-node fit measures).
+TEST(ShmAlgorithm, PlannerNamesAndCostsTwoLevel) {
+  NetworkModel m;
+  m.shm_nodes = 2;
+  EXPECT_EQ(algorithm_for(m, "shm", 8, double(MiB)), "two_level");
+  EXPECT_EQ(algorithm_for(m, "shm", 8, 1024.0), "one_step");
+  const Coefficients k = coefficients(m, "shm", "two_level", 8, 4.0 * MiB);
+  EXPECT_DOUBLE_EQ(k.steps, 8 * (2 + 2));  // 512 KiB chunks, G + 2 steps each
+  EXPECT_GT(k.bytes, 0);
+}
+
+TEST(ShmAlgorithm, NodesKnob) {
+  for (auto [text, nodes] : {std::pair{"auto", 0}, {"off", 1}, {"1", 1}, {"4", 4}}) {
+    setenv("LOCKSTEP_SHM_NODES", text, 1);
+    EXPECT_EQ(ShmPolicy::from_knobs().nodes, nodes) << text;
+  }
+  for (const char* bad : {"0", "two", "-2", "2x"}) {
+    setenv("LOCKSTEP_SHM_NODES", bad, 1);
+    try {
+      ShmPolicy::from_knobs();
+      ADD_FAILURE() << "expected InvalidArgument for " << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("LOCKSTEP_SHM_NODES"), std::string::npos);
+    }
+  }
+  unsetenv("LOCKSTEP_SHM_NODES");
+}
+
 TEST(ShmAlgorithm, KnobsThatDoNotParseAreNamed) {
   setenv("LOCKSTEP_SHM_CHUNK_BYTES", "1000", 1);
   try {

@@ -18,7 +18,6 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/comm/communicator.h"
-#include "lockstep/plan/shm_algorithm.h"
 #include "tools/common/cli_checks.h"
 #include "tools/lockstep/bench_device.h"
 #include "tools/lockstep/commands.h"
@@ -186,10 +185,11 @@ void print_size(const Runner& r, size_t bytes, const Stats& s, double algbw, dou
                       {"median_us", s.median_us}, {"p99_us", s.p99_us},
                       {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
   if (o.check) j["check"] = !wrong;
-  if (comm.backend_name() == "shm" && (o.collective == "allreduce" || o.collective == "reduce"))
-    j["algorithm"] = plan::shm_allreduce_choice(plan::ShmPolicy::from_knobs(), comm.size(),
-                                                static_cast<int64_t>(bytes),
-                                                static_cast<int>(r.es)).name();
+  if (o.collective == "allreduce" || o.collective == "reduce") {
+    const std::string algorithm =
+        comm.backend().allreduce_algorithm(bytes, r.es, o.collective == "reduce");
+    if (!algorithm.empty()) j["algorithm"] = algorithm;
+  }
   if (!o.run_dir.empty()) std::ofstream(o.run_dir + "/bench.jsonl", std::ios::app) << j.dump() << "\n";
   if (o.json) {
     fmt::print("{}\n", j.dump());

@@ -54,6 +54,14 @@ class Backend {
   // The device-side operations of a kCuda backend (owned by it); null for a
   // host backend.
   virtual DeviceMemory* device_memory() { return nullptr; }
+  // The algorithm an allreduce (`root_only`: a reduce) of `bytes` in
+  // elements of `elem_bytes` runs here, as timelines and benchmarks name it
+  // (shm: plan::ShmChoice::name()); "" where the transport does not say.
+  // Thread-safe.
+  virtual std::string allreduce_algorithm(size_t bytes, size_t elem_bytes, bool root_only) const {
+    (void)bytes, (void)elem_bytes, (void)root_only;
+    return {};
+  }
 
   // `send == recv` means in place everywhere it is allowed.
   virtual void allreduce(const void* send, void* recv, size_t count, DataType dtype,

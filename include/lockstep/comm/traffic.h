@@ -49,23 +49,28 @@ uint64_t alltoallv(std::span<const size_t> send_bytes, int rank);
 
 // What the shared-memory transport moved through its segment: bytes this
 // process read from and wrote to shared memory (peers' staging included, its
-// private buffers excluded), per algorithm: "one_step", "two_step" (allreduce
-// and reduce, plan/shm_algorithm.h), "broadcast", "barrier". The closed forms
+// private buffers excluded), per algorithm: "one_step", "two_step",
+// "two_level" (allreduce and reduce, plan/shm_algorithm.h), "broadcast",
+// "barrier"; cross_node_read_bytes is the part of read_bytes staged by ranks
+// of another node group (LOCKSTEP_SHM_NODES; 0 without groups). The closed forms
 // are plan::shm_allreduce_bytes and plan::shm_broadcast_bytes; tests compare
 // the two. Throws InvalidArgument for another name.
 struct SegmentTraffic {
   uint64_t calls = 0;
   uint64_t read_bytes = 0;
   uint64_t written_bytes = 0;
+  uint64_t cross_node_read_bytes = 0;
   SegmentTraffic operator-(const SegmentTraffic& o) const {
-    return {calls - o.calls, read_bytes - o.read_bytes, written_bytes - o.written_bytes};
+    return {calls - o.calls, read_bytes - o.read_bytes, written_bytes - o.written_bytes,
+            cross_node_read_bytes - o.cross_node_read_bytes};
   }
 };
 SegmentTraffic segment_traffic(std::string_view algorithm);
 
 namespace detail {
 void count_traffic(uint64_t payload_bytes, uint64_t wire_bytes);
-void count_segment(std::string_view algorithm, uint64_t read_bytes, uint64_t written_bytes);
+void count_segment(std::string_view algorithm, uint64_t read_bytes, uint64_t written_bytes,
+                   uint64_t cross_node_read_bytes = 0);
 }
 
 }  // namespace lockstep::comm

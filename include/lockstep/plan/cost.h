@@ -46,6 +46,8 @@ struct Cost {
 Coefficients shm_one_step(int n, double bytes);
 // `chunk_bytes`: the chunk the transport runs at (shm_chunk_bytes).
 Coefficients shm_two_step(int n, double bytes, double chunk_bytes);
+// Two-level on `nodes` node groups of n / nodes ranks (shm_two_level.cc).
+Coefficients shm_two_level(int n, int nodes, double bytes, double chunk_bytes);
 // Input of `bytes` (n blocks); each rank keeps its reduced block.
 Coefficients shm_reduce_scatter(int n, double bytes, double slot_bytes);
 // Output of `bytes` (n blocks); each rank contributes one.

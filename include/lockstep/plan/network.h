@@ -87,6 +87,9 @@ struct NetworkModel {
   std::map<std::string, std::map<std::string, AlgorithmModel>> transports;
   int64_t shm_small_bytes = 16 << 10;  // LOCKSTEP_SHM_SMALL_BYTES at fit time
   int64_t shm_slot_bytes = 1 << 20;    // LOCKSTEP_SHM_SLOT_BYTES at fit time
+  // Node groups of the shm ranks (ShmPolicy::nodes; 1: none): > 1 plans
+  // two_level, costed with two_step's fitted line (docs/shm.md).
+  int shm_nodes = 1;
   // Ranks of a host share its NIC (hierarchical cross-host stage runs one
   // allreduce per local rank at once). False for presets with a NIC per GPU.
   bool nic_shared = true;

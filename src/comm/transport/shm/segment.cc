@@ -188,7 +188,7 @@ void Segment::wait_attached(int rank, Clock::time_point deadline,
 
 std::unique_ptr<Segment> Segment::open(const std::string& name, int rank, int size,
                                        size_t slot_bytes, size_t p2p_bytes, uint64_t policy,
-                                       std::string_view policy_knobs,
+                                       std::string_view policy_knobs, int node,
                                        std::chrono::milliseconds timeout) {
   Layout layout(size, slot_bytes, p2p_bytes);
   auto deadline = Clock::now() + timeout;
@@ -220,6 +220,7 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, int rank, int si
   }
   me.pid.store(getpid());
   me.policy = policy;
+  me.node = node;
   me.state.store(kAttached);
   seg->header().attached.fetch_add(1);
   seg->wait_attached(rank, deadline, timeout);

@@ -36,7 +36,7 @@
 namespace lockstep::comm::shm {
 
 inline constexpr uint64_t kMagic = 0x6c6f636b73746570ull;  // "lockstep"
-inline constexpr uint32_t kVersion = 5;
+inline constexpr uint32_t kVersion = 6;
 
 // A futex word and the number of processes sleeping on it (so the writer
 // only pays for FUTEX_WAKE when somebody sleeps).
@@ -62,9 +62,12 @@ struct alignas(128) RankLine {
   uint64_t cma_recv = 0;
   std::atomic<uint32_t> cma_probe{0};
   // A fingerprint of the knobs that pick algorithms (LOCKSTEP_SHM_ALGORITHM,
-  // _SYNC, _SMALL_BYTES, _CHUNK_BYTES): ranks that disagree would follow
+  // _SYNC, _SMALL_BYTES, _CHUNK_BYTES, _NODES): ranks that disagree would follow
   // different protocols, so open() compares them once every rank attached.
   uint64_t policy = 0;
+  // The NUMA node this rank is bound to, or -1 (numa.h); written before the
+  // rank counts itself attached, read by the two-level allreduce's grouping.
+  int32_t node = -1;
 };
 static_assert(sizeof(RankLine) == 128);
 
@@ -129,10 +132,11 @@ class Segment {
   // lockstep::Error naming the problem (mismatched sizes between ranks,
   // /dev/shm full, stale segment, ranks that never attached), and
   // InvalidArgument when ranks attached with different `policy` fingerprints
-  // (`policy_knobs` names what to set alike).
+  // (`policy_knobs` names what to set alike). `node` is published in this
+  // rank's line (RankLine::node).
   static std::unique_ptr<Segment> open(const std::string& name, int rank, int size,
                                        size_t slot_bytes, size_t p2p_bytes, uint64_t policy,
-                                       std::string_view policy_knobs,
+                                       std::string_view policy_knobs, int node,
                                        std::chrono::milliseconds timeout);
   ~Segment();
   Segment(const Segment&) = delete;

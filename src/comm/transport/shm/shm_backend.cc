@@ -7,10 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "comm/transport/shm/numa.h"
 #include "comm/transport/shm/shm_comm.h"
 #include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
+#include "lockstep/base/log.h"
 #include "lockstep/comm/traffic.h"
 
 namespace lockstep::comm::shm {
@@ -30,8 +32,8 @@ ShmTuning tuning_from_knobs() {
 
 // What every rank must agree on for the algorithms to match (FNV-1a).
 uint64_t policy_fingerprint(const plan::ShmPolicy& p) {
-  std::string text = fmt::format("{}|{}|{}|{}|{}", p.algorithm, p.sync, p.small_bytes,
-                                 p.chunk_bytes, p.host_cores);
+  std::string text = fmt::format("{}|{}|{}|{}|{}|{}", p.algorithm, p.sync, p.small_bytes,
+                                 p.chunk_bytes, p.host_cores, p.nodes);
   uint64_t h = 1469598103934665603ull;
   for (char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return h;
@@ -50,6 +52,26 @@ std::string path_mismatch_message(const std::vector<kit::OpDesc>& all) {
       "{}: ranks{} would take the single-copy (CMA) path and ranks{} the staged one: set "
       "LOCKSTEP_SHM_CMA and LOCKSTEP_SHM_CMA_BYTES the same on every rank",
       kit::describe(all[0]), on, off);
+}
+
+// LOCKSTEP_SHM_NODES for this communicator, once every rank has published
+// its node: auto becomes the groups the ranks' nodes form (numa.h), a number
+// that does not split the ranks becomes 1 (plan::shm_node_groups), either
+// with a debug line saying why the flat algorithms run.
+int resolve_nodes(const plan::ShmPolicy& policy, Segment& segment, int size) {
+  std::string why;
+  int groups = plan::shm_node_groups(policy, size);
+  if (policy.nodes == 0) {
+    std::vector<int> nodes(size);
+    for (int r = 0; r < size; ++r) nodes[r] = segment.rank_line(r).node;
+    groups = groups_from_nodes(nodes, &why);
+  } else if (policy.nodes > 1 && groups == 1) {
+    why = fmt::format("LOCKSTEP_SHM_NODES={} does not split {} ranks into equal groups of at "
+                      "least 2", policy.nodes, size);
+  }
+  if (!why.empty())
+    log(LogLevel::kDebug, "shm: no two-level allreduce ({}): flat algorithms", why);
+  return groups;
 }
 
 }  // namespace
@@ -75,7 +97,9 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
     segment = Segment::open(
         name, world.rank, world.size, slot, 64 * 1024 + kP2pHeaderBytes,
         policy_fingerprint(tuning.policy),
-        "LOCKSTEP_SHM_ALGORITHM, _SYNC, _SMALL_BYTES or _CHUNK_BYTES", policy.timeout);
+        "LOCKSTEP_SHM_ALGORITHM, _SYNC, _SMALL_BYTES, _CHUNK_BYTES or _NODES",
+        tuning.policy.nodes == 0 ? this_process_numa_node() : -1, policy.timeout);
+    tuning.policy.nodes = resolve_nodes(tuning.policy, *segment, world.size);
   }
   return std::make_unique<ShmBackend>(world, std::move(segment), policy, tuning);
 }
@@ -85,7 +109,8 @@ ShmBackend::ShmBackend(const WorldInfo& world, std::unique_ptr<Segment> segment,
     : rank_(world.rank), size_(world.size), segment_(std::move(segment)),
       waiter_(segment_ ? std::optional<Waiter>(std::in_place, *segment_, rank_, size_, policy)
                        : std::nullopt),
-      inputs_(world.size), tuning_(tuning), sync_(plan::shm_sync_for(tuning.policy, size_)) {}
+      inputs_(world.size), tuning_(tuning), sync_(plan::shm_sync_for(tuning.policy, size_)),
+      groups_(plan::shm_node_groups(tuning.policy, size_)), local_(size_ / groups_) {}
 
 ShmBackend::~ShmBackend() {
   if (segment_) segment_->rank_line(rank_).state.store(kLeft);
@@ -159,8 +184,8 @@ void ShmBackend::step() {
 }
 
 void ShmBackend::flush_traffic(std::string_view algorithm) {
-  detail::count_segment(algorithm, seg_read_, seg_written_);
-  seg_read_ = seg_written_ = 0;
+  detail::count_segment(algorithm, seg_read_, seg_written_, seg_cross_);
+  seg_read_ = seg_written_ = seg_cross_ = 0;
 }
 
 void ShmBackend::first_step() {

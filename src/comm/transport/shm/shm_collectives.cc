@@ -39,7 +39,7 @@ void ShmBackend::allreduce(const void* send, void* recv, size_t count, DataType 
 void ShmBackend::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                         int root) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
-  const plan::ShmChoice choice = choose(count * dtype_size(dtype), dtype_size(dtype));
+  const plan::ShmChoice choice = for_reduce(choose(count * dtype_size(dtype), dtype_size(dtype)));
   begin(kit::make_desc(kit::OpKind::kReduce, dtype, root, count, op));
   allreduce_any(choice, send, recv, count, dtype, op, root);
 }
@@ -57,12 +57,30 @@ plan::ShmChoice ShmBackend::choose(size_t bytes, size_t elem_bytes) {
   return chosen_;
 }
 
+// Two-level allreduces only (Note [Two-level allreduce]): a reduce moves
+// the same bytes through two_step.
+plan::ShmChoice ShmBackend::for_reduce(plan::ShmChoice choice) {
+  if (choice.algorithm == plan::ShmAlgorithm::kTwoLevel)
+    choice.algorithm = plan::ShmAlgorithm::kTwoStep;
+  return choice;
+}
+
+std::string ShmBackend::allreduce_algorithm(size_t bytes, size_t elem_bytes,
+                                            bool root_only) const {
+  if (size_ < 2) return {};
+  const plan::ShmChoice c = plan::shm_allreduce_choice(
+      tuning_.policy, size_, static_cast<int64_t>(bytes), static_cast<int>(elem_bytes));
+  return (root_only ? for_reduce(c) : c).name();
+}
+
 // After begin(): runs the algorithm plan::shm_allreduce_choice picked
 // (Note [One decision]) and books its segment traffic under its name.
 void ShmBackend::allreduce_any(const plan::ShmChoice& choice, const void* send, void* recv,
                                size_t count, DataType dtype, ReduceOp op, int root) {
   if (choice.algorithm == plan::ShmAlgorithm::kOneStep)
     allreduce_small(send, recv, count, dtype, op, root);
+  else if (choice.algorithm == plan::ShmAlgorithm::kTwoLevel)
+    allreduce_two_level(send, recv, count, dtype, op, static_cast<size_t>(choice.chunk_bytes));
   else if (!choice.pipelined)
     allreduce_large(send, recv, count, dtype, op, root, static_cast<size_t>(choice.chunk_bytes));
   else
@@ -92,6 +110,7 @@ void ShmBackend::allreduce_small(const void* send, void* recv, size_t count, Dat
   for (int r = 0; r < size_; ++r) inputs_[r] = r == rank_ ? send : slot(r, b);
   kernels::reduce(dtype, op, inputs_.data(), size_, recv, count, size_);
   seg_read_ += (size_ - 1) * bytes;
+  seg_cross_ += (size_ - local_) * bytes;
 }
 
 // The two_step of LOCKSTEP_SHM_ALGORITHM=legacy, as before issue 28 (the
@@ -123,6 +142,7 @@ void ShmBackend::allreduce_large(const void* send, void* recv, size_t count, Dat
       for (int r = 0; r < size_; ++r) inputs_[r] = r == rank_ ? in + lo * es : slot(r, b) + lo * es;
       kernels::reduce(dtype, op, inputs_.data(), size_, mine + lo * es, hi - lo, size_);
       seg_read_ += (size_ - 1) * (hi - lo) * es;
+      seg_cross_ += (size_ - local_) * (hi - lo) * es;
       seg_written_ += (hi - lo) * es;
       if (receive) deliver(out + lo * es, mine + lo * es, (hi - lo) * es);
     }
@@ -133,6 +153,7 @@ void ShmBackend::allreduce_large(const void* send, void* recv, size_t count, Dat
       size_t rlo = part.begin(r), rhi = part.end(r);
       deliver(out + rlo * es, slot(r, b) + rlo * es, (rhi - rlo) * es);
       seg_read_ += (rhi - rlo) * es;
+      if (across(r)) seg_cross_ += (rhi - rlo) * es;
     }
     if (count == 0) break;
   }

@@ -71,6 +71,19 @@ struct PipelineLayout {
   }
 };
 
+// One two-level allreduce's arguments and derived sizes (shm_two_level.cc).
+struct TwoLevelCall {
+  const void* send;
+  void* recv;
+  DataType dtype;
+  ReduceOp op;
+  size_t es;        // element bytes
+  DataType acc;     // the type prefixes are kept in (reduce()'s accumulator)
+  size_t acc_size;  // its bytes
+  size_t result;    // offset of the share's prefix / result in a rank's buffer
+  void (*deliver)(void*, const void*, size_t);  // into recv: plain or streaming
+};
+
 // OpDesc::flags of an allreduce taking the single-copy path.
 inline constexpr uint8_t kSingleCopyFlag = 1;
 
@@ -86,6 +99,9 @@ class ShmBackend final : public Backend {
   void set_idle_probe(const std::atomic<int>* blocked) override {
     if (waiter_) waiter_->set_idle_probe(blocked);
   }
+  // With the node groups resolved at attach (LOCKSTEP_SHM_NODES=auto),
+  // which the knobs alone do not tell.
+  std::string allreduce_algorithm(size_t bytes, size_t elem_bytes, bool root_only) const override;
 
   void allreduce(const void* send, void* recv, size_t count, DataType dtype,
                  ReduceOp op) override;
@@ -124,6 +140,8 @@ class ShmBackend final : public Backend {
   // plan::shm_allreduce_choice for this communicator, remembered for the
   // last (bytes, element size).
   plan::ShmChoice choose(size_t bytes, size_t elem_bytes);
+  // A reduce's: two_step where the allreduce would run two_level.
+  static plan::ShmChoice for_reduce(plan::ShmChoice choice);
   void allreduce_any(const plan::ShmChoice& choice, const void* send, void* recv, size_t count,
                      DataType dtype, ReduceOp op, int root);
   void allreduce_small(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
@@ -134,6 +152,13 @@ class ShmBackend final : public Backend {
   // One step per chunk (shm_pipeline.cc, Note [Pipelined two-step]).
   void allreduce_pipelined(const void* send, void* recv, size_t count, DataType dtype,
                            ReduceOp op, int root, size_t chunk_bytes);
+  // Two-level (shm_two_level.cc, Note [Two-level allreduce]); allreduce only.
+  void allreduce_two_level(const void* send, void* recv, size_t count, DataType dtype,
+                           ReduceOp op, size_t chunk_bytes);
+  void two_level_chunk(const TwoLevelCall& call, size_t off, size_t m, bool first);
+  void reduce_share(const TwoLevelCall& call, int buffer, size_t at, size_t lo, size_t n);
+  // Whether rank r is on another node group than this rank (traffic counts).
+  bool across(int r) const { return r / local_ != rank_ / local_; }
   // Bytes this rank read from / wrote to the segment in the current call
   // (comm::segment_traffic), published under the call's algorithm name.
   void flush_traffic(std::string_view algorithm);
@@ -154,8 +179,15 @@ class ShmBackend final : public Backend {
   plan::ShmSync sync_ = plan::ShmSync::kLinear;
   plan::ShmChoice chosen_;
   size_t chosen_for_[2] = {SIZE_MAX, 0};  // bytes, element size of chosen_
+  // Node groups of this communicator (plan::shm_node_groups of the policy
+  // whose nodes make_backend resolved) and ranks per group: 1 and size_
+  // when the ranks form none.
+  int groups_ = 1;
+  int local_ = 1;
+  std::vector<std::byte> scratch_;  // two_level: widened contributions
   uint64_t seg_read_ = 0;
   uint64_t seg_written_ = 0;
+  uint64_t seg_cross_ = 0;  // the part of seg_read_ staged on another node group
   uint32_t step_ = 0;
   uint64_t fills_ = 0;
   uint64_t fills_at_begin_ = 0;  // fills_ when the current collective began

@@ -66,6 +66,7 @@ void ShmBackend::allreduce_pipelined(const void* send, void* recv, size_t count,
     std::byte* mine = buffer(rank_, c) + lo * es;
     kernels::reduce(dtype, op, inputs_.data(), size_, mine, hi - lo, size_);
     seg_read_ += (size_ - 1) * (hi - lo) * es;
+    seg_cross_ += (size_ - local_) * (hi - lo) * es;
     seg_written_ += (hi - lo) * es;
     if (receive) deliver(as_bytes(recv) + (off + lo) * es, mine, (hi - lo) * es);
   };
@@ -78,6 +79,7 @@ void ShmBackend::allreduce_pipelined(const void* send, void* recv, size_t count,
       size_t lo = part.begin(r), hi = part.end(r);
       deliver(as_bytes(recv) + (off + lo) * es, buffer(r, c) + lo * es, (hi - lo) * es);
       seg_read_ += (hi - lo) * es;
+      if (across(r)) seg_cross_ += (hi - lo) * es;
     }
   };
   for (size_t j = 0; j <= chunks; ++j) {

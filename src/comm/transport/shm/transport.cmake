@@ -5,6 +5,8 @@ target_sources(lockstep_comm PRIVATE
   transport/shm/shm_backend.cc
   transport/shm/shm_collectives.cc
   transport/shm/shm_pipeline.cc
+  transport/shm/shm_two_level.cc
+  transport/shm/numa.cc
   transport/shm/shm_cma.cc
   transport/shm/cma.cc
   transport/shm/shm_transport.cc)

@@ -1,0 +1,113 @@
+#include "comm/transport/shm/numa.h"
+
+#include <dirent.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace lockstep::comm::shm {
+namespace {
+
+bool parse_int(std::string_view text, int* out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size() && *out >= 0;
+}
+
+// The node numbers listed under `root` (directories node<k>).
+std::vector<int> list_nodes(const std::string& root) {
+  std::vector<int> out;
+  DIR* dir = opendir(root.c_str());
+  if (!dir) return out;
+  while (const dirent* e = readdir(dir)) {
+    std::string_view name = e->d_name;
+    int k = 0;
+    if (name.starts_with("node") && parse_int(name.substr(4), &k)) out.push_back(k);
+  }
+  closedir(dir);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::vector<int> parse_cpulist(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  std::vector<int> cpus;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    const size_t dash = item.find('-');
+    int lo = 0, hi = 0;
+    if (!parse_int(item.substr(0, dash), &lo)) return {};
+    hi = lo;
+    if (dash != std::string_view::npos && (!parse_int(item.substr(dash + 1), &hi) || hi < lo))
+      return {};
+    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+int numa_node_of(std::span<const int> cpus, const std::string& sysfs_root) {
+  const std::vector<int> nodes = list_nodes(sysfs_root);
+  if (nodes.size() < 2 || cpus.empty()) return -1;
+  for (int node : nodes) {
+    std::ifstream in(fmt::format("{}/node{}/cpulist", sysfs_root, node));
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::vector<int> mine = parse_cpulist(text.str());
+    const auto on_node = [&](int cpu) { return std::find(mine.begin(), mine.end(), cpu) != mine.end(); };
+    const auto count = std::count_if(cpus.begin(), cpus.end(), on_node);
+    if (count == static_cast<long>(cpus.size())) return node;
+    if (count > 0) return -1;  // the CPUs span this node and another
+  }
+  return -1;
+}
+
+int this_process_numa_node(const std::string& sysfs_root) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return numa_node_of(cpus, sysfs_root);
+}
+
+int groups_from_nodes(std::span<const int> nodes, std::string* why) {
+  std::vector<int> seen;     // the node of each group, in rank order
+  std::vector<size_t> runs;  // the ranks of each group
+  for (size_t r = 0; r < nodes.size(); ++r) {
+    if (nodes[r] < 0) {
+      *why = fmt::format("rank {} runs on no single node of several: a host of one node, or "
+                         "CPUs on more than one", r);
+      return 1;
+    }
+    if (r == 0 || nodes[r] != nodes[r - 1]) {
+      if (std::find(seen.begin(), seen.end(), nodes[r]) != seen.end()) {
+        *why = fmt::format("the ranks on node {} are not contiguous (rank {})", nodes[r], r);
+        return 1;
+      }
+      seen.push_back(nodes[r]);
+      runs.push_back(0);
+    }
+    ++runs.back();
+  }
+  if (runs.size() < 2) {
+    *why = "all ranks are on one node";
+    return 1;
+  }
+  const bool equal = std::all_of(runs.begin(), runs.end(), [&](size_t n) { return n == runs[0]; });
+  if (!equal || runs[0] < 2) {
+    *why = fmt::format("the {} nodes do not hold equal numbers (at least 2) of ranks", runs.size());
+    return 1;
+  }
+  return static_cast<int>(runs.size());
+}
+
+}  // namespace lockstep::comm::shm
