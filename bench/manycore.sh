@@ -4,9 +4,12 @@
 # side, per rank count, interleaved, plus three ablations at 8+ ranks
 # (linear waits instead of dissemination; 64 KiB and 1 MiB chunks instead of
 # the cache-sized default: 512 KiB at 8 ranks, 256 KiB at 16), and
-# a memory-traffic bound at 2 ranks. Prints one compact table per rank count
-# and the issue's goals with pass/fail. Needs only the build and python3
-# (no MPI); about 60-90 s on a 16-core host with the defaults.
+# a memory-traffic bound at 2 ranks; at 8+ ranks also flat (LOCKSTEP_SHM_NODES
+# =off) against two_level (forced, in --nodes groups; docs/shm.md "Two-level
+# allreduce"): on a one-node host only the price of its extra steps, on a
+# multi-socket host with ranks bound per socket what it saves. Prints one
+# compact table per rank count and the issue's goals with pass/fail. Needs
+# only the build and python3 (no MPI); about 90-120 s on a 16-core host.
 # --train R adds `lockstep bench train --rounds R` (every workers x threads
 # layout of the host, measured beside the planner's prediction and
 # recommendation; about 3-4 min at R = 2 on 16 cores); --no-allreduce skips
@@ -14,15 +17,16 @@
 #
 #   bench/manycore.sh BUILD_DIR [--nps "2 4 8 16"] [--sizes 4KiB:256MiB]
 #                     [--seconds 0.15] [--rounds 1] [--out DIR]
-#                     [--train R] [--train-args "ARGS"] [--no-allreduce]
+#                     [--train R] [--train-args "ARGS"] [--no-allreduce] [--nodes 2]
 #
 # Every run is `lockstep run -np N lockstep bench allreduce --json`; the raw
 # JSON lines stay in --out (default: a temporary directory, printed).
 set -euo pipefail
 build=${1:-}
-[[ -n $build && $build != -* ]] || { sed -n '2,20p' "$0"; exit 2; }
+[[ -n $build && $build != -* ]] || { sed -n '2,21p' "$0"; exit 2; }
 shift
 nps="2 4 8 16" sizes=4KiB:256MiB seconds=0.15 rounds=1 out="" train=0 train_args="" allreduce=1
+nodes=2
 while (($#)); do
   case $1 in
     --nps) nps=$2; shift 2 ;;
@@ -33,7 +37,8 @@ while (($#)); do
     --train) train=$2; shift 2 ;;
     --train-args) train_args=$2; shift 2 ;;
     --no-allreduce) allreduce=0; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --nodes) nodes=$2; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "manycore: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -61,12 +66,14 @@ declare -A env_of=(
   [linear]="LOCKSTEP_SHM_ALGORITHM=auto LOCKSTEP_SHM_SYNC=linear"
   [chunk64K]="LOCKSTEP_SHM_ALGORITHM=auto LOCKSTEP_SHM_CHUNK_BYTES=64KiB"
   [chunk1M]="LOCKSTEP_SHM_ALGORITHM=auto LOCKSTEP_SHM_SLOT_BYTES=2MiB LOCKSTEP_SHM_CHUNK_BYTES=1MiB"
+  [flat]="LOCKSTEP_SHM_ALGORITHM=auto LOCKSTEP_SHM_NODES=off"
+  [two_level]="LOCKSTEP_SHM_ALGORITHM=two_level LOCKSTEP_SHM_NODES=$nodes"
 )
 start=$SECONDS
 for ((round = 1; round <= rounds; ++round)); do
   for np in $nps; do
     variants="legacy new"
-    ((np >= 8)) && variants="legacy new linear chunk64K chunk1M"
+    ((np >= 8)) && variants="legacy new linear chunk64K chunk1M flat two_level"
     for v in $variants; do
       # shellcheck disable=SC2086
       env ${env_of[$v]} "$bin" run -np "$np" "$bin" bench allreduce --sizes "$sizes" --factor 4 \
@@ -109,9 +116,10 @@ def human(b):
 
 res = {}
 for np in nps:
-    res[np] = {v: load(np, v) for v in ("legacy", "new", "linear", "chunk64K", "chunk1M")}
+    res[np] = {v: load(np, v) for v in ("legacy", "new", "linear", "chunk64K", "chunk1M", "flat",
+                                        "two_level")}
     L, N = res[np]["legacy"], res[np]["new"]
-    extra = [v for v in ("linear", "chunk64K", "chunk1M") if res[np][v]]
+    extra = [v for v in ("linear", "chunk64K", "chunk1M", "flat", "two_level") if res[np][v]]
     print(f"\n## np {np}   (us = median latency; bw = busbw GB/s; x = new speed / legacy)")
     head = f"{'size':>7} {'legacy us':>10} {'new us':>9} {'x':>5} {'legacy bw':>9} {'new bw':>7}  {'new algorithm':<30}"
     for v in extra: head += f" {v + ' us':>11}"

@@ -107,6 +107,36 @@ TEST_P(TwoLevel, BitwiseEqualToFlatTwoStep) {
   }, options));
 }
 
+// One fill per chunk hands the buffer parity over like the legacy
+// two_step (Note [Two-level allreduce]): 1 to 5 chunks, each call followed
+// at once by calls that fill the slots (one_step, pipelined two_step
+// through a reduce, broadcast), all checked exactly.
+TEST_P(TwoLevel, EveryChunkCountHandsOverCleanly) {
+  auto [np, nodes] = GetParam();
+  expect_all_ok(run_workers(np, [](Communicator& c) {
+    const int n = c.size(), me = c.rank();
+    for (size_t count : {size_t{1}, size_t{1023}, size_t{1025}, size_t{2048}, size_t{3001},
+                         size_t{5000}}) {  // chunks of 1024 floats
+      std::vector<float> x(count);
+      for (size_t i = 0; i < count; ++i) x[i] = float(me * 1000 + int(i % 97));
+      c.allreduce(x.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(x[i], float(1000 * n * (n - 1) / 2 + n * int(i % 97))) << count << " " << i;
+      int64_t small = me, total = 0;
+      c.allreduce(&small, &total, 1, DataType::kInt64, ReduceOp::kSum);
+      ASSERT_EQ(total, n * (n - 1) / 2);
+      std::vector<float> r(count, 1.0f), sum(count);
+      c.reduce(r.data(), sum.data(), count, DataType::kFloat32, ReduceOp::kSum, n - 1);
+      if (me == n - 1) {
+        ASSERT_EQ(sum[count - 1], float(n));
+      }
+      std::vector<int32_t> b(3000, me == 1 ? 7 : 0);
+      c.broadcast(b.data(), b.size(), DataType::kInt32, 1);
+      ASSERT_EQ(b[2999], 7);
+    }
+  }, two_level_options(nodes)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Groupings, TwoLevel,
                          ::testing::Values(Grouping{4, 2}, Grouping{6, 2}, Grouping{6, 3},
                                            Grouping{8, 2}, Grouping{8, 4}),
