@@ -141,7 +141,9 @@ ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes
     one = fits && int64_t(std::max(1, ranks - 1)) * bytes <= policy.small_bytes;
   c.algorithm = one ? ShmAlgorithm::kOneStep : ShmAlgorithm::kTwoStep;
   const int groups = shm_node_groups(policy, ranks);
-  const bool flat_only = policy.algorithm == "legacy" || policy.algorithm == "two_step";
+  // Forced flat algorithms stay flat (one_step: two_step past a slot).
+  const bool flat_only = policy.algorithm == "legacy" || policy.algorithm == "two_step" ||
+                         policy.algorithm == "one_step";
   if (!one && groups > 1 && !flat_only) {
     c.algorithm = ShmAlgorithm::kTwoLevel;
     c.nodes = groups;

@@ -124,9 +124,9 @@ TEST(ShmAlgorithm, TwoLevelWhereRanksFormNodeGroups) {
   EXPECT_EQ(shm_node_groups(p, 8), 1);
   EXPECT_EQ(shm_node_groups(p, 6), 3);
   EXPECT_EQ(algo(p, 6, MiB), ShmAlgorithm::kTwoLevel);
-  for (const char* flat : {"two_step", "legacy"}) {
+  for (const char* flat : {"two_step", "legacy", "one_step"}) {
     p.algorithm = flat;
-    EXPECT_NE(algo(p, 6, MiB), ShmAlgorithm::kTwoLevel) << flat;
+    EXPECT_EQ(algo(p, 6, 2 * MiB), ShmAlgorithm::kTwoStep) << flat;  // past a slot
   }
   p.algorithm = "two_level";  // forced: also below the one-step cut-off
   EXPECT_EQ(algo(p, 6, 64), ShmAlgorithm::kTwoLevel);
