@@ -37,11 +37,12 @@ Coefficients shm_two_step(int n, double bytes, double chunk_bytes) {
 }
 
 Coefficients shm_two_level(int n, int nodes, double bytes, double chunk_bytes) {
-  // Per chunk: stage, one chain step per node, the result's copy (G + 2,
-  // unpipelined); two_step's bytes on L ranks plus the prefix and result
-  // read across nodes, and the prefix added once more.
+  // Per chunk: staging and one step per node of the chain (the result's
+  // copy and copy out overlap the next chunk), one more to drain; two_step's
+  // bytes on L ranks plus the prefix and result read across nodes, and the
+  // prefix added once more.
   const double L = double(n) / nodes;
-  return {ceil_div(bytes, chunk_bytes) * (nodes + 2), (2 * L - 1) / L * bytes + 2 * bytes / L,
+  return {ceil_div(bytes, chunk_bytes) * (nodes + 1) + 1, (2 * L - 1) / L * bytes + 2 * bytes / L,
           (L - 1) / L * bytes + bytes / L};
 }
 

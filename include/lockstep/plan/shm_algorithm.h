@@ -15,7 +15,7 @@
 //                shares' rank-order sums chained node to node (Note
 //                [Two-level allreduce] in shm_two_level.cc): chosen instead
 //                of two_step when the ranks form G > 1 contiguous groups of
-//                L >= 2 (LOCKSTEP_SHM_NODES)              (G + 2) per chunk
+//                L >= 2 (LOCKSTEP_SHM_NODES)      (G + 1) per chunk + 1
 //   every step waits for all ranks either by polling each peer's line
 //   (linear, n-1 lines) or by a dissemination barrier over the same lines
 //   (ceil(log2 n) rounds of one line each; not with more ranks than cores,

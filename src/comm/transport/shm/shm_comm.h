@@ -77,11 +77,18 @@ struct TwoLevelCall {
   void* recv;
   DataType dtype;
   ReduceOp op;
-  size_t es;        // element bytes
-  DataType acc;     // the type prefixes are kept in (reduce()'s accumulator)
-  size_t acc_size;  // its bytes
-  size_t result;    // offset of the share's prefix / result in a rank's buffer
-  void (*deliver)(void*, const void*, size_t);  // into recv: plain or streaming
+  size_t es;            // element bytes
+  DataType acc;         // the type prefixes are kept in (reduce()'s accumulator)
+  size_t acc_size = 0;  // its bytes
+  size_t count = 0;     // elements of the message
+  size_t chunk = 0;     // elements per chunk
+  size_t result = 0;    // offset of the share's prefix / result in a rank's buffer
+  void (*deliver)(void*, const void*, size_t) = nullptr;  // into recv: plain or streaming
+};
+// One rank's share of one chunk, in elements: the chunk's offset in the
+// message and length, the share's offset in the chunk and length.
+struct TwoLevelShare {
+  size_t off, m, lo, n;
 };
 
 // OpDesc::flags of an allreduce taking the single-copy path.
@@ -155,8 +162,12 @@ class ShmBackend final : public Backend {
   // Two-level (shm_two_level.cc, Note [Two-level allreduce]); allreduce only.
   void allreduce_two_level(const void* send, void* recv, size_t count, DataType dtype,
                            ReduceOp op, size_t chunk_bytes);
-  void two_level_chunk(const TwoLevelCall& call, size_t off, size_t m, bool first);
-  void reduce_share(const TwoLevelCall& call, int buffer, size_t at, size_t lo, size_t n);
+  // Local rank l's share of chunk c; the phases of chunk c in `buffer`.
+  TwoLevelShare two_level_share(const TwoLevelCall& call, size_t c, int l) const;
+  void two_level_stage(const TwoLevelCall& call, size_t c, int buffer);
+  void reduce_share(const TwoLevelCall& call, size_t c, int buffer);
+  void two_level_final(const TwoLevelCall& call, size_t c, int buffer);
+  void two_level_copy_out(const TwoLevelCall& call, size_t c, int buffer);
   // Whether rank r is on another node group than this rank (traffic counts).
   bool across(int r) const { return r / local_ != rank_ / local_; }
   // Bytes this rank read from / wrote to the segment in the current call

@@ -78,80 +78,105 @@ void narrow(DataType dtype, const void* in, void* out, size_t count) {
 // and when node g holds the contiguous ranks gL..gL+L-1 that sum is a chain
 // over nodes: node 0's partial sum (prefix), continued by node 1's ranks in
 // order, and so on; the last node's is the result. So per chunk, split into
-// L shares, local rank l of each node owns share l:
-//   stage        every rank stages the chunk but its own share      step
-//   chain        node 0's owners reduce their node's contributions;
-//                after each step the next node's owners continue from
-//                the previous node's prefix (read across the link once)
-//                                                                  G steps
-//   final        the other nodes' owners copy the last node's result
-//                (read across the link once) for their node         step
-//   copy out     every rank copies the other shares from its node's owners
-// G + 2 steps per chunk and no pipelining (LOCKSTEP_SHM_ALGORITHM=two_level
-// forces it for tests). Prefixes are kept in reduce()'s accumulator type
-// (f32 for f16/bf16, int64 for integers, so an integer average divides the
-// full sum) and only the last node applies an average's division and
-// rounds, so results are bitwise those of the flat algorithms. One fill per
-// chunk, as in the legacy two_step: chunk c's buffers are read until the
-// step that ends it and rewritten for chunk c+2, after chunk c+1's first
-// step. Reduce (to one root) keeps two_step.
+// L shares, local rank l of each node owns share l, and between steps:
+//   stage      every rank stages the chunk but its own share
+//   chain      node 0's owners reduce their node's contributions; after
+//              each step the next node's owners continue from the previous
+//              node's prefix (read across the link once)        G intervals
+//   final      the other nodes' owners copy the last node's result (read
+//              across the link once) for their node's peers
+//   copy out   every rank copies the other shares from its node's owners
+// Final runs beside the next chunk's staging, copy out beside node 0's
+// reduction of the next chunk: G + 1 steps per chunk, one more at the end.
+// Prefixes are kept in reduce()'s accumulator type (f32 for f16/bf16, int64
+// for integers, so an integer average divides the full sum) and only the
+// last node applies an average's division and rounds, so results are
+// bitwise those of the flat algorithms. One fill per chunk: chunk c's
+// buffer is last read by copy out, after chunk c+1's first step, and
+// restaged for chunk c+2 G steps later (its result area later still); the
+// last chunk's leaves the fill parity as the legacy two_step does. Reduce
+// (to one root) keeps two_step.
 void ShmBackend::allreduce_two_level(const void* send, void* recv, size_t count,
                                      DataType dtype, ReduceOp op, size_t chunk_bytes) {
-  TwoLevelCall k{send, recv, dtype, op, dtype_size(dtype), accumulator(dtype), 0, 0, nullptr};
+  TwoLevelCall k{send, recv, dtype, op, dtype_size(dtype), accumulator(dtype)};
   k.acc_size = dtype_size(k.acc);
   const size_t S = segment_->slot_bytes();
   // The staged chunk takes at most half a slot, the share's prefix (up to
   // 8x wider) the rest.
-  const size_t chunk =
-      std::max<size_t>(1, std::min(chunk_bytes / k.es, S / 2 / std::max(k.es, k.acc_size)));
-  k.result = ceil_div(chunk * k.es, 64) * 64;
+  k.count = count;
+  k.chunk = std::max<size_t>(1, std::min(chunk_bytes / k.es, S / 2 / std::max(k.es, k.acc_size)));
+  k.result = ceil_div(k.chunk * k.es, 64) * 64;
   k.deliver = count * k.es >= tuning_.stream_bytes ? &kernels::copy_streaming : &copy_bytes;
-  for (size_t off = 0; off < count || off == 0; off += chunk) {
-    two_level_chunk(k, off, std::min(chunk, count - off), off == 0);
-    if (count == 0) break;
+  const size_t chunks = std::max<size_t>(1, ceil_div(count, k.chunk));
+  const int g = rank_ / local_;
+  int previous = 0;  // the buffer of chunk c - 1
+  for (size_t c = 0; c < chunks; ++c) {
+    const int b = next_buffer();
+    two_level_stage(k, c, b);
+    if (c > 0) two_level_final(k, c - 1, previous);
+    if (c == 0) first_step(); else step();
+    if (c > 0) two_level_copy_out(k, c - 1, previous);
+    for (int node = 0; node < groups_; ++node) {  // the chain, one node per step
+      if (node == g) reduce_share(k, c, b);
+      step();
+    }
+    previous = b;
   }
+  two_level_final(k, chunks - 1, previous);
+  step();
+  two_level_copy_out(k, chunks - 1, previous);
 }
 
-void ShmBackend::two_level_chunk(const TwoLevelCall& k, size_t off, size_t m, bool first) {
-  const int L = local_, G = groups_, g = rank_ / L, l = rank_ % L;
-  const Partition part(m, L, k.es);
-  const size_t lo = part.begin(l), n = part.end(l) - lo;
+TwoLevelShare ShmBackend::two_level_share(const TwoLevelCall& k, size_t c, int l) const {
+  const size_t off = std::min(k.count, c * k.chunk), m = std::min(k.chunk, k.count - off);
+  const Partition part(m, local_, k.es);
   LOCKSTEP_DCHECK(k.result + part.per * k.acc_size <= segment_->slot_bytes(),
                   "two_level: share of {} elements past the slot", part.per);
-  const int b = next_buffer();
+  return {off, m, part.begin(l), part.end(l) - part.begin(l)};
+}
+
+void ShmBackend::two_level_stage(const TwoLevelCall& k, size_t c, int b) {
+  const TwoLevelShare s = two_level_share(k, c, rank_ % local_);
+  const std::byte* in = in_bytes(k.send) + s.off * k.es;
   std::byte* mine = slot(rank_, b);
-  const std::byte* in = in_bytes(k.send) + off * k.es;
-  copy_bytes(mine, in, lo * k.es);
-  copy_bytes(mine + (lo + n) * k.es, in + (lo + n) * k.es, (m - lo - n) * k.es);
-  seg_written_ += (m - n) * k.es;
-  if (first) first_step(); else step();
-  for (int node = 0; node < G; ++node) {  // the chain, one node per step
-    if (node == g && n > 0) reduce_share(k, b, off + lo, lo, n);
-    step();
-  }
-  std::byte* out = out_bytes(k.recv) + off * k.es;
-  if (g < G - 1 && n > 0) {  // the result, from the last node's owner of share l
-    copy_bytes(mine + k.result, slot((G - 1) * L + l, b) + k.result, n * k.es);
-    k.deliver(out + lo * k.es, mine + k.result, n * k.es);
-    seg_read_ += n * k.es;
-    seg_cross_ += n * k.es;
-    seg_written_ += n * k.es;
-  }
-  step();
-  for (int i = 1; i < L; ++i) {  // from the next owner on (staggered reads)
-    const int pl = (l + i) % L;
-    const size_t plo = part.begin(pl), pn = part.end(pl) - plo;
-    k.deliver(out + plo * k.es, slot(g * L + pl, b) + k.result, pn * k.es);
-    seg_read_ += pn * k.es;
+  copy_bytes(mine, in, s.lo * k.es);
+  copy_bytes(mine + (s.lo + s.n) * k.es, in + (s.lo + s.n) * k.es, (s.m - s.lo - s.n) * k.es);
+  seg_written_ += (s.m - s.n) * k.es;
+}
+
+// Off the last node: share l's result, from the last node's owner of it.
+void ShmBackend::two_level_final(const TwoLevelCall& k, size_t c, int b) {
+  const int l = rank_ % local_;
+  const TwoLevelShare s = two_level_share(k, c, l);
+  if (rank_ / local_ == groups_ - 1 || s.n == 0) return;
+  std::byte* mine = slot(rank_, b) + k.result;
+  copy_bytes(mine, slot((groups_ - 1) * local_ + l, b) + k.result, s.n * k.es);
+  k.deliver(out_bytes(k.recv) + (s.off + s.lo) * k.es, mine, s.n * k.es);
+  seg_read_ += s.n * k.es;
+  seg_cross_ += s.n * k.es;
+  seg_written_ += s.n * k.es;
+}
+
+void ShmBackend::two_level_copy_out(const TwoLevelCall& k, size_t c, int b) {
+  const int l = rank_ % local_, first = rank_ - l;
+  for (int i = 1; i < local_; ++i) {  // from the next owner on (staggered reads)
+    const int owner = (l + i) % local_;
+    const TwoLevelShare s = two_level_share(k, c, owner);
+    k.deliver(out_bytes(k.recv) + (s.off + s.lo) * k.es, slot(first + owner, b) + k.result,
+              s.n * k.es);
+    seg_read_ += s.n * k.es;
   }
 }
 
-// Share l of the chunk at element `at` (its offset `lo` in the chunk):
-// this node's contributions in rank order after the previous node's
-// prefix, into this rank's result area: a prefix in the accumulator type,
-// or on the last node the result, which it also delivers.
-void ShmBackend::reduce_share(const TwoLevelCall& k, int b, size_t at, size_t lo, size_t n) {
+// This rank's share of chunk c: its node's contributions in rank order
+// after the previous node's prefix, into this rank's result area: a prefix
+// in the accumulator type, or on the last node the result, which it also
+// delivers.
+void ShmBackend::reduce_share(const TwoLevelCall& k, size_t c, int b) {
   const int L = local_, g = rank_ / L;
+  const TwoLevelShare s = two_level_share(k, c, rank_ % L);
+  const size_t at = s.off + s.lo, lo = s.lo, n = s.n;
+  if (n == 0) return;
   const bool last = g == groups_ - 1, same = k.acc == k.dtype;
   const ReduceOp op = last || k.op != ReduceOp::kAverage ? k.op : ReduceOp::kSum;
   std::vector<const void*> in;
