@@ -103,8 +103,8 @@ constexpr std::array kKnobs = {
          "max(64KiB, 4MiB / ranks), at most half a slot"},
     Knob{"LOCKSTEP_SHM_NODES", "auto",
          "shm ranks grouped by NUMA node for the two_level allreduce: auto (from the CPUs each "
-         "rank is bound to; contiguous equal groups or none), off, or a number of contiguous "
-         "equal groups; same on every rank"},
+         "rank is bound to when its communicator starts; contiguous equal groups or none), off, "
+         "or a number of contiguous equal groups; same on every rank"},
     Knob{"LOCKSTEP_SHM_SYNC", "auto",
          "how a shm step waits for the other ranks: linear (poll every peer) or dissemination "
          "(log2(ranks) rounds); auto = dissemination from 5 ranks when each has a core; same "
