@@ -138,25 +138,33 @@ TEST(ShmPipeline, EveryChunkCountHandsOverCleanly) {
 // A count mismatch caught at the pipeline's first step (against another
 // pipeline, or against one_step) fails every rank together and leaves the
 // buffer parity aligned: the next multi-chunk and one-step calls are exact.
+// The same for two_level (2 nodes of 2, forced), whose every chunk takes
+// one fill.
 TEST(ShmPipeline, MismatchAtTheFirstStepLeavesTheCommunicatorUsable) {
-  MultiProcOptions options;
-  options.env["LOCKSTEP_SHM_CHUNK_BYTES"] = "4096";
-  expect_all_ok(run_workers(3, [](Communicator& c) {
-    const int n = c.size(), me = c.rank();
-    for (size_t odd : {size_t{3000}, size_t{10}}) {  // another pipeline; one_step
-      const size_t count = me == 2 ? odd : 5000;
-      std::vector<float> in(count, 1.0f), out(count);
-      EXPECT_THROW(c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum),
-                   MismatchError);
-      std::vector<float> big(5000, float(me)), sum(5000);
-      c.allreduce(big.data(), sum.data(), big.size(), DataType::kFloat32, ReduceOp::kSum);
-      EXPECT_EQ(sum.front(), float(n * (n - 1) / 2));
-      EXPECT_EQ(sum.back(), float(n * (n - 1) / 2));
-      float one = 1, total = 0;
-      c.allreduce(&one, &total, 1, DataType::kFloat32, ReduceOp::kSum);
-      EXPECT_EQ(total, float(n));
+  for (const bool two_level : {false, true}) {
+    MultiProcOptions options;
+    options.env["LOCKSTEP_SHM_CHUNK_BYTES"] = "4096";
+    if (two_level) {
+      options.env["LOCKSTEP_SHM_ALGORITHM"] = "two_level";
+      options.env["LOCKSTEP_SHM_NODES"] = "2";
     }
-  }, options));
+    expect_all_ok(run_workers(two_level ? 4 : 3, [](Communicator& c) {
+      const int n = c.size(), me = c.rank();
+      for (size_t odd : {size_t{3000}, size_t{10}}) {  // another pipeline; one_step
+        const size_t count = me == 2 ? odd : 5000;
+        std::vector<float> in(count, 1.0f), out(count);
+        EXPECT_THROW(c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum),
+                     MismatchError);
+        std::vector<float> big(5000, float(me)), sum(5000);
+        c.allreduce(big.data(), sum.data(), big.size(), DataType::kFloat32, ReduceOp::kSum);
+        EXPECT_EQ(sum.front(), float(n * (n - 1) / 2));
+        EXPECT_EQ(sum.back(), float(n * (n - 1) / 2));
+        float one = 1, total = 0;
+        c.allreduce(&one, &total, 1, DataType::kFloat32, ReduceOp::kSum);
+        EXPECT_EQ(total, float(n));
+      }
+    }, options));
+  }
 }
 
 // Per rank, one_step reads (n-1)B and writes B; two_step writes B and reads

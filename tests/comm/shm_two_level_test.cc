@@ -8,7 +8,8 @@
 //    plan::shm_allreduce_bytes' closed forms, two_level's cross-node bytes
 //    below flat two_step's at the same grouping;
 //  * groupings that do not split the ranks run the flat algorithms (ranks
-//    with different LOCKSTEP_SHM_NODES: ShmDecision.RanksWithDifferentKnobs*).
+//    with different LOCKSTEP_SHM_NODES: ShmDecision.RanksWithDifferentKnobs*;
+//    a mismatch at two_level's first step: ShmPipeline.MismatchAtTheFirst*).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
