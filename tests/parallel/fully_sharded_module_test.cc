@@ -1,7 +1,7 @@
 // FullyShardedModel over a model's own module (FullyShardedUnit submodules,
 // the forward the model's own) against data parallelism on the same model
 // without units: the same parameters after K steps of SGD, Adam and LAMB in
-// f32 (1e-6 relative) at 1, 2 and 4 ranks, a unit
+// f32 (1e-6 relative) at 1, 2 and 4 ranks and in f64 (1e-12) at 2, a unit
 // called twice per forward, peak bytes per rank below data parallelism's
 // (AllocationTracker), checkpoints read by the plain model, mixed precision
 // (bf16 compute, f32 masters) against the recipe by hand at 2 and 4 ranks,
@@ -356,6 +356,7 @@ TEST(FullyShardedModule, TwoRanksComputeWhatDataParallelismComputes) {
   run_torch_workers(2, [] {
     check_names_are_the_plain_models();
     check_equals_data_parallel(/*prefetch=*/true);
+    check_equals_data_parallel(/*prefetch=*/true, ::torch::kFloat64);
     check_checkpointed_and_hybrid(false);
     check_memory_below_data_parallel();
     check_prefetch_gathers_ahead();
