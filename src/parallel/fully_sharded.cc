@@ -205,8 +205,7 @@ Tensor FullyShardedModel::forward(Tensor x) {
                           "own forward (its FullyShardedUnit submodules gather themselves)");
   Impl& m = *impl_;
   const bool grad = ::torch::GradMode::is_enabled();
-  const bool mixed = m.compute != m.dtype;
-  if (mixed && x.is_floating_point()) x = x.to(m.compute);
+  x = m.to_compute(x);
   for (int u = 0; u < static_cast<int>(m.units.size()); ++u) {
     const bool has_params = !m.units[u].params.empty();
     if (has_params) {
@@ -221,7 +220,7 @@ Tensor FullyShardedModel::forward(Tensor x) {
     if (grad && x.requires_grad())
       x = UnitBoundary::apply(x, reinterpret_cast<int64_t>(&m), static_cast<int64_t>(u));
   }
-  return mixed && x.is_floating_point() ? x.to(m.dtype) : x;
+  return m.to_master(x);
 }
 
 }  // namespace lockstep::parallel

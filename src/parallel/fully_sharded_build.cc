@@ -50,14 +50,6 @@ void check_same_model_everywhere(const std::string& mine, const FullyShardedOpti
   }
 }
 
-void validate_common_options(const FullyShardedOptions& o) {
-  o.group.require_member("FullyShardedModel");
-  if (o.replicate) o.replicate->require_member("FullyShardedModel (replicate group)");
-  if (o.compute_dtype && !c10::isFloatingType(*o.compute_dtype))
-    throw InvalidArgument(fmt::format("FullyShardedModel: compute_dtype {} is not a floating type",
-                                      c10::toString(*o.compute_dtype)));
-}
-
 void validate_fsdp_options(const FullyShardedOptions& o, const ::torch::nn::Sequential& model) {
   if (o.layers_per_unit < 1)
     throw InvalidArgument(fmt::format("FullyShardedModel: layers_per_unit={} must be >= 1",
@@ -67,6 +59,19 @@ void validate_fsdp_options(const FullyShardedOptions& o, const ::torch::nn::Sequ
 }
 
 }  // namespace
+
+void validate_common_options(const FullyShardedOptions& o) {
+  o.group.require_member("FullyShardedModel");
+  if (o.replicate) o.replicate->require_member("FullyShardedModel (replicate group)");
+  if (o.compute_dtype && !c10::isFloatingType(*o.compute_dtype))
+    throw InvalidArgument(fmt::format("FullyShardedModel: compute_dtype {} is not a floating type",
+                                      c10::toString(*o.compute_dtype)));
+}
+
+std::string FullyShardedModel::Impl::layout_line() const {
+  return fmt::format("granularity={} compute_dtype={}", element ? "element" : "tensor",
+                     options->compute_dtype ? c10::toString(*options->compute_dtype) : "-");
+}
 
 // Every parameter: contiguous, floating, requiring grad, of the first one's
 // dtype and device.
@@ -114,9 +119,8 @@ void FullyShardedModel::Impl::lay_out(int u) {
 // for check_same_model_everywhere.
 static std::string plan_units(FullyShardedModel::Impl& m, ::torch::nn::Sequential& model,
                               const FullyShardedOptions& o) {
-  std::string description = fmt::format(
-      "layers_per_unit={} granularity={} compute_dtype={}\n", o.layers_per_unit,
-      m.element ? "element" : "tensor", o.compute_dtype ? c10::toString(*o.compute_dtype) : "-");
+  std::string description = fmt::format("layers_per_unit={} {}\n", o.layers_per_unit,
+                                        m.layout_line());
   const int layers = static_cast<int>(model->size());
   const auto children = model->named_children();  // the names module.named_parameters() uses
   for (int first = 0; first < layers; first += o.layers_per_unit) {

@@ -18,6 +18,9 @@
 
 namespace lockstep::parallel {
 
+// Group membership and compute_dtype (both paths); throws InvalidArgument.
+void validate_common_options(const FullyShardedOptions& options);
+
 struct FullyShardedModel::Impl {
   struct Unit {
     int first_layer = 0, end_layer = 0;  // [first, end) of the Sequential
@@ -62,6 +65,15 @@ struct FullyShardedModel::Impl {
   ::torch::ScalarType compute = ::torch::kFloat32;  // the gathered units' (compute_dtype)
   ::torch::Device device = ::torch::kCPU;
 
+  // Mixed precision: a floating input of the model (Sequential path) or of
+  // a unit (module path) into the compute dtype; the Sequential's output
+  // back to the masters'. Identities without compute_dtype.
+  ::torch::Tensor to_compute(const ::torch::Tensor& x) const {
+    return compute != dtype && x.is_floating_point() ? x.to(compute) : x;
+  }
+  ::torch::Tensor to_master(const ::torch::Tensor& x) const {
+    return compute != dtype && x.is_floating_point() ? x.to(dtype) : x;
+  }
   // fully_sharded.cc
   void gather(int unit, bool wait);
   void release(int unit);
@@ -83,6 +95,9 @@ struct FullyShardedModel::Impl {
   // (bind) until the model is destroyed (unbind: they run unsharded).
   void bind_unit_modules();
   void unbind_unit_modules();
+  // fully_sharded_build.cc: the options every rank must share (the first
+  // line of the description that finish() compares).
+  std::string layout_line() const;
   // fully_sharded_build.cc: the parameter's checks, its place in `params`
   // and in unit u; `description` gains its line.
   void add_parameter(int u, const std::string& name, const ::torch::Tensor& p,

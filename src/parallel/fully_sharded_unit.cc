@@ -33,7 +33,9 @@ FullyShardedUnitImpl::FullyShardedUnitImpl(std::shared_ptr<::torch::nn::Module> 
 Tensor FullyShardedUnitImpl::forward(const Tensor& input) {
   if (owner_ == nullptr) return forward_(input);
   owner_->enter(unit_);
-  return owner_->leave(unit_, forward_(input));
+  // Mixed precision: the unit computes in compute_dtype and hands its output
+  // on in it (the next unit's and the root's parameters are in it too).
+  return owner_->leave(unit_, forward_(owner_->to_compute(input)));
 }
 
 void FullyShardedUnitImpl::train(bool on) {
@@ -129,7 +131,7 @@ std::unordered_map<const void*, int> own_parameters(FullyShardedModel::Impl& m,
 static std::string plan_module_units(FullyShardedModel::Impl& m, ::torch::nn::Module& model,
                                      const std::vector<FoundUnit>& found) {
   const auto owner = own_parameters(m, found);
-  std::string description = fmt::format("modules granularity={}\n", m.element ? "element" : "tensor");
+  std::string description = fmt::format("modules {}\n", m.layout_line());
   const int root = static_cast<int>(found.size());
   std::unordered_set<const void*> taken;  // each parameter once (its first name)
   for (const auto& item : model.named_parameters()) {
@@ -157,11 +159,7 @@ FullyShardedModel::FullyShardedModel(std::shared_ptr<::torch::nn::Module> model,
                                      FullyShardedOptions options)
     : root_(std::move(model)), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   if (!root_) throw InvalidArgument("FullyShardedModel: no model given");
-  options_.group.require_member("FullyShardedModel");
-  if (options_.replicate) options_.replicate->require_member("FullyShardedModel (replicate group)");
-  if (options_.compute_dtype)
-    throw InvalidArgument("FullyShardedModel: compute_dtype is supported for a Sequential only, "
-                          "not (yet) over a module with FullyShardedUnit submodules");
+  validate_common_options(options_);
   Impl& m = *impl_;
   m.options = &options_;
   m.n = options_.group.size();

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -33,6 +34,16 @@ Tensor decode(const Tensor& row, ::torch::ScalarType dtype) {
 }
 
 }  // namespace
+
+double adam_step_bound(double beta1, double beta2) {
+  return std::max(1.0, (1 - beta1) / std::sqrt(1 - beta2));
+}
+
+Tensor bounded_adam_direction(const Tensor& m, double correction1, const Tensor& denom,
+                              double beta1, double beta2) {
+  const double bound = adam_step_bound(beta1, beta2);
+  return (m / correction1).div_(denom).clamp_(-bound, bound);
+}
 
 void validate(const OneBitOptions& o) {
   if (o.warmup_steps < 0)

@@ -103,7 +103,8 @@ void OneBitAdam::compressed_step() {
     const double correction1 = 1 - std::pow(beta1, static_cast<double>(s->step()));
     const double correction2 = 1 - std::pow(beta2, static_cast<double>(options_.warmup_steps));
     const Tensor denom = (s->exp_avg_sq().sqrt() / std::sqrt(correction2)).add_(o->eps());
-    p.addcdiv_(m, denom, -o->lr() / correction1);
+    // Never a larger step than Adam's own (Note [1-bit step bound]).
+    p.add_(bounded_adam_direction(m, correction1, denom, beta1, beta2), -o->lr());
   }
 }
 

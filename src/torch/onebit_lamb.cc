@@ -213,7 +213,10 @@ void OneBitLamb::update(Layer& layer, LambParamState& s, const Tensor& previous_
     c2_fresh = 1 - std::pow(o.beta2(), t);
   }
   const Tensor denom = (s.exp_avg_sq() / c2).sqrt() + o.eps();
-  Tensor u = (m / c1) / denom;
+  // The frozen c̄ does not see this step's ‖u‖, so unlike exact LAMB's
+  // ratio it cannot bound it: u is bounded as 1-bit Adam's is (Note [1-bit
+  // step bound]).
+  Tensor u = bounded_adam_direction(m, c1, denom, o.beta1(), o.beta2());
   Tensor factor = (denom / ((layer.fresh_v / c2_fresh).sqrt() + o.eps())).max();
   if (o.weight_decay() != 0) {
     // r scales the adaptive part of u; the decay's part keeps factor 1.

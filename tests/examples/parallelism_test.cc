@@ -96,6 +96,12 @@ TEST(Parallelism, CompressionAndActivationCheckpointing) {
     EXPECT_LT(j["bytes_sent_per_step"].get<double>(), 0.2 * whole) << c;
     EXPECT_GT(j["test_acc"].get<double>(), 0.3) << c << ": 12 steps should beat chance (0.1)";
   }
+  // 1-bit Adam after its 4 warm-up steps: its loss was NaN by step 7 (test
+  // accuracy 10.7%, one class) before the compressed step was bounded by
+  // Adam's own (Note [1-bit step bound] in lockstep/torch/onebit.h).
+  const auto adam = run("", "--strategy data --compression onebit-adam");
+  ASSERT_FALSE(adam.is_null());
+  EXPECT_GT(adam["test_acc"].get<double>(), 0.2) << "onebit-adam: a NaN model predicts one class";
   for (const char* s : {"data", "pipeline"}) {
     const auto plain = s == std::string("data") ? data : run("", "--strategy pipeline --micro-batches 2");
     const auto ckpt = run("", fmt::format("--strategy {} --micro-batches 2 --checkpoint-activations 4", s));

@@ -1,6 +1,7 @@
 // 1-bit Adam (onebit_adam.h) through DistributedOptimizer at 2 ranks: its
 // warm-up steps are bitwise those of plain distributed Adam, elements with
-// no gradient in the warm-up stay put after it; after them the
+// no gradient in the warm-up stay put after it, and elements with a tiny
+// one step no further than Adam's bound (Note [1-bit step bound]); the
 // bytes handed to the communicator per step are the closed form's
 // (lockstep/plan/compression.h), against 4L for the uncompressed steps, and
 // so are 1-bit LAMB's (onebit_lamb.h; its own tests in onebit_lamb_test.cc);
@@ -123,6 +124,17 @@ void check_zero_variance_stays_put() {
   testing::check_zero_variance_stays_put(model, onebit);
 }
 
+// Adam's default betas: the bound is (1 − 0.9)/√(1 − 0.999) = 3.16 lr.
+void check_tiny_variance_step_is_bounded() {
+  auto model = testing::onebit_model();
+  constexpr double kLr = 0.01;
+  ::torch::optim::Adam adam(model->parameters(), ::torch::optim::AdamOptions(kLr));
+  OneBitAdam onebit(adam, {.warmup_steps = 3}, Group(), "tiny");
+  const double limit = kLr * adam_step_bound(0.9, 0.999);
+  EXPECT_NEAR(limit, kLr * 0.1 / std::sqrt(0.001), 1e-12);
+  testing::check_tiny_variance_step_is_bounded(model, onebit, [&](size_t) { return limit; });
+}
+
 void check_named_errors() {
   auto model = testing::onebit_model();
   ::torch::optim::SGD sgd(model->parameters(), 0.1);
@@ -157,6 +169,7 @@ TEST(OneBitAdam, WarmupIsPlainAdamThenBytesFollowTheClosedFormAndThePlanner) {
     check_named_errors();
     check_warmup_is_plain_adam();
     check_zero_variance_stays_put();
+    check_tiny_variance_step_is_bounded();
     check_planner_bytes_are_measured_bytes();
   });
 }

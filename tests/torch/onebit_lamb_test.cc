@@ -6,7 +6,9 @@
 // threshold around it, identical on both ranks; with constant local
 // gradients the compressed momenta average to the true mean gradient
 // (error feedback: without it they stay as far off as one step); elements
-// whose variance is 0 at the freeze do not move after it; bad options and
+// whose variance is 0 at the freeze do not move after it, and those whose
+// variance is tiny move no further than lr · trust ratio · Adam's bound
+// (Note [1-bit step bound]); bad options and
 // the wrong optimizer get named errors. onebit_adam_test.cc checks its bytes
 // against the planner and the closed form, compression_test.cc trains a
 // classifier with it.
@@ -105,6 +107,17 @@ void check_zero_variance_stays_put() {
   testing::check_zero_variance_stays_put(model, onebit);
 }
 
+// LAMB's step is lr · trust ratio · u, its u bounded as 1-bit Adam's step.
+void check_tiny_variance_step_is_bounded() {
+  auto model = onebit_model();
+  const optim::LambOptions o(0.02);  // no decay: u is the bounded direction alone
+  optim::Lamb lamb(model->parameters(), o);
+  OneBitLamb onebit(lamb, {.warmup_steps = 3}, Group(), "tiny");
+  const double bound = adam_step_bound(o.beta1(), o.beta2());
+  testing::check_tiny_variance_step_is_bounded(
+      model, onebit, [&](size_t i) { return o.lr() * onebit.trust_ratios()[i] * bound; });
+}
+
 // lr 0 keeps the parameters, so each rank's gradient is the same every
 // step; with error feedback the compressed momenta's running mean
 // approaches the true mean gradient (m's fixed point); one step does not,
@@ -199,6 +212,7 @@ TEST(OneBitLamb, WarmupIsPlainLambThenFrozenTrustRatiosErrorFeedbackAndZeroVaria
     check_warmup_is_plain_lamb();
     check_trust_ratios_follow_the_paper();
     check_zero_variance_stays_put();
+    check_tiny_variance_step_is_bounded();
     check_error_feedback_is_kept();
   });
 }

@@ -84,10 +84,15 @@
 // wrapped module's names (as Checkpointed does), so checkpoints and
 // named_parameters() are the plain model's. A unit may run more than once
 // per forward (shared weights): it is gathered for each call and its
-// gradient reduced once. Not supported (InvalidArgument at construction):
+// gradient reduced once. Mixed precision works as above, per unit: a unit
+// casts its floating input to compute_dtype and hands its output on in it;
+// the root unit is gathered in compute_dtype too (so the model's own code
+// between units computes in it), its masters sharded like a unit's; the
+// model's output is in compute_dtype (cast it for the loss, as forward()
+// does for a Sequential). Not supported (InvalidArgument at construction):
 // nested units, parameters shared between units or registered both in a
-// unit and outside it (tied weights across a unit), compute_dtype, and
-// models without any unit. A unit's parameter read outside its forward
+// unit and outside it (tied weights across a unit), and models without any
+// unit. A unit's parameter read outside its forward
 // without being registered there is not detected (it holds no memory).
 // forward() and module() are the Sequential path's. Once the
 // FullyShardedModel is destroyed the units run unsharded, but their

@@ -12,7 +12,9 @@
 //     gradients, travel: one 1-bit compressed allreduce with worker and
 //     server error feedback (CompressedAllreduce, onebit.h) over every
 //     parameter at once, whose result replaces m on every rank. Then
-//     p -= lr m / (1 - b1^t) / (sqrt(v / (1 - b2^warmup)) + eps).
+//     p -= lr clamp(m / (1 - b1^t) / (sqrt(v / (1 - b2^warmup)) + eps), ±B),
+//     B = max(1, (1 - b1) / sqrt(1 - b2)): Adam's own largest step per lr
+//     (Note [1-bit step bound] in onebit.h).
 //
 // The frozen variance is what makes the compression safe: the update is a
 // fixed preconditioner times the momentum, so the momentum's compression
@@ -25,7 +27,8 @@
 // dead units, unused rows) keep m = 0: the compressed mean gives them ±scale
 // (signs carry no zero), which divided by ε made lockstep-parallelism's
 // loss overflow after its 4-step warm-up. DeepSpeed asks the user for this
-// mask (exp_avg_mask); 1-bit LAMB (onebit_lamb.h) does the same.
+// mask (exp_avg_mask); 1-bit LAMB (onebit_lamb.h) does the same. Elements
+// whose v is tiny but not 0 are what the bound B is for.
 //
 // Whether a step compresses is read from the Adam state's step count, so a
 // job resumed from a checkpoint past warm-up stays in the compression stage

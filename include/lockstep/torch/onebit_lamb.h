@@ -21,7 +21,9 @@
 //       g̃ = (m − β1 m_prev) / (1 − β1)         the gradient the new m implies
 //       v_fresh = β2 v_fresh + (1 − β2) g̃²      (v_fresh = v at the freeze)
 //       d = √(v / (1 − β2^warmup)) + ε,  d_fresh = √(v_fresh / (1 − β2^t)) + ε
-//       u = m / (1 − β1^t) / d + λ x
+//       u = clamp(m / (1 − β1^t) / d, ±B) + λ x   (B: 1-bit Adam's bound,
+//           Note [1-bit step bound] in onebit.h: the frozen c̄ does not see
+//           this step's ‖u‖, so it cannot bound it as LAMB's own ratio does)
 //       r = max over the elements of d / d_fresh, moved towards 1 by the
 //           decay's share of u (r·a + 1 − a, a = min(1, ‖u − λx‖/‖u‖)),
 //           clipped to [factor_min, factor_max] and to within
