@@ -20,6 +20,7 @@
 #include "torch/cpu_load.h"
 #include "torch/device.h"
 
+#include "lockstep/base/cpu_topology.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
@@ -131,11 +132,14 @@ DeviceBackend choose_device_backend(const DeviceBackendInputs& in) {
   return DeviceBackend::kHost;
 }
 
-Placement plan_placement(int local_rank, int local_size, const std::vector<int>& cpus,
-                         BindTo bind_to, int intra_op_threads) {
+Placement plan_placement(int local_rank, int local_size, const std::vector<int>& allowed,
+                         BindTo bind_to, int intra_op_threads,
+                         std::span<const CpuPlace> topology) {
   if (local_size < 1 || local_rank < 0 || local_rank >= local_size)
     throw InvalidArgument(fmt::format("placement: local rank {} not in [0, {})", local_rank,
                                       local_size));
+  // Whole cores, node by node (Note [Placement order] in src/base/cpu_topology.cc).
+  const std::vector<int> cpus = placement_order(allowed, topology);
   const int cores = std::max<int>(1, static_cast<int>(cpus.size()));
   const int share = std::max(1, cores / local_size);
   Placement p;
@@ -147,6 +151,7 @@ Placement plan_placement(int local_rank, int local_size, const std::vector<int>&
   } else if (bind) {
     p.cpus.push_back(cpus[local_rank % cores]);  // oversubscribed: round robin
   }
+  std::sort(p.cpus.begin(), p.cpus.end());  // for people reading describe()
   return p;
 }
 
@@ -216,7 +221,8 @@ Placement place_this_worker(int local_rank, int local_size) {
   int threads = parse_intra_op_threads(knob_string("LOCKSTEP_INTRA_OP_THREADS"));
   const std::vector<int> cpus = placement_cpus();
   const DeviceChoice device = parse_device(knob_string("LOCKSTEP_DEVICE"));
-  Placement p = plan_placement(local_rank, local_size, cpus, bind_to, threads);
+  Placement p =
+      plan_placement(local_rank, local_size, cpus, bind_to, threads, read_cpu_topology(cpus));
   p.visible_devices = device == DeviceChoice::kCpu ? 0 : detail::visible_gpus();
   p.device_index = plan_gpu(device, local_rank, p.visible_devices);
   if (p.device_index >= 0) {
@@ -255,10 +261,11 @@ void bind_before_engine() {
   const int local_size = static_cast<int>(knob_int("LOCKSTEP_LOCAL_SIZE"));
   const int local_rank = static_cast<int>(knob_int("LOCKSTEP_LOCAL_RANK"));
   if (local_size <= 1 || local_rank < 0 || local_rank >= local_size) return;  // init() decides
+  const std::vector<int> cpus = placement_cpus();
   const Placement p =
-      plan_placement(local_rank, local_size, placement_cpus(),
-                     parse_bind_to(knob_string("LOCKSTEP_BIND_TO")),
-                     parse_intra_op_threads(knob_string("LOCKSTEP_INTRA_OP_THREADS")));
+      plan_placement(local_rank, local_size, cpus, parse_bind_to(knob_string("LOCKSTEP_BIND_TO")),
+                     parse_intra_op_threads(knob_string("LOCKSTEP_INTRA_OP_THREADS")),
+                     read_cpu_topology(cpus));
   if (!p.cpus.empty()) apply_placement(p);
 }
 

@@ -15,7 +15,6 @@ namespace {
 
 using comm::shm::groups_from_nodes;
 using comm::shm::numa_node_of;
-using comm::shm::parse_cpulist;
 
 // <dir>/node<k>/cpulist for each list, plus files sysfs has that are not nodes.
 std::string fake_sysfs(const std::string& name, const std::vector<std::string>& cpulists) {
@@ -27,16 +26,6 @@ std::string fake_sysfs(const std::string& name, const std::vector<std::string>& 
   std::ofstream(dir / "online") << "0-" << cpulists.size() - 1 << "\n";
   std::filesystem::create_directories(dir / "power");
   return dir.string();
-}
-
-TEST(ShmNuma, ParsesCpulists) {
-  EXPECT_EQ(parse_cpulist("0-3\n"), (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(parse_cpulist("0,2-3,8"), (std::vector<int>{0, 2, 3, 8}));
-  EXPECT_EQ(parse_cpulist("5"), (std::vector<int>{5}));
-  EXPECT_EQ(parse_cpulist(""), (std::vector<int>{}));
-  EXPECT_EQ(parse_cpulist("3-1"), (std::vector<int>{}));
-  EXPECT_EQ(parse_cpulist("0-x"), (std::vector<int>{}));
-  EXPECT_EQ(parse_cpulist("0,,1"), (std::vector<int>{}));
 }
 
 TEST(ShmNuma, TheNodeHoldingEveryCpuOfTheRank) {

@@ -18,6 +18,8 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/torch/torch.h"
+#include "comm/transport/shm/numa.h"
+#include "support/fake_sysfs.h"
 #include "support/scratch.h"
 #include "torch/cpu_load.h"
 
@@ -418,6 +420,67 @@ TEST(Placement, CoreBindingSplitsCpusIntoBlocks) {
   EXPECT_EQ(p1.intra_op_threads, 2);
 }
 
+using lockstep::testing::cpu_range;
+using lockstep::testing::fake_sysfs_tree;
+using lockstep::testing::interleaved_two_socket;
+
+// The CPUs of `local_size` workers placed by core on a host read from `sys`.
+std::vector<std::vector<int>> place_all(int local_size, const std::string& sys, int ncpus) {
+  const std::vector<int> cpus = cpu_range(ncpus);
+  const std::vector<CpuPlace> topology = read_cpu_topology(cpus, sys);
+  std::vector<std::vector<int>> out;
+  for (int r = 0; r < local_size; ++r)
+    out.push_back(plan_placement(r, local_size, cpus, BindTo::kCore, 0, topology).cpus);
+  return out;
+}
+
+std::vector<int> cpus_from(std::initializer_list<std::pair<int, int>> ranges) {
+  std::vector<int> out;
+  for (auto [lo, hi] : ranges)
+    for (int c = lo; c <= hi; ++c) out.push_back(c);
+  return out;
+}
+
+// Regression for issue 28: on a two-socket host that interleaves nodes and
+// hyper-threads (node 0 = 0-15,32-47, CPU k and k+32 one core), CPU-number
+// blocks gave ranks 0 and 2 the two threads of node 0's cores and node
+// groups {0,2},{1,3}. Placement by (node, package, core) gives whole cores,
+// a node filled before the next.
+TEST(Placement, WholeCoresWithinANodeOnAnInterleavedSmtHost) {
+  const std::string sys = fake_sysfs_tree("placement-smt", interleaved_two_socket(16));
+  EXPECT_EQ(place_all(4, sys, 64),
+            (std::vector<std::vector<int>>{cpus_from({{0, 7}, {32, 39}}),
+                                           cpus_from({{8, 15}, {40, 47}}),
+                                           cpus_from({{16, 23}, {48, 55}}),
+                                           cpus_from({{24, 31}, {56, 63}})}));
+  EXPECT_EQ(place_all(2, sys, 64), (std::vector<std::vector<int>>{
+                                        cpus_from({{0, 15}, {32, 47}}),
+                                        cpus_from({{16, 31}, {48, 63}})}));
+  const auto eight = place_all(8, sys, 64);
+  for (int r = 0; r < 8; ++r) {
+    const int first = (r < 4 ? 0 : 16) + (r % 4) * 4;  // four whole cores each
+    EXPECT_EQ(eight[r], cpus_from({{first, first + 3}, {first + 32, first + 35}})) << r;
+  }
+  // The two-level shm allreduce finds the nodes' groups contiguous.
+  for (int n : {2, 4, 8, 16}) {
+    std::vector<int> nodes;
+    for (const auto& cpus : place_all(n, sys, 64))
+      nodes.push_back(comm::shm::numa_node_of(cpus, sys + "/devices/system/node"));
+    std::string why;
+    EXPECT_EQ(comm::shm::groups_from_nodes(nodes, &why), n == 2 ? 1 : 2) << n << ": " << why;
+  }
+}
+
+// One node, no SMT, or no sysfs at all: the blocks of CPU numbers as before.
+TEST(Placement, HostsWithoutNodesOrSmtKeepCpuNumberBlocks) {
+  std::vector<CpuPlace> flat;
+  for (int c = 0; c < 8; ++c) flat.push_back(CpuPlace{c, 0, 0, c});
+  const std::string sys = fake_sysfs_tree("placement-flat", flat);
+  const std::vector<std::vector<int>> blocks{{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+  EXPECT_EQ(place_all(4, sys, 8), blocks);
+  EXPECT_EQ(place_all(4, "/nonexistent/lockstep/sys", 8), blocks);
+}
+
 // Overlap only where the transfer does not take a computing core.
 TEST(Placement, OverlapPaysAcrossHostsOrWithASpareCore) {
   EXPECT_TRUE(overlap_pays(/*one_host=*/false, 1, 1));
@@ -526,7 +589,9 @@ TEST(Placement, CudaTensorsTakeNcclOnlyWithOneGpuPerWorkerAndAFixedWorld) {
     change(c);
     EXPECT_EQ(choose_device_backend(c), DeviceBackend::kHost) << reason;
     c.knob = "nccl";
-    if (c.cuda) EXPECT_THROW(choose_device_backend(c), InvalidArgument) << reason;
+    if (c.cuda) {
+      EXPECT_THROW(choose_device_backend(c), InvalidArgument) << reason;
+    }
   };
   host_because([](auto& c) { c.nccl_built = false; }, "no NCCL in this build");
   host_because([](auto& c) { c.local_size = 3; }, "3 workers share 2 GPUs");

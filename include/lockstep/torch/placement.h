@@ -2,8 +2,11 @@
 // from the worker's local rank and the number of workers on the host.
 //
 // LOCKSTEP_BIND_TO = core | none | auto (docs/torch.md):
-//   core: worker i of n gets the i-th contiguous block of the allowed CPUs
-//         (cores/n each) and that many intra-op threads;
+//   core: worker i of n gets the i-th block of cpus/n of the allowed CPUs,
+//         taken in (NUMA node, package, core) order so that a block holds
+//         whole cores within one node where the counts allow (Note
+//         [Placement order] in src/base/cpu_topology.cc), and that many
+//         intra-op threads;
 //   none: no affinity; threads = cores/n;
 //   auto: core when the workers fit on the cores (n <= cores), else none.
 // LOCKSTEP_INTRA_OP_THREADS (`lockstep run --threads-per-worker T|auto`;
@@ -21,10 +24,13 @@
 // the host transport (docs/gpu.md).
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
+
+#include "lockstep/base/cpu_topology.h"
 
 namespace lockstep::torch {
 
@@ -73,9 +79,12 @@ struct DeviceBackendInputs {
 // InvalidArgument naming the reason when nccl is asked for and cannot be.
 DeviceBackend choose_device_backend(const DeviceBackendInputs& in);
 
-// Pure: the placement for worker local_rank of local_size over allowed_cpus.
+// Pure: the placement for worker local_rank of local_size over allowed_cpus,
+// which are divided in placement_order(allowed_cpus, topology) (topology:
+// read_cpu_topology; without it, CPU-number order). Its `cpus` are sorted.
 Placement plan_placement(int local_rank, int local_size, const std::vector<int>& allowed_cpus,
-                         BindTo bind_to, int intra_op_threads = 0);
+                         BindTo bind_to, int intra_op_threads = 0,
+                         std::span<const CpuPlace> topology = {});
 // The CPUs this process may run on (sched_getaffinity).
 std::vector<int> allowed_cpus();
 // From the knobs and the process's world; applies it (threads, affinity).

@@ -1,66 +1,20 @@
 #include "comm/transport/shm/numa.h"
 
-#include <dirent.h>
 #include <sched.h>
 
 #include <algorithm>
-#include <charconv>
-#include <fstream>
-#include <sstream>
+#include <map>
 
 #include <fmt/format.h>
 
+#include "lockstep/base/cpu_topology.h"
+
 namespace lockstep::comm::shm {
-namespace {
-
-bool parse_int(std::string_view text, int* out) {
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
-  return ec == std::errc() && end == text.data() + text.size() && *out >= 0;
-}
-
-// The node numbers listed under `root` (directories node<k>).
-std::vector<int> list_nodes(const std::string& root) {
-  std::vector<int> out;
-  DIR* dir = opendir(root.c_str());
-  if (!dir) return out;
-  while (const dirent* e = readdir(dir)) {
-    std::string_view name = e->d_name;
-    int k = 0;
-    if (name.starts_with("node") && parse_int(name.substr(4), &k)) out.push_back(k);
-  }
-  closedir(dir);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-}  // namespace
-
-std::vector<int> parse_cpulist(std::string_view text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
-  std::vector<int> cpus;
-  while (!text.empty()) {
-    const size_t comma = text.find(',');
-    std::string_view item = text.substr(0, comma);
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
-    const size_t dash = item.find('-');
-    int lo = 0, hi = 0;
-    if (!parse_int(item.substr(0, dash), &lo)) return {};
-    hi = lo;
-    if (dash != std::string_view::npos && (!parse_int(item.substr(dash + 1), &hi) || hi < lo))
-      return {};
-    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
-  }
-  return cpus;
-}
 
 int numa_node_of(std::span<const int> cpus, const std::string& sysfs_root) {
-  const std::vector<int> nodes = list_nodes(sysfs_root);
+  const std::map<int, std::vector<int>> nodes = read_numa_nodes(sysfs_root);
   if (nodes.size() < 2 || cpus.empty()) return -1;
-  for (int node : nodes) {
-    std::ifstream in(fmt::format("{}/node{}/cpulist", sysfs_root, node));
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::vector<int> mine = parse_cpulist(text.str());
+  for (const auto& [node, mine] : nodes) {
     const auto on_node = [&](int cpu) { return std::find(mine.begin(), mine.end(), cpu) != mine.end(); };
     const auto count = std::count_if(cpus.begin(), cpus.end(), on_node);
     if (count == static_cast<long>(cpus.size())) return node;

@@ -2,8 +2,9 @@
 // two-level allreduce (Note [Two-level allreduce] in shm_two_level.cc).
 //
 // A rank's node is the one that holds every CPU it is bound to
-// (sched_getaffinity), read from sysfs: <root>/node<k>/cpulist. The root is
-// a parameter so tests can hand in a fake directory. Pure functions apart
+// (sched_getaffinity), read from sysfs: <root>/node<k>/cpulist
+// (read_numa_nodes in lockstep/base/cpu_topology.h). The root is a
+// parameter so tests can hand in a fake directory. Pure functions apart
 // from the reads of sysfs and of the affinity; thread-safe.
 #pragma once
 
@@ -15,10 +16,6 @@
 namespace lockstep::comm::shm {
 
 inline constexpr std::string_view kSysfsNodes = "/sys/devices/system/node";
-
-// The CPUs of a sysfs cpulist ("0-3,8,10-11\n"); empty for text that does
-// not parse.
-std::vector<int> parse_cpulist(std::string_view text);
 
 // The node holding every CPU of `cpus`, or -1 when there is no such single
 // node: the CPUs span nodes, the host lists one node (or none), or `cpus`
