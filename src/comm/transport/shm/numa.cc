@@ -14,7 +14,10 @@ namespace lockstep::comm::shm {
 int numa_node_of(std::span<const int> cpus, const std::string& sysfs_root) {
   const std::map<int, std::vector<int>> nodes = read_numa_nodes(sysfs_root);
   if (nodes.size() < 2 || cpus.empty()) return -1;
-  for (const auto& [node, mine] : nodes) {
+  // Not a structured binding: clang before 16 cannot capture one in a lambda.
+  for (const auto& entry : nodes) {
+    const int node = entry.first;
+    const std::vector<int>& mine = entry.second;
     const auto on_node = [&](int cpu) { return std::find(mine.begin(), mine.end(), cpu) != mine.end(); };
     const auto count = std::count_if(cpus.begin(), cpus.end(), on_node);
     if (count == static_cast<long>(cpus.size())) return node;
