@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/cpu_topology.h"
+#include "lockstep/plan/shm_algorithm.h"
 
 namespace lockstep::comm::shm {
 
@@ -60,7 +61,10 @@ int groups_from_nodes(std::span<const int> nodes, std::string* why) {
     return 1;
   }
   const bool equal = std::all_of(runs.begin(), runs.end(), [&](size_t n) { return n == runs[0]; });
-  if (!equal || runs[0] < 2) {
+  // Which group counts two_level can run is the planner's rule, asked once.
+  plan::ShmPolicy found;
+  found.nodes = static_cast<int>(runs.size());
+  if (!equal || plan::shm_node_groups(found, static_cast<int>(nodes.size())) == 1) {
     *why = fmt::format("the {} nodes do not hold equal numbers (at least 2) of ranks", runs.size());
     return 1;
   }
