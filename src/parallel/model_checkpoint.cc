@@ -45,6 +45,7 @@ struct Piece {
   int64_t dim = 0, begin = 0, length = -1;  // length -1: the whole tensor
   int64_t group = -1;                       // optimizer param group; -1: none
   int64_t stage = 0, position = 0, rank = 0;
+  int64_t dtype = static_cast<int64_t>(::torch::kFloat);  // c10::ScalarType
   Tensor value{};       // saving only
   std::string state{};  // saving only: serialize_state(), empty when none
 };
@@ -66,7 +67,8 @@ Piece describe_param(const ModelParts& parts, size_t position,
                      const ::torch::optim::Optimizer& optimizer, bool with_values) {
   const auto& [name, param] = parts.parameters[position];
   Piece piece{.name = name, .full_shape = param.sizes().vec(), .stage = parts.stage,
-              .position = static_cast<int64_t>(position), .rank = lt::rank()};
+              .position = static_cast<int64_t>(position), .rank = lt::rank(),
+              .dtype = static_cast<int64_t>(param.scalar_type())};
   if (auto it = parts.shards.find(name); it != parts.shards.end()) {
     const ShardSpec& spec = it->second;
     auto [begin, length] = shard_range(spec.full_size, spec.group.rank(), spec.group.size());
@@ -95,7 +97,8 @@ void write_piece(::torch::serialize::OutputArchive& out, const std::string& pref
   out.write(prefix + "name", c10::IValue(p.name));
   out.write(prefix + "shape", c10::IValue(p.full_shape));
   out.write(prefix + "slice", c10::IValue(std::vector<int64_t>{p.dim, p.begin, p.length, p.group,
-                                                               p.stage, p.position, p.rank}));
+                                                               p.stage, p.position, p.rank,
+                                                               p.dtype}));
   if (p.value.defined()) out.write(prefix + "value", p.value);
   if (!p.state.empty()) out.write(prefix + "state", c10::IValue(p.state));
 }
@@ -109,9 +112,9 @@ Piece read_piece(::torch::serialize::InputArchive& in, const std::string& prefix
   p.full_shape = v.toIntVector();
   in.read(prefix + "slice", v);
   const auto s = v.toIntVector();
-  if (s.size() != 7) throw Error("model checkpoint: corrupt parameter description");
+  if (s.size() != 8) throw Error("model checkpoint: corrupt parameter description");
   p.dim = s[0], p.begin = s[1], p.length = s[2], p.group = s[3];
-  p.stage = s[4], p.position = s[5], p.rank = s[6];
+  p.stage = s[4], p.position = s[5], p.rank = s[6], p.dtype = s[7];
   Tensor value;
   if (in.try_read(prefix + "value", value)) p.value = value;
   if (in.try_read(prefix + "state", v)) p.state = v.toStringRef();
@@ -150,7 +153,8 @@ std::vector<Description> describe_all(const ModelParts& parts,
     const auto& [name, buffer] = parts.buffers[i];
     mine.buffers.push_back({.name = name, .full_shape = buffer.sizes().vec(),
                             .stage = parts.stage, .position = static_cast<int64_t>(i),
-                            .rank = lt::rank()});
+                            .rank = lt::rank(),
+                            .dtype = static_cast<int64_t>(buffer.scalar_type())});
     if (with_values) mine.buffers.back().value = buffer.detach();
   }
   std::vector<Description> all;
@@ -168,7 +172,7 @@ std::vector<Description> describe_all(const ModelParts& parts,
 struct Whole {
   std::string name;
   std::vector<int64_t> shape;
-  int64_t group = -1, dim = 0;
+  int64_t group = -1, dim = 0, dtype = 0;
   std::vector<const Piece*> slices{};  // by begin
 };
 
@@ -185,7 +189,7 @@ std::vector<Whole> whole_list(const std::vector<Description>& all, bool buffers)
   for (const Piece* p : pieces) {
     auto [it, fresh] = index.emplace(p->name, wholes.size());
     if (fresh) wholes.push_back({.name = p->name, .shape = p->full_shape, .group = p->group,
-                                 .dim = p->dim});
+                                 .dim = p->dim, .dtype = p->dtype});
     Whole& w = wholes[it->second];
     if (w.shape != p->full_shape || w.group != p->group || w.dim != p->dim)
       throw Error(fmt::format("model checkpoint: '{}' is {} in param group {} on one rank and {} in "
@@ -319,11 +323,17 @@ bool load_checkpoint(const std::string& path, const ModelParts& parts,
   const auto params = whole_list(all, false), buffers = whole_list(all, true);
   auto module = std::make_shared<detail::NamedTensors>();
   std::vector<Tensor> placeholders;
+  // Placeholders of the whole shapes (allocated, not touched, until the
+  // load copies into them), so the file is checked against the whole model.
+  auto whole_tensor = [](const Whole& w) {
+    return ::torch::empty(w.shape, ::torch::TensorOptions().dtype(
+                                       static_cast<::torch::ScalarType>(w.dtype)));
+  };
   for (const Whole& w : params) {
-    placeholders.push_back(::torch::empty({0}));
+    placeholders.push_back(whole_tensor(w));
     module->add(w.name, placeholders.back(), /*buffer=*/false);
   }
-  for (const Whole& w : buffers) module->add(w.name, ::torch::empty({0}), /*buffer=*/true);
+  for (const Whole& w : buffers) module->add(w.name, whole_tensor(w), /*buffer=*/true);
   bool found = false;
   StateMap whole_state = with_whole_view(
       optimizer, grouped(params, placeholders, optimizer.param_groups().size()), {},

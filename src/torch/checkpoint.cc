@@ -10,11 +10,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "lockstep/base/error.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
+#include "lockstep/torch/state_check.h"
 #include "torch/checkpoint_temps.h"
 
 namespace lockstep::torch {
@@ -67,6 +69,23 @@ std::string read_file(const std::string& path) {
   return bytes.str();
 }
 
+// A parameter whose memory is not there (a FullyShardedModel releases its
+// units between uses): saving it would write an empty tensor that fails only
+// at resume, maybe days later.
+void require_materialized(const ::torch::nn::Module& module, const std::string& path) {
+  for (const auto& item : module.named_parameters()) {
+    const ::torch::Tensor& p = item.value();
+    if (!p.defined() || p.numel() == 0 || p.is_sparse()) continue;
+    const auto needed = static_cast<size_t>(p.storage_offset() + p.numel()) * p.element_size();
+    if (p.has_storage() && p.storage().nbytes() >= needed) continue;
+    throw InvalidArgument(fmt::format(
+        "save_checkpoint {}: parameter '{}' holds no memory: the model is held by a "
+        "FullyShardedModel, which keeps only this rank's shard; save it with "
+        "lockstep::parallel::save_checkpoint(path, fsdp, optimizer, progress) (every rank)",
+        path, item.key()));
+  }
+}
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
@@ -94,6 +113,7 @@ uint64_t remove_stale_temporary_files(const std::string& path) {
 
 void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
                      const ::torch::optim::Optimizer& optimizer, const TrainingProgress& progress) {
+  require_materialized(module, path);
   if (rank() != 0) return;
   ::torch::serialize::OutputArchive archive, model, optim;
   module.save(model);
@@ -109,40 +129,149 @@ void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
   write_file_atomically(path, archive_to_bytes(archive));
 }
 
-bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
-                     ::torch::optim::Optimizer& optimizer, TrainingProgress& progress) {
-  remove_stale_temporary_files(path);  // start-up is when an interrupted write is found
-  if (!std::filesystem::exists(path)) return false;
-  std::string bytes = read_file(path);
+namespace {
+
+using NamedTensorList = std::vector<std::pair<std::string, ::torch::Tensor>>;
+
+// A lockstep checkpoint read and parsed; nothing of it applied yet.
+struct FileContents {
+  NamedTensorList tensors;  // the model's parameters and buffers, dotted names
+  ::torch::serialize::InputArchive optimizer;
+  TrainingProgress progress;
+  ::torch::Tensor rng;
+};
+
+// Every tensor of a Module::save archive, under the module's dotted names.
+void collect_tensors(::torch::serialize::InputArchive& archive, const std::string& prefix,
+                     NamedTensorList& out) {
+  for (const std::string& key : archive.keys()) {
+    ::torch::Tensor tensor;
+    if (archive.try_read(key, tensor)) {
+      out.emplace_back(prefix + key, tensor);
+      continue;
+    }
+    ::torch::serialize::InputArchive child;
+    if (archive.try_read(key, child)) collect_tensors(child, prefix + key + ".", out);
+  }
+}
+
+std::string not_a_checkpoint(const std::string& path, const std::string& bytes) {
+  const std::string what = file_kind(bytes);
+  if (what == "a safetensors file" || what == "a PyTorch torch.save file")
+    return fmt::format("checkpoint {} is {}, not a lockstep checkpoint: load its weights with "
+                       "lockstep::torch::load_state_dict(path, module), or convert it with "
+                       "`lockstep convert checkpoint {} OUT.pt`", path, what, path);
+  return fmt::format("checkpoint {} is {}, not a lockstep checkpoint (written by "
+                     "lockstep::torch::save_checkpoint); point the load at a checkpoint file",
+                     path, what);
+}
+
+FileContents parse_checkpoint(const std::string& path, const std::string& bytes) {
+  FileContents file;
+  ::torch::serialize::InputArchive archive, model;
   try {
-    ::torch::serialize::InputArchive archive, model, optim;
     archive_from_bytes(archive, bytes);
-    c10::IValue value;
-    archive.read("format_version", value);
-    if (value.toInt() != kFormatVersion)
-      throw Error(fmt::format("checkpoint {}: format version {} is not {}", path, value.toInt(),
-                              kFormatVersion));
-    archive.read("model", model);
-    module.load(model);
-    archive.read("optimizer", optim);
-    load_optimizer(optimizer, optim);
-    archive.read("epoch", value);
-    progress.epoch = value.toInt();
-    archive.read("step", value);
-    progress.step = value.toInt();
-    archive.read("sampler", value);
-    progress.sampler = value.toStringRef();
-    archive.read("user", value);
-    progress.user = value.toStringRef();
-    ::torch::Tensor rng;
-    archive.read("rng", rng);
-    set_generator_state(rng);
   } catch (const c10::Error& e) {
-    throw Error(fmt::format("checkpoint {} is unreadable or does not match this model/optimizer: "
-                            "{} (delete it or point --checkpoint-dir elsewhere)",
+    throw Error(not_a_checkpoint(path, bytes));
+  }
+  c10::IValue value;
+  if (!archive.try_read("format_version", value) || !value.isInt())
+    throw Error(not_a_checkpoint(path, bytes));
+  if (value.toInt() != kFormatVersion)
+    throw Error(fmt::format("checkpoint {}: format version {} is not {} (written by another "
+                            "lockstep release: convert it with that release)",
+                            path, value.toInt(), kFormatVersion));
+  try {
+    archive.read("model", model);
+    collect_tensors(model, "", file.tensors);
+    archive.read("optimizer", file.optimizer);
+    archive.read("epoch", value);
+    file.progress.epoch = value.toInt();
+    archive.read("step", value);
+    file.progress.step = value.toInt();
+    archive.read("sampler", value);
+    file.progress.sampler = value.toStringRef();
+    archive.read("user", value);
+    file.progress.user = value.toStringRef();
+    archive.read("rng", file.rng);
+  } catch (const c10::Error& e) {
+    throw Error(fmt::format("checkpoint {} is damaged (a field is missing or of another type: {}); "
+                            "load an older checkpoint", path, e.what_without_backtrace()));
+  }
+  return file;
+}
+
+std::vector<TensorInfo> infos_of(const NamedTensorList& tensors) {
+  std::vector<TensorInfo> out;
+  for (const auto& [name, t] : tensors) out.push_back({name, t.scalar_type(), t.sizes().vec()});
+  return out;
+}
+
+// The optimizer's state from `archive`, or, when that fails part-way, the
+// state it held before (so a refused load changes nothing).
+void load_optimizer_or_restore(::torch::optim::Optimizer& optimizer,
+                               ::torch::serialize::InputArchive& archive, const std::string& path) {
+  ::torch::serialize::OutputArchive snapshot;
+  save_optimizer(optimizer, snapshot);
+  const std::string before = archive_to_bytes(snapshot);
+  try {
+    load_optimizer(optimizer, archive);
+  } catch (const c10::Error& e) {
+    ::torch::serialize::InputArchive back;
+    archive_from_bytes(back, before);
+    load_optimizer(optimizer, back);
+    throw Error(fmt::format("checkpoint {}: its optimizer state does not fit this optimizer ({}); "
+                            "build the optimizer as the run that saved it did (the same type, "
+                            "param groups and parameters, in model order); nothing was loaded",
                             path, e.what_without_backtrace()));
   }
+}
+
+void copy_into(::torch::nn::Module& module, const NamedTensorList& tensors) {
+  std::map<std::string, ::torch::Tensor> by_name(tensors.begin(), tensors.end());
+  ::torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) item.value().copy_(by_name.at(item.key()));
+  for (auto& item : module.named_buffers()) item.value().copy_(by_name.at(item.key()));
+}
+
+}  // namespace
+
+std::string file_kind(const std::string& bytes) {
+  if (bytes.size() >= 4 && bytes.compare(0, 4, "PK\x03\x04") == 0) {
+    // Both lockstep checkpoints and TorchScript modules hold constants.pkl;
+    // torch.save files hold <name>/data.pkl and no code.
+    const bool script = bytes.find("constants.pkl") != std::string::npos;
+    return script ? "a TorchScript/LibTorch archive" : "a PyTorch torch.save file";
+  }
+  if (bytes.size() >= 9) {
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);  // little-endian hosts only (as lockstep)
+    if (n > 0 && n <= bytes.size() - 8 && bytes[8] == '{') return "a safetensors file";
+  }
+  return bytes.empty() ? "empty" : "not a file format lockstep knows";
+}
+
+namespace detail {
+
+bool load_checkpoint_checked(const std::string& path, ::torch::nn::Module& module,
+                             ::torch::optim::Optimizer& optimizer, TrainingProgress& progress,
+                             const StateCheckOptions& check) {
+  remove_stale_temporary_files(path);  // start-up is when an interrupted write is found
+  if (!std::filesystem::exists(path)) return false;
+  FileContents file = parse_checkpoint(path, read_file(path));
+  check_state_matches(tensor_infos(module), infos_of(file.tensors), "checkpoint " + path, check);
+  load_optimizer_or_restore(optimizer, file.optimizer, path);
+  copy_into(module, file.tensors);
+  progress = file.progress;
+  set_generator_state(file.rng);
   return true;
+}
+
+}  // namespace detail
+
+bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
+                     ::torch::optim::Optimizer& optimizer, TrainingProgress& progress) {
+  return detail::load_checkpoint_checked(path, module, optimizer, progress, {});
 }
 
 }  // namespace lockstep::torch

@@ -130,17 +130,21 @@ void ElasticState::apply(const Snapshot& s) {
     throw Error(fmt::format("ElasticState: the snapshot has {} parameters and buffers but the "
                             "model has {}; was the model changed after commit()?",
                             s.tensors.size(), current.size()));
-  ::torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < current.size(); ++i) {
-    if (!current[i].sizes().equals(s.tensors[i].sizes()))
-      throw Error(fmt::format("ElasticState: tensor {} of the model is {} but the snapshot's is "
-                              "{}", i, c10::str(current[i].sizes()),
-                              c10::str(s.tensors[i].sizes())));
-    current[i].copy_(s.tensors[i]);
-  }
+  // Every shape and dtype first: a refused snapshot changes nothing.
+  for (size_t i = 0; i < current.size(); ++i)
+    if (!current[i].sizes().equals(s.tensors[i].sizes()) ||
+        current[i].scalar_type() != s.tensors[i].scalar_type())
+      throw Error(fmt::format("ElasticState: tensor {} of the model (parameters, then buffers) is "
+                              "{} {} but the snapshot's is {} {}; the snapshot is of another "
+                              "model: nothing was restored", i, c10::str(current[i].sizes()),
+                              c10::toString(current[i].scalar_type()),
+                              c10::str(s.tensors[i].sizes()),
+                              c10::toString(s.tensors[i].scalar_type())));
   ::torch::serialize::InputArchive archive;
   archive_from_bytes(archive, s.optimizer);
   load_optimizer(optimizer_, archive);
+  ::torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < current.size(); ++i) current[i].copy_(s.tensors[i]);
   epoch = s.epoch;
   step = s.step;
   values = s.values;
@@ -275,7 +279,8 @@ bool ElasticState::load_checkpoint(const std::string& path) {
     apply(s);
   } catch (const c10::Error& e) {
     throw Error(fmt::format("ElasticState checkpoint {} is unreadable or does not match this "
-                            "model/optimizer: {} (delete it or point elsewhere)",
+                            "model/optimizer: {}; load a checkpoint this program wrote (its "
+                            "model and optimizer as built here)",
                             path, e.what_without_backtrace()));
   }
   committed_ = std::move(s);

@@ -122,8 +122,15 @@ void DistributedSampler::restore(const SamplerState& state) {
   build_epoch();
 }
 
+// Note [Sampler state text]
+// "epoch position offset size global_position dataset_size": the last three
+// let load() in a world of another size continue the same global order
+// (resume()) instead of restoring a position that means other samples
+// there. Older texts ("epoch position [offset]") carry no size: they restore
+// as they are, which is right only at the size that wrote them.
 std::string DistributedSampler::save() const {
-  return fmt::format("{} {} {}", state_.epoch, state_.position, state_.offset);
+  return fmt::format("{} {} {} {} {} {}", state_.epoch, state_.position, state_.offset,
+                     options_.size, global_position(), options_.dataset_size);
 }
 
 void DistributedSampler::load(const std::string& text) {
@@ -131,10 +138,24 @@ void DistributedSampler::load(const std::string& text) {
   SamplerState s;
   if (!(in >> s.epoch >> s.position))
     throw InvalidArgument(fmt::format(
-        "DistributedSampler: bad saved state '{}' (expected 'epoch position [offset]')", text));
+        "DistributedSampler: bad saved state '{}' (expected what save() writes: 'epoch "
+        "position offset size global_position dataset_size')", text));
   // Checkpoints written before offset existed have two fields: offset 0.
   if (!(in >> s.offset)) s.offset = 0;
-  restore(s);
+  int64_t size = 0, global = 0, dataset = 0;
+  if (!(in >> size >> global >> dataset)) {
+    restore(s);
+    return;
+  }
+  if (dataset != options_.dataset_size)
+    throw InvalidArgument(fmt::format(
+        "DistributedSampler: the saved state is of a dataset of {} samples, this sampler's has "
+        "{}; resume with the data set the run was saved with", dataset, options_.dataset_size));
+  if (size == options_.size) {
+    restore(s);
+    return;
+  }
+  resume(s.epoch, global, options_.rank, options_.size);
 }
 
 int64_t DistributedSampler::global_position() const {

@@ -397,7 +397,7 @@ TEST_F(FullyShardedCheckpoint, AnotherModelIsANamedError) {
       ADD_FAILURE() << "a checkpoint of another model was loaded";
     } catch (const Error& e) {
       EXPECT_THAT(e.what(), ::testing::HasSubstr(
-                                "checkpoint's 0.weight has shape 40x8 but the model's has 41x8"));
+                                "'0.weight' is 40x8 Float in the file but 41x8 Float in the model"));
     }
   });
 }

@@ -224,7 +224,7 @@ TEST_F(ModelCheckpointTest, ShapeMismatchNamesTheParameter) {
     lt::TrainingProgress progress;
     EXPECT_THAT([&] { load_checkpoint(p, model_parts(*wider), adam, progress); },
                 ::testing::ThrowsMessage<Error>(::testing::HasSubstr(
-                    "'0.weight' is [10, 6] in the file but [12, 6] in this model")));
+                    "'0.weight' is 10x6 Double in the file but 12x6 Double in the model")));
     EXPECT_FALSE(load_checkpoint(p + ".missing", model_parts(*wider), adam, progress));
   });
 }

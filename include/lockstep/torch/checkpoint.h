@@ -14,6 +14,8 @@
 
 #include <torch/torch.h>
 
+#include "lockstep/torch/state_check.h"
+
 #include <cstdint>
 #include <string>
 
@@ -27,13 +29,36 @@ struct TrainingProgress {
 };
 
 // Collective-free; writes only on rank 0. Throws lockstep::Error naming the
-// path and the errno text on I/O failure.
+// path and the errno text on I/O failure, and InvalidArgument (before
+// writing anything) for a model whose parameters hold no memory: one held by
+// a FullyShardedModel, which lockstep::parallel::save_checkpoint saves.
 void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
                      const ::torch::optim::Optimizer& optimizer, const TrainingProgress& progress);
 // Returns false when `path` does not exist; throws lockstep::Error when it is
-// unreadable or corrupt. Restores the default CPU generator too.
+// unreadable, corrupt, not a lockstep checkpoint (a safetensors or torch.save
+// file is named as such, with the call that reads it), or written for
+// another model: every name, shape and dtype is compared with the module
+// first (check_state_matches, lockstep/torch/state_check.h), the error names
+// the first tensor of another shape, the first missing and the first extra
+// one, and the module, the optimizer and `progress` keep what they held.
+// Values are copied into the module's own tensors (their storage stays).
+// Restores the default CPU generator too.
 bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
                      ::torch::optim::Optimizer& optimizer, TrainingProgress& progress);
+
+// What `bytes` look like: "a safetensors file", "a PyTorch torch.save file",
+// "a TorchScript/LibTorch archive" (lockstep checkpoints are such archives),
+// "empty" or "not a file format lockstep knows". For error messages.
+std::string file_kind(const std::string& bytes);
+
+namespace detail {
+// load_checkpoint with the check's options (the layout-independent
+// checkpoints of lockstep/parallel load into placeholders of the whole
+// model's shapes).
+bool load_checkpoint_checked(const std::string& path, ::torch::nn::Module& module,
+                             ::torch::optim::Optimizer& optimizer, TrainingProgress& progress,
+                             const StateCheckOptions& check);
+}  // namespace detail
 
 // Writes `bytes` to `path` atomically (temp file, fsync, rename, fsync dir).
 // The temp file is `.<name>.tmp.<host>.<pid>.<n>` beside `path`, locked by

@@ -80,8 +80,13 @@ class DistributedSampler {
   SamplerState state() const { return state_; }
   // Same rank and size as when `state` was taken (otherwise use resume()).
   void restore(const SamplerState& state);
-  // "epoch position offset" text, for checkpoints; load() also accepts the
-  // older "epoch position".
+  // Text for checkpoints (Note [Sampler state text] in sampler.cc): epoch,
+  // position, offset, world size, global position and dataset size. load()
+  // in a world of the saved size restores the state as it was; at another
+  // size it resume()s at the saved global position as this sampler's rank of
+  // its size, so the job goes on with the same global order (kPartition) —
+  // it throws InvalidArgument for another dataset size. Older texts
+  // ("epoch position [offset]") restore as they are.
   std::string save() const;
   void load(const std::string& text);
 
