@@ -38,8 +38,9 @@ constexpr std::array kKnobs = {
     Knob{"LOCKSTEP_SECRET", "", "per-job secret authenticating rendezvous traffic (hex)", "",
          kLauncher},
     Knob{"LOCKSTEP_RENDEZVOUS_DIR", "",
-         "plain srun across nodes: directory (shared by the nodes) for task 0's 0600 rendezvous "
-         "file; empty = SLURM_SUBMIT_DIR, else the working directory"},
+         "plain srun across nodes, or torchrun's variables without LOCKSTEP_SECRET: directory "
+         "(shared by the hosts) for rank 0's 0600 rendezvous file; empty = SLURM_SUBMIT_DIR "
+         "under srun, else the working directory"},
     Knob{"LOCKSTEP_OVERLAP", "auto",
          "allreduce gradients during backward (on) or fused once per step (off), and leave "
          "ZeRO's parameter all-gather to the next forward (on); auto = on across hosts or with "

@@ -1,17 +1,10 @@
 #include "comm/slurm_world.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <memory>
-#include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -20,6 +13,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/slurm.h"
+#include "comm/rendezvous_file.h"
 #ifdef LOCKSTEP_HAVE_RENDEZVOUS
 #include "lockstep/base/socket.h"
 #include "lockstep/rendezvous/store.h"
@@ -27,8 +21,6 @@
 
 namespace lockstep::comm {
 namespace {
-
-constexpr std::string_view kFileMagic = "lockstep-rendezvous 1";
 
 std::string env_or(const char* name, std::string fallback = "") {
   const char* v = std::getenv(name);
@@ -67,19 +59,6 @@ std::string rendezvous_file(const std::string& job, const std::string& step) {
 
 #ifdef LOCKSTEP_HAVE_RENDEZVOUS
 
-// Task 0's store and its file, kept until the process exits.
-struct Served {
-  std::unique_ptr<rendezvous::StoreServer> server;
-  std::string file;
-  ~Served() {
-    if (!file.empty()) ::unlink(file.c_str());
-  }
-};
-Served& served() {
-  static Served s;
-  return s;
-}
-
 // An address of this node the others can reach: on one node loopback, else
 // the route towards another node of the step.
 std::string bind_address(const WorldInfo& w) {
@@ -95,23 +74,6 @@ std::string bind_address(const WorldInfo& w) {
       "(their names do not resolve); start it with `lockstep run` inside the allocation instead");
 }
 
-void write_private_file(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0)
-    throw Error(fmt::format("srun rendezvous: cannot create {}: {} (set LOCKSTEP_RENDEZVOUS_DIR to "
-                            "a directory every node of the job can read and write)",
-                            tmp, std::strerror(errno)));
-  bool ok = ::fchmod(fd, 0600) == 0 &&
-            ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-            ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("srun rendezvous: cannot write {}: {}", path, std::strerror(errno)));
-  }
-}
-
 void serve(WorldInfo& w, const std::string& file) {
   rendezvous::StoreServer::Options options;
   options.host = bind_address(w);
@@ -121,9 +83,8 @@ void serve(WorldInfo& w, const std::string& file) {
   auto server = std::make_unique<rendezvous::StoreServer>(std::move(options));
   server->start();
   w.rendezvous = server->address();
-  write_private_file(file, fmt::format("{}\n{}\n{}\n", kFileMagic, w.rendezvous, w.secret));
-  served().server = std::move(server);
-  served().file = file;
+  write_rendezvous_file(file, {w.rendezvous, w.secret}, "srun rendezvous");
+  keep_serving(std::move(server), file);
 }
 
 // Waits for task 0's file; refuses one that others could have read or written.
@@ -132,8 +93,8 @@ void join(WorldInfo& w, const std::string& file) {
   const auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(knob_double("LOCKSTEP_TIMEOUT") * 1000));
   const auto deadline = Clock::now() + timeout;
-  struct stat st {};
-  while (::stat(file.c_str(), &st) != 0) {
+  std::optional<RendezvousFile> note;
+  while (!(note = read_rendezvous_file(file, "srun rendezvous"))) {
     if (Clock::now() >= deadline)
       throw TimeoutError(fmt::format(
           "srun rendezvous: task 0 did not publish {} within {} s (LOCKSTEP_TIMEOUT); is the "
@@ -141,17 +102,8 @@ void join(WorldInfo& w, const std::string& file) {
           file, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
-    throw Error(fmt::format("srun rendezvous: refusing {}: it must belong to this user and be "
-                            "readable by nobody else (mode 0600), but has owner {} and mode {:o}",
-                            file, st.st_uid, st.st_mode & 0777));
-  std::ifstream in(file);
-  std::string magic;
-  std::getline(in, magic);
-  std::getline(in, w.rendezvous);
-  std::getline(in, w.secret);
-  if (magic != kFileMagic || w.rendezvous.empty() || w.secret.empty())
-    throw Error(fmt::format("srun rendezvous: {} is not a lockstep rendezvous file", file));
+  w.rendezvous = note->address;
+  w.secret = note->secret;
 }
 
 void rendezvous_through_file(WorldInfo& w, const std::string& job, const std::string& step) {

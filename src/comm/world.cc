@@ -9,6 +9,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "comm/slurm_world.h"
+#include "comm/torchrun_world.h"
 
 namespace lockstep::comm {
 namespace {
@@ -65,10 +66,13 @@ std::optional<WorldInfo> from_mpi_env() {
 
 WorldInfo WorldInfo::from_environment() {
   WorldInfo w;
-  // mpirun inside an allocation also sees the batch step's SLURM_* values,
-  // so Open MPI's variables are trusted before Slurm's.
+  // The innermost launcher's variables win: mpirun inside an allocation also
+  // sees the batch step's SLURM_* values, and torchrun's workers inherit
+  // those of the srun or mpirun task that started torchrun.
   if (knob_is_set("LOCKSTEP_RANK") || knob_is_set("LOCKSTEP_SIZE")) {
     w = from_lockstep_env();
+  } else if (auto torchrun = torchrun_world()) {
+    w = *torchrun;
   } else if (std::getenv("OMPI_COMM_WORLD_RANK")) {
     w = *from_mpi_env();
   } else if (auto srun = slurm_world()) {
