@@ -356,14 +356,17 @@ bool DistributedOptimizer::allreduces_gradients() const {
 
 void DistributedOptimizer::make_onebit_optimizer() {
   if (options_.compression == Compression::kOneBitAdam) {
-    auto* adam = dynamic_cast<::torch::optim::Adam*>(&optimizer_);
-    if (adam == nullptr)
+    if (auto* adam = dynamic_cast<::torch::optim::Adam*>(&optimizer_))
+      onebit_optimizer_ = std::make_unique<OneBitAdam>(*adam, options_.onebit_adam,
+                                                       options_.group, options_.name_prefix);
+    else if (auto* adamw = dynamic_cast<::torch::optim::AdamW*>(&optimizer_))
+      onebit_optimizer_ = std::make_unique<OneBitAdam>(*adamw, options_.onebit_adam,
+                                                       options_.group, options_.name_prefix);
+    else
       throw InvalidArgument(
           "DistributedOptimizer: compression kOneBitAdam (1-bit Adam) needs a torch::optim::Adam "
-          "to wrap; for lockstep::optim::Lamb use kOneBitLamb, for other optimizers kOneBit or "
-          "kPowerSGD");
-    onebit_optimizer_ = std::make_unique<OneBitAdam>(*adam, options_.onebit_adam, options_.group,
-                                                     options_.name_prefix);
+          "or torch::optim::AdamW to wrap; for lockstep::optim::Lamb use kOneBitLamb, for other "
+          "optimizers kOneBit or kPowerSGD");
   } else if (options_.compression == Compression::kOneBitLamb) {
     auto* lamb = dynamic_cast<optim::Lamb*>(&optimizer_);
     if (lamb == nullptr)

@@ -228,8 +228,8 @@ std::pair<Tensor, Tensor> classes(int64_t rows, uint64_t seed) {
   return {x, x.matmul(teacher).argmax(1)};
 }
 
-// Momentum SGD, or Adam or LAMB (for 1-bit Adam, 1-bit LAMB and their
-// uncompressed references).
+// Momentum SGD, or Adam, AdamW or LAMB (for 1-bit Adam, 1-bit LAMB and
+// their uncompressed references).
 double train_accuracy(Compression compression, const std::string& optimizer_name = "sgd") {
   ::torch::manual_seed(8);
   auto model = nn::Sequential(nn::Linear(16, 64), nn::ReLU(), nn::Linear(64, 4));
@@ -237,6 +237,9 @@ double train_accuracy(Compression compression, const std::string& optimizer_name
   if (optimizer_name == "adam")
     optimizer = std::make_unique<::torch::optim::Adam>(model->parameters(),
                                                        ::torch::optim::AdamOptions(0.01));
+  else if (optimizer_name == "adamw")  // decay large enough to shape the weights
+    optimizer = std::make_unique<::torch::optim::AdamW>(
+        model->parameters(), ::torch::optim::AdamWOptions(0.01).weight_decay(0.1));
   else if (optimizer_name == "lamb")
     optimizer = std::make_unique<optim::Lamb>(model->parameters(), optim::LambOptions(0.01));
   else
@@ -293,6 +296,10 @@ void expect_trains_like_uncompressed(Compression onebit_kind, const std::string&
 
 TEST(OneBitAdam, TrainsAsWellAsAdam) {
   expect_trains_like_uncompressed(Compression::kOneBitAdam, "adam");
+}
+
+TEST(OneBitAdam, OverAdamWTrainsAsWellAsAdamW) {
+  expect_trains_like_uncompressed(Compression::kOneBitAdam, "adamw");
 }
 
 TEST(OneBitLamb, TrainsAsWellAsLamb) {

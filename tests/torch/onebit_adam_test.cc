@@ -1,5 +1,8 @@
 // 1-bit Adam (onebit_adam.h) through DistributedOptimizer at 2 ranks: its
-// warm-up steps are bitwise those of plain distributed Adam, elements with
+// warm-up steps are bitwise those of plain distributed Adam, and over AdamW
+// those of plain distributed AdamW; over AdamW every step, in the warm-up
+// and after it, is the same run's step over Adam plus AdamW's decoupled
+// decay; elements with
 // no gradient in the warm-up stay put after it, and elements with a tiny
 // one step no further than Adam's bound (Note [1-bit step bound]); the
 // bytes handed to the communicator per step are the closed form's
@@ -34,6 +37,67 @@ void check_warmup_is_plain_adam() {
         return std::make_unique<::torch::optim::Adam>(std::move(params),
                                                       ::torch::optim::AdamOptions(0.01));
       });
+}
+
+void check_warmup_is_plain_adamw() {
+  testing::check_warmup_is_plain(
+      {.compression = Compression::kOneBitAdam, .onebit_adam = {.warmup_steps = 3}}, 3,
+      [](std::vector<Tensor> params) {
+        return std::make_unique<::torch::optim::AdamW>(
+            std::move(params), ::torch::optim::AdamWOptions(0.01).weight_decay(0.1));
+      });
+}
+
+// Gradients of rank and step alone (not of the parameters) for `model`.
+void set_fixed_gradients(::torch::nn::Sequential& model, int step) {
+  const auto params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto g = ::torch::make_generator<at::CPUGeneratorImpl>(700 * step + 10 * i + rank());
+    params[i].mutable_grad() = ::torch::randn(params[i].sizes(), g);
+  }
+}
+
+// AdamW's step is p(1 − lr wd) plus Adam's step from the same state. With
+// gradients that do not depend on the parameters, 1-bit Adam over Adam
+// (no decay) and over AdamW keep equal momenta and variances, so equal
+// compressed means, and each AdamW step must be the decay plus the Adam
+// run's step, in the warm-up (torch's AdamW) and after it (1-bit Adam's).
+// Weight decay left out of the compressed stage, or folded into the momentum
+// as L2, moves AdamW's parameters by ~lr wd |p| = 1e-3 from this.
+void check_adamw_is_adam_with_decoupled_decay() {
+  constexpr double kLr = 0.01, kDecay = 0.5;
+  auto plain = testing::onebit_model();
+  auto decayed = testing::onebit_model();
+  ::torch::optim::Adam adam(plain->parameters(), ::torch::optim::AdamOptions(kLr));
+  ::torch::optim::AdamW adamw(decayed->parameters(),
+                              ::torch::optim::AdamWOptions(kLr).weight_decay(kDecay));
+  OneBitAdam over_adam(adam, {.warmup_steps = 3}, Group(), "decay.adam");
+  OneBitAdam over_adamw(adamw, {.warmup_steps = 3}, Group(), "decay.adamw");
+  const auto pa = plain->parameters(), pw = decayed->parameters();
+  for (int step = 0; step < 8; ++step) {
+    const bool compressed = over_adam.compressing();
+    ASSERT_EQ(over_adamw.compressing(), compressed) << "step " << step;
+    set_fixed_gradients(plain, step);
+    set_fixed_gradients(decayed, step);
+    if (!compressed) {
+      testing::average_gradients(plain);
+      testing::average_gradients(decayed);
+    }
+    std::vector<Tensor> before_a, before_w;
+    for (size_t i = 0; i < pa.size(); ++i) {
+      before_a.push_back(pa[i].detach().clone());
+      before_w.push_back(pw[i].detach().clone());
+    }
+    over_adam.step();
+    over_adamw.step();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      const Tensor expected = before_w[i] * (1 - kLr * kDecay) + (pa[i].detach() - before_a[i]);
+      EXPECT_TRUE(::torch::allclose(pw[i].detach(), expected, 0, 1e-6))
+          << "step " << step << " parameter " << i << ": off by "
+          << (pw[i].detach() - expected).abs().max().item<double>();
+    }
+  }
+  EXPECT_TRUE(over_adamw.compressing());
 }
 
 // Payload bytes handed to the communicator by one step() (synchronize and
@@ -140,6 +204,8 @@ void check_named_errors() {
   ::torch::optim::SGD sgd(model->parameters(), 0.1);
   ::torch::optim::Adam adam(model->parameters(), ::torch::optim::AdamOptions(0.1));
   ::torch::optim::Adam ams(model->parameters(), ::torch::optim::AdamOptions(0.1).amsgrad(true));
+  ::torch::optim::AdamW amsw(model->parameters(),
+                             ::torch::optim::AdamWOptions(0.1).amsgrad(true));
   const DistributedOptimizerOptions o{.compression = Compression::kOneBitAdam,
                                       .overlap = Overlap::kOff};
   auto message = [](auto&& make) -> std::string {
@@ -153,6 +219,8 @@ void check_named_errors() {
   EXPECT_NE(message([&] { DistributedOptimizer d(sgd, *model, o); }).find("torch::optim::Adam"),
             std::string::npos);
   EXPECT_NE(message([&] { DistributedOptimizer d(ams, *model, o); }).find("amsgrad"),
+            std::string::npos);
+  EXPECT_NE(message([&] { DistributedOptimizer d(amsw, *model, o); }).find("AdamW without amsgrad"),
             std::string::npos);
   auto zero_warmup = o;
   zero_warmup.onebit_adam.warmup_steps = 0;
@@ -171,6 +239,13 @@ TEST(OneBitAdam, WarmupIsPlainAdamThenBytesFollowTheClosedFormAndThePlanner) {
     check_zero_variance_stays_put();
     check_tiny_variance_step_is_bounded();
     check_planner_bytes_are_measured_bytes();
+  });
+}
+
+TEST(OneBitAdam, OverAdamWWarmupIsPlainAdamWThenAdamsStepPlusDecoupledDecay) {
+  run_torch_workers(2, [] {
+    check_warmup_is_plain_adamw();
+    check_adamw_is_adam_with_decoupled_decay();
   });
 }
 

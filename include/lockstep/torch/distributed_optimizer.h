@@ -48,7 +48,7 @@ enum class Compression {
   kPowerSGD,  // low-rank factors on the wire (powersgd.h; options.powersgd), at synchronize()
   kOneBit,    // signs and a scale on the wire (onebit.h; options.onebit), at synchronize()
   // DeepSpeed's 1-bit Adam (onebit_adam.h; options.onebit_adam): needs a
-  // torch::optim::Adam and op kAverage. Warm-up steps are those of kNone;
+  // torch::optim::Adam or AdamW and op kAverage. Warm-up steps are those of kNone;
   // after them synchronize() leaves each rank's local gradient and step()
   // sends the momentum as signs and a scale instead.
   kOneBitAdam,
@@ -181,7 +181,7 @@ class DistributedOptimizer {
   int64_t fingerprint_every_ = 0;
   // kPowerSGD / kOneBit: takes over the reduction; made at the first synchronize().
   std::unique_ptr<GradientReducer> reducer_;
-  // kOneBitAdam / kOneBitLamb: steps the wrapped Adam or Lamb; past warm-up
+  // kOneBitAdam / kOneBitLamb: steps the wrapped Adam(W) or Lamb; past warm-up
   // it replaces both the gradient allreduce and the optimizer's step.
   std::unique_ptr<OneBitOptimizer> onebit_optimizer_;
 };

@@ -1,6 +1,6 @@
 // DeepSpeed's 1-bit Adam (Tang et al., "1-bit Adam: Communication Efficient
 // Large-Scale Training with Adam's Convergence Speed", ICML 2021; DeepSpeed's
-// runtime/fp16/onebit/adam.py) over a torch::optim::Adam:
+// runtime/fp16/onebit/adam.py) over a torch::optim::Adam or AdamW:
 //
 //   warm-up (the first warmup_steps steps): plain distributed Adam. The
 //     gradients are allreduced (averaged) as with no compression, and the
@@ -19,9 +19,11 @@
 // The frozen variance is what makes the compression safe: the update is a
 // fixed preconditioner times the momentum, so the momentum's compression
 // error is fed back like an SGD gradient's (the paper's argument). Weight
-// decay is added to the gradient (L2), as torch::optim::Adam does; DeepSpeed
-// adds it to the update. Bias correction follows torch's Adam so the stages
-// join without a jump.
+// decay follows the wrapped optimizer in both stages: over Adam it is added
+// to the gradient (L2), so it travels in the compressed momentum; over AdamW
+// it is decoupled, p *= 1 - lr wd before the update, applied locally and
+// never compressed (DeepSpeed's OnebitAdam adds wd p to the update, the
+// same). Bias correction follows torch's so the stages join without a jump.
 //
 // Elements whose frozen v is exactly 0 (no gradient in the whole warm-up:
 // dead units, unused rows) keep m = 0: the compressed mean gives them ±scale
@@ -35,7 +37,7 @@
 // (the error feedback restarts from zero, as DeepSpeed's does on load).
 //
 // Used through DistributedOptimizer (Compression::kOneBitAdam,
-// options.onebit_adam) over a torch::optim::Adam. Every rank of the group
+// options.onebit_adam) over a torch::optim::Adam or AdamW. Every rank of the group
 // must step together. Not thread-safe.
 #pragma once
 
@@ -63,22 +65,28 @@ class OneBitAdam : public OneBitOptimizer {
   // amsgrad (its running maximum of v has no frozen counterpart).
   OneBitAdam(::torch::optim::Adam& adam, OneBitAdamOptions options, Group group,
              std::string name_prefix);
+  // The same over AdamW: its decoupled weight decay in both stages.
+  OneBitAdam(::torch::optim::AdamW& adamw, OneBitAdamOptions options, Group group,
+             std::string name_prefix);
   OneBitAdam(const OneBitAdam&) = delete;
   OneBitAdam& operator=(const OneBitAdam&) = delete;
 
-  // Whether the next step is compressed: the Adam state has taken
+  // Whether the next step is compressed: the optimizer's state has taken
   // warmup_steps steps. Before that, gradients must be averaged by the caller.
   bool compressing() const override;
-  // Warm-up: the wrapped Adam's step() (gradients already averaged).
+  // Warm-up: the wrapped optimizer's step() (gradients already averaged).
   // Compression stage: the step above, from each parameter's local
   // gradient (a parameter without one contributes a zero gradient).
   // Collective over the group in the compression stage.
   void step() override;
 
  private:
+  OneBitAdam(::torch::optim::Optimizer& optimizer, bool decoupled, OneBitAdamOptions options,
+             Group group, std::string name_prefix);
   void compressed_step();
 
-  ::torch::optim::Adam& adam_;
+  ::torch::optim::Optimizer& optimizer_;  // an Adam, or an AdamW when decoupled_
+  bool decoupled_;
   OneBitAdamOptions options_;
   int ranks_;
   CompressedAllreduce momentum_;
