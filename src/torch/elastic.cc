@@ -168,10 +168,18 @@ void ElasticState::check_parameters_after_sync() {
   if (!engine::elastic_enabled() || !is_initialized() || size() == 1) return;
   std::vector<std::pair<std::string, ::torch::Tensor>> named;
   for (const auto& item : model_.named_parameters()) named.emplace_back(item.key(), item.value());
-  check_parameters_agree(named, fmt::format("at the first commit of generation {} (step {}) "
-                                            "after ElasticState::sync(); set what depends on the "
-                                            "world, such as the learning rate, in "
-                                            "ElasticState::on_reset()", generation(), step));
+  // Not the usual advice to broadcast the parameters: sync() just did, and
+  // another broadcast would hide the rank-dependent update, not fix it.
+  check_parameters_agree(
+      named,
+      fmt::format("at the first commit of generation {} (step {}) after ElasticState::sync()",
+                  generation(), step),
+      Group(),
+      "sync() made every rank's parameters equal, so a rank updated them differently since "
+      "(a hyper-parameter such as the learning rate set on some ranks only, or gradients not "
+      "averaged). Set what depends on the world, such as the learning rate, in "
+      "ElasticState::on_reset(), which runs on every rank after each sync(); broadcasting the "
+      "parameters again would only hide the difference");
 }
 
 void ElasticState::on_reset(std::function<void()> callback) {

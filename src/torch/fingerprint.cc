@@ -66,6 +66,12 @@ bool fingerprints_agree(const ParameterFingerprint& a, const ParameterFingerprin
 
 void check_parameters_agree(const std::vector<std::pair<std::string, ::torch::Tensor>>& named,
                             const std::string& what, const Group& group) {
+  check_parameters_agree(named, what, group, remedy(group));
+}
+
+void check_parameters_agree(const std::vector<std::pair<std::string, ::torch::Tensor>>& named,
+                            const std::string& what, const Group& group,
+                            const std::string& advice) {
   group.require_member("check_parameters_agree");
   const int members = group.size();
   if (members == 1) return;
@@ -95,7 +101,7 @@ void check_parameters_agree(const std::vector<std::pair<std::string, ::torch::Te
           "{} but {} on rank {}. The ranks train different models: {}",
           group.is_world() ? "" : " of group " + group.describe(), when,
           named[static_cast<size_t>(i)].first, count, describe(ref), group.global_rank(0),
-          describe(other), group.global_rank(r), remedy(group)));
+          describe(other), group.global_rank(r), advice));
     }
   }
 }

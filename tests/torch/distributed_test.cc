@@ -193,6 +193,26 @@ TEST(DistributedOptimizer, DifferentSeedsFailAtTheFirstStepNamingTheFirstDifferi
   });
 }
 
+// ElasticState's check after sync() passes its own remedy (sync() just
+// broadcast the parameters, so "call broadcast_parameters" would be wrong
+// there; elastic_growth_test.sh checks that message end to end).
+TEST(DistributedOptimizer, FingerprintRemedyGivenReplacesTheBroadcastAdvice) {
+  run_torch_workers(2, [] {
+    auto model = make_mlp(100 + rank());
+    DistributedOptimizer::NamedParameters named;
+    for (const auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
+    try {
+      check_parameters_agree(named, "after the test's sync", Group(), "keep every update equal");
+      ADD_FAILURE() << "no error on rank " << rank();
+    } catch (const MismatchError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("parameters differ across ranks after the "
+                                                 "test's sync: '0.weight'"));
+      EXPECT_THAT(e.what(), ::testing::EndsWith("keep every update equal"));
+      EXPECT_THAT(e.what(), ::testing::Not(::testing::HasSubstr("broadcast_parameters")));
+    }
+  });
+}
+
 TEST(DistributedOptimizer, BroadcastAfterWrappingPassesEveryFingerprint) {
   run_torch_workers(2, [] {
     auto model = make_mlp(100 + rank());

@@ -5,7 +5,8 @@
 #   2. the rate set as a Horovod port without reset callbacks does (the
 #      joiner keeps rank 0's old rate from sync()): the ranks would train
 #      different models; the fingerprint check at the first commit after the
-#      re-formation stops the job naming a parameter.
+#      re-formation stops the job naming a parameter, with its own advice
+#      (on_reset, not the broadcast_parameters that sync() just did).
 # usage: elastic_growth_test.sh BIN_DIR
 set -u
 bin=$1
@@ -38,6 +39,9 @@ echo "case natural_port: exit $status"
 [ $status -ne 0 ] || fail "natural_port: exit 0: the ranks trained different models silently" "$out/natural_port.log"
 grep -q "parameters differ across ranks at the first commit of generation 1 .*ElasticState::on_reset" "$out/natural_port.log" ||
   fail "natural_port: expected the fingerprint check to name the divergence" "$out/natural_port.log"
+# sync() just broadcast the parameters: its advice is on_reset, never another broadcast.
+grep "parameters differ across ranks" "$out/natural_port.log" | grep -q "broadcast_parameters" &&
+  fail "natural_port: the after-sync() error advises broadcast_parameters" "$out/natural_port.log"
 
 if [ $failures -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
 echo "all elastic growth checks passed"

@@ -54,5 +54,12 @@ bool fingerprints_agree(const ParameterFingerprint& a, const ParameterFingerprin
 // replicas (DistributedOptimizer passes its own group).
 void check_parameters_agree(const std::vector<std::pair<std::string, ::torch::Tensor>>& named,
                             const std::string& what = "", const Group& group = {});
+// The same, with `remedy` (what to do about a difference) in place of the
+// advice to broadcast the parameters: for a check right after the ranks were
+// made equal (ElasticState's first commit after sync()), where a difference
+// comes from an update that differed across ranks and a broadcast would hide it.
+void check_parameters_agree(const std::vector<std::pair<std::string, ::torch::Tensor>>& named,
+                            const std::string& what, const Group& group,
+                            const std::string& remedy);
 
 }  // namespace lockstep::torch
