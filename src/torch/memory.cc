@@ -4,7 +4,8 @@
 #include <c10/util/ThreadLocalDebugInfo.h>
 
 #include <algorithm>
-#include <mutex>
+
+#include "lockstep/base/mutex.h"
 
 namespace lockstep::torch {
 
@@ -14,17 +15,18 @@ namespace lockstep::torch {
 struct AllocationTracker::Reporter : c10::MemoryReportingInfoBase {
   void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, int64_t /*total_allocated*/,
                          int64_t /*total_reserved*/, c10::Device /*device*/) override {
-    std::lock_guard<std::mutex> lock(mutex);
+    MutexLock lock(mutex);
     current += alloc_size;
     if (alloc_size > 0) ++allocations;
     peak = std::max(peak, current);
   }
   bool memoryProfilingEnabled() const override { return true; }
 
-  mutable std::mutex mutex;
-  int64_t current = 0;
-  int64_t peak = 0;
-  int64_t allocations = 0;
+  // Reports come on the tracking thread and autograd's; reads on any thread.
+  Mutex mutex;
+  int64_t current LOCKSTEP_GUARDED_BY(mutex) = 0;
+  int64_t peak LOCKSTEP_GUARDED_BY(mutex) = 0;
+  int64_t allocations LOCKSTEP_GUARDED_BY(mutex) = 0;
 };
 
 // DebugInfoGuard restores the previous reporter when it goes; it must be
@@ -42,22 +44,22 @@ AllocationTracker::AllocationTracker()
 AllocationTracker::~AllocationTracker() = default;
 
 int64_t AllocationTracker::current_bytes() const {
-  std::lock_guard<std::mutex> lock(reporter_->mutex);
+  MutexLock lock(reporter_->mutex);
   return reporter_->current;
 }
 
 int64_t AllocationTracker::peak_bytes() const {
-  std::lock_guard<std::mutex> lock(reporter_->mutex);
+  MutexLock lock(reporter_->mutex);
   return reporter_->peak;
 }
 
 void AllocationTracker::reset_peak() {
-  std::lock_guard<std::mutex> lock(reporter_->mutex);
+  MutexLock lock(reporter_->mutex);
   reporter_->peak = reporter_->current;
 }
 
 int64_t AllocationTracker::allocations() const {
-  std::lock_guard<std::mutex> lock(reporter_->mutex);
+  MutexLock lock(reporter_->mutex);
   return reporter_->allocations;
 }
 

@@ -15,6 +15,13 @@
 // is not reported by LibTorch, so it does not lower the count. Not what the
 // OS sees (allocator caches, fragmentation): what tensors hold.
 //
+// LibTorch's CPU allocator logs, once per process (then at every 1000th such
+// free), "Memory block of unknown size was allocated before the profiling
+// started": a block allocated before a tracker was freed while one was
+// installed, the case above. Harmless, and no order of installing avoids it
+// (the allocator learns sizes only while a reporter is installed, and the
+// flag that would make it learn them always logs every allocation).
+//
 // Not together with torch's own profiler on the same thread (one reporter per
 // thread; the newer wins while alive). Trackers nest; the inner one hides the
 // outer while alive. Construct and destroy on the same thread. The counters
