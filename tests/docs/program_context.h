@@ -58,4 +58,6 @@ void train();
 void save_checkpoint_locally();
 }  // namespace torch_md
 
+namespace report_md {}  // its TensorBoard example is a whole program
+
 }  // namespace docs_context
