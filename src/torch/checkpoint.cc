@@ -17,6 +17,7 @@
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
 #include "lockstep/torch/state_check.h"
+#include "lockstep/torch/state_layout.h"
 #include "torch/checkpoint_temps.h"
 
 namespace lockstep::torch {
@@ -69,10 +70,22 @@ std::string read_file(const std::string& path) {
   return bytes.str();
 }
 
+// A module that holds a slice of its state here (lockstep/torch/state_layout.h):
+// one rank's file of it would be a slice that loads as another model.
+void require_whole(const ::torch::nn::Module& module, const char* call, const std::string& path) {
+  auto partial = partial_state_of(module);
+  if (!partial) return;
+  throw InvalidArgument(fmt::format(
+      "{} {}: module '{}' holds only this rank's slice of its parameters (a sharded layer); "
+      "this call reads and writes whole tensors of one rank: use {} (every rank)",
+      call, path, partial->name.empty() ? "(the model)" : partial->name, partial->call));
+}
+
 // A parameter whose memory is not there (a FullyShardedModel releases its
 // units between uses): saving it would write an empty tensor that fails only
 // at resume, maybe days later.
 void require_materialized(const ::torch::nn::Module& module, const std::string& path) {
+  require_whole(module, "save_checkpoint", path);
   for (const auto& item : module.named_parameters()) {
     const ::torch::Tensor& p = item.value();
     if (!p.defined() || p.numel() == 0 || p.is_sparse()) continue;
@@ -271,6 +284,7 @@ bool load_checkpoint_checked(const std::string& path, ::torch::nn::Module& modul
 
 bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
                      ::torch::optim::Optimizer& optimizer, TrainingProgress& progress) {
+  require_whole(module, "load_checkpoint", path);
   return detail::load_checkpoint_checked(path, module, optimizer, progress, {});
 }
 

@@ -11,6 +11,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/parallel/checkpoint.h"
 #include "lockstep/parallel/fully_sharded.h"
+#include "lockstep/parallel/tensor_parallel.h"
 #include "parallel/fsdp_helpers.h"
 #include "torch/helpers.h"
 
@@ -104,6 +105,32 @@ TEST(ShardedCheckpointCheck, ModelPartsLoadOfOtherShapesIsRefusedByName) {
     ASSERT_TRUE(load_checkpoint(path, model_parts(*same), same_sgd, progress));
     for (size_t i = 0; i < wide->parameters().size(); ++i)
       EXPECT_TRUE(same->parameters()[i].equal(wide->parameters()[i]));
+  });
+}
+
+TEST(ShardedCheckpointCheck, TensorParallelThroughTheOneRankCallsIsRefusedByName) {
+  CheckpointDir dir("ckcheck-tp");
+  const std::string path = dir.path();
+  lt::testing::run_torch_workers(2, [&] {
+    ::torch::manual_seed(1);
+    ::torch::nn::Sequential model(::torch::nn::Linear(8, 8),
+                                  ColumnParallelLinear(ColumnParallelLinearOptions(8, 6)));
+    ::torch::optim::SGD sgd(model->parameters(), 0.1);
+    lt::TrainingProgress progress;
+    for (int load = 0; load < 2; ++load)
+      try {
+        if (load)
+          lt::load_checkpoint(path, *model, sgd, progress);
+        else
+          lt::save_checkpoint(path, *model, sgd, progress);
+        ADD_FAILURE() << "a tensor-parallel model went through the one-rank call";
+      } catch (const InvalidArgument& e) {
+        EXPECT_THAT(e.what(), ::testing::AllOf(HasSubstr("module '1' holds only this rank's slice"),
+                                               HasSubstr("model_parts(model)")));
+      }
+    EXPECT_FALSE(std::filesystem::exists(path));
+    save_checkpoint(path, model_parts(*model), sgd, progress);  // the right call works
+    EXPECT_TRUE(load_checkpoint(path, model_parts(*model), sgd, progress));
   });
 }
 

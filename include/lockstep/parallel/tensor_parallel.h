@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "lockstep/torch/group.h"
+#include "lockstep/torch/state_layout.h"
 
 namespace lockstep::parallel {
 
@@ -61,11 +62,16 @@ struct ShardSpec {
 };
 
 // Implemented by modules whose parameters are shards; full_state_dict()
-// and load_full_state_dict() use it to save and load unsharded tensors.
-class ShardedModule {
+// and load_full_state_dict() use it to save and load unsharded tensors, and
+// lockstep::torch's one-rank checkpoint calls refuse such a model by name
+// (PartialState, lockstep/torch/state_layout.h).
+class ShardedModule : public lockstep::torch::PartialState {
  public:
-  virtual ~ShardedModule() = default;
   virtual std::vector<ShardSpec> shard_specs() const = 0;
+  std::string whole_state_call() const override {
+    return "lockstep::parallel::save_checkpoint/load_checkpoint(path, "
+           "lockstep::parallel::model_parts(model), optimizer, progress)";
+  }
 };
 
 struct ColumnParallelLinearOptions {
