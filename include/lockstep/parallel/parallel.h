@@ -4,6 +4,7 @@
 
 #include "lockstep/parallel/activation_checkpoint.h"
 #include "lockstep/parallel/checkpoint.h"
+#include "lockstep/parallel/checkpoint_dir.h"
 #include "lockstep/parallel/fully_sharded.h"
 #include "lockstep/parallel/mesh.h"
 #include "lockstep/parallel/optimizer_state.h"

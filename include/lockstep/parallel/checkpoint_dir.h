@@ -1,0 +1,119 @@
+// Checkpoint directories: sharded, optionally asynchronous checkpoints in
+// safetensors files, written by every rank in parallel (no gather to rank 0)
+// and readable by any safetensors reader (docs/torch.md, "Checkpoint
+// directories"; docs/interop.md).
+//
+// Note [Checkpoint directory layout]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+//   <root>/step-<8-digit step>/
+//     model-0000r-of-0000N.safetensors      rank r-1's share of the parameters and
+//                                           buffers (whole tensors, state_dict names)
+//     model.safetensors.index.json          Hugging Face's {"metadata", "weight_map"}
+//     optimizer-0000r-of-0000N.safetensors  "<param name>.<state key>" (Adam's
+//                                           "fc1.weight.exp_avg"; scalars as 0-d tensors)
+//     manifest.json                         written last, by rank 0
+// Whole tensors are assigned to ranks greedily by bytes (largest first, to
+// the least loaded rank, ties by name and rank), a pure function of the names
+// and shapes every rank holds, so every rank computes the same assignment and
+// writes only its own two files. Each rank's files are fsync'ed, then it
+// writes `rank-<r>.done` (holding the save's id); rank 0 waits for all N
+// markers (bounded by CheckpointDirOptions::peer_timeout; the error names the
+// missing ranks), writes the index and manifest.json (temp file + rename) and
+// removes the markers. No collective runs on the background thread.
+// A step directory without manifest.json is an interrupted save: saves and
+// loads remove such leftovers, but only while no writer holds the shared lock
+// on <root>/.lockstep-checkpoint.lock (every writer holds it from before it
+// creates its step directory until its marker is written), so a live
+// writer's directory is never removed. The newest step-* with a manifest is
+// the checkpoint; nothing else points at it.
+//
+// Strategies: a data-parallel model (every rank holds everything) and, through
+// their full views, FullyShardedModel and ShardedOptimizer (ZeRO). The full
+// view still assembles each whole tensor on every rank for a moment; a true
+// per-slice save is future work.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "lockstep/parallel/fully_sharded.h"
+#include "lockstep/parallel/sharded_optimizer.h"
+#include "lockstep/torch/checkpoint.h"
+
+namespace lockstep::parallel {
+
+struct CheckpointDirOptions {
+  int keep_last = 0;     // after a manifest lands, keep the newest K complete steps (0: all)
+  bool async = false;    // snapshot this rank's share to host memory, return, write in the background
+  // How long rank 0 waits for the other ranks' files before giving up on a save.
+  std::chrono::seconds peer_timeout{600};
+};
+
+// Writes checkpoint directories under `root` (which must be one directory
+// every rank sees: a shared filesystem across hosts). One per job per rank.
+// Not thread-safe: the training thread calls it. Owns its background thread
+// (async): at most one save is in flight; the destructor waits for it (never
+// loses it) and logs, not throws, its error.
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(std::string root, CheckpointDirOptions options = {});
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Collective over every rank of the job. Synchronous: returns when the
+  // checkpoint is complete (manifest written) or throws on every rank.
+  // Async: waits for the save in flight, then returns once this rank's share
+  // is copied to host memory. A failed background write (lockstep::Error
+  // naming the path and errno) is rethrown by the next save(), poll() or
+  // wait() of that rank; the next save() then throws on every rank. Throws
+  // lockstep::InvalidArgument when step `progress.step` already has a
+  // complete checkpoint, or the ranks hold different tensors.
+  void save(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
+            const lockstep::torch::TrainingProgress& progress);
+  // The whole model and optimizer state through fsdp.with_full_view.
+  void save(FullyShardedModel& fsdp, ::torch::optim::Optimizer& optimizer,
+            const lockstep::torch::TrainingProgress& progress);
+  // ZeRO: the whole optimizer state through gather_full_state/with_full_view.
+  void save(const ::torch::nn::Module& module, ShardedOptimizer& optimizer,
+            const lockstep::torch::TrainingProgress& progress);
+  // Call once a step: rethrows a finished background save's error; never blocks.
+  void poll();
+  // Until no save is in flight; rethrows its error.
+  void wait();
+
+  const std::string& root() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Loads the newest complete checkpoint under `root` into the module, the
+// optimizer, `progress` and LibTorch's default CPU generator (this rank's
+// saved state at the same world size, rank 0's at another). False when there
+// is none. Every name, shape and dtype (of the model, and of the optimizer's
+// param groups and state) is checked first, and the files' headers against
+// the manifest; a mismatch throws lockstep::Error naming the first one
+// before anything is changed. Works at any world size: every rank reads all
+// files. Collective-free.
+bool load_checkpoint_dir(const std::string& root, ::torch::nn::Module& module,
+                         ::torch::optim::Optimizer& optimizer,
+                         lockstep::torch::TrainingProgress& progress);
+// Into a FullyShardedModel of any world size (through with_full_view).
+// Collective over fsdp's group.
+bool load_checkpoint_dir(const std::string& root, FullyShardedModel& fsdp,
+                         ::torch::optim::Optimizer& optimizer,
+                         lockstep::torch::TrainingProgress& progress);
+// Into a ZeRO optimizer of any world size. Collective over its group.
+bool load_checkpoint_dir(const std::string& root, ::torch::nn::Module& module,
+                         ShardedOptimizer& optimizer, lockstep::torch::TrainingProgress& progress);
+
+// The newest complete step directory under `root` ("" when none).
+std::string newest_checkpoint_dir(const std::string& root);
+
+}  // namespace lockstep::parallel

@@ -1,0 +1,132 @@
+// Internals of checkpoint directories (Note [Checkpoint directory layout] in
+// lockstep/parallel/checkpoint_dir.h): the manifest, the assignment of
+// tensors to ranks, the snapshot of a module and optimizer, and the files.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lockstep/torch/checkpoint.h"
+
+namespace lockstep::parallel::detail::ckdir {
+
+inline constexpr int64_t kFormatVersion = 1;
+inline constexpr const char* kManifest = "manifest.json";
+inline constexpr const char* kIndex = "model.safetensors.index.json";
+
+enum class Part { kModel, kOptimizer };
+
+// One tensor of a checkpoint and the rank whose file holds it.
+struct Entry {
+  std::string name;  // in its file: "fc1.weight", or "fc1.weight.exp_avg"
+  Part part = Part::kModel;
+  ::torch::ScalarType dtype = ::torch::kFloat;
+  std::vector<int64_t> shape{};
+  uint64_t bytes = 0;
+  int rank = -1;
+};
+
+// One value of a parameter's optimizer state: the key its serialize() uses
+// and what it is ("tensor", "int", "double", "bool"); tensors and scalars
+// alike are stored as "<param>.<key>".
+struct StateSlot {
+  std::string key;
+  std::string kind;
+};
+struct ParamGroupInfo {
+  std::vector<std::string> params;  // parameter names, in the group's order
+  double lr = 0;                    // for people reading the manifest
+  std::string options;              // the group's options archive, hex
+};
+struct OptimizerInfo {
+  std::string type;  // "torch::optim::Adam"
+  std::vector<ParamGroupInfo> groups;
+  std::map<std::string, std::vector<StateSlot>> state;  // by parameter name
+};
+
+struct Manifest {
+  int64_t format_version = kFormatVersion;
+  std::string lockstep_version;
+  int world_size = 1;
+  lockstep::torch::TrainingProgress progress;
+  std::vector<std::string> rng;  // every rank's CPU generator state, hex
+  std::vector<Entry> tensors;    // model entries first, in state_dict order
+  OptimizerInfo optimizer;
+};
+
+// ---- names (checkpoint_dir_manifest.cc)
+std::string step_dir_name(int64_t step);
+std::string file_name(Part part, int rank, int world_size);
+// Greedy by bytes, deterministic: sets every entry's rank.
+void assign_ranks(std::vector<Entry>& entries, int world_size);
+std::string manifest_json(const Manifest& manifest);
+Manifest parse_manifest(const std::string& text, const std::string& path);
+std::string index_json(const Manifest& manifest);
+std::string to_hex(const std::string& bytes);
+std::string from_hex(const std::string& hex, const std::string& what);
+
+// ---- module and optimizer (checkpoint_dir_state.cc)
+struct Snapshot {
+  Manifest manifest;  // all but world_size, rng and the ranks
+  std::vector<::torch::Tensor> values;  // parallel to manifest.tensors; CPU, contiguous
+};
+// Every tensor of `module` and `optimizer`; `copy`: owned copies (async),
+// else views of the live tensors (written before they change).
+Snapshot take_snapshot(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
+                       const lockstep::torch::TrainingProgress& progress, bool copy);
+// Refuses (lockstep::Error naming the first mismatch) a manifest whose
+// optimizer type, groups or state do not fit `optimizer` over `module`.
+void check_optimizer_matches(const Manifest& manifest, const ::torch::nn::Module& module,
+                             const ::torch::optim::Optimizer& optimizer, const std::string& what);
+// Replaces the optimizer's state and group options with the manifest's;
+// `tensors` holds every optimizer entry by name.
+void load_optimizer_state(const Manifest& manifest,
+                          const std::map<std::string, ::torch::Tensor>& tensors,
+                          ::torch::optim::Optimizer& optimizer);
+std::string generator_state_hex();
+void set_generator_state_hex(const std::string& hex);
+
+// ---- files (checkpoint_dir_files.cc)
+// A shared (writer) or exclusive (cleaner) lock on <root>/.lockstep-checkpoint.lock.
+class RootLock {
+ public:
+  // Shared: waits up to `timeout` for a cleaner; throws lockstep::Error.
+  static RootLock shared(const std::string& root, std::chrono::seconds timeout);
+  // Exclusive: never waits; !held() when a writer holds the lock.
+  static RootLock try_exclusive(const std::string& root);
+  RootLock(RootLock&& other) noexcept;
+  RootLock& operator=(RootLock&&) = delete;
+  ~RootLock();
+  bool held() const { return fd_ >= 0; }
+  void release();
+
+ private:
+  explicit RootLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+void make_directory(const std::string& path);
+// Writes this rank's model and optimizer files of `snapshot` into `dir`.
+void write_rank_files(const std::string& dir, const Snapshot& snapshot, int rank);
+void write_marker(const std::string& dir, int rank, const std::string& save_id, bool failed,
+                  const std::string& text);
+// Until every rank's done marker of `save_id` is there; throws naming a
+// failed rank, or the missing ones after `timeout`.
+void await_markers(const std::string& dir, int world_size, const std::string& save_id,
+                   std::chrono::seconds timeout);
+void remove_markers(const std::string& dir, int world_size);
+// Complete step directories (with a manifest), oldest first.
+std::vector<std::string> complete_steps(const std::string& root);
+// Removes step directories without a manifest when no writer is live.
+void remove_incomplete_steps(const std::string& root);
+// Deletes all but the newest `keep` complete steps (manifest first).
+void apply_retention(const std::string& root, int keep);
+std::string read_whole_file(const std::string& path);
+
+}  // namespace lockstep::parallel::detail::ckdir

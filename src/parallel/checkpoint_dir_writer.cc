@@ -1,0 +1,233 @@
+// CheckpointWriter: the collective part of a save on the training thread
+// (snapshot, cross-rank agreement), the files on this thread or a background
+// one (Note [Checkpoint directory layout] in lockstep/parallel/checkpoint_dir.h).
+#include <fmt/format.h>
+
+#include <atomic>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "lockstep/base/error.h"
+#include "lockstep/base/log.h"
+#include "lockstep/parallel/checkpoint_dir.h"
+#include "lockstep/torch/collectives.h"
+#include "lockstep/torch/objects.h"
+#include "parallel/checkpoint_dir_impl.h"
+
+namespace lockstep::parallel::detail::ckdir {
+namespace fs = std::filesystem;
+namespace lt = lockstep::torch;
+namespace {
+
+constexpr auto kLockWait = std::chrono::seconds(60);
+
+// What every rank tells the others before a save: what it holds, whether its
+// previous save failed, and (rank 0) whether the step is there already.
+struct Agreement {
+  std::string fingerprint, id, rng;
+  bool previous_failed = false, step_exists = false;
+  std::string bytes() const {
+    return fmt::format("{}\n{}\n{}\n{:d}\n{:d}", fingerprint, id, rng, previous_failed, step_exists);
+  }
+  static Agreement parse(const std::string& bytes) {
+    std::istringstream in(bytes);
+    Agreement a;
+    int failed = 0, exists = 0;
+    std::getline(in, a.fingerprint);
+    std::getline(in, a.id);
+    std::getline(in, a.rng);
+    in >> failed >> exists;
+    a.previous_failed = failed != 0;
+    a.step_exists = exists != 0;
+    return a;
+  }
+};
+
+std::string fingerprint(const Manifest& m) {
+  std::string text = std::to_string(m.progress.step);
+  for (const Entry& e : m.tensors)
+    text += fmt::format("|{}:{}:{}:{}", e.name, static_cast<int>(e.dtype), fmt::join(e.shape, ","),
+                        e.rank);
+  return fmt::format("{:016x}", std::hash<std::string>{}(text));
+}
+
+std::string random_id() {
+  std::random_device device;
+  return fmt::format("{:08x}{:08x}", device(), device());
+}
+
+// The files of one save, run on the training thread (sync) or the background
+// one (async). Rank 0 also writes the index and manifest once every rank's
+// files are there, applies retention and removes leftovers.
+void write_save(const std::string& root, const std::string& dir, const Snapshot& snap, int rank,
+                const std::string& id, const CheckpointDirOptions& options) {
+  try {
+    std::error_code ec;
+    fs::create_directories(root, ec);  // again: it may have been removed since construction
+    RootLock lock = RootLock::shared(root, kLockWait);
+    make_directory(dir);
+    write_rank_files(dir, snap, rank);
+    write_marker(dir, rank, id, /*failed=*/false, "");
+    if (rank != 0) return;
+    // Rank 0 holds its lock until the manifest is in: the folder is live till then.
+    await_markers(dir, snap.manifest.world_size, id, options.peer_timeout);
+    lt::write_file_atomically(dir + "/" + kIndex, index_json(snap.manifest));
+    lt::write_file_atomically(dir + "/" + kManifest, manifest_json(snap.manifest));
+    remove_markers(dir, snap.manifest.world_size);
+    lock.release();
+    apply_retention(root, options.keep_last);
+    remove_incomplete_steps(root);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    if (fs::is_directory(dir, ec)) {
+      try {
+        write_marker(dir, rank, id, /*failed=*/true, e.what());
+      } catch (const std::exception&) {  // rank 0 then names us after its timeout
+      }
+    }
+    throw;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::parallel::detail::ckdir
+
+namespace lockstep::parallel {
+namespace fs = std::filesystem;
+namespace lt = lockstep::torch;
+
+struct CheckpointWriter::Impl {
+  std::string root;
+  CheckpointDirOptions options;
+  std::thread thread;
+  std::atomic<bool> finished{false};
+  std::exception_ptr error;  // of the background save, set before `finished`
+
+  void join() {
+    if (thread.joinable()) thread.join();
+    if (error) std::rethrow_exception(std::exchange(error, nullptr));
+  }
+  void save(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
+            const lt::TrainingProgress& progress);
+};
+
+void CheckpointWriter::Impl::save(const ::torch::nn::Module& module,
+                                  const ::torch::optim::Optimizer& optimizer,
+                                  const lt::TrainingProgress& progress) {
+  using namespace detail::ckdir;  // in the function: unity builds batch this file with others
+  std::exception_ptr previous;
+  try {
+    join();
+  } catch (const std::exception&) {
+    previous = std::current_exception();
+  }
+  const int rank = lt::rank(), world = lt::size();
+  Snapshot snap = take_snapshot(module, optimizer, progress, options.async);
+  snap.manifest.world_size = world;
+  assign_ranks(snap.manifest.tensors, world);
+  const std::string dir = root + "/" + step_dir_name(progress.step);
+  std::error_code ec;
+  Agreement mine{.fingerprint = fingerprint(snap.manifest), .id = random_id(),
+                 .rng = generator_state_hex(), .previous_failed = previous != nullptr,
+                 .step_exists = rank == 0 && fs::is_regular_file(dir + "/" + kManifest, ec)};
+  std::vector<Agreement> all;
+  if (world == 1) all.push_back(mine);
+  else
+    for (const std::string& b : lt::allgather_bytes(mine.bytes(), "ckdir.save")) all.push_back(Agreement::parse(b));
+  for (int r = 0; r < world; ++r) {
+    if (!all[r].previous_failed) continue;
+    if (previous) std::rethrow_exception(previous);
+    throw Error(fmt::format("checkpoint directory {}: rank {}'s previous save failed (it threw the "
+                            "error there); step {} is not saved on any rank", root, r, progress.step));
+  }
+  if (all[0].step_exists)
+    throw InvalidArgument(fmt::format("checkpoint directory {} already holds a complete checkpoint "
+                                      "of step {}; save each step once (progress.step is the step "
+                                      "you are at) or remove that folder", dir, progress.step));
+  for (int r = 1; r < world; ++r)
+    if (all[r].fingerprint != all[0].fingerprint)
+      throw InvalidArgument(fmt::format("checkpoint directory {}: rank {} holds other tensors (names, "
+                                        "shapes or dtypes) or another step than rank 0; every rank "
+                                        "must save the same model and optimizer", root, r));
+  for (const Agreement& a : all) snap.manifest.rng.push_back(a.rng);
+  const std::string id = all[0].id;
+  if (!options.async) {
+    std::string failure;
+    try {
+      write_save(root, dir, snap, rank, id, options);
+    } catch (const std::exception& e) {
+      failure = e.what();
+      previous = std::current_exception();
+    }
+    const auto statuses = world == 1 ? std::vector<std::string>{failure}
+                                     : lt::allgather_bytes(failure, "ckdir.saved");
+    if (previous) std::rethrow_exception(previous);
+    for (int r = 0; r < world; ++r)
+      if (!statuses[r].empty())
+        throw Error(fmt::format("checkpoint directory {}: rank {} failed to save step {}: {}", root, r,
+                                progress.step, statuses[r]));
+    return;
+  }
+  finished = false;
+  thread = std::thread([this, dir, snap = std::move(snap), rank, id] {
+    try {
+      detail::ckdir::write_save(root, dir, snap, rank, id, options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    finished = true;
+  });
+}
+
+CheckpointWriter::CheckpointWriter(std::string root, CheckpointDirOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (root.empty()) throw InvalidArgument("CheckpointWriter: the root directory is empty; pass a path");
+  if (options.keep_last < 0)
+    throw InvalidArgument(fmt::format("CheckpointWriter: keep_last is {}; pass 0 (keep all) or the "
+                                      "number of steps to keep", options.keep_last));
+  impl_->root = std::move(root);
+  impl_->options = options;
+  std::error_code ec;
+  fs::create_directories(impl_->root, ec);  // a failure is reported by the first save, with errno
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  try {
+    impl_->join();
+  } catch (const std::exception& e) {
+    log(LogLevel::kError, "checkpoint directory {}: the last save failed: {}", impl_->root, e.what());
+  }
+}
+
+void CheckpointWriter::save(const ::torch::nn::Module& module,
+                            const ::torch::optim::Optimizer& optimizer,
+                            const lt::TrainingProgress& progress) {
+  impl_->save(module, optimizer, progress);
+}
+
+void CheckpointWriter::save(FullyShardedModel& fsdp, ::torch::optim::Optimizer& optimizer,
+                            const lt::TrainingProgress& progress) {
+  fsdp.with_full_view(optimizer, /*keep_changes=*/false,
+                      [&] { impl_->save(fsdp.wrapped(), optimizer, progress); });
+}
+
+void CheckpointWriter::save(const ::torch::nn::Module& module, ShardedOptimizer& optimizer,
+                            const lt::TrainingProgress& progress) {
+  auto full = optimizer.gather_full_state();
+  optimizer.with_full_view(std::move(full),
+                           [&] { impl_->save(module, optimizer.optimizer(), progress); });
+}
+
+void CheckpointWriter::poll() {
+  if (impl_->thread.joinable() && impl_->finished) impl_->join();
+}
+
+void CheckpointWriter::wait() { impl_->join(); }
+
+const std::string& CheckpointWriter::root() const { return impl_->root; }
+
+}  // namespace lockstep::parallel
