@@ -160,6 +160,15 @@ TEST(TorchSafetensors, CorruptFilesAreRefusedNamingThePath) {
                "safetensors: " + path + ": tensor 'flags': data_offsets [32, 35) run past the 34 data bytes");
   expect_error([&] { read_safetensors_info(path); }, path);
   expect_error([&] { load_safetensors(dir + "/missing.safetensors"); }, "cannot open " + dir + "/missing");
+  // A header claiming a terabyte in a 100-byte file: refused from the header,
+  // before LibTorch is asked for the memory (which would throw c10::Error or
+  // be killed by the OOM killer).
+  std::string json = R"({"big":{"dtype":"F32","shape":[274877906944],"data_offsets":[0,1099511627776]}})";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  std::ofstream(dir + "/huge.safetensors", std::ios::binary) << bytes << json << "1234";
+  expect_error([&] { load_safetensors(dir + "/huge.safetensors"); },
+               "tensor 'big': data_offsets [0, 1099511627776) run past the 4 data bytes");
 }
 
 // ---- sharded --------------------------------------------------------------
