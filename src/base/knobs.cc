@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/knob_suggest.h"
 
 namespace lockstep {
 namespace {
@@ -175,7 +176,8 @@ const Knob& knob(std::string_view name) {
   auto it = std::find_if(kKnobs.begin(), kKnobs.end(),
                          [&](const Knob& k) { return k.name == name; });
   if (it == kKnobs.end())
-    throw InvalidArgument(fmt::format("unknown knob {}: declare it in src/base/knobs.cc", name));
+    throw InvalidArgument(fmt::format("unknown knob {}{}: declare it in src/base/knobs.cc", name,
+                                      did_you_mean(name)));
   return *it;
 }
 

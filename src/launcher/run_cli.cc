@@ -2,12 +2,14 @@
 // supervision starts at supervise() (supervise.cc, supervisor.h).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "launcher/command_line.h"
 #include "launcher/hosts.h"
@@ -17,6 +19,7 @@
 #include "launcher/mpirun.h"
 #include "launcher/spec.h"
 #include "lockstep/base/error.h"
+#include "lockstep/base/knob_suggest.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/slurm.h"
 #include "lockstep/launcher/launcher.h"
@@ -39,8 +42,8 @@ std::pair<std::string, std::string> parse_env_flag(const std::string& text) {
   if (name.empty() || name.find_first_of(" \t\n") != std::string::npos)
     throw InvalidArgument(fmt::format("-x '{}': expected NAME=VALUE", text));
   if (name.rfind("LOCKSTEP_", 0) == 0 && !is_declared_knob(name))
-    throw InvalidArgument(fmt::format(
-        "-x {}: unknown knob (a typo?); 'lockstep config' lists every LOCKSTEP_* variable", name));
+    throw InvalidArgument(fmt::format("-x {}: unknown knob{}; 'lockstep config' lists every "
+                                      "LOCKSTEP_* variable", name, did_you_mean(name)));
   if (is_launcher_owned(name))
     throw InvalidArgument(fmt::format("-x {}: lockstep run sets this variable for each worker", name));
   if (eq != std::string::npos) return {name, text.substr(eq + 1)};
@@ -182,6 +185,27 @@ std::string requested_backend(const LaunchSpec& spec) {
   return backend;
 }
 
+// How to get a transport this build lacks.
+std::string how_to_build(std::string_view backend) {
+  if (backend == "nccl")
+    return "NCCL needs the CUDA toolkit and NCCL when lockstep is configured: build on a GPU "
+           "node with scripts/setup.sh --gpu, or configure with -DLOCKSTEP_WITH_CUDA=ON (and "
+           "NCCL_ROOT); docs/gpu.md";
+  if (backend == "mpi")
+    return "install Open MPI's development files and reconfigure (docs/backends.md)";
+  return "run 'lockstep config' for the backends this build holds";
+}
+
+// A backend the workers could not create fails here, before any starts (a
+// job of /bin/true would otherwise "succeed" with it).
+void check_backend_built(const LaunchSpec& spec, std::span<const std::string_view> built) {
+  const std::string backend = requested_backend(spec);
+  if (backend.empty() || backend == "auto") return;
+  if (std::find(built.begin(), built.end(), backend) != built.end()) return;
+  throw InvalidArgument(fmt::format("backend {} is not built into this lockstep (it has: {}); {}",
+                                    backend, fmt::join(built, ", "), how_to_build(backend)));
+}
+
 // Each rank runs as a one-task job step on its host: Slurm then accounts for
 // it, confines it and cleans up after it. --overlap: the steps share the
 // allocation instead of queueing for each other's CPUs.
@@ -261,7 +285,7 @@ bool takes_value(CLI::App& app, std::string_view flag) {
 
 }  // namespace
 
-int run_main(int argc, char** argv) {
+int run_main(int argc, char** argv, std::span<const std::string_view> built_backends) {
   CLI::App app{"Start N workers of PROGRAM on this host and supervise them.\n"
                "usage: lockstep run -np N [options] [--] PROGRAM [ARGS...]\n"
                "       lockstep run -H HOST:N,HOST:N [options] [--] PROGRAM [ARGS...]\n"
@@ -292,6 +316,7 @@ int run_main(int argc, char** argv) {
     return usage_error("no program to run: write [--] PROGRAM [ARGS...] after the flags");
   try {
     resolve(parsed);
+    check_backend_built(parsed.spec, built_backends);
   } catch (const Error& e) {
     return usage_error(e.what());
   }

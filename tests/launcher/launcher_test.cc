@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -240,6 +241,44 @@ TEST(LauncherTest, BadUsageExitsTwoWithAMessage) {
     EXPECT_EQ(f.status, 2) << cmd << describe(f);
     EXPECT_TRUE(contains(f.err, "lockstep run: ")) << cmd << describe(f);
   }
+}
+
+// issue 39 item 7: a misspelt knob names the one meant.
+TEST(LauncherTest, MisspeltKnobInEnvFlagNamesTheNearestKnob) {
+  Finished f = run_lockstep({"run", "-np", "1", "-x", "LOCKSTEP_FUSION_TRESHOLD=1", "--", "true"});
+  EXPECT_EQ(f.status, 2) << describe(f);
+  EXPECT_TRUE(contains(f.err, "-x LOCKSTEP_FUSION_TRESHOLD: unknown knob (did you mean "
+                              "LOCKSTEP_FUSION_THRESHOLD?)")) << describe(f);
+  Finished far = run_lockstep({"run", "-np", "1", "-x", "LOCKSTEP_ZZZZZZZZZZZZ=1", "--", "true"});
+  EXPECT_EQ(far.status, 2) << describe(far);
+  EXPECT_FALSE(contains(far.err, "did you mean")) << describe(far);
+}
+
+// issue 39 item 7: --backend nccl on a build without NCCL started the job
+// (rc 0 with /bin/true). Every backend the knob accepts but this build lacks
+// (lockstep config lists the built ones) is refused before a worker starts.
+TEST(LauncherTest, BackendThisBuildLacksIsRefusedBeforeAnyWorkerStarts) {
+  Finished config = run_lockstep({"config"});
+  const auto line = config.out.find("LOCKSTEP_BACKEND ");
+  ASSERT_NE(line, std::string::npos) << describe(config);
+  const std::string built = config.out.substr(line, config.out.find('\n', line) - line);
+  int refused = 0;
+  for (std::string backend : {"nccl", "mpi"}) {
+    if (contains(built, "|" + backend)) continue;
+    const std::string marker = ::testing::TempDir() + "/started-" + backend;
+    std::remove(marker.c_str());
+    Finished f = run_lockstep({"run", "-np", "2", "--backend", backend, "--", "/bin/sh", "-c",
+                               "touch " + marker});
+    EXPECT_EQ(f.status, 2) << backend << describe(f);
+    EXPECT_TRUE(contains(f.err, "lockstep run: backend " + backend +
+                                    " is not built into this lockstep (it has: ")) << describe(f);
+    if (backend == "nccl") {
+      EXPECT_TRUE(contains(f.err, "scripts/setup.sh --gpu")) << describe(f);
+    }
+    EXPECT_NE(::access(marker.c_str(), F_OK), 0) << backend << ": a worker started";
+    ++refused;
+  }
+  if (refused == 0) GTEST_SKIP() << "this build has both nccl and mpi";
 }
 
 TEST(LauncherTest, HelpDocumentsEveryFlag) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lockstep/base/executable.h"
+#include "lockstep/comm/transports.h"
 #include "lockstep/launcher/launcher.h"
 #include "tools/lockstep/commands.h"
 
@@ -25,6 +26,7 @@ commands:
   plan validate [options] -- PROGRAM ...   measure here and compare with the prediction
   plan layouts --profile P --network N     rank workers x threads layouts of one host
   convert <format> [options]               write record shards (lockstep convert --help)
+  convert checkpoint IN OUT                model weights: lockstep checkpoint, torch.save, safetensors
   sweep --space S.json [options] -- CMD    hyper-parameter search (lockstep sweep --help)
   report INPUT... [-o report.html]         one HTML page of charts from run, sweep, bench
                                            and plan outputs (lockstep report --help)
@@ -60,7 +62,8 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   std::string command = argv[1];
-  if (command == "run") return lockstep::launcher::run_main(argc - 1, argv + 1);
+  if (command == "run")
+    return lockstep::launcher::run_main(argc - 1, argv + 1, lockstep::comm::transport_names());
   if (command == "remote-worker") return lockstep::launcher::remote_worker_main(argc - 1, argv + 1);
   if (command == "config") return lockstep::cli::config_main(argc - 1, argv + 1);
   if (command == "doctor") return lockstep::cli::doctor_main(argc - 1, argv + 1);

@@ -8,6 +8,9 @@
 // docs/launcher.md.
 #pragma once
 
+#include <span>
+#include <string_view>
+
 namespace lockstep::launcher {
 
 // Entry point of `lockstep run`; argv[0] is "run". Blocks until every worker
@@ -18,10 +21,15 @@ namespace lockstep::launcher {
 // SIGTERM or SIGHUP; 2 for bad usage; 127 when the program cannot be found,
 // 126 when it cannot be executed.
 //
+// `built_backends` are the transports this build holds
+// (comm::transport_names(); the launcher sits below comm, so its caller asks):
+// a job that asks for another (--backend, -x or the inherited
+// LOCKSTEP_BACKEND) is refused with status 2 before any worker starts.
+//
 // Not reentrant: it blocks SIGINT/SIGTERM/SIGHUP/SIGCHLD in the calling
 // thread and reads them through a signalfd, so call it from the main thread
 // of a process that has no other children.
-int run_main(int argc, char** argv);
+int run_main(int argc, char** argv, std::span<const std::string_view> built_backends);
 
 // Entry point of `lockstep remote-worker`, which `lockstep run` starts on
 // every remote host through its remote-exec command (see docs/launcher.md);
