@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/collective_traits.h"
 #include "engine/flight_signal.h"
 #include "engine/submission.h"
 #include "engine/worker.h"
@@ -34,6 +35,13 @@ struct Engine::Impl {
   void check_device_submission(int set, const std::vector<Entry>& entries) {
     for (const Entry& e : entries) {
       const detail::Request& r = e.request;
+      // Only data-carrying collectives have a device body (executor.cc,
+      // Executor::run_body); anything else on CUDA buffers is refused here.
+      if (static_cast<int>(r.collective) > static_cast<int>(Collective::kAddProcessSet) ||
+          !detail::traits(r.collective).carries_data)
+        throw InvalidArgument(fmt::format(
+            "{} '{}': collective {} moves no data and has no CUDA path; submit it with host "
+            "memory", collective_name(r.collective), r.name, static_cast<int>(r.collective)));
       if ((r.prescale != 1.0 || r.postscale != 1.0) && r.op != comm::ReduceOp::kSum &&
           r.op != comm::ReduceOp::kAverage)
         throw InvalidArgument(fmt::format(

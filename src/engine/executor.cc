@@ -44,10 +44,59 @@ void* Executor::allocate(Entry* entry, const Shape& shape, DataType dtype,
   return scratch(bytes);  // the collective must still run: the peers expect us
 }
 
+// Note [One body per collective]
+// Each collective's body (how counts and output shapes follow from the
+// negotiated per-rank shapes, the uneven reduce-scatter, the received
+// splits) is written once, against a Target: the host's communicator and
+// memory or the device's. Only what is the device's alone stays in
+// executor_device.cc: the ready events, the stream, the one host wait, the
+// allreduce whose scale factors fold into the device's reduction. A
+// collective without a case in run_body is an error on both paths (a new
+// data-carrying collective added as docs/extending.md says must not
+// complete without moving a byte); the switch has no default, so the
+// compiler names a missing case (-Wswitch) before the test does.
+size_t Executor::run_body(const Target& target, const Batch& batch, const CycleResult& cycle,
+                          std::span<Entry* const> entries, std::span<std::exception_ptr> errors,
+                          Times& t) {
+  const size_t i0 = batch.items.front();
+  const ReadyItem& first = cycle.ready[i0];
+  switch (first.request.collective) {
+    case Collective::kAllreduce:
+      return target.device ? device_allreduce(target.comm, batch, cycle, entries, t)
+                           : allreduce(batch, cycle, entries, t);
+    case Collective::kAllgather: return allgather(target, first, cycle, entries[i0], errors[i0]);
+    case Collective::kBroadcast: return broadcast(target, first, entries[i0]);
+    case Collective::kAlltoall: return alltoall(target, first, entries[i0], errors[i0]);
+    case Collective::kReduceScatter: return reduce_scatter(target, first, entries[i0], errors[i0]);
+    case Collective::kBarrier:
+    case Collective::kJoin: return 0;  // no data: negotiation already synchronized every rank
+    case Collective::kAddProcessSet: break;  // the worker runs it (never batched here)
+  }
+  // Every rank has the same batch (negotiated): its entries fail alike.
+  auto error = std::make_exception_ptr(Error(fmt::format(
+      "{} '{}': the executor has no body for collective {} on the {} path; add its case to "
+      "Executor::run_body (docs/extending.md, 'A collective in the engine', step 4)",
+      collective_name(first.request.collective), first.request.name,
+      static_cast<int>(first.request.collective), target.device ? "device" : "host")));
+  for (size_t i : batch.items)
+    if (entries[i]) errors[i] = error;
+  return 0;
+}
+
+Target Executor::host_target() {
+  return {.comm = comm_,
+          .device = false,
+          .allocate = [this](Entry* e, const Shape& shape, DataType dtype,
+                             std::exception_ptr& error) { return allocate(e, shape, dtype, error); },
+          .scratch = [this](size_t bytes) { return scratch(bytes); },
+          .copy = [](void* dst, const void* src, size_t bytes) {
+            if (bytes > 0) std::memcpy(dst, src, bytes);
+          }};
+}
+
 size_t Executor::run(const Batch& batch, const CycleResult& cycle, std::span<Entry* const> entries,
                      std::span<std::exception_ptr> errors) {
   const ReadyItem& first = cycle.ready[batch.items.front()];
-  size_t i0 = batch.items.front();
   Times t;
   t.start = t.data_ready = Clock::now();
   size_t bytes = 0;
@@ -56,14 +105,7 @@ size_t Executor::run(const Batch& batch, const CycleResult& cycle, std::span<Ent
     if (timeline_ && timeline_->active()) record(batch, entries, t);
     return bytes;
   }
-  switch (first.request.collective) {
-    case Collective::kAllreduce: bytes = allreduce(batch, cycle, entries, t); break;
-    case Collective::kAllgather: bytes = allgather(first, cycle, entries[i0], errors[i0]); break;
-    case Collective::kBroadcast: bytes = broadcast(first, entries[i0]); break;
-    case Collective::kAlltoall: bytes = alltoall(first, entries[i0], errors[i0]); break;
-    case Collective::kReduceScatter: bytes = reduce_scatter(first, entries[i0], errors[i0]); break;
-    default: break;  // barrier: negotiation already synchronized every rank
-  }
+  bytes = run_body(host_target(), batch, cycle, entries, errors, t);
   if (first.request.collective != Collective::kAllreduce) {
     t.copied_in = t.start;
     t.reduced = t.copied_out = Clock::now();
@@ -124,75 +166,86 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
   return batch.bytes;
 }
 
-size_t Executor::allgather(const ReadyItem& item, const CycleResult& cycle, Entry* entry,
-                           std::exception_ptr& error) {
+// Rows of every rank (none from a joined rank) into a new tensor.
+size_t Executor::allgather(const Target& target, const ReadyItem& item, const CycleResult& cycle,
+                           Entry* entry, std::exception_ptr& error) {
   const Request& req = item.request;
+  comm::Communicator& comm = target.comm;
   const size_t row = row_elements(req.shape);
-  std::vector<size_t> counts(comm_.size());
+  std::vector<size_t> counts(comm.size());
   int64_t rows = 0;
-  for (int r = 0; r < comm_.size(); ++r) {
+  for (int r = 0; r < comm.size(); ++r) {
     int64_t n = cycle.joined[r] || item.per_rank[r].shape.empty() ? 0 : item.per_rank[r].shape[0];
     counts[r] = static_cast<size_t>(n) * row;
     rows += n;
   }
   Shape out_shape = with_rows(req.shape, rows);
-  void* out = allocate(entry, out_shape, req.dtype, error);
-  comm_.allgatherv(entry ? entry->input : nullptr, out, counts, req.dtype);
+  void* out = target.allocate(entry, out_shape, req.dtype, error);
+  comm.allgatherv(entry ? entry->input : nullptr, out, counts, req.dtype);
   if (entry) entry->state->output_shape = out_shape;
   return static_cast<size_t>(rows) * row * comm::dtype_size(req.dtype);
 }
 
-size_t Executor::broadcast(const ReadyItem& item, Entry* entry) {
+size_t Executor::broadcast(const Target& target, const ReadyItem& item, Entry* entry) {
   const Request& req = item.request;
   size_t count = static_cast<size_t>(num_elements(req.shape));
-  void* buffer = entry ? entry->output : scratch(req.bytes());
-  comm_.broadcast(buffer, count, req.dtype, req.root);
+  void* buffer = entry ? entry->output : target.scratch(req.bytes());
+  target.comm.broadcast(buffer, count, req.dtype, req.root);
   if (entry) entry->state->output_shape = req.shape;
   return req.bytes();
 }
 
-size_t Executor::alltoall(const ReadyItem& item, Entry* entry, std::exception_ptr& error) {
+// Each rank's splits exchanged into a new tensor; the splits received kept.
+size_t Executor::alltoall(const Target& target, const ReadyItem& item, Entry* entry,
+                          std::exception_ptr& error) {
   const Request& req = item.request;
-  const int me = comm_.rank();
+  comm::Communicator& comm = target.comm;
+  const int me = comm.rank();
   const size_t row = row_elements(req.shape);
-  std::vector<size_t> send_counts(comm_.size()), recv_counts(comm_.size());
-  std::vector<int64_t> received(comm_.size());
+  std::vector<size_t> send_counts(comm.size()), recv_counts(comm.size());
+  std::vector<int64_t> received(comm.size());
   int64_t rows = 0;
-  for (int r = 0; r < comm_.size(); ++r) {
+  for (int r = 0; r < comm.size(); ++r) {
     send_counts[r] = static_cast<size_t>(item.per_rank[me].splits[r]) * row;
     received[r] = item.per_rank[r].splits[me];
     recv_counts[r] = static_cast<size_t>(received[r]) * row;
     rows += received[r];
   }
   Shape out_shape = with_rows(req.shape, rows);
-  void* out = allocate(entry, out_shape, req.dtype, error);
-  comm_.alltoallv(entry->input, send_counts, out, recv_counts, req.dtype);
+  void* out = target.allocate(entry, out_shape, req.dtype, error);
+  comm.alltoallv(entry->input, send_counts, out, recv_counts, req.dtype);
   entry->state->output_shape = out_shape;
   entry->state->received_splits = std::move(received);
   return static_cast<size_t>(rows) * row * comm::dtype_size(req.dtype);
 }
 
-size_t Executor::reduce_scatter(const ReadyItem& item, Entry* entry, std::exception_ptr& error) {
+// This rank's rows of the reduction; rows that do not divide evenly go to
+// the first ranks. On the host the op goes over the wire as wire_op() and
+// the average is finished here; the device's transport applies it itself.
+size_t Executor::reduce_scatter(const Target& target, const ReadyItem& item, Entry* entry,
+                                std::exception_ptr& error) {
   const Request& req = item.request;
-  const int n = comm_.size(), me = comm_.rank();
+  comm::Communicator& comm = target.comm;
+  const int n = comm.size(), me = comm.rank();
   const size_t row = row_elements(req.shape), esize = comm::dtype_size(req.dtype);
   const int64_t dim = req.shape.empty() ? 0 : req.shape[0];
   auto rows_of = [&](int r) { return dim / n + (r < dim % n ? 1 : 0); };
   Shape out_shape = with_rows(req.shape, rows_of(me));
-  size_t out_count = static_cast<size_t>(rows_of(me)) * row;
-  void* out = allocate(entry, out_shape, req.dtype, error);
+  const size_t out_count = static_cast<size_t>(rows_of(me)) * row;
+  const ReduceOp op = target.device ? req.op : wire_op(req.op);
+  void* out = target.allocate(entry, out_shape, req.dtype, error);
   if (dim % n == 0) {
-    comm_.reduce_scatter(entry->input, out, out_count, req.dtype, wire_op(req.op));
+    comm.reduce_scatter(entry->input, out, out_count, req.dtype, op);
   } else {
     // Uneven rows: the transport's reduce_scatter wants equal blocks.
-    size_t total = static_cast<size_t>(dim) * row;
-    auto* full = static_cast<std::byte*>(scratch(total * esize));
-    comm_.allreduce(entry->input, full, total, req.dtype, wire_op(req.op));
+    const size_t total = static_cast<size_t>(dim) * row;
+    auto* full = static_cast<std::byte*>(target.scratch(total * esize + 1));
+    comm.allreduce(entry->input, full, total, req.dtype, op);
     int64_t before = 0;
     for (int r = 0; r < me; ++r) before += rows_of(r);
-    std::memcpy(out, full + static_cast<size_t>(before) * row * esize, out_count * esize);
+    target.copy(out, full + static_cast<size_t>(before) * row * esize, out_count * esize);
   }
-  finish_reduction(out, out_count, req.dtype, req.op, 1.0, n);
+  if (!target.device) finish_reduction(out, out_count, req.dtype, req.op, 1.0, n);
   entry->state->output_shape = out_shape;
   return req.bytes();
 }

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -28,6 +29,20 @@ namespace lockstep::engine::detail {
 // rows: the per-rank blocks of allgather, alltoall and reduce_scatter.
 size_t row_elements(const Shape& shape);
 Shape with_rows(const Shape& shape, int64_t rows);
+
+// Where a collective's body runs (Note [One body per collective] in
+// executor.cc): the host communicator with this executor's scratch and
+// memcpy, or the device communicator with device scratch that lives until
+// the batch's wait and copies on its stream.
+struct Target {
+  comm::Communicator& comm;
+  bool device = false;  // reductions: the transport applies the op (no host pass)
+  // The entry's allocation for `shape`, or scratch (and `error` set) when
+  // there is no entry or its allocator fails: the peers still expect us.
+  std::function<void*(Entry*, const Shape&, DataType, std::exception_ptr&)> allocate;
+  std::function<void*(size_t bytes)> scratch;
+  std::function<void(void* dst, const void* src, size_t bytes)> copy;
+};
 
 class Executor {
  public:
@@ -55,13 +70,21 @@ class Executor {
     Clock::time_point start, data_ready, copied_in, reduced, copied_out;
     bool gpu_times = false;
   };
+  // The one dispatch of both paths: the collective's body on `target`.
+  // Throws lockstep::Error for a collective without a body.
+  size_t run_body(const Target& target, const Batch& batch, const CycleResult& cycle,
+                  std::span<Entry* const> entries, std::span<std::exception_ptr> errors,
+                  Times& t);
+  Target host_target();
   size_t allreduce(const Batch& batch, const CycleResult& cycle, std::span<Entry* const> entries,
                    Times& t);
-  size_t allgather(const ReadyItem& item, const CycleResult& cycle, Entry* entry,
-                   std::exception_ptr& error);
-  size_t broadcast(const ReadyItem& item, Entry* entry);
-  size_t alltoall(const ReadyItem& item, Entry* entry, std::exception_ptr& error);
-  size_t reduce_scatter(const ReadyItem& item, Entry* entry, std::exception_ptr& error);
+  size_t allgather(const Target& target, const ReadyItem& item, const CycleResult& cycle,
+                   Entry* entry, std::exception_ptr& error);
+  size_t broadcast(const Target& target, const ReadyItem& item, Entry* entry);
+  size_t alltoall(const Target& target, const ReadyItem& item, Entry* entry,
+                  std::exception_ptr& error);
+  size_t reduce_scatter(const Target& target, const ReadyItem& item, Entry* entry,
+                        std::exception_ptr& error);
   // The caller's allocation, or scratch (and `error` set) when it throws.
   void* allocate(Entry* entry, const Shape& shape, DataType dtype, std::exception_ptr& error);
   void* scratch(size_t bytes);
@@ -76,12 +99,7 @@ class Executor {
                        Times& t);
   size_t device_allreduce(comm::Communicator& dev, const Batch& batch, const CycleResult& cycle,
                           std::span<Entry* const> entries, Times& t);
-  size_t device_allgather(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
-                          std::exception_ptr& error);
-  size_t device_alltoall(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
-                         std::exception_ptr& error);
-  size_t device_reduce_scatter(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
-                               std::exception_ptr& error);
+  Target device_target(comm::Communicator& dev);
   void* device_buffer(comm::Communicator& dev, size_t bytes);  // the device fusion buffer
   // Marks a phase boundary on the device stream while the timeline records.
   void device_mark(comm::DeviceMemory& mem) const;

@@ -63,6 +63,18 @@ void* Executor::device_allocate(comm::Communicator& dev, Entry* entry, const Sha
   return p;
 }
 
+Target Executor::device_target(comm::Communicator& dev) {
+  comm::DeviceMemory& mem = memory_of(dev);
+  return {.comm = dev,
+          .device = true,
+          .allocate = [this, &dev](Entry* e, const Shape& shape, DataType dtype,
+                                   std::exception_ptr& error) {
+            return device_allocate(dev, e, shape, dtype, error);
+          },
+          .scratch = [this, &dev](size_t bytes) { return device_buffer(dev, bytes); },
+          .copy = [&mem](void* dst, const void* src, size_t bytes) { mem.copy(dst, src, bytes); }};
+}
+
 void Executor::release_device() noexcept {
   if (!device_fusion_ || !device_owner_) return;
   try {
@@ -109,29 +121,7 @@ size_t Executor::run_on_device(const Batch& batch, const CycleResult& cycle,
   device_mark(mem);  // the GPU reaches the batch: its inputs are ready
   const bool packs = first.request.collective == Collective::kAllreduce;
   if (!packs) device_mark(mem);  // no fusion copies: the collective starts at once
-  const size_t i0 = batch.items.front();
-  Entry* entry = entries[i0];
-  const Request& req = first.request;
-  size_t bytes = 0;
-  switch (req.collective) {
-    case Collective::kAllreduce: bytes = device_allreduce(*dev, batch, cycle, entries, t); break;
-    case Collective::kBroadcast:
-      dev->broadcast(entry->output, static_cast<size_t>(num_elements(req.shape)), req.dtype,
-                     req.root);
-      entry->state->output_shape = req.shape;
-      bytes = req.bytes();
-      break;
-    case Collective::kAllgather:
-      bytes = device_allgather(*dev, first, entry, errors[i0]);
-      break;
-    case Collective::kReduceScatter:
-      bytes = device_reduce_scatter(*dev, first, entry, errors[i0]);
-      break;
-    case Collective::kAlltoall:
-      bytes = device_alltoall(*dev, first, entry, errors[i0]);
-      break;
-    default: break;  // barrier: negotiation already synchronized every rank
-  }
+  const size_t bytes = run_body(device_target(*dev), batch, cycle, entries, errors, t);
   if (!packs) {
     t.copied_in = t.start;
     device_mark(mem);  // the collective done; nothing to unpack
@@ -210,71 +200,6 @@ size_t Executor::device_allreduce(comm::Communicator& dev, const Batch& batch,
   }
   LOCKSTEP_DCHECK_EQ(offset, batch.bytes);
   return batch.bytes;
-}
-
-// Rows of every rank gathered into a new device tensor; returns its bytes.
-size_t Executor::device_allgather(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
-                                  std::exception_ptr& error) {
-  const size_t row = row_elements(item.request.shape);
-  std::vector<size_t> counts(dev.size());
-  int64_t rows = 0;
-  for (int r = 0; r < dev.size(); ++r) {
-    const auto& shape = item.per_rank[r].shape;
-    counts[r] = static_cast<size_t>(shape.empty() ? 0 : shape[0]) * row;
-    rows += shape.empty() ? 0 : shape[0];
-  }
-  Shape out_shape = with_rows(item.request.shape, rows);
-  void* out = device_allocate(dev, entry, out_shape, item.request.dtype, error);
-  dev.allgatherv(entry->input, out, counts, item.request.dtype);
-  entry->state->output_shape = out_shape;
-  return static_cast<size_t>(rows) * row * comm::dtype_size(item.request.dtype);
-}
-
-// Each rank's splits exchanged into a new device tensor; returns its bytes.
-size_t Executor::device_alltoall(comm::Communicator& dev, const ReadyItem& item, Entry* entry,
-                                 std::exception_ptr& error) {
-  const int me = dev.rank();
-  const size_t row = row_elements(item.request.shape);
-  std::vector<size_t> send_counts(dev.size()), recv_counts(dev.size());
-  std::vector<int64_t> received(dev.size());
-  int64_t rows = 0;
-  for (int r = 0; r < dev.size(); ++r) {
-    send_counts[r] = static_cast<size_t>(item.per_rank[me].splits[r]) * row;
-    received[r] = item.per_rank[r].splits[me];
-    recv_counts[r] = static_cast<size_t>(received[r]) * row;
-    rows += received[r];
-  }
-  Shape out_shape = with_rows(item.request.shape, rows);
-  void* out = device_allocate(dev, entry, out_shape, item.request.dtype, error);
-  dev.alltoallv(entry->input, send_counts, out, recv_counts, item.request.dtype);
-  entry->state->output_shape = out_shape;
-  entry->state->received_splits = std::move(received);
-  return static_cast<size_t>(rows) * row * comm::dtype_size(item.request.dtype);
-}
-
-size_t Executor::device_reduce_scatter(comm::Communicator& dev, const ReadyItem& item,
-                                       Entry* entry, std::exception_ptr& error) {
-  const Request& req = item.request;
-  const int n = dev.size(), me = dev.rank();
-  const size_t row = row_elements(req.shape), esize = comm::dtype_size(req.dtype);
-  const int64_t dim = req.shape.empty() ? 0 : req.shape[0];
-  auto rows_of = [&](int r) { return dim / n + (r < dim % n ? 1 : 0); };
-  Shape out_shape = with_rows(req.shape, rows_of(me));
-  const size_t out_count = static_cast<size_t>(rows_of(me)) * row;
-  void* out = device_allocate(dev, entry, out_shape, req.dtype, error);
-  if (dim % n == 0) {
-    dev.reduce_scatter(entry->input, out, out_count, req.dtype, req.op);
-  } else {
-    // Uneven rows: the transport's reduce_scatter wants equal blocks.
-    const size_t total = static_cast<size_t>(dim) * row;
-    auto* full = static_cast<std::byte*>(device_buffer(dev, total * esize + 1));
-    dev.allreduce(entry->input, full, total, req.dtype, req.op);
-    int64_t before = 0;
-    for (int r = 0; r < me; ++r) before += rows_of(r);
-    memory_of(dev).copy(out, full + static_cast<size_t>(before) * row * esize, out_count * esize);
-  }
-  entry->state->output_shape = out_shape;
-  return req.bytes();
 }
 
 }  // namespace lockstep::engine::detail

@@ -7,7 +7,11 @@
 
 namespace lockstep::engine {
 
-std::string_view collective_name(Collective c) { return detail::traits(c).name; }
+std::string_view collective_name(Collective c) {
+  // Error messages name what they were given, also a value past the enum.
+  if (static_cast<int>(c) > static_cast<int>(Collective::kAddProcessSet)) return "collective";
+  return detail::traits(c).name;
+}
 
 int64_t num_elements(const Shape& shape) {
   int64_t n = 1;

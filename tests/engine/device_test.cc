@@ -15,7 +15,10 @@
 #include <chrono>
 #include <thread>
 
+#include <gmock/gmock.h>
+
 #include "engine/engine_harness.h"
+#include "engine/executor.h"
 #include "engine/trace_reader.h"
 #include "lockstep/base/error.h"
 #include "lockstep/comm/device.h"
@@ -194,6 +197,85 @@ TEST(EngineDevice, ScaleFactorsAndEveryCollectiveOnDeviceBuffers) {
     e.allreduce_async("host", h.data(), h.data(), {1}, DataType::kFloat32, ReduceOp::kSum).wait();
     EXPECT_EQ(h[0], 3.0f);
     e.shutdown();
+  });
+  expect_all_ok(results);
+}
+
+// The bodies the host and device paths share (Note [One body per
+// collective] in src/engine/executor.cc): alltoall and the uneven
+// reduce-scatter on device buffers give the host path's results.
+TEST(EngineDevice, AlltoallAndUnevenReduceScatterOnDeviceBuffersMatchTheHostPath) {
+  auto results = run_workers_raw(2, [](const comm::WorldInfo& world) {
+    Engine e(comm::Communicator::create(world, "shm"));
+    attach_device(e, world);
+    const float r = static_cast<float>(world.rank + 1);
+    for (bool device : {false, true}) {
+      const std::string tag = device ? ".dev" : ".host";
+      const engine::OpOptions where = device ? on_device() : engine::OpOptions{};
+      // Rank 0 sends 1 row to itself and 2 to rank 1; rank 1 sends 2 and 1.
+      std::vector<float> send = {r, 10 * r, 100 * r}, received;
+      std::vector<int64_t> splits = world.rank == 0 ? std::vector<int64_t>{1, 2}
+                                                    : std::vector<int64_t>{2, 1};
+      auto a = e.alltoall_async("a2a" + tag, send.data(), {3}, DataType::kFloat32, splits,
+                                vector_allocator(received), where);
+      a.wait();
+      EXPECT_EQ(a.received_splits(), world.rank == 0 ? (std::vector<int64_t>{1, 2})
+                                                     : (std::vector<int64_t>{2, 1}));
+      EXPECT_EQ(received, world.rank == 0 ? (std::vector<float>{1, 2, 20})
+                                          : (std::vector<float>{10, 100, 200}))
+          << tag;
+      // 3 rows over 2 ranks: rank 0 gets 2, rank 1 gets 1 (averaged).
+      std::vector<float> rs_in = {r, 2 * r, 3 * r}, rs_out;
+      e.reduce_scatter_async("rs3" + tag, rs_in.data(), {3}, DataType::kFloat32,
+                             ReduceOp::kAverage, vector_allocator(rs_out), where).wait();
+      EXPECT_EQ(rs_out, world.rank == 0 ? (std::vector<float>{1.5f, 3.0f})
+                                        : (std::vector<float>{4.5f}))
+          << tag;
+    }
+    e.shutdown();
+  });
+  expect_all_ok(results);
+}
+
+// A collective the executor has no body for (one added to enum Collective
+// without its case, the way docs/extending.md warns against) fails its
+// entries by name on both paths instead of completing without moving data.
+TEST(ExecutorBodies, ACollectiveWithoutABodyIsAnErrorOnTheHostAndTheDevicePath) {
+  auto results = run_workers_raw(1, [](const comm::WorldInfo& world) {
+    auto host = comm::Communicator::create(world, "shm");
+    comm::WorldInfo dev_world = world;
+    dev_world.job_id += "-dev";
+    comm::Communicator device(dev_world, std::make_unique<HostAsDevice>(
+                                             comm::Communicator::create(dev_world, "shm")));
+    std::atomic<comm::Communicator*> device_ptr{&device};
+    engine::detail::Executor executor(*host, nullptr, &device_ptr);
+    for (MemoryKind memory : {MemoryKind::kHost, MemoryKind::kCuda}) {
+      engine::detail::CycleResult cycle;
+      engine::detail::ReadyItem item;
+      item.request.name = "dummy";
+      item.request.collective = static_cast<engine::Collective>(42);
+      item.request.memory = memory;
+      item.per_rank = {item.request};
+      cycle.ready = {item};
+      cycle.joined = {0};
+      engine::detail::Entry entry{.request = item.request};
+      entry.state = std::make_shared<engine::detail::OpState>(1, nullptr);
+      std::vector<engine::detail::Entry*> entries = {&entry};
+      std::vector<std::exception_ptr> errors(1);
+      executor.run({.items = {0}}, cycle, entries, errors);
+      ASSERT_TRUE(errors[0]) << "an unknown collective completed on the "
+                             << (memory == MemoryKind::kCuda ? "device" : "host") << " path";
+      try {
+        std::rethrow_exception(errors[0]);
+      } catch (const Error& e) {
+        EXPECT_THAT(e.what(), ::testing::AllOf(
+                                  ::testing::HasSubstr("'dummy': the executor has no body for "
+                                                       "collective 42"),
+                                  ::testing::HasSubstr(memory == MemoryKind::kCuda ? "device path"
+                                                                                   : "host path"),
+                                  ::testing::HasSubstr("Executor::run_body")));
+      }
+    }
   });
   expect_all_ok(results);
 }
