@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "launcher/say.h"
+#include "lockstep/base/terminate.h"
 
 namespace lockstep::launcher {
 namespace {
@@ -21,6 +22,10 @@ bool member(const Worker& w) { return w.running && !w.removing; }
 }  // namespace
 
 std::string elastic_id(int index) { return fmt::format("w{}", index); }
+
+bool is_program_bug(const std::string& note, int exit_code) {
+  return exit_code == kUncaughtErrorExitCode && note.starts_with("MismatchError:");
+}
 
 ElasticSupervisor::ElasticSupervisor(const ElasticOptions& options,
                                      rendezvous::StoreClient& store, Deadlines& deadlines,
@@ -68,6 +73,15 @@ void ElasticSupervisor::on_failure(const Worker& w, const std::string& how) {
         options_.host_failure_limit, options_.cooldown.count());
   last_failure_code_ = exit_code_of(w.wait_status);
   deadlines_.arm_once(Deadline::kReform, Deadlines::Clock::now() + kReformDebounce);
+}
+
+int ElasticSupervisor::on_program_bug(const Worker& w, const std::string& how) {
+  say("{} (pid {}) {}", rank_label(w, multi_host_), w.pid, how);
+  last_failure_code_ = exit_code_of(w.wait_status);
+  deadlines_.disarm(Deadline::kReform);
+  return stop("a MismatchError is a bug in the program (its ranks disagree about a collective), "
+              "not a lost host: every generation would repeat it, so the job stops without "
+              "re-forming; fix the program");
 }
 
 void ElasticSupervisor::on_success(const Worker& w) {

@@ -47,6 +47,11 @@ class ElasticSupervisor {
   // A worker failed (first failures only): counted against its host, and a
   // re-formation is scheduled (Deadline::kReform).
   void on_failure(const Worker& w, const std::string& how);
+  // A worker failed with an uncaught MismatchError (is_program_bug): its
+  // ranks disagree about a collective, which every generation would repeat,
+  // so nothing re-forms and no host is blamed. Says so, tells the workers and
+  // returns the code to stop the job with.
+  int on_program_bug(const Worker& w, const std::string& how);
   // A worker exited 0: the job is ending (Horovod's rule). From now on no
   // worker is started and no failure re-forms the job: a worker that
   // finished cannot rejoin, and newcomers would train a finished model again.
@@ -75,6 +80,10 @@ class ElasticSupervisor {
   int last_failure_code_ = 1;
   bool finishing_ = false;
 };
+
+// Whether a worker's failure note (FailureNoteScanner: "MismatchError: ...")
+// and exit code say the program is wrong rather than its host lost.
+bool is_program_bug(const std::string& note, int exit_code);
 
 // The elastic worker id of the worker with stable index `index`: "w<index>".
 std::string elastic_id(int index);

@@ -185,7 +185,8 @@ void Supervisor::on_exit(Worker& w) {
                         ? fmt::format("exited with code {}", WEXITSTATUS(status))
                         : fmt::format("was killed by signal {} ({})", WTERMSIG(status),
                                       signal_name(WTERMSIG(status)));
-  if (std::string note = failure_note(w); !note.empty())
+  const std::string note = failure_note(w);
+  if (!note.empty())
     how = WIFEXITED(status) && WEXITSTATUS(status) == kUncaughtErrorExitCode
               ? "failed with " + note
               : how + " after an uncaught " + note;
@@ -200,7 +201,11 @@ void Supervisor::on_exit(Worker& w) {
   if (ok && elastic_) elastic_->on_success(w);
   bool first_failure = !ok && !interrupted_by_ && !first_failure_code_;
   // Once a worker finished, a failure fails the job: nothing re-forms.
-  if (first_failure && elastic_ && !elastic_->finishing()) return elastic_->on_failure(w, how);
+  if (first_failure && elastic_ && !elastic_->finishing()) {
+    if (is_program_bug(note, exit_code_of(status)))
+      return stop_job(elastic_->on_program_bug(w, how));
+    return elastic_->on_failure(w, how);
+  }
   if (!first_failure) {
     if (spec_.verbose) say("{} (pid {}) {}", who, w.pid, how);
     return;

@@ -7,7 +7,10 @@
 #   4. the discovery script offers a slot: a new worker joins at a commit;
 #   5. a new worker that crashes at start-up does not stall the others;
 #   6. once a worker exited 0 no new worker starts, though discovery offers
-#      the slot it left.
+#      the slot it left;
+#   7. workers failing with MismatchError (a program bug, exit code 70) stop
+#      the job at once, naming the mismatch, instead of being taken for lost
+#      hosts.
 # usage: elastic_test.sh BIN_DIR
 set -u
 bin=$1
@@ -29,6 +32,7 @@ run_case() {  # run_case NAME EXPECTED_STATUS MAX_SECONDS ENV... -- LOCKSTEP_RUN
   local start=$(date +%s.%N)
   env "${envs[@]}" timeout 120 "$bin/lockstep" run "$@" "$worker" > "$out/$name.log" 2>&1
   local status=$?
+  last_status=$status
   local took=$(python3 -c "import time; print(round(time.time() - $start, 1))")
   echo "case $name: exit $status in ${took} s"
   if [ "$expected" = 0 ] && [ $status -ne 0 ]; then fail "$name: exit $status, expected 0"; sed 's/^/    /' "$out/$name.log" | tail -30; fi
@@ -89,6 +93,18 @@ check finished "$out/finished.log" "elastic-worker: done generation=0 size=2 ste
 check finished "$out/finished.log" "finished; the job is ending: no worker is started or re-formed"
 if grep -q "starting new worker" "$out/finished.log"; then
   fail "finished: a new worker started after a worker finished"; sed 's/^/    /' "$out/finished.log" | tail -30
+fi
+
+# 7. Every rank submits "mismatch" with another count at step 5: the first
+#    MismatchError stops the job with its code (it was handled as a lost host,
+#    "host ... failed 2 times; leaving it out for 300 s", then "0 worker(s)
+#    left, fewer than --min-np 2").
+run_case mismatch 70 20 ELASTIC_TEST_MISMATCH=5 -- -np 2 --min-np 2 --max-np 4
+[ "$last_status" = 70 ] || fail "mismatch: exit $last_status, expected 70 (the worker's code)"
+check mismatch "$out/mismatch.log" "rank [01] \(pid [0-9]+\) failed with MismatchError: .*mismatch"
+check mismatch "$out/mismatch.log" "a MismatchError is a bug in the program .* not a lost host"
+if grep -Eq "failed [0-9]+ times|re-forming the job|fewer than --min-np" "$out/mismatch.log"; then
+  fail "mismatch: handled as a lost host"; sed 's/^/    /' "$out/mismatch.log" | tail -30
 fi
 
 # No shared memory left behind by any generation.

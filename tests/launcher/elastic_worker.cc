@@ -11,7 +11,9 @@
 // end every rank checks that all agree and rank 0 prints
 //   elastic-worker: done generation=G size=S steps=N total=T reformations=R
 // A worker named in $ELASTIC_TEST_LINGER ("id:ms") waits that long after its
-// shutdown before it exits 0, so that the others finish first.
+// shutdown before it exits 0, so that the others finish first. At global step
+// $ELASTIC_TEST_MISMATCH every rank allreduces rank + 1 elements under one
+// name: a program bug (an uncaught MismatchError), not a lost host.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -100,6 +102,14 @@ int main() {
       Committed live = committed;
       while (live.step < steps) {
         if (kill_now(id, static_cast<int>(live.step))) ::raise(SIGKILL);
+        if (env_int("ELASTIC_TEST_MISMATCH", -1) == static_cast<int>(live.step)) {
+          std::vector<double> wrong(static_cast<size_t>(en::rank() + 1), 1.0);
+          en::global()
+              .allreduce_async("mismatch", wrong.data(), wrong.data(),
+                               {static_cast<int64_t>(wrong.size())},
+                               lockstep::comm::DataType::kFloat64, lockstep::comm::ReduceOp::kSum)
+              .wait();
+        }
         live.total += allreduce_sum(1.0, "x");
         live.step += 1;
         committed = live;
