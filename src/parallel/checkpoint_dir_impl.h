@@ -76,10 +76,12 @@ struct Snapshot {
   Manifest manifest;  // all but world_size, rng and the ranks
   std::vector<::torch::Tensor> values;  // parallel to manifest.tensors; CPU, contiguous
 };
-// Every tensor of `module` and `optimizer`; `copy`: owned copies (async),
-// else views of the live tensors (written before they change).
+// Every tensor of `module` and `optimizer`, as views of the live tensors
+// where they are CPU-contiguous (an async save then copies its own share).
 Snapshot take_snapshot(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
-                       const lockstep::torch::TrainingProgress& progress, bool copy);
+                       const lockstep::torch::TrainingProgress& progress);
+// Async: owned copies of this rank's share; every other value is dropped.
+void keep_own_copies(Snapshot& snapshot, int rank);
 // Refuses (lockstep::Error naming the first mismatch) a manifest whose
 // optimizer type, groups or state do not fit `optimizer` over `module`.
 void check_optimizer_matches(const Manifest& manifest, const ::torch::nn::Module& module,

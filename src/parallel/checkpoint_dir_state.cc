@@ -8,6 +8,7 @@
 #include <cstring>
 #include <typeinfo>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/torch/objects.h"
@@ -63,11 +64,8 @@ std::string options_hex(const ::torch::optim::OptimizerOptions& options) {
   return to_hex(lt::archive_to_bytes(archive));
 }
 
-void add(Snapshot& s, std::string name, Part part, const Tensor& t, bool copy) {
-  Tensor v = t.detach();
-  if (!v.device().is_cpu()) v = v.to(::torch::kCPU);  // a copy already
-  else if (copy) v = v.clone(at::MemoryFormat::Contiguous);
-  v = v.contiguous();
+void add(Snapshot& s, std::string name, Part part, const Tensor& t) {
+  Tensor v = t.detach().to(::torch::kCPU).contiguous();  // a view where it can be
   s.manifest.tensors.push_back({.name = std::move(name), .part = part, .dtype = v.scalar_type(),
                                 .shape = v.sizes().vec(),
                                 .bytes = static_cast<uint64_t>(v.numel()) * v.element_size()});
@@ -77,11 +75,11 @@ void add(Snapshot& s, std::string name, Part part, const Tensor& t, bool copy) {
 }  // namespace
 
 Snapshot take_snapshot(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
-                       const lt::TrainingProgress& progress, bool copy) {
+                       const lt::TrainingProgress& progress) {
   Snapshot s;
   s.manifest.progress = progress;
-  for (const auto& item : module.named_parameters()) add(s, item.key(), Part::kModel, item.value(), copy);
-  for (const auto& item : module.named_buffers()) add(s, item.key(), Part::kModel, item.value(), copy);
+  for (const auto& item : module.named_parameters()) add(s, item.key(), Part::kModel, item.value());
+  for (const auto& item : module.named_buffers()) add(s, item.key(), Part::kModel, item.value());
   const auto names = names_by_key(module);
   OptimizerInfo& info = s.manifest.optimizer;
   info.type = type_name(optimizer);
@@ -97,12 +95,18 @@ Snapshot take_snapshot(const ::torch::nn::Module& module, const ::torch::optim::
         if (value.isTensor() && !value.toTensor().defined()) continue;
         auto [t, kind] = as_tensor(value, g.params.back() + "." + key);
         slots.push_back({key, kind});
-        add(s, g.params.back() + "." + key, Part::kOptimizer, t, copy && kind == "tensor");
+        add(s, g.params.back() + "." + key, Part::kOptimizer, t);
       }
     }
     info.groups.push_back(std::move(g));
   }
   return s;
+}
+
+void keep_own_copies(Snapshot& s, int rank) {
+  LOCKSTEP_DCHECK_EQ(s.values.size(), s.manifest.tensors.size());
+  for (size_t i = 0; i < s.values.size(); ++i)
+    s.values[i] = s.manifest.tensors[i].rank == rank ? s.values[i].clone() : Tensor();
 }
 
 void check_optimizer_matches(const Manifest& m, const ::torch::nn::Module& module,

@@ -126,9 +126,10 @@ void CheckpointWriter::Impl::save(const ::torch::nn::Module& module,
     previous = std::current_exception();
   }
   const int rank = lt::rank(), world = lt::size();
-  Snapshot snap = take_snapshot(module, optimizer, progress, options.async);
+  Snapshot snap = take_snapshot(module, optimizer, progress);
   snap.manifest.world_size = world;
   assign_ranks(snap.manifest.tensors, world);
+  if (options.async) keep_own_copies(snap, rank);  // the training pause: one copy of our share
   const std::string dir = root + "/" + step_dir_name(progress.step);
   std::error_code ec;
   Agreement mine{.fingerprint = fingerprint(snap.manifest), .id = random_id(),

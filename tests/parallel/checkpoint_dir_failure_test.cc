@@ -1,5 +1,6 @@
 // Checkpoint directories under failure: a background write that fails is
-// reported by the next save(), poll() and wait(); a SIGKILL of every rank
+// reported by the next save(), poll() and wait(); a live writer's folder is
+// never cleaned up, a dead one's is; a SIGKILL of every rank
 // during a 2-rank save (sync or async) leaves the previous checkpoint
 // loadable, with the values of its own step, and the next load removes the
 // interrupted step's folder.
@@ -19,6 +20,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/parallel/checkpoint_dir.h"
+#include "parallel/checkpoint_dir_impl.h"
 #include "torch/helpers.h"
 
 namespace lockstep::parallel {
@@ -78,6 +80,27 @@ TEST(CheckpointDirFailure, BackgroundWriteErrorIsRethrownBySaveAndPollAndWait) {
   writer.save(*model, sgd, {.epoch = 0, .step = 4, .sampler = {}, .user = {}});
   EXPECT_THROW(writer.wait(), Error);
   writer.wait();  // the error was reported once; nothing in flight now
+  fs::remove_all(dir);
+}
+
+// A folder without a manifest is removed by a load only while no writer
+// holds the root's shared lock: it may be a live writer's save in progress.
+TEST(CheckpointDirFailure, LeftoversAreRemovedOnlyWhenNoWriterIsLive) {
+  const fs::path dir = fresh("live");
+  const std::string root = (dir / "ckpt").string();
+  auto model = make_wide_model(16);
+  ::torch::optim::SGD sgd(model->parameters(), 0.1);
+  CheckpointWriter(root).save(*model, sgd, {.epoch = 0, .step = 1, .sampler = {}, .user = {}});
+  fs::create_directories(root + "/step-00000002");  // a save in progress, or a killed one
+  lt::TrainingProgress progress;
+  {
+    auto writer = detail::ckdir::RootLock::shared(root, std::chrono::seconds(1));
+    ASSERT_TRUE(load_checkpoint_dir(root, *model, sgd, progress));
+    EXPECT_EQ(progress.step, 1);
+    EXPECT_TRUE(fs::exists(root + "/step-00000002")) << "a live writer's folder was removed";
+  }
+  ASSERT_TRUE(load_checkpoint_dir(root, *model, sgd, progress));
+  EXPECT_FALSE(fs::exists(root + "/step-00000002")) << "the dead writer's folder stayed";
   fs::remove_all(dir);
 }
 

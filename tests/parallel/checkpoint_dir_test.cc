@@ -1,7 +1,8 @@
 // Checkpoint directories (lockstep/parallel/checkpoint_dir.h): a data-parallel
 // model + Adam written at 2 ranks resumes at 2 (bitwise the uninterrupted
 // run), 1 and 3 (the same losses to 1e-5); FSDP written at 2 loads at 1 and 3
-// with the values lockstep::parallel::save_checkpoint's file holds; async
+// with the values lockstep::parallel::save_checkpoint's file holds; ZeRO at 2
+// resumes as ZeRO at 3 and plain at 1; async
 // writes the bytes sync writes; the model files load as plain safetensors
 // through their index; retention keeps exactly K; another model is refused
 // before anything changes.
@@ -16,6 +17,7 @@
 #include "lockstep/parallel/checkpoint.h"
 #include "lockstep/parallel/checkpoint_dir.h"
 #include "lockstep/parallel/optimizer_state.h"
+#include "lockstep/parallel/sharded_optimizer.h"
 #include "lockstep/torch/safetensors.h"
 #include "parallel/fsdp_helpers.h"
 #include "torch/helpers.h"
@@ -38,8 +40,9 @@ constexpr int64_t kGlobalBatch = 12;  // divisible by 1, 2, 3
                                  ::torch::nn::Linear(width, 4));
 }
 
-// One data-parallel step on this rank's rows; the global batch's mean loss.
-double train_step(::torch::nn::Sequential& model, lt::DistributedOptimizer& dist, int step) {
+// One data-parallel (or ZeRO) step on this rank's rows; the global batch's mean loss.
+template <typename Wrapper>
+double train_step(::torch::nn::Sequential& model, Wrapper& dist, int step) {
   auto g = ::torch::make_generator<at::CPUGeneratorImpl>(900 + step);
   auto x = ::torch::randn({kGlobalBatch, 8}, g), y = ::torch::randn({kGlobalBatch, 4}, g);
   const int64_t rows = kGlobalBatch / lt::size();
@@ -121,6 +124,47 @@ TEST_F(CheckpointDirTest, DataParallelAtTwoResumesBitwiseAtTwoAndAtOneAndThree) 
   run_torch_workers(2, [&] { resume_and_compare(r, ref, /*bitwise=*/true); });
   run_torch_workers(1, [&] { resume_and_compare(r, ref, false); });
   run_torch_workers(3, [&] { resume_and_compare(r, ref, false); });
+}
+
+// ZeRO (ShardedOptimizer) saves through its full view and loads into ZeRO at
+// another world size or into a plain optimizer.
+void write_zero_and_continue(const std::string& root, const std::string& reference) {
+  auto model = make_model();
+  ::torch::optim::Adam adam(model->parameters(), 0.02);
+  ShardedOptimizer zero(adam, *model, {.stage = 2, .bucket_bytes = 256});
+  for (int s = 0; s < kBefore; ++s) train_step(model, zero, s);
+  CheckpointWriter(root, {.async = true}).save(*model, zero, {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
+  std::vector<double> losses;
+  for (int s = kBefore; s < kBefore + kAfter; ++s) losses.push_back(train_step(model, zero, s));
+  if (lt::rank() == 0) ::torch::save(::torch::tensor(losses, ::torch::kFloat64), reference);
+}
+
+void resume_zero_and_compare(const std::string& root, const std::string& reference) {
+  Tensor expected;
+  ::torch::load(expected, reference);
+  auto model = make_model();
+  ::torch::optim::Adam adam(model->parameters(), 0.02);
+  lt::TrainingProgress progress;
+  std::vector<double> losses;
+  if (lt::size() == 1) {
+    ASSERT_TRUE(load_checkpoint_dir(root, *model, adam, progress));
+    lt::DistributedOptimizer dist(adam, *model);
+    for (int s = kBefore; s < kBefore + kAfter; ++s) losses.push_back(train_step(model, dist, s));
+  } else {
+    ShardedOptimizer zero(adam, *model, {.stage = 1, .bucket_bytes = 512});
+    ASSERT_TRUE(load_checkpoint_dir(root, *model, zero, progress));
+    for (int s = kBefore; s < kBefore + kAfter; ++s) losses.push_back(train_step(model, zero, s));
+  }
+  EXPECT_EQ(progress.step, kBefore);
+  for (int i = 0; i < kAfter; ++i)
+    EXPECT_NEAR(losses[i], expected[i].item<double>(), 1e-5) << "step " << kBefore + i << " at " << lt::size();
+}
+
+TEST_F(CheckpointDirTest, ZeroAtTwoResumesAsZeroAtThreeAndPlainAtOne) {
+  const std::string r = root(), ref = (dir_ / "zero.pt").string();
+  run_torch_workers(2, [&] { write_zero_and_continue(r, ref); });
+  run_torch_workers(3, [&] { resume_zero_and_compare(r, ref); });
+  run_torch_workers(1, [&] { resume_zero_and_compare(r, ref); });
 }
 
 std::string file_bytes(const fs::path& path) {
