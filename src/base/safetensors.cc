@@ -21,7 +21,10 @@
 namespace lockstep {
 namespace {
 
-using Json = nlohmann::ordered_json;
+// std::map underneath: nlohmann::ordered_json finds keys by a linear scan,
+// quadratic for a hostile header of millions of names. The header's order
+// is recorded while parsing instead.
+using Json = nlohmann::json;
 
 struct DtypeRow {
   SafetensorsDtype dtype;
@@ -44,7 +47,7 @@ constexpr std::array<DtypeRow, kSafetensorsDtypeCount> kDtypes{{
 static_assert(static_cast<int>(SafetensorsDtype::BOOL) == kSafetensorsDtypeCount - 1);
 
 // Deeper nesting is never a valid header (object > entry > shape array), and
-// refusing it early bounds the parser's stack for a hostile 100 MB header.
+// refusing it in the scan bounds what the parse builds for a hostile header.
 constexpr int kMaxDepth = 3;
 
 [[noreturn]] void bad(const std::string& what) {
@@ -58,30 +61,76 @@ uint64_t read_le64(const uint8_t* p) {
   return v;
 }
 
-// nlohmann keeps the last of duplicate keys silently; a file with two
-// tensors of one name would load whichever the parser kept.
-Json parse_json_object(std::string_view header) {
-  std::vector<std::set<std::string>> open;  // keys seen, per open object
-  auto callback = [&open](int depth, Json::parse_event_t event, Json& parsed) {
-    if (depth > kMaxDepth) bad(fmt::format("header nests deeper than {} levels", kMaxDepth));
-    if (event == Json::parse_event_t::object_start) open.emplace_back();
-    if (event == Json::parse_event_t::object_end && !open.empty()) open.pop_back();
-    if (event == Json::parse_event_t::key && !open.empty()) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!open.back().insert(key).second)
-        bad(fmt::format("duplicate {} {}", depth == 1 ? "tensor name" : "key", quote_name(key)));
-    }
-    return true;
-  };
+struct ParsedHeader {
   Json json;
-  try {
-    json = Json::parse(header.begin(), header.end(), callback);
-  } catch (const Json::exception& e) {
+  std::vector<std::string> names;  // the top-level keys, in the header's order
+};
+
+// Note [Header scan]: nlohmann keeps the last of duplicate keys silently (a
+// file with two tensors of one name would load whichever it kept), and its
+// parser callback, which could see them, rescans the parent after every
+// object: quadratic in a header of a million tensors. So a SAX pass first
+// refuses duplicates and deep nesting and records the header's order, in
+// O(n log n) and without building anything; a plain parse follows.
+class HeaderScan final : public nlohmann::json_sax<Json> {
+ public:
+  std::vector<std::string> names;
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    enter();
+    open_.emplace_back();
+    return true;
+  }
+  bool key(string_t& key) override {
+    if (!open_.back().insert(key).second)
+      bad(fmt::format("duplicate {} {}", depth_ == 1 ? "tensor name" : "key", quote_name(key)));
+    if (depth_ == 1) names.push_back(key);
+    return true;
+  }
+  bool end_object() override {
+    open_.pop_back();
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    enter();
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
     bad(fmt::format("the header is not JSON ({})", e.what()));
   }
-  if (!json.is_object())
-    bad(fmt::format("the header is a JSON {}, not an object of tensors", json.type_name()));
-  return json;
+
+ private:
+  void enter() {
+    if (++depth_ > kMaxDepth) bad(fmt::format("header nests deeper than {} levels", kMaxDepth));
+  }
+  int depth_ = 0;
+  std::vector<std::set<std::string>> open_;  // keys seen, per open object
+};
+
+ParsedHeader parse_json_object(std::string_view header) {
+  HeaderScan scan;
+  Json::sax_parse(header.begin(), header.end(), &scan);
+  ParsedHeader out{.json = {}, .names = std::move(scan.names)};
+  try {
+    out.json = Json::parse(header.begin(), header.end());
+  } catch (const Json::exception& e) {  // the scan accepted it: not expected
+    bad(fmt::format("the header is not JSON ({})", e.what()));
+  }
+  if (!out.json.is_object())
+    bad(fmt::format("the header is a JSON {}, not an object of tensors", out.json.type_name()));
+  return out;
 }
 
 const Json& field(const Json& entry, const std::string& name, const char* key) {
@@ -234,10 +283,11 @@ uint64_t safetensors_header_length(const uint8_t* first8, uint64_t file_size) {
 SafetensorsHeader parse_safetensors_json(std::string_view header, uint64_t file_size) {
   if (header.size() > kSafetensorsMaxHeaderBytes || header.size() + 8 > file_size)
     bad(fmt::format("header of {} bytes does not fit a file of {}", header.size(), file_size));
-  Json json = parse_json_object(header);
+  ParsedHeader parsed = parse_json_object(header);
   SafetensorsHeader out;
   out.data_start = 8 + header.size();
-  for (const auto& [key, value] : json.items()) {
+  for (const std::string& key : parsed.names) {
+    const Json& value = parsed.json.at(key);
     if (key == "__metadata__") {
       out.metadata = parse_metadata(value);
       continue;

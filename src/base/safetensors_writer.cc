@@ -22,7 +22,7 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; a big-endian host would need byte swaps");
 
-using Json = nlohmann::ordered_json;
+using Json = nlohmann::json;
 
 [[noreturn]] void refuse(const std::string& what) {
   throw InvalidArgument("safetensors: cannot write: " + what);
@@ -38,9 +38,20 @@ void check_names(const std::vector<SafetensorsEntry>& entries) {
   }
 }
 
-std::string dump_header(const Json& json) {
+// The JSON object is assembled as text, entry by entry, in the caller's
+// order: nlohmann's ordered_json would insert each key by a linear scan.
+std::string dump_header(const std::vector<SafetensorsEntry>& entries,
+                        const std::map<std::string, std::string>& metadata) {
   try {
-    std::string text = json.dump();
+    std::string text = "{";
+    if (!metadata.empty()) text += "\"__metadata__\":" + Json(metadata).dump();
+    for (const SafetensorsEntry& e : entries) {
+      Json info = {{"dtype", std::string(safetensors_dtype_name(e.dtype))},
+                   {"shape", e.shape},
+                   {"data_offsets", {e.begin, e.end}}};
+      text += (text.size() > 1 ? "," : "") + Json(e.name).dump() + ":" + info.dump();
+    }
+    text += "}";
     text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
     return text;
   } catch (const Json::type_error& e) {  // invalid UTF-8 in a name or metadata
@@ -91,13 +102,7 @@ SafetensorsLayout plan_safetensors(const std::vector<SafetensorsEntry>& entries,
     if (__builtin_add_overflow(at, *bytes, &at)) refuse("the tensors' bytes overflow 64 bits");
     e.end = at;
   }
-  Json json = Json::object();
-  if (!metadata.empty()) json["__metadata__"] = metadata;
-  for (const SafetensorsEntry& e : layout.entries)
-    json[e.name] = {{"dtype", std::string(safetensors_dtype_name(e.dtype))},
-                    {"shape", e.shape},
-                    {"data_offsets", {e.begin, e.end}}};
-  std::string header = dump_header(json);
+  std::string header = dump_header(layout.entries, metadata);
   if (header.size() > kSafetensorsMaxHeaderBytes)
     refuse(fmt::format("the header would have {} bytes, over the {} readers accept; split the tensors "
                        "into shards", header.size(), kSafetensorsMaxHeaderBytes));

@@ -16,7 +16,9 @@ namespace lockstep::torch {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::ordered_json;
+// std::map underneath (ordered_json finds keys by a linear scan: quadratic
+// for an index of many tensors); the order comes from the shards instead.
+using Json = nlohmann::json;
 
 [[noreturn]] void bad_index(const std::string& path, const std::string& what) {
   throw Error(fmt::format("safetensors index {}: {} (re-export the model, or fix the index)", path, what));
@@ -122,33 +124,32 @@ void save_safetensors_sharded(const std::string& dir, const NamedTensors& tensor
 SafetensorsContents load_safetensors_sharded(const std::string& index_json_path) {
   Json index = read_index(index_json_path);
   fs::path dir = fs::path(index_json_path).parent_path();
-  std::map<std::string, NamedTensors> files;  // shard file -> its tensors, each read once
-  std::map<std::string, std::string> wanted;   // tensor -> file
+  std::map<std::string, std::string> wanted;  // tensor -> its shard file
+  std::map<std::string, NamedTensors> files;  // by name: 00001-of-n first
   for (const auto& [tensor, value] : index["weight_map"].items()) {
     std::string file = shard_name(value, tensor, index_json_path);
     wanted.emplace(tensor, file);
-    if (!files.count(file)) files[file] = load_safetensors((dir / file).string()).tensors;
+    files.try_emplace(file);
   }
-  std::map<std::string, ::torch::Tensor> found;
-  for (auto& [file, named] : files)
+  // Shards in order, each in its header's order: the order they were saved in.
+  SafetensorsContents out;
+  out.metadata = index_metadata(index, index_json_path);
+  uint64_t total = 0;
+  for (auto& [file, named] : files) {
+    named = load_safetensors((dir / file).string()).tensors;
     for (auto& [name, t] : named) {
       auto it = wanted.find(name);
       if (it == wanted.end() || it->second != file)
         bad_index(index_json_path, fmt::format("shard {} holds tensor '{}', which the index does not "
                                                "map to it", file, name));
-      found.emplace(name, std::move(t));
+      total += tensor_bytes(t);
+      out.tensors.emplace_back(name, std::move(t));
+      wanted.erase(it);
     }
-  SafetensorsContents out;
-  out.metadata = index_metadata(index, index_json_path);
-  uint64_t total = 0;
-  for (const auto& [tensor, value] : index["weight_map"].items()) {
-    auto it = found.find(tensor);
-    if (it == found.end())
-      bad_index(index_json_path, fmt::format("tensor '{}' is not in its shard {}", tensor,
-                                             value.get<std::string>()));
-    total += tensor_bytes(it->second);
-    out.tensors.emplace_back(tensor, it->second);
   }
+  if (!wanted.empty())
+    bad_index(index_json_path, fmt::format("tensor '{}' is not in its shard {}", wanted.begin()->first,
+                                           wanted.begin()->second));
   check_total_size(index, total, index_json_path);
   return out;
 }

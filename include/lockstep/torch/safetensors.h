@@ -67,7 +67,8 @@ void save_safetensors_sharded(const std::string& dir, const NamedTensors& tensor
                               const std::map<std::string, std::string>& metadata = {},
                               const std::string& prefix = "model");
 
-// Loads every tensor the index lists, in the index's order, with the
+// Loads every tensor the index lists, shard by shard in file-name order and
+// each shard in its header's order (the order they were saved in), with the
 // index's string metadata. Refuses a shard file name outside the index's
 // directory, a tensor the index lists but its file lacks (and the reverse),
 // and a "total_size" that disagrees with the tensors.
