@@ -63,6 +63,7 @@ int run(ex::Options o, const std::string& run_dir, int argc, char** argv) {
   if (lt::rank() == 0 && o.recipe != "default")
     fmt::print(stderr, "lockstep-fashion-mnist: recipe {}: {}\n", o.recipe, ex::describe_recipe(o));
   ex::Trainer trainer(o, std::move(train), std::move(test));
+  trainer.maybe_init_from();
   trainer.maybe_resume();
   trainer.run();
   if (!o.timeline.empty()) lockstep::engine::global().stop_timeline();

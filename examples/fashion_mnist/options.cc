@@ -171,6 +171,13 @@ void add_run_options(CLI::App& app, Options& o) {
       ->check(kDirectoryPath)->group(g);
   app.add_flag("--resume", o.resume, "continue from --checkpoint-dir/checkpoint.pt if present")
       ->group(g);
+  app.add_option("--init-from", o.init_from,
+                 "start from these weights (a .safetensors, torch.save state_dict or lockstep "
+                 "checkpoint file; every name, shape and dtype must match the model)")
+      ->check(CLI::ExistingFile)->group(g);
+  app.add_option("--export", o.export_path,
+                 "write the weights evaluated at the end (the --ema average if given) to FILE: "
+                 ".safetensors, or .pt/.pth/.bin for torch.save")->group(g);
   app.add_option("--commit-every", o.commit_every,
                  "elastic jobs (lockstep run --min-np): steps between in-memory commits; a lost "
                  "worker costs at most this many steps")

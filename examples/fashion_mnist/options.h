@@ -55,6 +55,8 @@ struct Options {
   std::string timeline;
   std::string checkpoint_dir;
   bool resume = false;
+  std::string init_from;    // weights loaded before training (state_dict.h's formats)
+  std::string export_path;  // the evaluated weights written at the end (.safetensors, .pt)
   int64_t commit_every = 10;  // elastic: steps between in-memory commits
   // Telemetry (telemetry.h)
   std::string tensorboard;   // event files' folder; --run-dir fills it in

@@ -11,6 +11,7 @@
 
 #include "common/progress.h"
 #include "fashion_mnist/evaluate.h"
+#include "lockstep/torch/state_dict.h"
 #include "fashion_mnist/recipe.h"
 #include "lockstep/engine/elastic.h"
 #include "lockstep/base/error.h"
@@ -66,6 +67,21 @@ Trainer::Trainer(const Options& options, FashionSplit train, FashionSplit test)
   // the first thing run_elastic() does (ElasticState::sync).
 }
 
+void Trainer::maybe_init_from() {
+  if (o_.init_from.empty()) return;
+  lt::load_state_dict(o_.init_from, *model_);
+  if (lt::rank() == 0) fmt::print(stderr, "initial weights from {}\n", o_.init_from);
+}
+
+// Rank 0 writes what the last evaluation saw: the --ema average when given.
+void Trainer::export_weights() {
+  if (o_.export_path.empty() || lt::rank() != 0) return;
+  std::optional<optim::WeightEma::Applied> averaged;
+  if (ema_) averaged.emplace(ema_->apply_to(*model_));
+  lt::save_state_dict(o_.export_path, *model_);
+  fmt::print(stderr, "exported the weights to {}\n", o_.export_path);
+}
+
 void Trainer::maybe_resume() {
   if (!o_.resume || o_.checkpoint_dir.empty()) return;
   lt::TrainingProgress progress;
@@ -85,6 +101,7 @@ void Trainer::maybe_resume() {
 
 void Trainer::run() {
   lt::run_elastic(state_, [this](lt::ElasticState&) { train(); });
+  export_weights();
   if (evals_.has_target() && lt::rank() == 0)
     fmt::print("{}\n", evals_.summary(static_cast<int>(state_.epoch)));
 }

@@ -34,6 +34,9 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
+  // --init-from: loads the file's weights (every rank reads it; checked
+  // against the model first). Call before maybe_resume, which overrides it.
+  void maybe_init_from();
   // Continues from --checkpoint-dir when --resume is given and one exists.
   void maybe_resume();
   // Trains to the end (all epochs, --max-steps or the target). In an elastic
@@ -54,6 +57,7 @@ class Trainer {
   void commit();
   void save(int64_t epoch);
   void load_averages();
+  void export_weights();
   std::string averages_path() const { return o_.checkpoint_dir + "/averages.pt"; }
   void maybe_inject_kill() const;
   double lr_now() const;

@@ -5,7 +5,9 @@
 set -uo pipefail
 BIN=${1:?usage: help_test.sh BIN_DIR TOOLS_DIR}
 TOOLS=${2:?usage: help_test.sh BIN_DIR TOOLS_DIR}
-not_commands="plan-synthetic"  # the planner's synthetic model, run by plan validate
+# plan-synthetic: the planner's synthetic model, run by plan validate;
+# convert-checkpoint: `lockstep convert checkpoint`, run by lockstep-convert.
+not_commands="plan-synthetic convert-checkpoint"
 help=$("$BIN/lockstep" --help) || { echo "FAILED: lockstep --help exited $?"; exit 1; }
 bench_line=$(grep -E '^  bench (engine|[a-z|]+) ' <<<"$help" | tr '\n' ' ')
 status=0 checked=0

@@ -1,9 +1,14 @@
 // `lockstep convert idx|images|data|index`: write a data set as record shards
 // + index, HDF5 or LMDB (--format), from IDX files, an image folder or another
-// data set; or index existing TFRecord files.
+// data set; or index existing TFRecord files. `lockstep convert checkpoint`
+// (model weights) runs the sibling lockstep-convert-checkpoint, which links
+// LibTorch (tools/convert/checkpoint.cc).
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -11,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/base/executable.h"
 #include "lockstep/data/convert.h"
 #include "lockstep/data/idx.h"
 #include "lockstep/data/record_index.h"
@@ -125,12 +131,27 @@ void index_files(const Options& o) {
               o.index_out.c_str());
 }
 
+// `checkpoint ARGS...` -> lockstep-convert-checkpoint ARGS... beside this binary.
+int exec_checkpoint_converter(int argc, char** argv) {
+  std::string path = lockstep::executable_dir() + "/lockstep-convert-checkpoint";
+  std::vector<char*> args{path.data()};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execv(path.c_str(), args.data());
+  std::fprintf(stderr, "lockstep convert: cannot run %s: %s (is it installed beside "
+               "lockstep-convert?)\n", path.c_str(), std::strerror(errno));
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "checkpoint") == 0) return exec_checkpoint_converter(argc, argv);
   CLI::App app{"Write a data set as record shards (TFRecord + tf.train.Example + index), HDF5 "
                "or LMDB",
                "lockstep convert"};
+  app.footer("lockstep convert checkpoint IN OUT: model weights between a lockstep checkpoint, "
+             "torch.save and safetensors (lockstep convert checkpoint --help)");
   app.require_subcommand(1);
   Options o;
   add_subcommands(app, o);
