@@ -25,6 +25,7 @@ constexpr std::array<DTypeInfo, kNumDataTypes> kDTypes = {{
     {1, "u8", {"uint8", "byte", "uchar"}},
     {4, "i32", {"int32", "int", "s32"}},
     {8, "i64", {"int64", "long", "s64"}},
+    {2, "i16", {"int16", "short", "s16"}},
 }};
 
 constexpr std::array<std::string_view, kNumReduceOps> kOps = {"sum", "average", "min", "max",

@@ -1,5 +1,6 @@
 #include "engine/scaling.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -43,6 +44,22 @@ void scale_16(const void* src, void* dst, size_t count, bool bf16, float factor)
   });
 }
 
+// x * factor in f64, truncated toward zero (what Horovod's integer scaling
+// and torch's float-to-int cast give), saturating where the product leaves
+// T's range instead of the undefined behaviour of an out-of-range cast.
+template <typename T>
+void scale_int(const void* src, void* dst, size_t count, double factor) {
+  constexpr double lo = static_cast<double>(std::numeric_limits<T>::lowest());
+  constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
+  for_each<T>(src, dst, count, [factor](T x) {
+    double v = std::trunc(static_cast<double>(x) * factor);
+    if (std::isnan(v)) return T(0);
+    if (v <= lo) return std::numeric_limits<T>::lowest();
+    if (v >= hi) return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  });
+}
+
 template <typename T>
 void divide(void* buf, size_t count, int divisor) {
   for_each<T>(buf, buf, count, [&](T x) { return static_cast<T>(x / divisor); });
@@ -66,9 +83,11 @@ void copy_scaled(const void* src, void* dst, size_t count, DataType dtype, doubl
       return;
     case DataType::kFloat16: scale_16(src, dst, count, false, static_cast<float>(factor)); return;
     case DataType::kBFloat16: scale_16(src, dst, count, true, static_cast<float>(factor)); return;
-    default:
-      // Rejected at submission; reaching here is an engine bug.
-      std::memcpy(dst, src, count * comm::dtype_size(dtype));
+    case DataType::kInt8: scale_int<int8_t>(src, dst, count, factor); return;
+    case DataType::kUInt8: scale_int<uint8_t>(src, dst, count, factor); return;
+    case DataType::kInt16: scale_int<int16_t>(src, dst, count, factor); return;
+    case DataType::kInt32: scale_int<int32_t>(src, dst, count, factor); return;
+    case DataType::kInt64: scale_int<int64_t>(src, dst, count, factor); return;
   }
 }
 
@@ -80,6 +99,7 @@ void fill_neutral(void* dst, size_t count, DataType dtype, ReduceOp op) {
     case DataType::kUInt8: fill<uint8_t>(dst, count, neutral<uint8_t>(op)); return;
     case DataType::kInt32: fill<int32_t>(dst, count, neutral<int32_t>(op)); return;
     case DataType::kInt64: fill<int64_t>(dst, count, neutral<int64_t>(op)); return;
+    case DataType::kInt16: fill<int16_t>(dst, count, neutral<int16_t>(op)); return;
     case DataType::kFloat16:
     case DataType::kBFloat16: {
       bool bf = dtype == DataType::kBFloat16;
@@ -93,6 +113,12 @@ void fill_neutral(void* dst, size_t count, DataType dtype, ReduceOp op) {
 void finish_reduction(void* buf, size_t count, DataType dtype, ReduceOp op, double postscale,
                       int contributors) {
   bool average = op == ReduceOp::kAverage;
+  if (!comm::is_floating(dtype) && postscale != 1.0) {
+    // One truncation of sum * postscale / n, as Horovod folds the average
+    // into the postscale factor.
+    copy_scaled(buf, buf, count, dtype, average ? postscale / contributors : postscale);
+    return;
+  }
   if (!comm::is_floating(dtype)) {
     if (!average || contributors <= 1) return;
     switch (dtype) {
@@ -100,6 +126,7 @@ void finish_reduction(void* buf, size_t count, DataType dtype, ReduceOp op, doub
       case DataType::kUInt8: divide<uint8_t>(buf, count, contributors); return;
       case DataType::kInt32: divide<int32_t>(buf, count, contributors); return;
       case DataType::kInt64: divide<int64_t>(buf, count, contributors); return;
+      case DataType::kInt16: divide<int16_t>(buf, count, contributors); return;
       default: return;
     }
   }

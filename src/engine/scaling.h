@@ -11,7 +11,8 @@
 namespace lockstep::engine::detail {
 
 // dst[i] = src[i] * factor (f16/bf16/f32 multiply in f32, f64 in f64).
-// Integers accept only factor 1. src may equal dst.
+// Integers multiply in f64 and truncate toward zero, saturating at the
+// type's range. src may equal dst.
 void copy_scaled(const void* src, void* dst, size_t count, DataType dtype, double factor);
 
 // The identity of `op`: 0 for sum/average, 1 for product, +inf/max for min,
@@ -19,7 +20,8 @@ void copy_scaled(const void* src, void* dst, size_t count, DataType dtype, doubl
 void fill_neutral(void* dst, size_t count, DataType dtype, ReduceOp op);
 
 // After a sum: average over `contributors` and apply `postscale`. Integers
-// divide (truncating toward zero); floats multiply by postscale/contributors.
+// without a postscale divide (truncating toward zero); otherwise the sum is
+// multiplied by postscale/contributors (integers in f64, then truncated).
 void finish_reduction(void* buf, size_t count, DataType dtype, ReduceOp op, double postscale,
                       int contributors);
 

@@ -61,11 +61,17 @@ void validate(Entry& e, int set_size) {
   if (t.carries_data && has_elements && !e.input) fail(r, "input buffer is null");
   if (t.carries_data && !t.allocates_output && has_elements && !e.output)
     fail(r, "output buffer is null");
-  if (t.scales && !comm::is_floating(r.dtype) && (r.prescale != 1.0 || r.postscale != 1.0))
-    fail(r, fmt::format("prescale/postscale need a floating dtype, not {}",
-                        comm::dtype_name(r.dtype)));
+  // Host integers scale in f64 and truncate, as Horovod does; the device path
+  // folds the factor into NCCL's premultiplied sum in the element type, which
+  // would round 0.5 to 0 there.
+  if (t.scales && !comm::is_floating(r.dtype) && r.memory != comm::MemoryKind::kHost &&
+      (r.prescale != 1.0 || r.postscale != 1.0))
+    fail(r, fmt::format("prescale/postscale on device memory need a floating dtype, not {}; "
+                        "scale a {} tensor on the host or cast it to float first",
+                        comm::dtype_name(r.dtype), comm::dtype_name(r.dtype)));
   if (t.has_root && (r.root < 0 || r.root >= set_size))
-    fail(r, fmt::format("root {} is out of range [0, {})", r.root, set_size));
+    fail(r, fmt::format("root {} is out of range [0, {}) (a root is a rank within the process "
+                        "set, not a global rank)", r.root, set_size));
   if (t.allocates_output) {
     if (r.shape.empty()) fail(r, "needs at least one dimension (the one split or gathered)");
     if (!e.allocate) fail(r, "needs an allocator for its output");

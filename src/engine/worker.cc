@@ -1,6 +1,8 @@
 #include "engine/worker.h"
 
 #include <algorithm>
+#include <string_view>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -68,13 +70,22 @@ void ProcessSetWorker::submit(std::vector<Entry> entries) {
     if (!fatal) {
       if (stop_requested_ || exited_)
         throw InvalidArgument(fmt::format("engine: process set {} is shut down", id_));
+      // Note [A name twice in one submission]: the worker keys pending
+      // operations by name, so a repeat inside one group would orphan the
+      // first entry: every rank announces the name once, it completes once,
+      // and the orphan waits forever with nothing missing for the stall or
+      // deadlock watchdogs to name. Refused here with the others.
+      std::unordered_set<std::string_view> batch;
       for (const Entry& e : entries) {
         const Request& r = e.request;
-        if (r.collective == Collective::kJoin ? join_pending_ : active_names_.count(r.name) > 0)
+        const bool repeat = r.collective != Collective::kJoin && !batch.insert(r.name).second;
+        if (repeat || (r.collective == Collective::kJoin ? join_pending_
+                                                          : active_names_.count(r.name) > 0))
           throw InvalidArgument(fmt::format(
-              "{} '{}': an operation with this name is already pending in process set {}; "
-              "wait for it before submitting the name again",
-              collective_name(r.collective), r.name, id_));
+              "{} '{}': a collective named '{}' is already pending on rank {} (process set {}){}; "
+              "wait for it before submitting the name again, or give each operation its own name",
+              collective_name(r.collective), r.name, r.name, ranks_[set_rank_], id_,
+              repeat ? ", earlier in the same group" : ""));
         if (join_pending_)
           throw InvalidArgument(fmt::format(
               "{} '{}': this rank called join() and may not submit until every rank joined",

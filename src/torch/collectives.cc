@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <map>
+#include <set>
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/mutex.h"
 #include "lockstep/base/terminate.h"
 #include "lockstep/engine/engine.h"
+#include "torch/collectives_internal.h"
 #include "torch/device.h"
 
 namespace lockstep::torch {
@@ -34,6 +36,53 @@ std::string auto_name(std::string name, const char* op) {
   if (!name.empty()) return name;
   MutexLock lock(auto_name_mutex);
   return fmt::format("{}.{}", op, auto_name_counters[op]++);
+}
+
+// Note [Names pending until waited]
+// The engine frees a name when its operation completes, which on a fast
+// transport may or may not have happened when the caller submits the name
+// again: ranks would then accept different numbers of submissions and the
+// job end in a misleading shutdown error. Here a name stays taken from
+// submission until its handle is waited on (or destroyed), which every rank
+// decides alike, so a repeat is refused deterministically by name and rank.
+Mutex lease_mutex;
+std::set<std::pair<int, std::string>> leased_names LOCKSTEP_GUARDED_BY(lease_mutex);
+
+// Not copyable: a copy's destructor would free the name early.
+struct NameLease {
+  std::pair<int, std::string> key;
+  NameLease(int set, std::string name) : key(set, std::move(name)) {}
+  NameLease(const NameLease&) = delete;
+  NameLease& operator=(const NameLease&) = delete;
+  ~NameLease() {
+    MutexLock lock(lease_mutex);
+    leased_names.erase(key);
+  }
+};
+
+struct Claimed {
+  std::string name;
+  std::shared_ptr<NameLease> lease;
+};
+
+Claimed claim(std::string name, const char* op, int process_set) {
+  Claimed c{auto_name(std::move(name), op), nullptr};
+  MutexLock lock(lease_mutex);
+  if (!leased_names.emplace(process_set, c.name).second)
+    throw InvalidArgument(fmt::format(
+        "lockstep::torch::{}: a collective named '{}' is already pending on rank {} (process set "
+        "{}: its handle was not waited on yet); wait() for it before submitting the name again, "
+        "or give each operation its own name", op, c.name, rank(), process_set));
+  c.lease = std::make_shared<NameLease>(process_set, c.name);
+  return c;
+}
+
+// The handle's finish step, holding the names until it ran.
+std::function<void()> holding(std::function<void()> finish,
+                              std::vector<std::shared_ptr<NameLease>> leases) {
+  return [finish = std::move(finish), leases = std::move(leases)] {
+    if (finish) finish();
+  };
 }
 
 engine::Shape shape_of(const ::torch::Tensor& t) {
@@ -80,6 +129,11 @@ engine::OpOptions op_options_for(const ::torch::Tensor& input, int process_set) 
 // or the contiguous CUDA tensor itself on the device path.
 ::torch::Tensor engine_input(const ::torch::Tensor& t, const char* op) {
   if (!t.defined()) throw InvalidArgument(fmt::format("lockstep::torch::{}: undefined tensor", op));
+  if (t.layout() != ::torch::kStrided)
+    throw InvalidArgument(fmt::format(
+        "lockstep::torch::{}: {} tensors are not supported by collectives (they need a strided "
+        "layout); pass tensor.to_dense(), or allgather the indices and values of a sparse "
+        "gradient", op, t.is_sparse() ? "sparse" : "non-strided (sparse CSR, mkldnn)"));
   to_comm_dtype(t.scalar_type());
   if (on_device_path(t)) return t.contiguous();
   if (t.is_cuda()) {
@@ -93,6 +147,16 @@ engine::OpOptions op_options_for(const ::torch::Tensor& input, int process_set) 
         "lockstep::torch::{}: tensor is on {}; only CPU and CUDA tensors are supported", op,
         t.device().str()));
   return t.contiguous();
+}
+
+// PyTorch refuses in-place operations on a leaf that requires grad; so do
+// the in-place collectives, which write its memory behind autograd's back.
+void refuse_grad_leaf(const ::torch::Tensor& t, const char* op) {
+  if (::torch::GradMode::is_enabled() && t.defined() && t.requires_grad() && t.is_leaf())
+    throw InvalidArgument(fmt::format(
+        "lockstep::torch::{}_: the tensor is a leaf that requires grad, which an in-place "
+        "collective cannot change (as PyTorch refuses in-place ops on it); call the out-of-place "
+        "lockstep::torch::{} (differentiable), or wrap the call in torch::NoGradGuard", op, op));
 }
 
 // Outputs the engine allocates live where the engine's input does.
@@ -178,10 +242,15 @@ comm::DataType to_comm_dtype(::torch::ScalarType type) {
     case ::torch::kUInt8: return comm::DataType::kUInt8;
     case ::torch::kInt32: return comm::DataType::kInt32;
     case ::torch::kInt64: return comm::DataType::kInt64;
+    case ::torch::kInt16: return comm::DataType::kInt16;
+    case ::torch::kBool:
+      throw InvalidArgument(
+          "lockstep::torch: dtype Bool is not supported by collectives (a sum of booleans has no "
+          "bool result); cast to uint8 or int32 first, e.g. tensor.to(torch::kUInt8)");
     default:
       throw InvalidArgument(fmt::format(
           "lockstep::torch: dtype {} is not supported by collectives (use f16, bf16, f32, f64, "
-          "i8, u8, i32 or i64)", c10::toString(type)));
+          "i8, u8, i16, i32 or i64)", c10::toString(type)));
   }
 }
 
@@ -200,6 +269,7 @@ void TensorHandle::wait() {
   if (finished_) return;
   handle_.wait();
   if (finish_) finish_();
+  finish_ = nullptr;  // releases the names it holds (Note [Names pending until waited])
   finished_ = true;
   keep_alive_.clear();
 }
@@ -212,14 +282,16 @@ void TensorHandle::wait() {
 // ---- allreduce
 
 TensorHandle allreduce_async_(::torch::Tensor& tensor, std::string name, AllreduceOptions options) {
+  refuse_grad_leaf(tensor, "allreduce");
   ::torch::Tensor buffer = engine_input(tensor, "allreduce");
   engine::OpOptions op_options = op_options_for(buffer, options.process_set);
+  Claimed n = claim(std::move(name), "allreduce", options.process_set);
   engine::Handle handle = eng().allreduce_async(
-      auto_name(std::move(name), "allreduce"), buffer.data_ptr(), buffer.data_ptr(),
+      n.name, buffer.data_ptr(), buffer.data_ptr(),
       shape_of(buffer), to_comm_dtype(buffer.scalar_type()), options.op, options.prescale,
       options.postscale, op_options);
   return TensorHandle(std::move(handle), std::make_shared<::torch::Tensor>(tensor), {buffer},
-                      copy_back(tensor, buffer));
+                      holding(copy_back(tensor, buffer), {n.lease}));
 }
 
 TensorHandle grouped_allreduce_async_(std::vector<::torch::Tensor>& tensors,
@@ -236,6 +308,7 @@ TensorHandle grouped_allreduce_async_(std::vector<::torch::Tensor>& tensors,
   std::vector<engine::Shape> shapes;
   std::vector<std::function<void()>> copies;
   for (auto& tensor : tensors) {
+    refuse_grad_leaf(tensor, "grouped_allreduce");
     buffers.push_back(engine_input(tensor, "grouped_allreduce"));
     if (buffers.back().scalar_type() != buffers.front().scalar_type())
       throw InvalidArgument(fmt::format(
@@ -253,6 +326,9 @@ TensorHandle grouped_allreduce_async_(std::vector<::torch::Tensor>& tensors,
     if (auto copy = copy_back(tensor, buffers.back())) copies.push_back(std::move(copy));
   }
   engine::OpOptions op_options = op_options_for(buffers.front(), options.process_set);
+  std::vector<std::shared_ptr<NameLease>> leases;
+  for (const std::string& name : names)
+    leases.push_back(claim(name, "grouped_allreduce", options.process_set).lease);
   engine::Handle handle = eng().grouped_allreduce_async(
       names, inputs, outputs, shapes, to_comm_dtype(buffers.front().scalar_type()), options.op,
       options.prescale, options.postscale, op_options);
@@ -261,7 +337,8 @@ TensorHandle grouped_allreduce_async_(std::vector<::torch::Tensor>& tensors,
     finish = [copies = std::move(copies)] {
       for (const auto& copy : copies) copy();
     };
-  return TensorHandle(std::move(handle), nullptr, std::move(buffers), std::move(finish));
+  return TensorHandle(std::move(handle), nullptr, std::move(buffers),
+                      holding(std::move(finish), std::move(leases)));
 }
 
 void allreduce_(::torch::Tensor& tensor, std::string name, AllreduceOptions options) {
@@ -274,11 +351,6 @@ TensorHandle allreduce_async(const ::torch::Tensor& tensor, std::string name,
   return allreduce_async_(copy, std::move(name), options);
 }
 
-::torch::Tensor allreduce(const ::torch::Tensor& tensor, std::string name,
-                          AllreduceOptions options) {
-  return allreduce_async(tensor, std::move(name), options).result();
-}
-
 // ---- allgather
 
 TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name, int process_set) {
@@ -286,14 +358,12 @@ TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name, in
   if (input.dim() == 0) input = input.reshape({1});
   auto out = std::make_shared<::torch::Tensor>();
   engine::OpOptions op_options = op_options_for(input, process_set);
+  Claimed n = claim(std::move(name), "allgather", process_set);
   engine::Handle handle = eng().allgather_async(
-      auto_name(std::move(name), "allgather"), input.data_ptr(), shape_of(input),
+      n.name, input.data_ptr(), shape_of(input),
       to_comm_dtype(input.scalar_type()), tensor_allocator(out, input), op_options);
-  return TensorHandle(std::move(handle), out, {input}, to_input_device(out, tensor));
-}
-
-::torch::Tensor allgather(const ::torch::Tensor& tensor, std::string name, int process_set) {
-  return allgather_async(tensor, std::move(name), process_set).result();
+  return TensorHandle(std::move(handle), out, {input},
+                      holding(to_input_device(out, tensor), {n.lease}));
 }
 
 TensorHandle allgather_into_async(const ::torch::Tensor& tensor, ::torch::Tensor output,
@@ -302,38 +372,52 @@ TensorHandle allgather_into_async(const ::torch::Tensor& tensor, ::torch::Tensor
   check_into_output(input, output, "allgather_into_async");
   if (input.dim() == 0) input = input.reshape({1});
   auto out = std::make_shared<::torch::Tensor>();
+  Claimed n = claim(std::move(name), "allgather", process_set);
   engine::Handle handle = eng().allgather_async(
-      auto_name(std::move(name), "allgather"), input.data_ptr(), shape_of(input),
+      n.name, input.data_ptr(), shape_of(input),
       to_comm_dtype(input.scalar_type()), into_allocator(out, output, input.device()),
       op_options_for(input, process_set));
   return TensorHandle(std::move(handle), out, {input, output},
-                      into_finish(out, output, "allgather_into_async"));
+                      holding(into_finish(out, output, "allgather_into_async"), {n.lease}));
 }
 
 // ---- broadcast
 
 TensorHandle broadcast_async_(::torch::Tensor& tensor, int root, std::string name,
                               int process_set) {
+  refuse_grad_leaf(tensor, "broadcast");
   ::torch::Tensor buffer = engine_input(tensor, "broadcast");
   engine::OpOptions op_options = op_options_for(buffer, process_set);
-  engine::Handle handle = eng().broadcast_async(auto_name(std::move(name), "broadcast"),
-                                                buffer.data_ptr(), shape_of(buffer),
+  Claimed n = claim(std::move(name), "broadcast", process_set);
+  engine::Handle handle = eng().broadcast_async(n.name, buffer.data_ptr(), shape_of(buffer),
                                                 to_comm_dtype(buffer.scalar_type()), root,
                                                 op_options);
   return TensorHandle(std::move(handle), std::make_shared<::torch::Tensor>(tensor), {buffer},
-                      copy_back(tensor, buffer));
+                      holding(copy_back(tensor, buffer), {n.lease}));
 }
 
 void broadcast_(::torch::Tensor& tensor, int root, std::string name, int process_set) {
   broadcast_async_(tensor, root, std::move(name), process_set).wait();
 }
 
-::torch::Tensor broadcast(const ::torch::Tensor& tensor, int root, std::string name,
-                          int process_set) {
+namespace detail {
+
+::torch::Tensor broadcast_copy(const ::torch::Tensor& tensor, int root, std::string name,
+                               int process_set) {
   ::torch::Tensor copy = owned_copy(tensor, "broadcast");
   broadcast_(copy, root, std::move(name), process_set);
   return copy;
 }
+
+SetPlace place_in_set(int process_set, const std::string& name) {
+  if (process_set == 0) return {rank(), size()};
+  ::torch::Tensor ranks = allgather_async(::torch::tensor({static_cast<int64_t>(rank())}), name,
+                                          process_set).result();
+  int64_t index = (ranks == rank()).nonzero().item<int64_t>();
+  return {static_cast<int>(index), static_cast<int>(ranks.numel())};
+}
+
+}  // namespace detail
 
 // ---- reduce_scatter
 
@@ -342,16 +426,13 @@ TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string nam
   ::torch::Tensor input = engine_input(tensor, "reduce_scatter");
   auto out = std::make_shared<::torch::Tensor>();
   engine::OpOptions op_options = op_options_for(input, options.process_set);
+  Claimed n = claim(std::move(name), "reduce_scatter", options.process_set);
   engine::Handle handle = eng().reduce_scatter_async(
-      auto_name(std::move(name), "reduce_scatter"), input.data_ptr(), shape_of(input),
+      n.name, input.data_ptr(), shape_of(input),
       to_comm_dtype(input.scalar_type()), options.op, tensor_allocator(out, input),
       op_options);
-  return TensorHandle(std::move(handle), out, {input}, to_input_device(out, tensor));
-}
-
-::torch::Tensor reduce_scatter(const ::torch::Tensor& tensor, std::string name,
-                               ReduceScatterOptions options) {
-  return reduce_scatter_async(tensor, std::move(name), options).result();
+  return TensorHandle(std::move(handle), out, {input},
+                      holding(to_input_device(out, tensor), {n.lease}));
 }
 
 TensorHandle reduce_scatter_into_async(const ::torch::Tensor& tensor, ::torch::Tensor output,
@@ -359,12 +440,13 @@ TensorHandle reduce_scatter_into_async(const ::torch::Tensor& tensor, ::torch::T
   ::torch::Tensor input = engine_input(tensor, "reduce_scatter_into_async");
   check_into_output(input, output, "reduce_scatter_into_async");
   auto out = std::make_shared<::torch::Tensor>();
+  Claimed n = claim(std::move(name), "reduce_scatter", options.process_set);
   engine::Handle handle = eng().reduce_scatter_async(
-      auto_name(std::move(name), "reduce_scatter"), input.data_ptr(), shape_of(input),
+      n.name, input.data_ptr(), shape_of(input),
       to_comm_dtype(input.scalar_type()), options.op, into_allocator(out, output, input.device()),
       op_options_for(input, options.process_set));
   return TensorHandle(std::move(handle), out, {input, output},
-                      into_finish(out, output, "reduce_scatter_into_async"));
+                      holding(into_finish(out, output, "reduce_scatter_into_async"), {n.lease}));
 }
 
 // ---- alltoall
@@ -374,16 +456,13 @@ TensorHandle alltoall_async(const ::torch::Tensor& tensor, std::vector<int64_t> 
   ::torch::Tensor input = engine_input(tensor, "alltoall");
   auto out = std::make_shared<::torch::Tensor>();
   engine::OpOptions op_options = op_options_for(input, process_set);
+  Claimed n = claim(std::move(name), "alltoall", process_set);
   engine::Handle handle = eng().alltoall_async(
-      auto_name(std::move(name), "alltoall"), input.data_ptr(), shape_of(input),
+      n.name, input.data_ptr(), shape_of(input),
       to_comm_dtype(input.scalar_type()), std::move(splits),
       tensor_allocator(out, input), op_options);
-  return TensorHandle(std::move(handle), out, {input}, to_input_device(out, tensor));
-}
-
-::torch::Tensor alltoall(const ::torch::Tensor& tensor, std::vector<int64_t> splits,
-                         std::string name, int process_set) {
-  return alltoall_async(tensor, std::move(splits), std::move(name), process_set).result();
+  return TensorHandle(std::move(handle), out, {input},
+                      holding(to_input_device(out, tensor), {n.lease}));
 }
 
 void barrier() {

@@ -19,6 +19,7 @@
 #include "lockstep/torch/fingerprint.h"
 #include "lockstep/torch/placement.h"
 #include "torch/gradient_reducers.h"
+#include "torch/optimizer_names.h"
 #include "torch/step_profiler.h"
 
 namespace lockstep::torch {
@@ -165,6 +166,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   options_.group.require_member("DistributedOptimizer");
   fingerprint_every_ = fingerprint_interval(options_);
   make_onebit_optimizer();
+  detail::check_parameter_names(optimizer_, named);  // repeats hang, omissions never average
   for (auto& [name, param] : named)
     if (param.requires_grad()) add_slot(name, param);
 }
@@ -178,6 +180,9 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   options_.group.require_member("DistributedOptimizer");
   fingerprint_every_ = fingerprint_interval(options_);
   make_onebit_optimizer();
+  NamedParameters named;
+  for (const auto& item : module.named_parameters()) named.emplace_back(item.key(), item.value());
+  detail::check_parameter_names(optimizer_, named);
   for (const auto& item : module.named_parameters())
     if (item.value().requires_grad()) add_slot(item.key(), item.value());
 }

@@ -6,6 +6,7 @@
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/metrics.h"
 #include "torch/byte_tensor.h"
+#include "torch/collectives_internal.h"
 
 namespace lockstep::torch {
 namespace detail {
@@ -27,9 +28,11 @@ std::string broadcast_bytes(const std::string& bytes, int root, const std::strin
                             int process_set) {
   if (size() == 1) return bytes;
   auto length = ::torch::tensor({static_cast<int64_t>(bytes.size())}, ::torch::kInt64);
-  broadcast_(length, root, name + ".size", process_set);
-  auto payload = rank() == root ? detail::bytes_tensor(bytes)
-                                : ::torch::empty({length.item<int64_t>()}, ::torch::kUInt8);
+  broadcast_(length, root, name + ".size", process_set);  // refuses a root outside the set
+  // root counts within the set, as for every lockstep collective.
+  const bool is_root = detail::place_in_set(process_set, name + ".rank").rank == root;
+  auto payload = is_root ? detail::bytes_tensor(bytes)
+                         : ::torch::empty({length.item<int64_t>()}, ::torch::kUInt8);
   broadcast_(payload, root, name + ".bytes", process_set);
   return detail::tensor_bytes(payload);
 }

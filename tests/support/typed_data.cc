@@ -51,6 +51,7 @@ int64_t integer_acc(DataType dtype, ReduceOp op, size_t i, int rank, int salt) {
     case DataType::kInt8: return static_cast<int8_t>(v);
     case DataType::kUInt8: return static_cast<uint8_t>(v);
     case DataType::kInt32: return static_cast<int32_t>(v);
+    case DataType::kInt16: return static_cast<int16_t>(v);
     default: return v;
   }
 }
@@ -81,6 +82,7 @@ void store_int(DataType dtype, std::vector<uint8_t>& out, size_t i, int64_t v) {
     case DataType::kInt8: put<int8_t>(out, i, static_cast<int8_t>(v)); break;
     case DataType::kUInt8: put<uint8_t>(out, i, static_cast<uint8_t>(v)); break;
     case DataType::kInt32: put<int32_t>(out, i, static_cast<int32_t>(v)); break;
+    case DataType::kInt16: put<int16_t>(out, i, static_cast<int16_t>(v)); break;
     default: put<int64_t>(out, i, v); break;
   }
 }
@@ -152,6 +154,7 @@ std::string describe_element(DataType dtype, const uint8_t* p) {
     case DataType::kUInt8: return fmt::format("{}", get<uint8_t>(p));
     case DataType::kInt32: return fmt::format("{}", get<int32_t>(p));
     case DataType::kInt64: return fmt::format("{}", get<int64_t>(p));
+    case DataType::kInt16: return fmt::format("{}", get<int16_t>(p));
   }
   return "?";
 }

@@ -17,8 +17,9 @@ enum class DataType : uint8_t {
   kUInt8 = 5,
   kInt32 = 6,
   kInt64 = 7,
+  kInt16 = 8,
 };
-inline constexpr int kNumDataTypes = 8;
+inline constexpr int kNumDataTypes = 9;
 
 // kAverage divides the sum by the number of contributors; for integer types
 // the quotient is truncated toward zero. f16/bf16 accumulate in f32 and round

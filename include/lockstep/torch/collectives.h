@@ -6,7 +6,21 @@
 // order); an empty name is replaced by "<op>.<n>" with a per-op counter, so
 // unnamed calls must then be issued in the same order on every rank.
 // Tensors must live on the CPU; non-contiguous ones are copied. Supported
-// dtypes: f16, bf16, f32, f64, i8, u8, i32, i64 (others: InvalidArgument).
+// dtypes: f16, bf16, f32, f64, i8, u8, i16, i32, i64 (others, bool and
+// sparse tensors: InvalidArgument). Integer pre/postscale multiply in f64 and
+// truncate toward zero, as Horovod does.
+//
+// Autograd: the synchronous out-of-place forms (allreduce, grouped_allreduce,
+// allgather, broadcast, alltoall, reduce_scatter) are differentiable with
+// Horovod's backward rules (allreduce -> allreduce of the gradient with the
+// same op and scale factors; allgather -> summed gradient, this rank's rows;
+// broadcast -> summed gradient on root, zero elsewhere; alltoall -> alltoall
+// back with the received splits; reduce_scatter -> allgather, divided by the
+// set size for average; min/max/product refuse backward). Backward runs
+// collectives named "<name>.grad" (auto-named for unnamed calls), so EVERY
+// rank of the set must run backward through the same collectives. The async
+// forms are not differentiable; the in-place forms refuse a leaf that
+// requires grad while grad mode is on (as PyTorch does).
 //
 // Async calls return a TensorHandle that keeps its tensors alive; the input
 // must not be modified until wait() returns. Errors (PeerFailure,
@@ -86,6 +100,11 @@ void allreduce_(::torch::Tensor& tensor, std::string name = {}, AllreduceOptions
 TensorHandle grouped_allreduce_async_(std::vector<::torch::Tensor>& tensors,
                                       std::vector<std::string> names,
                                       AllreduceOptions options = {});
+// Out of place and differentiable: new tensors with the reductions, one
+// group as above.
+std::vector<::torch::Tensor> grouped_allreduce(const std::vector<::torch::Tensor>& tensors,
+                                               std::vector<std::string> names,
+                                               AllreduceOptions options = {});
 
 // Concatenation of every rank's tensor along dim 0 (sizes may differ in dim 0).
 TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name = {},

@@ -17,27 +17,32 @@
 
 namespace lockstep::torch {
 
-// Root's bytes on every rank (of the process set: a Group's id(); root is a
-// rank of that set).
+// Root's bytes on every rank (of the process set: a Group's id()). As for
+// every lockstep collective, root is a rank WITHIN the set (Group::rank()
+// numbering; Horovod takes a global rank there): a root outside [0, set
+// size) is an InvalidArgument. Over a set other than the world, one more
+// small allgather finds this rank's place in it.
 std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name,
                             int process_set = 0);
 // Every rank's bytes, in rank order (of the process set).
 std::vector<std::string> allgather_bytes(const std::string& bytes, const std::string& name,
                                          int process_set = 0);
 
+// The object forms take the same process_set (root within it).
 template <typename T>
 T broadcast_object(const T& value, int root, const std::string& name,
                    const std::function<std::string(const T&)>& serialize,
-                   const std::function<T(const std::string&)>& deserialize) {
-  return deserialize(broadcast_bytes(serialize(value), root, name));
+                   const std::function<T(const std::string&)>& deserialize, int process_set = 0) {
+  return deserialize(broadcast_bytes(serialize(value), root, name, process_set));
 }
 
 template <typename T>
 std::vector<T> allgather_object(const T& value, const std::string& name,
                                 const std::function<std::string(const T&)>& serialize,
-                                const std::function<T(const std::string&)>& deserialize) {
+                                const std::function<T(const std::string&)>& deserialize,
+                                int process_set = 0) {
   std::vector<T> out;
-  for (const std::string& bytes : allgather_bytes(serialize(value), name))
+  for (const std::string& bytes : allgather_bytes(serialize(value), name, process_set))
     out.push_back(deserialize(bytes));
   return out;
 }
@@ -60,28 +65,31 @@ std::vector<T> pod_values(const std::string& bytes) {
 }
 }  // namespace detail
 
-inline std::string broadcast_object(const std::string& value, int root, const std::string& name) {
-  return broadcast_bytes(value, root, name);
+inline std::string broadcast_object(const std::string& value, int root, const std::string& name,
+                                    int process_set = 0) {
+  return broadcast_bytes(value, root, name, process_set);
 }
 template <detail::Pod T>
-T broadcast_object(const T& value, int root, const std::string& name) {
+T broadcast_object(const T& value, int root, const std::string& name, int process_set = 0) {
   return detail::pod_values<T>(broadcast_bytes(detail::pod_bytes(std::vector<T>{value}), root,
-                                               name))[0];
+                                               name, process_set))[0];
 }
 template <detail::Pod T>
-std::vector<T> broadcast_object(const std::vector<T>& value, int root, const std::string& name) {
-  return detail::pod_values<T>(broadcast_bytes(detail::pod_bytes(value), root, name));
+std::vector<T> broadcast_object(const std::vector<T>& value, int root, const std::string& name,
+                                int process_set = 0) {
+  return detail::pod_values<T>(broadcast_bytes(detail::pod_bytes(value), root, name, process_set));
 }
 template <detail::Pod T>
-std::vector<T> allgather_object(const T& value, const std::string& name) {
+std::vector<T> allgather_object(const T& value, const std::string& name, int process_set = 0) {
   std::vector<T> out;
-  for (const std::string& bytes : allgather_bytes(detail::pod_bytes(std::vector<T>{value}), name))
+  for (const std::string& bytes :
+       allgather_bytes(detail::pod_bytes(std::vector<T>{value}), name, process_set))
     out.push_back(detail::pod_values<T>(bytes)[0]);
   return out;
 }
 inline std::vector<std::string> allgather_object(const std::string& value,
-                                                 const std::string& name) {
-  return allgather_bytes(value, name);
+                                                 const std::string& name, int process_set = 0) {
+  return allgather_bytes(value, name, process_set);
 }
 
 // Copies root's parameters and buffers into every rank's module (in place,
@@ -97,7 +105,10 @@ void broadcast_parameters(const std::vector<std::pair<std::string, ::torch::Tens
 // implementing save/load: SGD, Adam, AdamW, RMSprop, Adagrad, LBFGS and
 // lockstep/optim's. State root has not created yet stays absent everywhere
 // (it is created lazily by the first step, identically on every rank since
-// the parameters and gradients agree). Parameters must be in the same order.
+// the parameters and gradients agree). Horovod instead creates it here with
+// a step on zero gradients, which leaves Adam-like step counts one ahead of
+// a single-process run; lockstep keeps the first real step the first step.
+// Parameters must be in the same order.
 void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root = 0);
 
 // Optimizer::save/load plus every param group's hyper-parameters: LibTorch

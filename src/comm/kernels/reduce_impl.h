@@ -162,6 +162,7 @@ void reduce_dispatch(DataType dtype, ReduceOp op, const void* const* in, int n, 
     case DataType::kUInt8: return reduce_typed<Integer<uint8_t>>(op, in, n, out, count, divisor);
     case DataType::kInt32: return reduce_typed<Integer<int32_t>>(op, in, n, out, count, divisor);
     case DataType::kInt64: return reduce_typed<Integer<int64_t>>(op, in, n, out, count, divisor);
+    case DataType::kInt16: return reduce_typed<Integer<int16_t>>(op, in, n, out, count, divisor);
   }
 }
 

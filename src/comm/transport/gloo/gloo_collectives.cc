@@ -51,17 +51,19 @@ void divide(void* data, size_t count, DataType dtype, int divisor) {
   kernels::reduce(dtype, ReduceOp::kAverage, in, 1, data, count, divisor);
 }
 
-// i8/u8/i32 averages sum in int64 (as the kernels accumulate) so the narrow
+// i8/u8/i16/i32 averages sum in int64 (as the kernels accumulate) so the narrow
 // sum cannot wrap before the division.
 bool wide_average(DataType dtype, ReduceOp op) {
   return op == ReduceOp::kAverage &&
-         (dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt32);
+         (dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt16 ||
+          dtype == DataType::kInt32);
 }
 
 int64_t load_int(const void* p, size_t i, DataType dtype) {
   switch (dtype) {
     case DataType::kInt8: return static_cast<const int8_t*>(p)[i];
     case DataType::kUInt8: return static_cast<const uint8_t*>(p)[i];
+    case DataType::kInt16: return static_cast<const int16_t*>(p)[i];
     default: return static_cast<const int32_t*>(p)[i];
   }
 }
@@ -70,6 +72,7 @@ void store_int(void* p, size_t i, DataType dtype, int64_t v) {
   switch (dtype) {
     case DataType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
     case DataType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
     default: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
   }
 }

@@ -34,6 +34,7 @@ std::vector<int64_t> widen(const void* src, size_t count, DataType dtype) {
     switch (dtype) {
       case DataType::kInt8: out[i] = static_cast<const int8_t*>(src)[i]; break;
       case DataType::kUInt8: out[i] = static_cast<const uint8_t*>(src)[i]; break;
+      case DataType::kInt16: out[i] = static_cast<const int16_t*>(src)[i]; break;
       default: out[i] = static_cast<const int32_t*>(src)[i]; break;
     }
   }
@@ -46,6 +47,7 @@ void narrow_divided(const std::vector<int64_t>& sums, void* dst, DataType dtype,
     switch (dtype) {
       case DataType::kInt8: static_cast<int8_t*>(dst)[i] = static_cast<int8_t>(v); break;
       case DataType::kUInt8: static_cast<uint8_t*>(dst)[i] = static_cast<uint8_t>(v); break;
+      case DataType::kInt16: static_cast<int16_t*>(dst)[i] = static_cast<int16_t>(v); break;
       default: static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(v); break;
     }
   }

@@ -46,6 +46,7 @@ MPI_Datatype datatype(DataType dtype) {
     case DataType::kUInt8: return MPI_UINT8_T;
     case DataType::kInt32: return MPI_INT32_T;
     case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kInt16: return MPI_INT16_T;
   }
   throw InvalidArgument("mpi backend: unknown dtype");
 }
@@ -53,21 +54,23 @@ MPI_Datatype datatype(DataType dtype) {
 MPI_Op reduce_op(DataType dtype, ReduceOp op) {
   // 16-bit floats have no MPI type. 8-bit integers do, but Open MPI 4.1's
   // AVX operators saturate int8/uint8 sums instead of wrapping (measured:
-  // 100 + 100 -> 127), so lockstep's kernels reduce those too.
+  // 100 + 100 -> 127), so lockstep's kernels reduce those too; int16 goes
+  // the same way since the same AVX unit provides its operators.
   if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ||
-      dtype == DataType::kInt8 || dtype == DataType::kUInt8) {
+      dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt16) {
     // Freed by MPI_Finalize; never freed earlier since communicators may
     // outlive each other.
-    static MPI_Op ops[4][4];
+    static MPI_Op ops[5][4];
     static std::once_flag once;
     std::call_once(once, [] {
       create_ops<DataType::kFloat16>(ops[0]);
       create_ops<DataType::kBFloat16>(ops[1]);
       create_ops<DataType::kInt8>(ops[2]);
       create_ops<DataType::kUInt8>(ops[3]);
+      create_ops<DataType::kInt16>(ops[4]);
     });
     int row = dtype == DataType::kFloat16 ? 0 : dtype == DataType::kBFloat16 ? 1
-              : dtype == DataType::kInt8 ? 2 : 3;
+              : dtype == DataType::kInt8 ? 2 : dtype == DataType::kUInt8 ? 3 : 4;
     return ops[row][op_index(op)];
   }
   switch (op) {
@@ -82,7 +85,8 @@ MPI_Op reduce_op(DataType dtype, ReduceOp op) {
 
 bool needs_wide_average(DataType dtype, ReduceOp op) {
   return op == ReduceOp::kAverage &&
-         (dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt32);
+         (dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt16 ||
+          dtype == DataType::kInt32);
 }
 
 }  // namespace lockstep::comm::mpi

@@ -62,6 +62,7 @@ Scalar scalar_of(double factor, DataType dtype) {
     case DataType::kUInt8: put(static_cast<uint8_t>(factor)); break;
     case DataType::kInt32: put(static_cast<int32_t>(factor)); break;
     case DataType::kInt64: put(static_cast<int64_t>(factor)); break;
+    case DataType::kInt16: put(static_cast<int16_t>(factor)); break;
   }
   return s;
 }

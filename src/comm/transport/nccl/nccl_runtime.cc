@@ -16,6 +16,10 @@ ncclDataType_t to_nccl(DataType dtype) {
     case DataType::kUInt8: return ncclUint8;
     case DataType::kInt32: return ncclInt32;
     case DataType::kInt64: return ncclInt64;
+    case DataType::kInt16:
+      throw InvalidArgument(
+          "nccl backend: NCCL has no int16 type; cast the tensor to int32 on the GPU, or use a "
+          "CPU transport (shm, MPI, Gloo), which reduce int16");
   }
   throw InvalidArgument(fmt::format("nccl backend: unknown dtype value {}",
                                     static_cast<int>(dtype)));

@@ -50,6 +50,7 @@ void widen(DataType dtype, const void* in, void* out, size_t count) {
     case DataType::kInt8: return widen_int<int8_t>(in, out, count);
     case DataType::kUInt8: return widen_int<uint8_t>(in, out, count);
     case DataType::kInt32: return widen_int<int32_t>(in, out, count);
+    case DataType::kInt16: return widen_int<int16_t>(in, out, count);
     default: return copy_bytes(out, in, count * dtype_size(dtype));
   }
 }
@@ -64,6 +65,7 @@ void narrow(DataType dtype, const void* in, void* out, size_t count) {
     case DataType::kInt8: return narrow_int<int8_t>(in, out, count);
     case DataType::kUInt8: return narrow_int<uint8_t>(in, out, count);
     case DataType::kInt32: return narrow_int<int32_t>(in, out, count);
+    case DataType::kInt16: return narrow_int<int16_t>(in, out, count);
     default: return copy_bytes(out, in, count * dtype_size(dtype));
   }
 }
