@@ -35,6 +35,8 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <sstream>
+
 #include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/torch/objects.h"
@@ -81,6 +83,20 @@ struct UnitBoundary : ::torch::autograd::Function<UnitBoundary> {
 
 }  // namespace
 
+void wait_unit_collective(lt::TensorHandle& handle) {
+  constexpr const char* kRule =
+      " (FullyShardedModel: every rank must run every forward and backward of an FSDP model, "
+      "calling its units in the same order: each unit's all-gather (.ag.) and reduce-scatter "
+      "(.rs.), named by unit number and module, is a collective over the group)";
+  try {
+    handle.wait();
+  } catch (const DeadlockError& e) {
+    throw DeadlockError(std::string(e.what()) + kRule);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(std::string(e.what()) + kRule);
+  }
+}
+
 void FullyShardedModel::Impl::gather(int u, bool wait) {
   Unit& unit = units[u];
   if (unit.gathered) return;
@@ -93,11 +109,11 @@ void FullyShardedModel::Impl::gather(int u, bool wait) {
       return;
     }
     unit.gathering = lt::allgather_into_async(compute_shard(unit), unit.full,
-                                              fmt::format("{}.ag.{}", options->name, u),
+                                              fmt::format("{}.ag.{}", options->name, unit.tag),
                                               options->group.id());
   }
   if (!wait) return;
-  unit.gathering.wait();
+  wait_unit_collective(unit.gathering);
   unit.gathering = {};
   unit.gathered = true;
 }
@@ -160,11 +176,12 @@ Tensor FullyShardedModel::Impl::leave(int u, Tensor out) {
 }
 
 void FullyShardedModel::Impl::begin_backward(int u) {
+  open_pass();
   Unit& unit = units[u];
   if (unit.sent)
     throw InvalidArgument(fmt::format(
-        "FullyShardedModel: a second backward reached unit {} before step(); "
-        "run one backward per step()", unit.label));
+        "FullyShardedModel: unit {} reached again in one backward pass after its gradient was "
+        "reduced", unit.label));
   if (modules) freeze_order();
   gather(u, true);
   const int previous = prefetch_target(u, -1);
@@ -192,6 +209,53 @@ void FullyShardedModel::Impl::bind_views(int u) {
     }
 }
 
+namespace {
+
+// The element count of "sizes [a, b]" in a LibTorch message, -1 if none.
+int64_t numel_in_message(const std::string& what) {
+  const size_t at = what.find("sizes [");
+  if (at == std::string::npos) return -1;
+  int64_t numel = 1;
+  std::istringstream in(what.substr(at + 7, what.find(']', at) - at - 7));
+  for (std::string dim; std::getline(in, dim, ',');) numel *= std::stoll(dim);
+  return numel;
+}
+
+}  // namespace
+
+// What LibTorch says when a kernel or a view meets a released unit's
+// parameter (its storage has no memory): a parameter read outside its unit.
+void FullyShardedModel::Impl::explain_layer_error(const std::string& where) const {
+  try {
+    throw;
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    if (what.find("for storage of size 0") == std::string::npos &&
+        what.find("data is not allocated yet") == std::string::npos)
+      throw;
+    const int64_t numel = numel_in_message(what);
+    std::vector<std::string> released, matching;
+    for (size_t p = 0; p < params.size(); ++p) {
+      if (units[unit_of[p]].gathered) continue;
+      const std::string name = fmt::format("{} (unit {})", names[p], units[unit_of[p]].label);
+      released.push_back(name);
+      if (params[p].numel() == numel) matching.push_back(name);
+    }
+    if (released.empty()) throw;
+    const auto& shown = matching.empty() ? released : matching;
+    std::string list;
+    for (size_t i = 0; i < shown.size() && i < 4; ++i) list += (i ? ", " : "") + shown[i];
+    if (shown.size() > 4) list += fmt::format(" and {} more", shown.size() - 4);
+    throw InvalidArgument(fmt::format(
+        "FullyShardedModel: {} read a parameter outside its unit, where it holds no memory "
+        "({}{}); a unit's parameters exist only inside its forward. Tied weights: compute both "
+        "uses inside the unit that owns the weight (one unit may run twice per forward), put "
+        "the layers that share it in one unit, or keep the weight outside every unit (the root "
+        "unit stays gathered). LibTorch said: {}", where,
+        matching.empty() ? "released: " : "", list, what.substr(0, what.find('\n'))));
+  }
+}
+
 ::torch::nn::Sequential& FullyShardedModel::module() {
   if (model_.is_empty())
     throw InvalidArgument("FullyShardedModel::module: built over a module, not a Sequential; "
@@ -213,8 +277,13 @@ Tensor FullyShardedModel::forward(Tensor x) {
       const int next = m.next_with_params(u, +1);
       if (options_.prefetch && next >= 0) m.gather(next, false);
     }
-    for (int layer = m.units[u].first_layer; layer < m.units[u].end_layer; ++layer)
-      x = (model_->begin() + layer)->forward(x);
+    for (int layer = m.units[u].first_layer; layer < m.units[u].end_layer; ++layer) {
+      try {
+        x = (model_->begin() + layer)->forward(x);
+      } catch (const c10::Error&) {
+        m.explain_layer_error(fmt::format("layer {} (in unit {})", layer, m.units[u].label));
+      }
+    }
     if (!has_params) continue;
     m.release(u);
     if (grad && x.requires_grad())

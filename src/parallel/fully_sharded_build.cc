@@ -129,6 +129,7 @@ static std::string plan_units(FullyShardedModel::Impl& m, ::torch::nn::Sequentia
     m.units[u].first_layer = first;
     m.units[u].end_layer = std::min(layers, first + o.layers_per_unit);
     m.units[u].label = fmt::format("{} (layers {}..{})", u, first, m.units[u].end_layer - 1);
+    m.units[u].tag = fmt::format("{}:layers{}-{}", u, first, m.units[u].end_layer - 1);
     for (int layer = first; layer < m.units[u].end_layer; ++layer)
       for (const auto& item : model->ptr(layer)->named_parameters())
         m.add_parameter(u, fmt::format("{}.{}", children[layer].key(), item.key()), item.value(),

@@ -21,10 +21,15 @@ namespace lockstep::parallel {
 // Group membership and compute_dtype (both paths); throws InvalidArgument.
 void validate_common_options(const FullyShardedOptions& options);
 
+// Waits for a unit's collective; a deadlock or timeout says what FSDP needs
+// of every rank (its collectives are the units' gathers and reductions).
+void wait_unit_collective(lockstep::torch::TensorHandle& handle);
+
 struct FullyShardedModel::Impl {
   struct Unit {
     int first_layer = 0, end_layer = 0;  // [first, end) of the Sequential
     std::string label;                   // for errors: "layers 0..1", a module's path
+    std::string tag;                     // in collective names: "0:block1", "0:layers0-1"
     bool root = false;                   // module path: the parameters outside every unit
     std::vector<int> params;             // indices into Impl::params
     ShardBucket layout;                  // one bucket: n segments of layout.shard elements
@@ -32,13 +37,14 @@ struct FullyShardedModel::Impl {
     ::torch::Tensor shard;               // this rank's segment: what the optimizer steps
     ::torch::Tensor device_shard;        // offload: the segment on the parameters' device
     ::torch::Tensor grad_full;           // flat gradient while the unit's backward runs
-    ::torch::Tensor grad_shard;          // this rank's averaged gradient segment
+    ::torch::Tensor grad_shard;          // this rank's averaged gradient segment, summed over passes
+    ::torch::Tensor incoming;            // this pass's segment while its reduce-scatter runs
     ::torch::Tensor host_grad;           // offload: grad_shard in host memory
     lockstep::torch::TensorHandle gathering, reducing;
     bool gathered = false;  // full holds this step's values
     bool keep = false;      // gather_full(): stays gathered until release_full()
-    int ready = 0;          // parameters whose gradient is complete this step
-    bool sent = false;      // the gradient reduce-scatter started this step
+    int ready = 0;          // parameters whose gradient is complete this backward pass
+    bool sent = false;      // the gradient reduce-scatter started this backward pass
   };
 
   const FullyShardedOptions* options = nullptr;
@@ -58,6 +64,11 @@ struct FullyShardedModel::Impl {
   std::vector<int> order, next_forward, previous_backward;
   bool order_frozen = false;
   int reducing_unit = -1;  // the one reduce-scatter in flight (-1: none)
+  // Gradient accumulation (Note [FSDP passes] in fully_sharded_step.cc).
+  bool pass_open = false;  // a backward pass reached the model; end_pass() is queued
+  int passes = 0;          // backward passes since the last step() or zero_grad()
+  bool reduced = false;    // finish_gradients() ran: gradient shards final until step()
+  bool loss_checked = false;  // the first backward looked at the loss's dtype
   int n = 1, me = 0;
   bool element = true;
   bool offload = false;  // resolved: offload_optimizer with device parameters
@@ -111,10 +122,25 @@ struct FullyShardedModel::Impl {
     const ::torch::Tensor& s = u.device_shard.defined() ? u.device_shard : u.shard;
     return s.scalar_type() == compute ? s : s.to(compute);
   }
+  // fully_sharded.cc: a c10::Error from a layer that read a released
+  // parameter (outside its unit) as InvalidArgument naming the candidates;
+  // other errors rethrown as they are. `where` says what ran.
+  [[noreturn]] void explain_layer_error(const std::string& where) const;
   // fully_sharded_step.cc
   void on_gradient(int param);
+  void open_pass();  // at each backward hook: queues end_pass() once per pass
+  void end_pass();   // sends (zeros) for the units this pass did not reach
+  // Module path with compute_dtype: warns once when the loss (the pass's
+  // graph root) is in the compute dtype, i.e. the output was not cast.
+  void check_loss_dtype();
   void send(int unit);
   void land_reduce();
+  void accumulate(Unit& unit, const ::torch::Tensor& pass_shard);
+  // Every pass's reduce-scatters landed, summed, and averaged across the
+  // replicas (HSDP); idempotent until step(). Collective.
+  void finish_gradients();
+  // This rank's gradient of piece i (a slice of its unit's grad_shard).
+  ::torch::Tensor piece_grad(size_t piece) const;
 };
 
 }  // namespace lockstep::parallel

@@ -1,6 +1,6 @@
-// FullyShardedModel: gradients into the shards (reduce-scatter per unit, at
-// most one in flight; the replicas' average for HSDP), the optimizer's step
-// on the shards (in host memory with offload_optimizer), and accessors.
+// FullyShardedModel: the optimizer's step on the shards (in host memory with
+// offload_optimizer), their gradients taken from fully_sharded_grad.cc, and
+// accessors.
 #include <fmt/format.h>
 
 #include <set>
@@ -14,58 +14,6 @@ namespace lockstep::parallel {
 
 namespace lt = lockstep::torch;
 using ::torch::Tensor;
-
-// A hook on the parameter's gradient accumulator: backward finished it.
-void FullyShardedModel::Impl::on_gradient(int param) {
-  Unit& unit = units[unit_of[param]];
-  if (unit.sent)
-    throw InvalidArgument(fmt::format(
-        "FullyShardedModel: gradient of {} produced again after its unit was reduced; run one "
-        "backward per step()", names[param]));
-  if (++unit.ready == static_cast<int>(unit.params.size())) send(unit_of[param]);
-}
-
-void FullyShardedModel::Impl::land_reduce() {
-  if (reducing_unit < 0) return;
-  Unit& unit = units[reducing_unit];
-  reducing_unit = -1;
-  unit.reducing.wait();
-  unit.reducing = {};  // frees the flat gradient it kept alive
-}
-
-// The unit's gradient is complete: release its parameters and reduce-scatter
-// the flat gradient into this rank's segment.
-void FullyShardedModel::Impl::send(int u) {
-  Unit& unit = units[u];
-  LOCKSTEP_DCHECK(!unit.sent, "unit {} sent twice", u);
-  if (unit.gathering.valid()) gather(u, true);  // prefetched but never used
-  release(u);
-  if (!unit.grad_full.defined()) {  // no backward reached it, or the root unit
-    unit.grad_full = ::torch::zeros({unit.layout.shard * n}, unit.full.options());
-    ::torch::NoGradGuard no_grad;
-    for (const ShardPlacement& place : unit.layout.placements) {
-      const Tensor& g = params[place.param].grad();
-      if (place.param_offset == 0 && g.defined())
-        unit.grad_full.narrow(0, place.flat_offset, g.numel()).copy_(g.reshape({-1}));
-    }
-  }
-  for (int p : unit.params) params[p].mutable_grad() = Tensor();
-  land_reduce();
-  unit.grad_shard = ::torch::empty({unit.layout.shard}, unit.full.options().dtype(dtype));
-  if (n == 1) {
-    unit.grad_shard.copy_(unit.grad_full);
-  } else {
-    // Mixed precision: averaged in the masters' dtype.
-    const Tensor grad = unit.grad_full.scalar_type() == dtype ? unit.grad_full
-                                                              : unit.grad_full.to(dtype);
-    unit.reducing = lt::reduce_scatter_into_async(
-        grad, unit.grad_shard, fmt::format("{}.rs.{}", options->name, u),
-        {.op = lt::ReduceOp::kAverage, .process_set = options->group.id()});
-    reducing_unit = u;
-  }
-  unit.grad_full = Tensor();
-  unit.sent = true;
-}
 
 namespace {
 
@@ -94,21 +42,7 @@ void check_optimizer(const FullyShardedModel::Impl& m, const ::torch::optim::Opt
 void FullyShardedModel::step(::torch::optim::Optimizer& optimizer) {
   Impl& m = *impl_;
   check_optimizer(m, optimizer);
-  for (int u = static_cast<int>(m.units.size()); u-- > 0;)  // backward's order
-    if (!m.units[u].params.empty() && !m.units[u].sent) m.send(u);
-  m.land_reduce();
-  if (options_.replicate && options_.replicate->size() > 1) {  // HSDP: average the replicas
-    std::vector<Tensor> shards;
-    std::vector<std::string> names;
-    for (size_t u = 0; u < m.units.size(); ++u)
-      if (!m.units[u].params.empty()) {
-        shards.push_back(m.units[u].grad_shard);
-        names.push_back(fmt::format("{}.replicas.{}", options_.name, u));
-      }
-    lt::grouped_allreduce_async_(shards, names, {.op = lt::ReduceOp::kAverage,
-                                                 .process_set = options_.replicate->id()})
-        .wait();
-  }
+  m.finish_gradients();
   ::torch::NoGradGuard no_grad;
   for (auto& unit : m.units) {
     if (unit.params.empty()) continue;
@@ -118,19 +52,23 @@ void FullyShardedModel::step(::torch::optim::Optimizer& optimizer) {
       unit.host_grad.copy_(unit.grad_shard);
     }
   }
-  for (auto& piece : m.pieces) {
-    const auto& unit = m.units[m.unit_of[piece.param]];
-    const Tensor& grad = m.offload ? unit.host_grad : unit.grad_shard;
-    const int64_t begin = piece.tensor.storage_offset() - unit.shard.storage_offset();
-    Tensor g = grad.narrow(0, begin, piece.length);
+  for (size_t i = 0; i < m.pieces.size(); ++i) {
+    auto& piece = m.pieces[i];
+    Tensor g = m.piece_grad(i);
+    if (m.offload) {  // the same slice of the host copy
+      const auto& unit = m.units[m.unit_of[piece.param]];
+      g = unit.host_grad.narrow(0, g.storage_offset() - unit.grad_shard.storage_offset(),
+                                piece.length);
+    }
     piece.tensor.mutable_grad() = m.element ? g : g.view(piece.tensor.sizes());
   }
   optimizer.step();
   for (auto& unit : m.units) {
     if (m.offload && !unit.params.empty()) unit.device_shard.copy_(unit.shard, /*non_blocking=*/true);
-    unit.ready = 0;
-    unit.sent = false;
+    unit.grad_shard = Tensor();  // the pieces keep theirs; the next pass starts a new sum
   }
+  m.passes = 0;
+  m.reduced = false;
   if (m.modules) m.freeze_order();
   for (int u = 0; u < static_cast<int>(m.units.size()); ++u)
     if (m.units[u].root) {  // stays gathered: the updated values now
@@ -140,12 +78,16 @@ void FullyShardedModel::step(::torch::optim::Optimizer& optimizer) {
 }
 
 void FullyShardedModel::zero_grad() {
+  impl_->land_reduce();  // a pass's reduce-scatter must not land into the new sum
   for (auto& piece : impl_->pieces) piece.tensor.mutable_grad() = Tensor();
   for (auto& unit : impl_->units) {
     unit.grad_shard = Tensor();
     unit.ready = 0;
     unit.sent = false;
   }
+  impl_->passes = 0;
+  impl_->reduced = false;
+  impl_->pass_open = false;  // a backward that threw never reached end_pass()
 }
 
 std::vector<Tensor> FullyShardedModel::parameters() const {

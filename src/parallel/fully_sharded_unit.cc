@@ -35,7 +35,13 @@ Tensor FullyShardedUnitImpl::forward(const Tensor& input) {
   owner_->enter(unit_);
   // Mixed precision: the unit computes in compute_dtype and hands its output
   // on in it (the next unit's and the root's parameters are in it too).
-  return owner_->leave(unit_, forward_(owner_->to_compute(input)));
+  Tensor out;
+  try {
+    out = forward_(owner_->to_compute(input));
+  } catch (const c10::Error&) {
+    owner_->explain_layer_error(fmt::format("the forward of unit {}", owner_->units[unit_].label));
+  }
+  return owner_->leave(unit_, std::move(out));
 }
 
 void FullyShardedUnitImpl::train(bool on) {
@@ -111,6 +117,7 @@ std::unordered_map<const void*, int> own_parameters(FullyShardedModel::Impl& m,
   for (size_t u = 0; u < found.size(); ++u) {
     m.units.emplace_back();
     m.units[u].label = fmt::format("{} ({})", u, found[u].paths[0]);
+    m.units[u].tag = fmt::format("{}:{}", u, found[u].paths[0]);
     m.unit_modules.push_back(found[u].module);
     for (const auto& p : found[u].module->named_parameters()) {
       auto [it, fresh] = owner.emplace(p.value().unsafeGetTensorImpl(), static_cast<int>(u));
@@ -146,6 +153,7 @@ static std::string plan_module_units(FullyShardedModel::Impl& m, ::torch::nn::Mo
     if (it == owner.end() && static_cast<int>(m.units.size()) == root) {
       m.units.emplace_back();
       m.units[root].label = "root";
+      m.units[root].tag = fmt::format("{}:root", root);
       m.units[root].root = m.units[root].keep = true;
     }
     m.add_parameter(it == owner.end() ? root : it->second, item.key(), item.value(), description);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/base/error.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/metrics.h"
 #include "torch/byte_tensor.h"
@@ -61,6 +62,10 @@ void broadcast_parameters(const std::vector<std::pair<std::string, ::torch::Tens
   ::torch::NoGradGuard no_grad;
   std::vector<TensorHandle> handles;
   for (const auto& [name, tensor] : named) {
+    if (tensor.numel() > 0 && (!tensor.has_storage() || tensor.storage().data() == nullptr))
+      throw InvalidArgument(fmt::format(
+          "broadcast_parameters: {} holds no memory: it is sharded by a FullyShardedModel, which "
+          "broadcast rank 0's values at its construction; drop this call after the wrap", name));
     ::torch::Tensor data = tensor;  // shares storage; in place on the parameter
     handles.push_back(broadcast_async_(data, root, "bcast." + name));
   }

@@ -26,6 +26,13 @@
 //             parameters and the flat gradient are released;
 //   step:     the optimizer updates this rank's segments (parameters()),
 //             which are the next forward's all-gather inputs.
+// Gradient accumulation: k backwards per step() (micro-batches) are reduced
+// one pass at a time and summed into the gradient segments, what data
+// parallelism computes with backward_passes_per_step = k (scale the loss by
+// 1/k for the mean; Note [FSDP passes] in fully_sharded_grad.cc).
+// Clipping: fsdp.clip_grad_norm(max_norm) between the last backward and
+// step(); LibTorch's clip_grad_norm_ over parameters() finds no gradient
+// there (the segments get theirs inside step()).
 // Traffic per step per rank: 2 all-gathers + 1 reduce-scatter of the padded
 // parameters, 3(N-1)/N·P elements (data parallelism's allreduce: 2(N-1)/N·P).
 // Memory per rank: (P + G + S)/N for parameters, gradients and optimizer
@@ -92,8 +99,13 @@
 // does for a Sequential). Not supported (InvalidArgument at construction):
 // nested units, parameters shared between units or registered both in a
 // unit and outside it (tied weights across a unit), and models without any
-// unit. A unit's parameter read outside its forward
-// without being registered there is not detected (it holds no memory).
+// unit. A unit's parameter read outside its forward without being
+// registered there (a head tied to an embedding in another unit) holds no
+// memory: a read from inside a unit's forward (or a layer of forward()) is
+// an InvalidArgument naming the parameter; one from the model's own code
+// between units is LibTorch's error. Tied weights: compute both uses in one
+// module that is one unit (it runs twice per forward), or keep the shared
+// weight outside every unit (the root unit is always gathered).
 // forward() and module() are the Sequential path's. Once the
 // FullyShardedModel is destroyed the units run unsharded, but their
 // parameters hold memory only if gather_full() was called before.
@@ -103,10 +115,13 @@
 // InvalidArgument naming the first rank and parameter that differ) built
 // from the same seed (rank 0's values are broadcast); every parameter
 // requires grad and is a contiguous floating tensor of one dtype and device;
-// one backward per step(); the optimizer is built on parameters() (one param
-// group, for checkpoints). A Sequential runs only through forward(): LibTorch
-// C++ has no forward pre-hooks, so its model->forward(x) would read released
-// memory (with FullyShardedUnit layers, build over the module instead).
+// every rank runs every forward and backward (a deadlock message names the
+// unit's module and says so); the optimizer is built on parameters() (one
+// param group, for checkpoints). A Sequential runs only through forward(): LibTorch
+// C++ has no forward pre-hooks, so its model->forward(x) reads released
+// memory and fails with LibTorch's error ("data is not allocated yet"; no
+// lockstep code runs there to name it); with FullyShardedUnit layers, build
+// over the module instead.
 // Construction is collective over the group. The object must outlive the
 // backward of every forward it ran (backward calls back into it). Not
 // thread-safe: drive it from the training thread. Not copyable.
@@ -167,8 +182,19 @@ class FullyShardedModel {
   void zero_grad();
   // Completes the gradient reduce-scatters (and the replicas' average),
   // gives each segment its gradient and steps `optimizer`, which must update
-  // exactly parameters(). Collective.
+  // exactly parameters(). Gradients of every backward since the last step()
+  // or zero_grad() are summed (accumulation). Collective.
   void step(::torch::optim::Optimizer& optimizer);
+  // PyTorch FSDP's clip_grad_norm_: between the last backward and step(),
+  // completes the reduce-scatters (and the replicas' average), computes the
+  // global norm of the averaged gradients of the whole model (norm_type 2,
+  // any p > 0, or infinity for the max; accumulated in f32, f64 for f64
+  // masters; one allreduce) and scales this rank's gradient segments by
+  // min(1, max_norm / (norm + 1e-6)), as torch::nn::utils::clip_grad_norm_
+  // does on a whole model. Returns the norm before clipping. Collective.
+  // (clip_grad_norm_ over parameters() sees no gradient before step(): the
+  // segments get theirs inside it.) A backward after it throws until step().
+  double clip_grad_norm(double max_norm, double norm_type = 2.0);
 
   // The wrapped model. Its parameters hold no memory between units' uses;
   // gather_full() makes them whole (e.g. to evaluate with model->forward).
