@@ -2,67 +2,15 @@
 
 #include <cstring>
 
+#include "lockstep/base/protowire.h"
+
 namespace lockstep::data {
 namespace {
 
-enum WireType { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
-
-// A cursor over protobuf wire data; every read checks bounds.
-class Wire {
- public:
-  explicit Wire(std::string_view data) : p_(data.data()), end_(data.data() + data.size()) {}
-  bool done() const { return p_ == end_; }
-
-  bool varint(uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64 && p_ < end_; shift += 7) {
-      uint8_t byte = static_cast<uint8_t>(*p_++);
-      *v |= uint64_t(byte & 0x7f) << shift;
-      if (!(byte & 0x80)) return true;
-    }
-    return false;
-  }
-  bool tag(uint32_t* field, uint32_t* wire) {
-    uint64_t v;
-    if (!varint(&v) || (v >> 3) == 0 || (v >> 3) > 0x1fffffff) return false;
-    *field = static_cast<uint32_t>(v >> 3);
-    *wire = static_cast<uint32_t>(v & 7);
-    return true;
-  }
-  bool bytes(std::string_view* out) {
-    uint64_t n;
-    if (!varint(&n) || n > uint64_t(end_ - p_)) return false;
-    *out = std::string_view(p_, n);
-    p_ += n;
-    return true;
-  }
-  bool fixed32(uint32_t* v) {
-    if (size_t(end_ - p_) < 4) return false;
-    std::memcpy(v, p_, 4);  // little-endian on every platform we build for
-    p_ += 4;
-    return true;
-  }
-  bool skip(uint32_t wire) {
-    uint64_t v;
-    std::string_view s;
-    switch (wire) {
-      case kVarint: return varint(&v);
-      case kFixed64: return advance(8);
-      case kLengthDelimited: return bytes(&s);
-      case kFixed32: return advance(4);
-      default: return false;  // groups are not used by Example
-    }
-  }
-
- private:
-  bool advance(size_t n) {
-    if (size_t(end_ - p_) < n) return false;
-    p_ += n;
-    return true;
-  }
-  const char* p_;
-  const char* end_;
-};
+using protowire::kFixed32;
+using protowire::kLengthDelimited;
+using protowire::kVarint;
+using Wire = protowire::Reader;  // the shared codec (lockstep/base/protowire.h)
 
 // Feature: oneof {BytesList=1, FloatList=2, Int64List=3}; the last one set wins.
 bool parse_feature(std::string_view data, FeatureView* out) {
