@@ -143,6 +143,8 @@ void check_mlp_recipes(FullyShardedOptions o) {
     check_mlp({.passes = k}, "adam", o);
   }
   check_mlp({.passes = 2, .max_norm = 0.05}, "adam", o);
+  o.granularity = ShardGranularity::kTensor;  // whole parameters per rank (LAMB)
+  check_mlp({.passes = 2, .max_norm = 0.05}, "lamb", o);
 }
 
 // ---- a character GPT: token embedding, a position table and the final
