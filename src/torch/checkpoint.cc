@@ -101,13 +101,14 @@ void require_materialized(const ::torch::nn::Module& module, const std::string& 
 
 }  // namespace
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
+void detail::write_atomically(const std::string& path,
+                              const std::function<void(int fd, const std::string& temp_path)>& write) {
   namespace fs = std::filesystem;
   fs::path target(path);
   std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   detail::LockedTemp temp = detail::create_locked_temp(path);
   try {
-    write_all(temp.fd, bytes, temp.path);
+    write(temp.fd, temp.path);
     if (::fsync(temp.fd) != 0) io_error("cannot fsync", temp.path);
     if (::rename(temp.path.c_str(), path.c_str()) != 0)
       io_error("cannot rename the temporary file onto", path);
@@ -118,6 +119,12 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   }
   ::close(temp.fd);  // after the rename: the lock guards the temp file's whole life
   fsync_directory(dir);
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  detail::write_atomically(path, [&](int fd, const std::string& temp_path) {
+    write_all(fd, bytes, temp_path);
+  });
 }
 
 uint64_t remove_stale_temporary_files(const std::string& path) {

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace lockstep::torch::detail {
@@ -35,6 +36,14 @@ struct LockedTemp {
 };
 // Throws lockstep::Error naming the directory on failure.
 LockedTemp create_locked_temp(const std::string& target);
+
+// write_file_atomically for bytes produced while writing: `write` fills the
+// locked temp file's descriptor (it must not close it), which is then
+// fsync'ed and renamed over `path`, and the directory fsync'ed; on any throw
+// the temp file is removed. Defined in checkpoint.cc; save_safetensors
+// streams through it.
+void write_atomically(const std::string& path,
+                      const std::function<void(int fd, const std::string& temp_path)>& write);
 
 struct RemovedTemps {
   uint64_t files = 0;

@@ -8,7 +8,6 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 #include "lockstep/base/error.h"
 #include "torch/checkpoint_temps.h"
@@ -33,11 +32,6 @@ constexpr std::array<DtypePair, kSafetensorsDtypeCount> kDtypes{{
     {SafetensorsDtype::BOOL, ::torch::kBool},
 }};
 
-[[noreturn]] void io_error(const std::string& what, const std::string& path) {
-  throw Error(fmt::format("safetensors: {} {}: {} (check the directory exists, is writable and "
-                          "has space)", what, path, std::strerror(errno)));
-}
-
 // Closes the descriptor however the scope ends.
 struct Fd {
   int fd;
@@ -45,14 +39,6 @@ struct Fd {
     if (fd >= 0) ::close(fd);
   }
 };
-
-void fsync_directory(const std::string& path) {
-  std::filesystem::path target(path);
-  std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd < 0) io_error("cannot open directory", dir);
-  if (::fsync(d.fd) != 0) io_error("cannot fsync directory", dir);
-}
 
 // The CPU, contiguous, plain bytes of `t` (a copy only where needed).
 ::torch::Tensor host_bytes(const ::torch::Tensor& t) {
@@ -110,19 +96,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   for (const auto& [name, t] : tensors)
     entries.push_back({name, safetensors_dtype_of(t, name), t.sizes().vec(), 0, 0});
   SafetensorsLayout layout = plan_safetensors(entries, metadata);
-  detail::LockedTemp temp = detail::create_locked_temp(path);
-  try {
-    write_file(temp.fd, temp.path, tensors, layout);
-    if (::fsync(temp.fd) != 0) io_error("cannot fsync", temp.path);
-    if (::rename(temp.path.c_str(), path.c_str()) != 0)
-      io_error("cannot rename the temporary file onto", path);
-  } catch (...) {
-    ::unlink(temp.path.c_str());
-    ::close(temp.fd);
-    throw;
-  }
-  ::close(temp.fd);  // after the rename: the lock guards the temp file's whole life
-  fsync_directory(path);
+  detail::write_atomically(path, [&](int fd, const std::string& temp_path) {
+    write_file(fd, temp_path, tensors, layout);
+  });
 }
 
 SafetensorsContents load_safetensors(const std::string& path) {
