@@ -1,5 +1,6 @@
 // Checkpoint directories under failure: a background write that fails is
-// reported by the next save(), poll() and wait(); a live writer's folder is
+// reported by the next save(), poll() and wait(); one rank's failed write
+// fails the save on every rank, without a manifest; a live writer's folder is
 // never cleaned up, a dead one's is; a SIGKILL of every rank
 // during a 2-rank save (sync or async) leaves the previous checkpoint
 // loadable, with the values of its own step, and the next load removes the
@@ -80,6 +81,39 @@ TEST(CheckpointDirFailure, BackgroundWriteErrorIsRethrownBySaveAndPollAndWait) {
   writer.save(*model, sgd, {.epoch = 0, .step = 4, .sampler = {}, .user = {}});
   EXPECT_THROW(writer.wait(), Error);
   writer.wait();  // the error was reported once; nothing in flight now
+  fs::remove_all(dir);
+}
+
+// Rank 1 cannot write its file (a directory stands at its name): rank 0 must
+// not write the manifest, and every rank's save() (sync) or wait() (async)
+// throws, rank 0's naming rank 1; the previous step stays the checkpoint.
+void one_rank_fails(const std::string& root, bool async) {
+  auto model = make_wide_model(16);
+  ::torch::optim::SGD sgd(model->parameters(), 0.1);
+  CheckpointWriter writer(root, {.async = async});
+  writer.save(*model, sgd, {.epoch = 0, .step = 1, .sampler = {}, .user = {}});
+  writer.wait();
+  const std::string step = root + "/step-00000002";
+  if (lt::rank() == 0) fs::create_directories(step + "/model-00002-of-00002.safetensors/blocked");
+  lt::barrier();
+  try {
+    writer.save(*model, sgd, {.epoch = 0, .step = 2, .sampler = {}, .user = {}});
+    writer.wait();
+    ADD_FAILURE() << "rank " << lt::rank() << ": a save that rank 1 could not write succeeded";
+  } catch (const Error& e) {
+    if (lt::rank() == 0) EXPECT_THAT(e.what(), ::testing::HasSubstr("rank 1"));
+  }
+  EXPECT_FALSE(fs::exists(step + "/manifest.json")) << "a manifest without rank 1's file";
+  EXPECT_EQ(newest_checkpoint_dir(root), root + "/step-00000001");
+  lt::barrier();
+}
+
+TEST(CheckpointDirFailure, OneRanksFailedWriteFailsTheSaveOnEveryRankWithoutManifest) {
+  const fs::path dir = fresh("one-fails");
+  for (bool async : {false, true}) {
+    const std::string root = (dir / (async ? "async" : "sync")).string();
+    run_torch_workers(2, [&] { one_rank_fails(root, async); });
+  }
   fs::remove_all(dir);
 }
 
