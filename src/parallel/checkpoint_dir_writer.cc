@@ -93,6 +93,41 @@ void write_save(const std::string& root, const std::string& dir, const Snapshot&
   }
 }
 
+// The one collective of a save: every rank learns whether any rank's
+// previous save failed, whether the step is complete already (rank 0 looks)
+// and whether all hold the same tensors, and throws alike; rank 0's id names
+// the save and every rank's generator state goes into the manifest.
+std::string agree(const std::string& root, const std::string& dir, Snapshot& snap, int rank,
+                  const std::exception_ptr& previous) {
+  const int world = snap.manifest.world_size;
+  const int64_t step = snap.manifest.progress.step;
+  std::error_code ec;
+  Agreement mine{.fingerprint = fingerprint(snap.manifest), .id = random_id(),
+                 .rng = generator_state_hex(), .previous_failed = previous != nullptr,
+                 .step_exists = rank == 0 && fs::is_regular_file(dir + "/" + kManifest, ec)};
+  std::vector<Agreement> all;
+  if (world == 1) all.push_back(mine);
+  else
+    for (const std::string& b : lt::allgather_bytes(mine.bytes(), "ckdir.save")) all.push_back(Agreement::parse(b));
+  for (int r = 0; r < world; ++r) {
+    if (!all[r].previous_failed) continue;
+    if (previous) std::rethrow_exception(previous);
+    throw Error(fmt::format("checkpoint directory {}: rank {}'s previous save failed (it threw the "
+                            "error there); step {} is not saved on any rank", root, r, step));
+  }
+  if (all[0].step_exists)
+    throw InvalidArgument(fmt::format("checkpoint directory {} already holds a complete checkpoint "
+                                      "of step {}; save each step once (progress.step is the step "
+                                      "you are at) or remove that folder", dir, step));
+  for (int r = 1; r < world; ++r)
+    if (all[r].fingerprint != all[0].fingerprint)
+      throw InvalidArgument(fmt::format("checkpoint directory {}: rank {} holds other tensors (names, "
+                                        "shapes or dtypes) or another step than rank 0; every rank "
+                                        "must save the same model and optimizer", root, r));
+  for (const Agreement& a : all) snap.manifest.rng.push_back(a.rng);
+  return all[0].id;
+}
+
 }  // namespace
 }  // namespace lockstep::parallel::detail::ckdir
 
@@ -131,31 +166,7 @@ void CheckpointWriter::Impl::save(const ::torch::nn::Module& module,
   assign_ranks(snap.manifest.tensors, world);
   if (options.async) keep_own_copies(snap, rank);  // the training pause: one copy of our share
   const std::string dir = root + "/" + step_dir_name(progress.step);
-  std::error_code ec;
-  Agreement mine{.fingerprint = fingerprint(snap.manifest), .id = random_id(),
-                 .rng = generator_state_hex(), .previous_failed = previous != nullptr,
-                 .step_exists = rank == 0 && fs::is_regular_file(dir + "/" + kManifest, ec)};
-  std::vector<Agreement> all;
-  if (world == 1) all.push_back(mine);
-  else
-    for (const std::string& b : lt::allgather_bytes(mine.bytes(), "ckdir.save")) all.push_back(Agreement::parse(b));
-  for (int r = 0; r < world; ++r) {
-    if (!all[r].previous_failed) continue;
-    if (previous) std::rethrow_exception(previous);
-    throw Error(fmt::format("checkpoint directory {}: rank {}'s previous save failed (it threw the "
-                            "error there); step {} is not saved on any rank", root, r, progress.step));
-  }
-  if (all[0].step_exists)
-    throw InvalidArgument(fmt::format("checkpoint directory {} already holds a complete checkpoint "
-                                      "of step {}; save each step once (progress.step is the step "
-                                      "you are at) or remove that folder", dir, progress.step));
-  for (int r = 1; r < world; ++r)
-    if (all[r].fingerprint != all[0].fingerprint)
-      throw InvalidArgument(fmt::format("checkpoint directory {}: rank {} holds other tensors (names, "
-                                        "shapes or dtypes) or another step than rank 0; every rank "
-                                        "must save the same model and optimizer", root, r));
-  for (const Agreement& a : all) snap.manifest.rng.push_back(a.rng);
-  const std::string id = all[0].id;
+  const std::string id = agree(root, dir, snap, rank, previous);
   if (!options.async) {
     std::string failure;
     try {
