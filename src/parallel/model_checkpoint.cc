@@ -25,6 +25,7 @@
 #include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/parallel/checkpoint.h"
+#include "lockstep/parallel/checkpoint_dir.h"
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
@@ -293,10 +294,12 @@ const State* any_local_state(const ::torch::optim::Optimizer& optimizer) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const ModelParts& parts,
-                     ::torch::optim::Optimizer& optimizer, const lt::TrainingProgress& progress) {
-  const auto all = describe_all(parts, optimizer, /*with_values=*/true);
-  if (lt::rank() != 0) return;  // only rank 0 writes (as lockstep::torch::save_checkpoint)
+namespace {
+
+// Every whole tensor of `all` and its optimizer state, assembled on this
+// rank, as a module and as `optimizer`'s view while `body` runs.
+void with_whole_model(const std::vector<Description>& all, ::torch::optim::Optimizer& optimizer,
+                      const std::function<void(::torch::nn::Module&)>& body) {
   const auto params = whole_list(all, false), buffers = whole_list(all, true);
   auto module = std::make_shared<detail::NamedTensors>();
   std::vector<Tensor> values;
@@ -308,23 +311,24 @@ void save_checkpoint(const std::string& path, const ModelParts& parts,
     StateValues merged = assemble_state(w);
     if (merged.empty()) continue;
     if (!prototype)
-      throw Error("model checkpoint: rank 0's optimizer has no state to type the others' (step "
-                  "it before saving)");
+      throw Error(fmt::format("model checkpoint: rank {}'s optimizer has no state to type the "
+                              "others' (step it before saving)", lt::rank()));
     state[state_key(values.back())] = state_from_values(*prototype, merged);
   }
   for (const Whole& w : buffers) module->add(w.name, assemble_value(w), /*buffer=*/true);
   with_whole_view(optimizer, grouped(params, values, optimizer.param_groups().size()),
-                  std::move(state), [&] { lt::save_checkpoint(path, *module, optimizer, progress); });
+                  std::move(state), [&] { body(*module); });
 }
 
-bool load_checkpoint(const std::string& path, const ModelParts& parts,
-                     ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
+// Placeholders of the whole shapes and dtypes (allocated, not touched until
+// the load copies into them, so the file is checked against the whole
+// model), loaded by `load`; then this rank's slices of them are taken.
+bool load_whole_model(const ModelParts& parts, ::torch::optim::Optimizer& optimizer,
+                      const std::function<bool(::torch::nn::Module&)>& load) {
   const auto all = describe_all(parts, optimizer, /*with_values=*/false);
   const auto params = whole_list(all, false), buffers = whole_list(all, true);
   auto module = std::make_shared<detail::NamedTensors>();
   std::vector<Tensor> placeholders;
-  // Placeholders of the whole shapes (allocated, not touched, until the
-  // load copies into them), so the file is checked against the whole model.
   auto whole_tensor = [](const Whole& w) {
     return ::torch::empty(w.shape, ::torch::TensorOptions().dtype(
                                        static_cast<::torch::ScalarType>(w.dtype)));
@@ -337,10 +341,46 @@ bool load_checkpoint(const std::string& path, const ModelParts& parts,
   bool found = false;
   StateMap whole_state = with_whole_view(
       optimizer, grouped(params, placeholders, optimizer.param_groups().size()), {},
-      [&] { found = lt::load_checkpoint(path, *module, optimizer, progress); });
+      [&] { found = load(*module); });
   if (!found) return false;
   detail::take_slices(*module, parts, whole_state, optimizer);
   return true;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const ModelParts& parts,
+                     ::torch::optim::Optimizer& optimizer, const lt::TrainingProgress& progress) {
+  const auto all = describe_all(parts, optimizer, /*with_values=*/true);
+  if (lt::rank() != 0) return;  // only rank 0 writes (as lockstep::torch::save_checkpoint)
+  with_whole_model(all, optimizer, [&](::torch::nn::Module& whole) {
+    lt::save_checkpoint(path, whole, optimizer, progress);
+  });
+}
+
+bool load_checkpoint(const std::string& path, const ModelParts& parts,
+                     ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
+  return load_whole_model(parts, optimizer, [&](::torch::nn::Module& whole) {
+    return lt::load_checkpoint(path, whole, optimizer, progress);
+  });
+}
+
+void save_checkpoint_dir(CheckpointWriter& writer, const ModelParts& parts,
+                         ::torch::optim::Optimizer& optimizer,
+                         const lt::TrainingProgress& progress) {
+  // Every rank assembles the whole model (describe_all gathered every
+  // slice to every rank) and writes its share of the directory.
+  const auto all = describe_all(parts, optimizer, /*with_values=*/true);
+  with_whole_model(all, optimizer, [&](::torch::nn::Module& whole) {
+    writer.save(whole, optimizer, progress);
+  });
+}
+
+bool load_checkpoint_dir(const std::string& root, const ModelParts& parts,
+                         ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
+  return load_whole_model(parts, optimizer, [&](::torch::nn::Module& whole) {
+    return load_checkpoint_dir(root, whole, optimizer, progress);
+  });
 }
 
 ModelParts model_parts(::torch::nn::Module& module) {

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/parallel/checkpoint_dir.h"
 #include "lockstep/parallel/pipeline.h"
 #include "lockstep/parallel/sharded_optimizer.h"
 #include "lockstep/parallel/tensor_parallel.h"
@@ -75,5 +76,19 @@ void save_checkpoint(const std::string& path, const ModelParts& parts,
 bool load_checkpoint(const std::string& path, const ModelParts& parts,
                      ::torch::optim::Optimizer& optimizer,
                      lockstep::torch::TrainingProgress& progress);
+
+// The same in checkpoint directories (lockstep/parallel/checkpoint_dir.h:
+// sharded safetensors files every rank writes, optionally asynchronous): the
+// directory holds the whole model's tensors under its single-process names,
+// so a tensor- or pipeline-parallel run's directory loads at any layout, and
+// into a plain model with load_checkpoint_dir(root, module, ...). Every rank
+// assembles the whole model for a moment (as save_checkpoint's gather to
+// rank 0 does there). Collective over every rank of the job.
+void save_checkpoint_dir(CheckpointWriter& writer, const ModelParts& parts,
+                         ::torch::optim::Optimizer& optimizer,
+                         const lockstep::torch::TrainingProgress& progress);
+bool load_checkpoint_dir(const std::string& root, const ModelParts& parts,
+                         ::torch::optim::Optimizer& optimizer,
+                         lockstep::torch::TrainingProgress& progress);
 
 }  // namespace lockstep::parallel
