@@ -21,9 +21,6 @@
 namespace lockstep {
 namespace {
 
-// std::map underneath: nlohmann::ordered_json finds keys by a linear scan,
-// quadratic for a hostile header of millions of names. The header's order
-// is recorded while parsing instead.
 using Json = nlohmann::json;
 
 struct DtypeRow {
@@ -46,8 +43,7 @@ constexpr std::array<DtypeRow, kSafetensorsDtypeCount> kDtypes{{
 }};
 static_assert(static_cast<int>(SafetensorsDtype::BOOL) == kSafetensorsDtypeCount - 1);
 
-// Deeper nesting is never a valid header (object > entry > shape array), and
-// refusing it in the scan bounds what the parse builds for a hostile header.
+// Deeper nesting is never a valid header (object > entry > shape array).
 constexpr int kMaxDepth = 3;
 
 [[noreturn]] void bad(const std::string& what) {
@@ -59,78 +55,6 @@ uint64_t read_le64(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
-}
-
-struct ParsedHeader {
-  Json json;
-  std::vector<std::string> names;  // the top-level keys, in the header's order
-};
-
-// Note [Header scan]: nlohmann keeps the last of duplicate keys silently (a
-// file with two tensors of one name would load whichever it kept), and its
-// parser callback, which could see them, rescans the parent after every
-// object: quadratic in a header of a million tensors. So a SAX pass first
-// refuses duplicates and deep nesting and records the header's order, in
-// O(n log n) and without building anything; a plain parse follows.
-class HeaderScan final : public nlohmann::json_sax<Json> {
- public:
-  std::vector<std::string> names;
-
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override {
-    enter();
-    open_.emplace_back();
-    return true;
-  }
-  bool key(string_t& key) override {
-    if (!open_.back().insert(key).second)
-      bad(fmt::format("duplicate {} {}", depth_ == 1 ? "tensor name" : "key", quote_name(key)));
-    if (depth_ == 1) names.push_back(key);
-    return true;
-  }
-  bool end_object() override {
-    open_.pop_back();
-    --depth_;
-    return true;
-  }
-  bool start_array(std::size_t) override {
-    enter();
-    return true;
-  }
-  bool end_array() override {
-    --depth_;
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
-    bad(fmt::format("the header is not JSON ({})", e.what()));
-  }
-
- private:
-  void enter() {
-    if (++depth_ > kMaxDepth) bad(fmt::format("header nests deeper than {} levels", kMaxDepth));
-  }
-  int depth_ = 0;
-  std::vector<std::set<std::string>> open_;  // keys seen, per open object
-};
-
-ParsedHeader parse_json_object(std::string_view header) {
-  HeaderScan scan;
-  Json::sax_parse(header.begin(), header.end(), &scan);
-  ParsedHeader out{.json = {}, .names = std::move(scan.names)};
-  try {
-    out.json = Json::parse(header.begin(), header.end());
-  } catch (const Json::exception& e) {  // the scan accepted it: not expected
-    bad(fmt::format("the header is not JSON ({})", e.what()));
-  }
-  if (!out.json.is_object())
-    bad(fmt::format("the header is a JSON {}, not an object of tensors", out.json.type_name()));
-  return out;
 }
 
 const Json& field(const Json& entry, const std::string& name, const char* key) {
@@ -189,6 +113,87 @@ std::map<std::string, std::string> parse_metadata(const Json& value) {
   }
   return metadata;
 }
+
+// Note [Header scan]: the header is read by a SAX handler that builds one
+// tensor's small JSON value at a time, checks it (parse_entry) and drops it,
+// so a hostile 100 MB header costs its entries, not a JSON tree of it. The
+// handler also refuses duplicate keys, which nlohmann's DOM keeps silently
+// (two tensors of one name would load whichever it kept) and its parser
+// callback could see only by rescanning the parent after every object:
+// quadratic in a header of a million tensors (a test pins it).
+class HeaderScan final : public nlohmann::json_sax<Json> {
+ public:
+  SafetensorsHeader out;
+
+  bool null() override { return value(Json()); }
+  bool boolean(bool v) override { return value(Json(v)); }
+  bool number_integer(number_integer_t v) override { return value(Json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return value(Json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return value(Json(v)); }
+  bool string(string_t& v) override { return value(Json(v)); }
+  bool binary(binary_t&) override { return value(Json()); }
+  bool start_object(std::size_t) override { return open(Json::object()); }
+  bool start_array(std::size_t) override {
+    if (depth_ == 0) bad("the header is a JSON array, not an object of tensors");
+    return open(Json::array());
+  }
+  bool key(string_t& key) override {
+    if (!keys_.back().insert(key).second)
+      bad(fmt::format("duplicate {} {}", depth_ == 1 ? "tensor name" : "key", quote_name(key)));
+    (depth_ == 1 ? name_ : key_) = key;
+    return true;
+  }
+  bool end_object() override {
+    keys_.pop_back();
+    return close();
+  }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    bad(fmt::format("the header is not JSON ({})", e.what()));
+  }
+
+ private:
+  // A scalar: a top-level tensor's whole value, or a part of the one open.
+  bool value(Json v) {
+    if (depth_ == 0) bad(fmt::format("the header is a JSON {}, not an object of tensors", v.type_name()));
+    if (depth_ == 1) finish(v);
+    else add(std::move(v));
+    return true;
+  }
+  bool open(Json container) {
+    if (++depth_ > kMaxDepth) bad(fmt::format("header nests deeper than {} levels", kMaxDepth));
+    if (container.is_object()) keys_.emplace_back();
+    if (depth_ == 2) {
+      current_ = std::move(container);
+      path_.assign(1, &current_);
+    } else if (depth_ > 2) {
+      path_.push_back(add(std::move(container)));
+    }
+    return true;
+  }
+  bool close() {
+    if (depth_ >= 2) path_.pop_back();
+    if (depth_ == 2) finish(current_);
+    --depth_;
+    return true;
+  }
+  Json* add(Json v) {
+    Json& parent = *path_.back();
+    if (parent.is_object()) return &(parent[key_] = std::move(v));
+    parent.push_back(std::move(v));
+    return &parent.back();
+  }
+  void finish(const Json& v) {
+    if (name_ == "__metadata__") out.metadata = parse_metadata(v);
+    else out.entries.push_back(parse_entry(name_, v));
+  }
+
+  int depth_ = 0;                              // open containers
+  std::vector<std::set<std::string>> keys_;    // keys seen, per open object
+  std::string name_, key_;                     // the tensor's name, the open object's key
+  Json current_;                               // the open tensor's value
+  std::vector<Json*> path_;                    // its open containers, innermost last
+};
 
 void check_span(const SafetensorsEntry& e, uint64_t data_bytes) {
   if (e.end < e.begin)
@@ -283,17 +288,10 @@ uint64_t safetensors_header_length(const uint8_t* first8, uint64_t file_size) {
 SafetensorsHeader parse_safetensors_json(std::string_view header, uint64_t file_size) {
   if (header.size() > kSafetensorsMaxHeaderBytes || header.size() + 8 > file_size)
     bad(fmt::format("header of {} bytes does not fit a file of {}", header.size(), file_size));
-  ParsedHeader parsed = parse_json_object(header);
-  SafetensorsHeader out;
+  HeaderScan scan;
+  Json::sax_parse(header.begin(), header.end(), &scan);
+  SafetensorsHeader out = std::move(scan.out);
   out.data_start = 8 + header.size();
-  for (const std::string& key : parsed.names) {
-    const Json& value = parsed.json.at(key);
-    if (key == "__metadata__") {
-      out.metadata = parse_metadata(value);
-      continue;
-    }
-    out.entries.push_back(parse_entry(key, value));
-  }
   uint64_t data_bytes = file_size - out.data_start;
   for (const SafetensorsEntry& e : out.entries) check_span(e, data_bytes);
   check_coverage(out.entries, data_bytes);
