@@ -9,6 +9,7 @@
 
 #include "fashion_mnist/precision.h"
 #include "lockstep/data/idx.h"
+#include "lockstep/torch/state_dict.h"
 
 namespace lockstep::examples {
 namespace {
@@ -50,6 +51,19 @@ const CLI::Validator kDirectoryPath(
       return {};
     },
     "DIR");
+
+// --export's extension picks the format (state_dict.h): a bad one is refused
+// now, not after training.
+const CLI::Validator kWeightsFile(
+    [](std::string& path) -> std::string {
+      try {
+        lockstep::torch::format_for_extension(path);
+        return {};
+      } catch (const InvalidArgument& e) {
+        return e.what();
+      }
+    },
+    "FILE");
 
 const CLI::Validator kDataFolder(
     [](std::string& path) -> std::string {
@@ -177,7 +191,7 @@ void add_run_options(CLI::App& app, Options& o) {
       ->check(CLI::ExistingFile)->group(g);
   app.add_option("--export", o.export_path,
                  "write the weights evaluated at the end (the --ema average if given) to FILE: "
-                 ".safetensors, or .pt/.pth/.bin for torch.save")->group(g);
+                 ".safetensors, or .pt/.pth/.bin for torch.save")->check(kWeightsFile)->group(g);
   app.add_option("--commit-every", o.commit_every,
                  "elastic jobs (lockstep run --min-np): steps between in-memory commits; a lost "
                  "worker costs at most this many steps")

@@ -100,5 +100,12 @@ TEST_F(MainJobWeights, InitFromStartsFromTheFileAndChecksIt) {
       << text_of(file("log"));
 }
 
+// Refused while parsing the flags, not after training (exit status 2).
+TEST_F(MainJobWeights, ExportToAnUnknownExtensionIsRefusedAtStart) {
+  EXPECT_EQ(main_job("--export " + file("weights.txt"), file("log")), 2);
+  EXPECT_NE(text_of(file("log")).find(".safetensors or .pt/.pth/.bin"), std::string::npos)
+      << text_of(file("log"));
+}
+
 }  // namespace
 }  // namespace lockstep::torch
