@@ -101,7 +101,9 @@ void one_rank_fails(const std::string& root, bool async) {
     writer.wait();
     ADD_FAILURE() << "rank " << lt::rank() << ": a save that rank 1 could not write succeeded";
   } catch (const Error& e) {
-    if (lt::rank() == 0) EXPECT_THAT(e.what(), ::testing::HasSubstr("rank 1"));
+    if (lt::rank() == 0) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("rank 1"));
+    }
   }
   EXPECT_FALSE(fs::exists(step + "/manifest.json")) << "a manifest without rank 1's file";
   EXPECT_EQ(newest_checkpoint_dir(root), root + "/step-00000001");
