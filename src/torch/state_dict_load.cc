@@ -85,6 +85,10 @@ WeightsFormat detect_weights_format(const std::string& path) {
     return WeightsFormat::kTorchSave;
   }
   if (head.size() == 9 && head[8] == '{') return WeightsFormat::kSafetensors;
+  if (head.rfind("\x80\x02\x8a\x0a", 0) == 0)  // a pickle's first opcode: the legacy magic number
+    throw Error(fmt::format("{} is a legacy torch.save file (PyTorch < 1.6, or "
+                            "_use_new_zipfile_serialization=False), which is not read: re-save it "
+                            "with torch.save(torch.load(f), g) in PyTorch >= 1.6", path));
   throw Error(fmt::format("{} is neither a torch.save file, a lockstep checkpoint (zip archives) "
                           "nor a safetensors file (8-byte length, then a JSON header)", path));
 }

@@ -374,8 +374,9 @@ std::vector<PickledTensor> unpickle_state_dict(std::string_view bytes, const std
     if (key.kind != Kind::kStr)
       throw Error(fmt::format("{}: a state_dict key is a {}, not a str", what, kind_name(key.kind)));
     if (value.kind != Kind::kTensor)
-      throw Error(fmt::format("{}: entry '{}' is a {}, not a tensor (only tensors are read)", what,
-                              key.s, kind_name(value.kind)));
+      throw Error(fmt::format("{}: entry '{}' is a {}, not a tensor (only a flat state_dict of "
+                              "tensors is read: save model.state_dict() itself)", what, key.s,
+                              kind_name(value.kind)));
     if (!names.insert(key.s).second)
       throw Error(fmt::format("{}: entry '{}' appears twice", what, key.s));
     out.push_back(value.tensor);

@@ -263,6 +263,10 @@ TEST_F(StateDictTest, EveryFormatLoadsTheSameWeights) {
     load_state_dict(file(name), *target);
     EXPECT_TRUE(::torch::equal(source->forward(input), target->forward(input))) << name;
   }
+  // torch.save's legacy (pre-1.6) format begins with the pickle of its magic number.
+  spit(file("legacy.pt"), ops("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."));
+  EXPECT_NE(error_of([&] { read_weights(file("legacy.pt")); }).find("legacy torch.save file"),
+            std::string::npos);
   spit(file("garbage.bin"), "not weights at all");
   EXPECT_NE(error_of([&] { read_weights(file("garbage.bin")); }).find("is neither"), std::string::npos);
 }
