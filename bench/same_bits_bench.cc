@@ -4,7 +4,9 @@
 // CNN shaped like the main job's (28x28 input, Conv+BatchNorm2d, a
 // Linear+BatchNorm1d+Dropout head), global batch 128, K = 8 micro-batches.
 // Prints per-round seconds, the median ratio and the bytes each mode sends
-// per step (computed from the collectives' sizes).
+// per step (computed from the collectives' sizes). `hash STEPS` instead
+// trains STEPS same-bits steps and prints `state hash: <hex>`, to compare
+// world sizes and backends (`lockstep run --backend gloo|mpi|shm`).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -74,10 +76,26 @@ int64_t wire_bytes(Net& net, bool same_bits) {
   return 8 * params + 4 * tensors + kMicro * (2 * channels + 1) * 8;
 }
 
+// Each step's micro-batches come from their global index, so the data order
+// is the same for every world size.
+void print_hash(Net& net, torch::optim::Optimizer& opt, lt::SameBitsStep& driver, int steps) {
+  const int64_t m = kBatch / kMicro;
+  for (int s = 0; s < steps; ++s)
+    driver.step([&](const lt::MicroBatch& mb) {
+      auto gen = at::detail::createCPUGenerator(1000 + static_cast<uint64_t>(mb.global_index()));
+      auto x = torch::randn({m, 1, 28, 28}, gen);
+      auto y = torch::randint(10, {m}, gen, torch::kLong);
+      return nn::functional::cross_entropy(net.body->forward(x), y);
+    });
+  if (lt::rank() == 0) fmt::print("np {} state hash: {}\n", lt::size(), lt::state_hash_hex(net, opt));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 5, steps = argc > 2 ? std::atoi(argv[2]) : 10;
+  const bool hash = argc > 1 && std::string(argv[1]) == "hash";
+  const int rounds = argc > 1 && !hash ? std::atoi(argv[1]) : 5;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
   lt::init();
   torch::manual_seed(1);
   Net net;
@@ -85,6 +103,11 @@ int main(int argc, char** argv) {
   lt::SameBitsOptions options;
   options.micro_batches = kMicro;
   lt::SameBitsStep driver(net, opt, options);  // also fixes 1 intra-op thread for both modes
+  if (hash) {
+    print_hash(net, opt, driver, steps);
+    lt::shutdown();
+    return 0;
+  }
   auto x = torch::randn({kBatch, 1, 28, 28}), y = torch::randint(10, {kBatch});
   std::vector<double> ratios;
   for (int r = 0; r < rounds; ++r) {
