@@ -69,7 +69,14 @@ class GhostBatchNorm2dImpl : public ::torch::nn::Cloneable<GhostBatchNorm2dImpl>
   }
   void pretty_print(std::ostream& stream) const override { print(stream, "GhostBatchNorm2d"); }
 };
-TORCH_MODULE(GhostBatchNorm2d);
+// TORCH_MODULE spelled out: the macro names torch::nn, which inside this
+// namespace means lockstep::torch::nn wherever lockstep::torch is declared
+// first (a unity batch, a program that includes lockstep/torch first).
+class GhostBatchNorm2d : public ::torch::nn::ModuleHolder<GhostBatchNorm2dImpl> {
+ public:
+  using ::torch::nn::ModuleHolder<GhostBatchNorm2dImpl>::ModuleHolder;
+  using Impl = GhostBatchNorm2dImpl;
+};
 
 // Input [N, C] or [N, C, L].
 class GhostBatchNorm1dImpl : public ::torch::nn::Cloneable<GhostBatchNorm1dImpl>,
@@ -82,6 +89,10 @@ class GhostBatchNorm1dImpl : public ::torch::nn::Cloneable<GhostBatchNorm1dImpl>
   }
   void pretty_print(std::ostream& stream) const override { print(stream, "GhostBatchNorm1d"); }
 };
-TORCH_MODULE(GhostBatchNorm1d);
+class GhostBatchNorm1d : public ::torch::nn::ModuleHolder<GhostBatchNorm1dImpl> {  // as GhostBatchNorm2d
+ public:
+  using ::torch::nn::ModuleHolder<GhostBatchNorm1dImpl>::ModuleHolder;
+  using Impl = GhostBatchNorm1dImpl;
+};
 
 }  // namespace lockstep::optim
