@@ -29,14 +29,33 @@ struct DistributedOptimizer::Slot {
   ::torch::Tensor param;
   std::shared_ptr<::torch::autograd::Node> accumulator;  // keeps the hook's node alive
   uintptr_t hook_key = 0;
+  uintptr_t pre_hook_key = 0;
   int passes = 0;          // gradient-ready events in this step
   bool submitted = false;
+  // Note [Gradients after step()]: true from step() until the gradient is
+  // seen cleared; `seen` is the gradient as step() (or the last firing) left it.
+  bool after_step = false;
+  const void* seen_impl = nullptr;
+  int64_t seen_version = 0;
   TensorHandle handle;
   ::torch::Tensor wire;    // compressed copy on the wire (compression only)
   int profile_id = -1;     // LOCKSTEP_PROFILE's index of this gradient
 };
 
 namespace {
+
+// Fires before AccumulateGrad adds into the parameter's gradient.
+class GradientArrivingHook : public ::torch::autograd::FunctionPreHook {
+ public:
+  explicit GradientArrivingHook(std::function<void()> arriving) : arriving_(std::move(arriving)) {}
+  ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& grads) override {
+    arriving_();
+    return grads;
+  }
+
+ private:
+  std::function<void()> arriving_;
+};
 
 // Fires after AccumulateGrad wrote the parameter's gradient.
 class GradientReadyHook : public ::torch::autograd::FunctionPostHook {
@@ -76,6 +95,17 @@ void warn_early_step(int passes, int k) {
       "DistributedOptimizer: step() after {} backward pass(es) but backward_passes_per_step={}: "
       "gradients are reduced and applied now, not accumulated over {} passes; call step() (and "
       "zero_grad()) once every {} passes", passes, k, k, k);
+}
+
+// The same program fails with overlap on (on_gradient_ready): said once, so
+// that a job does not depend on what LOCKSTEP_OVERLAP=auto picks.
+void warn_extra_passes(int passes, int k) {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  log(LogLevel::kWarning,
+      "DistributedOptimizer: step() after {} backward passes but backward_passes_per_step={}: "
+      "their sum is reduced once; with overlap on (LOCKSTEP_OVERLAP=on, or auto across hosts or "
+      "with a spare core) this is an error. Set backward_passes_per_step={}", passes, k, passes);
 }
 
 // Off by default in elastic jobs: a worker that joins later counts its steps
@@ -203,8 +233,14 @@ void wait_ignoring_errors(TensorHandle& handle) noexcept {
 
 DistributedOptimizer::~DistributedOptimizer() {
   detail::profile_detach(this);
-  for (auto& slot : slots_)
-    if (slot->accumulator) slot->accumulator->del_post_hook(slot->hook_key);
+  for (auto& slot : slots_) {
+    if (!slot->accumulator) continue;
+    slot->accumulator->del_post_hook(slot->hook_key);
+    auto& pre = slot->accumulator->pre_hooks();
+    pre.erase(std::remove_if(pre.begin(), pre.end(), [&](const auto& h) {
+                return reinterpret_cast<uintptr_t>(h.get()) == slot->pre_hook_key;
+              }), pre.end());
+  }
   // Never leave an operation reading a gradient that may be freed.
   reset();
 }
@@ -218,9 +254,40 @@ void DistributedOptimizer::reset() noexcept {
     slot->wire = ::torch::Tensor();
     slot->submitted = false;
     slot->passes = 0;
+    slot->after_step = false;
   }
   synchronized_ = false;
 }
+
+// Note [Gradients after step()]
+// PyTorch's GAN loop runs the generator's backward through the discriminator
+// after D's step(): it adds into D's .grad, and D's next zero_grad() drops
+// it. Reduced as it arrives (overlap), that leftover would start an
+// allreduce D never waits for, racing the zero_grad() and refusing D's next
+// pass. So a gradient that arrives onto the one step() applied, unchanged
+// (same tensor, same version counter), is only counted: if step() comes
+// first, synchronize() reduces whatever .grad then holds, as without
+// overlap. A gradient cleared since (zero_grad() here, on the wrapped
+// optimizer or the module, in place or set to none) starts a new step.
+namespace {
+
+void remember_gradient(DistributedOptimizer::Slot& slot) {
+  const ::torch::Tensor& grad = slot.param.grad();
+  slot.seen_impl = grad.defined() ? grad.unsafeGetTensorImpl() : nullptr;
+  slot.seen_version = grad.defined() ? grad._version() : 0;
+}
+
+void on_gradient_arriving(DistributedOptimizer::Slot& slot) {
+  if (!slot.after_step) return;
+  const ::torch::Tensor& grad = slot.param.grad();
+  if (grad.defined() && grad.unsafeGetTensorImpl() == slot.seen_impl &&
+      grad._version() == slot.seen_version)
+    return;  // accumulates onto what step() applied: stays counted only
+  slot.after_step = false;
+  slot.passes = 0;
+}
+
+}  // namespace
 
 void DistributedOptimizer::add_slot(std::string name, const ::torch::Tensor& param) {
   auto slot = std::make_unique<Slot>();
@@ -236,17 +303,30 @@ void DistributedOptimizer::add_slot(std::string name, const ::torch::Tensor& par
   Slot* raw = slot.get();
   slot->hook_key = slot->accumulator->add_post_hook(
       std::make_unique<GradientReadyHook>([this, raw] { on_gradient_ready(*raw); }));
+  auto pre = std::make_unique<GradientArrivingHook>([raw] { on_gradient_arriving(*raw); });
+  slot->pre_hook_key = reinterpret_cast<uintptr_t>(pre.get());
+  slot->accumulator->add_pre_hook(std::move(pre));
   slots_.push_back(std::move(slot));
 }
 
 void DistributedOptimizer::on_gradient_ready(Slot& slot) {
   detail::profile_gradient_ready(this, slot.profile_id);
   synchronized_ = false;
+  if (slot.after_step) {
+    ++slot.passes;
+    remember_gradient(slot);
+    return;
+  }
   if (slot.submitted) {
+    const int k = options_.backward_passes_per_step;
     throw InvalidArgument(fmt::format(
-        "DistributedOptimizer: gradient of {} produced again after its allreduce started; call "
-        "step() once every backward_passes_per_step={} backward passes",
-        slot.name, options_.backward_passes_per_step));
+        "DistributedOptimizer: gradient of {} produced by backward pass {} since the last "
+        "zero_grad()/step(), but its allreduce started after pass {} (backward_passes_per_step={}, "
+        "overlap on). If this optimizer's step() follows {} backward passes (a GAN "
+        "discriminator's real and fake losses), set backward_passes_per_step={} or sum the losses "
+        "into one backward; if another model's backward runs through these parameters, call this "
+        "optimizer's step() first or set requires_grad_(false) on them around it",
+        slot.name, k + 1, k, k, k + 1, k + 1));
   }
   if (++slot.passes == options_.backward_passes_per_step && overlap_ && options_.group.size() > 1 &&
       allreduces_gradients())
@@ -402,6 +482,8 @@ void DistributedOptimizer::step() {
   for (const auto& slot : slots_) passes = std::max(passes, slot->passes);
   if (passes > 0 && passes < options_.backward_passes_per_step)
     warn_early_step(passes, options_.backward_passes_per_step);
+  if (passes > options_.backward_passes_per_step)
+    warn_extra_passes(passes, options_.backward_passes_per_step);
   if (!synchronized_) synchronize();
   check_fingerprint_if_due();
   if (onebit_optimizer_)
@@ -410,6 +492,10 @@ void DistributedOptimizer::step() {
     optimizer_.step();
   ++steps_;
   synchronized_ = false;
+  for (auto& slot : slots_) {  // Note [Gradients after step()]
+    slot->after_step = true;
+    remember_gradient(*slot);
+  }
   detail::profile_step_end(this);
 }
 
@@ -428,8 +514,18 @@ void DistributedOptimizer::check_fingerprint_if_due() {
                          options_.group);
 }
 
+// Waits for allreduces still writing a gradient (zero_grad() between backward
+// and step()) before zeroing it, and forgets them: the next pass starts a step.
 void DistributedOptimizer::zero_grad() {
   detail::profile_zero_grad(this);
+  for (auto& slot : slots_) {
+    if (slot->handle.valid()) slot->handle.wait();
+    slot->handle = TensorHandle();
+    slot->wire = ::torch::Tensor();
+    slot->submitted = false;
+    slot->passes = 0;
+    slot->after_step = false;
+  }
   optimizer_.zero_grad();
   synchronized_ = false;
 }
