@@ -16,6 +16,7 @@
 #include "lockstep/base/log.h"
 #include "lockstep/engine/elastic.h"
 #include "lockstep/torch/adasum.h"
+#include "lockstep/torch/compression.h"
 #include "lockstep/torch/fingerprint.h"
 #include "lockstep/torch/placement.h"
 #include "torch/gradient_reducers.h"
@@ -39,6 +40,7 @@ struct DistributedOptimizer::Slot {
   int64_t seen_version = 0;
   TensorHandle handle;
   ::torch::Tensor wire;    // compressed copy on the wire (compression only)
+  Compressor::Context wire_context;
   int profile_id = -1;     // LOCKSTEP_PROFILE's index of this gradient
 };
 
@@ -79,10 +81,6 @@ const char* profile_dtype(::torch::ScalarType t) {
     case ::torch::kFloat64: return "f64";
     default: return "f32";
   }
-}
-
-::torch::ScalarType wire_dtype(Compression c) {
-  return c == Compression::kFp16 ? ::torch::kFloat16 : ::torch::kBFloat16;
 }
 
 // backward_passes_per_step = k with step() after fewer passes reduces and
@@ -343,7 +341,11 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
     return grad;
   // The whole divisor goes before the cast so the half-precision sum stays in range.
   const bool average = options_.op == ReduceOp::kAverage;
-  slot.wire = (average ? grad / options_.group.size() : grad).to(wire_dtype(options_.compression));
+  // Compressor (compression.h): the same cast a program applies to its own collectives.
+  auto [wire, context] =
+      Compressor::of(options_.compression).compress(average ? grad / options_.group.size() : grad);
+  slot.wire = std::move(wire);
+  slot.wire_context = context;
   return slot.wire;
 }
 
@@ -385,7 +387,8 @@ void DistributedOptimizer::finish(Slot& slot) {
   if (slot.handle.valid()) slot.handle.wait();
   if (slot.wire.defined()) {
     ::torch::NoGradGuard no_grad;
-    slot.param.mutable_grad().copy_(slot.wire);
+    slot.param.mutable_grad().copy_(
+        Compressor::of(options_.compression).decompress(slot.wire, slot.wire_context));
     slot.wire = ::torch::Tensor();
   }
   slot.handle = TensorHandle();
