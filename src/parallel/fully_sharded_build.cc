@@ -66,11 +66,39 @@ void validate_common_options(const FullyShardedOptions& o) {
   if (o.compute_dtype && !c10::isFloatingType(*o.compute_dtype))
     throw InvalidArgument(fmt::format("FullyShardedModel: compute_dtype {} is not a floating type",
                                       c10::toString(*o.compute_dtype)));
+  if (o.reduce_dtype && !c10::isFloatingType(*o.reduce_dtype))
+    throw InvalidArgument(fmt::format(
+        "FullyShardedModel: reduce_dtype {} is not a floating type (kBFloat16 or kHalf compress "
+        "the gradient reduce-scatter)", c10::toString(*o.reduce_dtype)));
+}
+
+std::optional<::torch::ScalarType> fsdp_reduce_dtype(lockstep::torch::Compression compression) {
+  using lockstep::torch::Compression;
+  switch (compression) {
+    case Compression::kNone: return std::nullopt;
+    case Compression::kFp16: return ::torch::kHalf;
+    case Compression::kBf16: return ::torch::kBFloat16;
+    case Compression::kPowerSGD:
+    case Compression::kOneBit:
+    case Compression::kOneBitAdam:
+    case Compression::kOneBitLamb: break;
+  }
+  const char* scheme = compression == Compression::kPowerSGD ? "PowerSGD"
+                       : compression == Compression::kOneBit ? "1-bit"
+                       : compression == Compression::kOneBitAdam ? "1-bit Adam"
+                                                                 : "1-bit LAMB";
+  throw InvalidArgument(fmt::format(
+      "FullyShardedModel: {} compression does not work with sharding (it compresses whole "
+      "gradients or momenta, and each rank holds only its segment); use "
+      "FullyShardedOptions::reduce_dtype = kBFloat16 or kHalf, or DistributedOptimizer with {} "
+      "on whole replicas", scheme, scheme));
 }
 
 std::string FullyShardedModel::Impl::layout_line() const {
-  return fmt::format("granularity={} compute_dtype={}", element ? "element" : "tensor",
-                     options->compute_dtype ? c10::toString(*options->compute_dtype) : "-");
+  return fmt::format("granularity={} compute_dtype={} reduce_dtype={}",
+                     element ? "element" : "tensor",
+                     options->compute_dtype ? c10::toString(*options->compute_dtype) : "-",
+                     options->reduce_dtype ? c10::toString(*options->reduce_dtype) : "-");
 }
 
 // Every parameter: contiguous, floating, requiring grad, of the first one's

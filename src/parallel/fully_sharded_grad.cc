@@ -86,12 +86,23 @@ void FullyShardedModel::Impl::on_gradient(int param) {
   if (++unit.ready == static_cast<int>(unit.params.size())) send(unit_of[param]);
 }
 
+// pass_shard may be in reduce_dtype; the sum over passes is in the masters'.
 void FullyShardedModel::Impl::accumulate(Unit& unit, const Tensor& pass_shard) {
   ::torch::NoGradGuard no_grad;
   if (unit.grad_shard.defined())
     unit.grad_shard.add_(pass_shard);
   else
-    unit.grad_shard = pass_shard;
+    unit.grad_shard = pass_shard.scalar_type() == dtype ? pass_shard : pass_shard.to(dtype);
+}
+
+// What the reduce-scatter sends. Without reduce_dtype: the flat gradient in
+// the masters' dtype, averaged by the collective. With it: divided by n
+// first (one rounding, DistributedOptimizer's order: the half-precision sum
+// stays in range), then summed.
+Tensor FullyShardedModel::Impl::wire_gradient(const Tensor& grad_full) const {
+  const Tensor wide = grad_full.scalar_type() == dtype ? grad_full : grad_full.to(dtype);
+  if (!options->reduce_dtype) return wide;
+  return (n == 1 ? wide : wide / n).to(*options->reduce_dtype);
 }
 
 void FullyShardedModel::Impl::land_reduce() {
@@ -122,10 +133,10 @@ void FullyShardedModel::Impl::send(int u) {
   }
   for (int p : unit.params) params[p].mutable_grad() = Tensor();
   land_reduce();
-  // Mixed precision: averaged (and summed over passes) in the masters' dtype.
-  const Tensor grad = unit.grad_full.scalar_type() == dtype ? unit.grad_full
-                                                            : unit.grad_full.to(dtype);
-  Tensor pass_shard = ::torch::empty({unit.layout.shard}, unit.full.options().dtype(dtype));
+  // Mixed precision: averaged in the masters' dtype (or reduce_dtype), summed
+  // over passes in the masters'.
+  const Tensor grad = wire_gradient(unit.grad_full);
+  Tensor pass_shard = ::torch::empty({unit.layout.shard}, grad.options());
   if (n == 1) {
     pass_shard.copy_(grad);
     accumulate(unit, pass_shard);
@@ -133,7 +144,8 @@ void FullyShardedModel::Impl::send(int u) {
     unit.incoming = pass_shard;
     unit.reducing = lt::reduce_scatter_into_async(
         grad, pass_shard, fmt::format("{}.rs.{}", options->name, unit.tag),
-        {.op = lt::ReduceOp::kAverage, .process_set = options->group.id()});
+        {.op = options->reduce_dtype ? lt::ReduceOp::kSum : lt::ReduceOp::kAverage,
+         .process_set = options->group.id()});
     reducing_unit = u;
   }
   unit.grad_full = Tensor();
@@ -145,19 +157,30 @@ void FullyShardedModel::Impl::finish_gradients() {
   LOCKSTEP_DCHECK(!pass_open, "FullyShardedModel: gradients finished inside a backward pass");
   if (passes == 0) end_pass();  // no backward reached the model on this rank: zeros
   land_reduce();
-  if (options->replicate && options->replicate->size() > 1) {  // HSDP: average the replicas
-    std::vector<Tensor> shards;
-    std::vector<std::string> tags;
-    for (auto& unit : units)
-      if (!unit.params.empty()) {
-        shards.push_back(unit.grad_shard);
-        tags.push_back(fmt::format("{}.replicas.{}", options->name, unit.tag));
-      }
-    lt::grouped_allreduce_async_(shards, tags, {.op = lt::ReduceOp::kAverage,
-                                                .process_set = options->replicate->id()})
-        .wait();
-  }
+  if (options->replicate && options->replicate->size() > 1) average_replicas();
   reduced = true;
+}
+
+// HSDP: the segments averaged across the replicas, in reduce_dtype when set
+// (divided first, summed, cast back, as the reduce-scatter does).
+void FullyShardedModel::Impl::average_replicas() {
+  const int r = options->replicate->size();
+  const auto wire = options->reduce_dtype;
+  std::vector<Tensor> shards;
+  std::vector<std::string> tags;
+  for (auto& unit : units)
+    if (!unit.params.empty()) {
+      shards.push_back(wire ? (unit.grad_shard / r).to(*wire) : unit.grad_shard);
+      tags.push_back(fmt::format("{}.replicas.{}", options->name, unit.tag));
+    }
+  const auto op = wire ? lt::ReduceOp::kSum : lt::ReduceOp::kAverage;
+  lt::grouped_allreduce_async_(shards, tags, {.op = op, .process_set = options->replicate->id()})
+      .wait();
+  if (!wire) return;
+  ::torch::NoGradGuard no_grad;
+  size_t i = 0;
+  for (auto& unit : units)
+    if (!unit.params.empty()) unit.grad_shard.copy_(shards[i++]);
 }
 
 Tensor FullyShardedModel::Impl::piece_grad(size_t i) const {

@@ -136,6 +136,9 @@ struct FullyShardedModel::Impl {
   void send(int unit);
   void land_reduce();
   void accumulate(Unit& unit, const ::torch::Tensor& pass_shard);
+  // The flat gradient as the reduce-scatter sends it (reduce_dtype).
+  ::torch::Tensor wire_gradient(const ::torch::Tensor& grad_full) const;
+  void average_replicas();  // HSDP, in finish_gradients()
   // Every pass's reduce-scatters landed, summed, and averaged across the
   // replicas (HSDP); idempotent until step(). Collective.
   void finish_gradients();

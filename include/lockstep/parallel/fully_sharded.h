@@ -56,6 +56,19 @@
 // it before the reduce-scatter (so they are averaged at full precision).
 // Checkpoints hold the master values.
 //
+// Gradient compression (reduce_dtype, PyTorch FSDP's
+// MixedPrecision(reduce_dtype=...); data parallelism's Compression::kFp16 /
+// kBf16): each rank divides its flat gradient by the group size, casts it to
+// reduce_dtype, the reduce-scatter sums in it and the segment is cast back to
+// the masters' dtype (summed there over micro-batches); HSDP's replica
+// average travels in it too. The gradient bytes on the wire halve (from f32);
+// the price is one rounding of each rank's share and of the sum to 8 (bf16)
+// or 11 (fp16) significant bits, what DistributedOptimizer with kBf16/kFp16
+// pays. Unlike PyTorch, reduce_dtype does not follow compute_dtype: unset,
+// gradients are averaged in the masters' dtype. fp16 needs the averaged
+// gradients to stay under 65504 (no loss scaling here). PowerSGD and 1-bit
+// schemes are not available with sharding (fsdp_reduce_dtype() names them).
+//
 // CPU offload (offload_optimizer): the shards that the optimizer steps and its
 // state live in host memory (pinned), the gradient shard is copied there
 // before the step and the updated shard back to the device after it. For
@@ -150,6 +163,9 @@ struct FullyShardedOptions {
   bool offload_optimizer = false;  // shards and optimizer state in host memory
   // Mixed precision: gather and compute in this dtype (masters keep theirs).
   std::optional<::torch::ScalarType> compute_dtype = std::nullopt;
+  // Gradient compression: the reduce-scatter (and HSDP's replica average)
+  // in this floating dtype, kBFloat16 or kHalf (see above). Unset: masters'.
+  std::optional<::torch::ScalarType> reduce_dtype = std::nullopt;
   Group group{};                   // the ranks that shard the model (default: every rank)
   std::optional<Group> replicate = std::nullopt;  // HSDP: replicas of the sharded model
   std::string name = "fsdp";       // collective-name prefix
@@ -271,6 +287,12 @@ template <typename ModuleType>
 FullyShardedUnit fsdp_unit(ModuleType module) {
   return FullyShardedUnit(std::move(module));
 }
+
+// The reduce_dtype of DistributedOptimizer's wire compression: kFp16 ->
+// kHalf, kBf16 -> kBFloat16, kNone -> nullopt. PowerSGD and the 1-bit
+// schemes throw InvalidArgument naming the scheme (they replace the
+// allreduce of whole gradients, which a sharded model never holds).
+std::optional<::torch::ScalarType> fsdp_reduce_dtype(lockstep::torch::Compression compression);
 
 // World-size-independent checkpoints of a fully sharded model: the file is
 // lockstep::torch::save_checkpoint's for the whole model and optimizer, so
