@@ -144,8 +144,17 @@ Engine::Engine(std::unique_ptr<comm::Communicator> comm, EngineConfig config)
   }
   impl_->ctx.flight->set_members(0, all);
   std::vector<std::vector<int>> static_sets;  // all checked before any starts
-  for (const auto& ranks : impl_->ctx.config.process_sets)
+  for (const auto& ranks : impl_->ctx.config.process_sets) {
     static_sets.push_back(detail::checked_set_ranks(ranks, impl_->world.size));
+    // Two ids for one membership (Horovod refuses it too): every config is
+    // the same on every rank, so every rank throws alike.
+    auto first = std::find(static_sets.begin(), static_sets.end() - 1, static_sets.back());
+    if (first != static_sets.end() - 1)
+      throw InvalidArgument(fmt::format(
+          "EngineConfig::process_sets: sets {} and {} both have ranks {}; list each set once "
+          "(process sets are identified by their ranks)", first - static_sets.begin() + 1,
+          static_sets.size(), fmt::join(static_sets.back(), ",")));
+  }
   for (const auto& ranks : static_sets) impl_->add_set(ranks, *comm);
   auto global_worker = std::make_shared<ProcessSetWorker>(0, all, std::move(comm), impl_->ctx);
   MutexLock lock(impl_->mu);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <cfloat>
+#include <cmath>
 #include <span>
 
 #include "lockstep/base/error.h"
@@ -11,8 +13,11 @@
 namespace lockstep::torch {
 namespace {
 
-// Horovod's guard: a vector this small keeps coefficient 1.
-constexpr double kNormFloor = 1e-8;
+// Horovod's guard (horovod/common/ops/adasum/adasum.h, sqrt(DBL_MIN)): a
+// vector whose squared norm is below it keeps coefficient 1, which only
+// guards against dividing by a zero or underflowed norm. A larger floor (lockstep had 1e-8)
+// adds tiny but representable gradients where Adasum averages them.
+const double kNormFloor = std::sqrt(DBL_MIN);
 
 // out = adasum(a, b), elementwise over doubles; sequential, hence the same
 // bits on every rank.

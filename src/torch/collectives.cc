@@ -132,8 +132,8 @@ engine::OpOptions op_options_for(const ::torch::Tensor& input, int process_set) 
   if (t.layout() != ::torch::kStrided)
     throw InvalidArgument(fmt::format(
         "lockstep::torch::{}: {} tensors are not supported by collectives (they need a strided "
-        "layout); pass tensor.to_dense(), or allgather the indices and values of a sparse "
-        "gradient", op, t.is_sparse() ? "sparse" : "non-strided (sparse CSR, mkldnn)"));
+        "layout); pass tensor.to_dense(), or reduce a sparse COO tensor with "
+        "lockstep::torch::sparse_allreduce", op, t.is_sparse() ? "sparse" : "non-strided (sparse CSR, mkldnn)"));
   to_comm_dtype(t.scalar_type());
   if (on_device_path(t)) return t.contiguous();
   if (t.is_cuda()) {
@@ -277,6 +277,11 @@ void TensorHandle::wait() {
 ::torch::Tensor TensorHandle::result() {
   wait();
   return result_ ? *result_ : ::torch::Tensor();
+}
+
+std::vector<int64_t> TensorHandle::received_splits() {
+  wait();
+  return handle_.received_splits();
 }
 
 // ---- allreduce

@@ -144,13 +144,17 @@ struct BroadcastFn : ::torch::autograd::Function<BroadcastFn> {
 };
 
 struct AlltoallFn : ::torch::autograd::Function<AlltoallFn> {
+  // `received`, when given, gets the rows received from each member.
   static Tensor forward(AutogradContext* ctx, const Tensor& tensor, std::vector<int64_t> splits,
-                        std::string name, int process_set) {
+                        std::string name, int process_set, std::vector<int64_t>* received) {
     ctx->saved_data["name"] = name;
     ctx->saved_data["set"] = static_cast<int64_t>(process_set);
     ctx->saved_data["splits"] = splits;
     ctx->saved_data["shape"] = tensor.sizes().vec();
-    return alltoall_async(tensor, std::move(splits), std::move(name), process_set).result();
+    TensorHandle handle = alltoall_async(tensor, std::move(splits), std::move(name), process_set);
+    Tensor out = handle.result();
+    if (received) *received = handle.received_splits();
+    return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const std::string& name = ctx->saved_data["name"].toStringRef();
@@ -167,7 +171,7 @@ struct AlltoallFn : ::torch::autograd::Function<AlltoallFn> {
     std::vector<int64_t> back(received.data_ptr<int64_t>(),
                               received.data_ptr<int64_t>() + received.numel());
     Tensor grad = alltoall_async(grads[0], back, grad_name(name), set).result();
-    return {grad.reshape(shape), Tensor(), Tensor(), Tensor()};
+    return {grad.reshape(shape), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -221,8 +225,22 @@ Tensor broadcast(const Tensor& tensor, int root, std::string name, int process_s
 Tensor alltoall(const Tensor& tensor, std::vector<int64_t> splits, std::string name,
                 int process_set) {
   if (records_graph(tensor))
-    return AlltoallFn::apply(tensor, std::move(splits), std::move(name), process_set);
+    return AlltoallFn::apply(tensor, std::move(splits), std::move(name), process_set, nullptr);
   return alltoall_async(tensor, std::move(splits), std::move(name), process_set).result();
+}
+
+AlltoallResult alltoall_with_splits(const Tensor& tensor, std::vector<int64_t> splits,
+                                    std::string name, int process_set) {
+  AlltoallResult r;
+  if (records_graph(tensor)) {
+    r.output = AlltoallFn::apply(tensor, std::move(splits), std::move(name), process_set,
+                                 &r.received_splits);
+    return r;
+  }
+  TensorHandle handle = alltoall_async(tensor, std::move(splits), std::move(name), process_set);
+  r.output = handle.result();
+  r.received_splits = handle.received_splits();
+  return r;
 }
 
 Tensor reduce_scatter(const Tensor& tensor, std::string name, ReduceScatterOptions options) {

@@ -335,6 +335,10 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
   ::torch::NoGradGuard no_grad;
   ::torch::Tensor& grad = slot.param.mutable_grad();
   if (!grad.defined()) grad = ::torch::zeros_like(slot.param);  // contributes zeros
+  // A sparse gradient (Embedding with sparse(true)) travels dense, as with
+  // Horovod's sparse_as_dense=True: every scheme below sums or compresses
+  // dense tensors in place, and ranks' index sets differ.
+  if (grad.is_sparse()) grad = grad.to_dense();
   if (options_.compression == Compression::kNone ||
       detail::compresses_momentum(options_.compression) ||
       detail::replaces_allreduce(options_.compression))

@@ -3,8 +3,9 @@
 //
 // Two gradients a and b combine as
 //   adasum(a, b) = (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2)) b
-// (a coefficient stays 1 when its vector's squared norm is below 1e-8, as in
-// Horovod): parallel gradients are averaged, orthogonal ones added, so the
+// (a coefficient stays 1 when its vector's squared norm is below
+// sqrt(DBL_MIN) ~ 1.5e-154, as in Horovod: only a zero or underflowed norm
+// is guarded): parallel gradients are averaged, orthogonal ones added, so the
 // learning rate of one worker stays right as workers are added. Ranks combine
 // pairwise in a binary tree over rank order: with 4 ranks
 // adasum(adasum(g0, g1), adasum(g2, g3)), Horovod's recursive doubling. A

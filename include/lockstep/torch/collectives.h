@@ -70,6 +70,9 @@ class TensorHandle {
   void wait();
   // wait(), then the result tensor.
   ::torch::Tensor result();
+  // wait(), then, for an alltoall, how many dim-0 rows came from each member
+  // of the set (empty for other operations).
+  std::vector<int64_t> received_splits();
 
  private:
   engine::Handle handle_;
@@ -133,6 +136,16 @@ TensorHandle alltoall_async(const ::torch::Tensor& tensor, std::vector<int64_t> 
                             std::string name = {}, int process_set = 0);
 ::torch::Tensor alltoall(const ::torch::Tensor& tensor, std::vector<int64_t> splits = {},
                          std::string name = {}, int process_set = 0);
+// Horovod's `output, received_splits = hvd.alltoall(tensor, splits)`: the
+// rows received and how many came from each member (differentiable as
+// alltoall).
+struct AlltoallResult {
+  ::torch::Tensor output;
+  std::vector<int64_t> received_splits;
+};
+AlltoallResult alltoall_with_splits(const ::torch::Tensor& tensor,
+                                    std::vector<int64_t> splits = {}, std::string name = {},
+                                    int process_set = 0);
 
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kAverage;
@@ -148,6 +161,28 @@ TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string nam
 // Into the caller's `output`, as allgather_into_async.
 TensorHandle reduce_scatter_into_async(const ::torch::Tensor& tensor, ::torch::Tensor output,
                                        std::string name = {}, ReduceScatterOptions options = {});
+
+// Horovod's grouped_allgather / grouped_reducescatter: every tensor of the
+// list is submitted before the first is waited on (one name each, so the
+// engine negotiates and fuses them in the same cycles); returns the results
+// in order. Each is differentiable as its single-tensor form. Unlike
+// grouped_allreduce the engine does not negotiate them atomically as one
+// group: each name is matched across ranks on its own.
+std::vector<::torch::Tensor> grouped_allgather(const std::vector<::torch::Tensor>& tensors,
+                                               std::vector<std::string> names,
+                                               int process_set = 0);
+std::vector<::torch::Tensor> grouped_reduce_scatter(const std::vector<::torch::Tensor>& tensors,
+                                                    std::vector<std::string> names,
+                                                    ReduceScatterOptions options = {});
+
+// Horovod's sparse_allreduce (hvd.allreduce of a sparse COO tensor): an
+// allgather of every member's indices ("<name>.indices") and values
+// ("<name>.values"); the result has the input's sizes and is NOT coalesced
+// (an index held by several ranks appears once per rank, as in Horovod;
+// coalesce() sums them). kAverage divides the values by the set size; only
+// kSum and kAverage (InvalidArgument otherwise). Not differentiable.
+::torch::Tensor sparse_allreduce(const ::torch::Tensor& tensor, std::string name,
+                                 ReduceOp op = ReduceOp::kAverage, int process_set = 0);
 
 void barrier();
 // Uneven data: this rank has no more batches. Until every rank joined, the
