@@ -11,10 +11,10 @@
 // AdamW on the shards, fsdp.clip_grad_norm every step, --accumulate
 // micro-batches (backwards) per step, TensorBoard scalars from rank 0.
 // docs/parallelism.md, "A GPT with FSDP (examples/gpt)", has a measured run.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -49,28 +49,43 @@ struct Flags {
 };
 
 void add_flags(CLI::App& app, Flags& f) {
-  app.add_option("--text", f.text, "training text (characters are the tokens)")->capture_default_str();
-  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--text", f.text, "training text (characters are the tokens)")
+      ->capture_default_str();
+  app.add_option("--steps", f.steps, "optimizer steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--batch", f.batch, "sequences per rank per micro-batch")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--context", f.context, "sequence length")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--d-model", f.d_model, "width")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--layers", f.layers, "transformer blocks")->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--context", f.context, "sequence length")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--d-model", f.d_model, "width")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--layers", f.layers, "transformer blocks")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--heads", f.heads, "attention heads (divides --d-model)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--accumulate", f.accumulate, "micro-batches (backwards) per step")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--lr", f.lr, "AdamW peak learning rate (warm-up, then cosine to 1/10)")
       ->capture_default_str();
-  app.add_option("--clip", f.clip, "max global gradient 2-norm (0: no clipping)")->capture_default_str();
+  app.add_option("--clip", f.clip, "max global gradient 2-norm (0: no clipping)")
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "model and batch seed")->capture_default_str();
   app.add_option("--logdir", f.logdir, "TensorBoard folder (rank 0 writes; empty: none)")
       ->capture_default_str();
-  app.add_flag("--bf16,!--no-bf16", f.bf16, "compute in bf16 (f32 master weights)")->capture_default_str();
+  app.add_flag("--bf16,!--no-bf16", f.bf16, "compute in bf16 (f32 master weights)")
+      ->capture_default_str();
   app.add_flag("--checkpoint-activations", f.checkpoint_activations,
                "recompute each block's activations in backward");
   app.add_option("--log-every", f.log_every, "print every N steps (0: about 10 lines)");
-  app.add_option("--sample", f.sample, "characters rank 0 samples at the end")->capture_default_str();
+  app.add_option("--sample", f.sample, "characters rank 0 samples at the end")
+      ->capture_default_str();
 }
 
 // Linear warm-up over the first 10% (at least one step), then a cosine from
@@ -78,7 +93,8 @@ void add_flags(CLI::App& app, Flags& f) {
 double lr_at(const Flags& f, int64_t step) {
   const int64_t warmup = std::max<int64_t>(1, f.steps / 10);
   if (step < warmup) return f.lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
-  const double t = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, f.steps - warmup));
+  const double t = static_cast<double>(step - warmup) /
+                   static_cast<double>(std::max<int64_t>(1, f.steps - warmup));
   return f.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * t)));
 }
 
@@ -103,8 +119,10 @@ StepResult train_step(const Flags& f, Gpt& gpt, lp::FullyShardedModel& fsdp,
   fsdp.zero_grad();
   for (int j = 0; j < f.accumulate; ++j) {
     const uint64_t batch_seed =
-        f.seed * 1000003 + static_cast<uint64_t>((step * f.accumulate + j) * lt::size() + lt::rank());
-    auto [x, y] = lockstep::examples::gpt::random_windows(corpus.train, f.batch, f.context, batch_seed);
+        f.seed * 1000003 +
+        static_cast<uint64_t>((step * f.accumulate + j) * lt::size() + lt::rank());
+    auto [x, y] =
+        lockstep::examples::gpt::random_windows(corpus.train, f.batch, f.context, batch_seed);
     Tensor loss = loss_of(gpt, x, y) / f.accumulate;
     loss.backward();
     r.loss += loss.item<double>();
@@ -125,7 +143,8 @@ double validation_loss(Gpt& gpt, const CharCorpus& corpus, int64_t context) {
   Tensor logits = gpt(x).to(torch::kFloat32);
   Tensor sum = F::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}),
                                 F::CrossEntropyFuncOptions().reduction(torch::kSum));
-  auto t = torch::stack({sum.to(torch::kFloat64), torch::tensor(static_cast<double>(y.numel()), torch::kFloat64)});
+  auto t = torch::stack(
+      {sum.to(torch::kFloat64), torch::tensor(static_cast<double>(y.numel()), torch::kFloat64)});
   t = lt::allreduce(t, "gpt.val", {.op = lockstep::comm::ReduceOp::kSum});
   return t[0].item<double>() / t[1].item<double>();
 }
@@ -143,7 +162,8 @@ std::string sample(Gpt& gpt, const CharCorpus& corpus, const Flags& f, const std
     Tensor logits = gpt(x).to(torch::kFloat32)[0][t - 1] / 0.8;  // temperature 0.8
     ids.push_back(torch::multinomial(torch::softmax(logits, -1), 1, false, g).item<int64_t>());
   }
-  return corpus.decode(std::vector<int64_t>(ids.begin() + static_cast<int64_t>(prompt.size()), ids.end()));
+  return corpus.decode(
+      std::vector<int64_t>(ids.begin() + static_cast<int64_t>(prompt.size()), ids.end()));
 }
 
 struct Telemetry {
@@ -187,11 +207,15 @@ void train(const Flags& f, Gpt& gpt, lp::FullyShardedModel& fsdp, const CharCorp
 void train_and_sample(const Flags& f) {
   const CharCorpus corpus = CharCorpus::load(f.text, f.context);
   if (f.d_model % f.heads != 0)
-    throw lockstep::InvalidArgument(fmt::format(
-        "lockstep-gpt: --heads {} does not divide --d-model {}; pick a divisor", f.heads, f.d_model));
+    throw lockstep::InvalidArgument(
+        fmt::format("lockstep-gpt: --heads {} does not divide --d-model {}; pick a divisor",
+                    f.heads, f.d_model));
   torch::manual_seed(f.seed);  // the same model everywhere (rank 0's is broadcast anyway)
-  Gpt gpt(GptConfig{.vocab = corpus.vocab_size(), .context = f.context, .d_model = f.d_model,
-                    .layers = f.layers, .heads = f.heads,
+  Gpt gpt(GptConfig{.vocab = corpus.vocab_size(),
+                    .context = f.context,
+                    .d_model = f.d_model,
+                    .layers = f.layers,
+                    .heads = f.heads,
                     .checkpoint_activations = f.checkpoint_activations});
   int64_t params = 0;
   for (const auto& p : gpt->parameters()) params += p.numel();
@@ -201,11 +225,12 @@ void train_and_sample(const Flags& f) {
   Telemetry tb;
   if (lt::rank() == 0 && !f.logdir.empty()) tb.events.emplace(f.logdir);
   if (lt::rank() == 0)
-    fmt::print("lockstep-gpt: {} parameters ({} FSDP units + root), vocabulary {}, {} train / {} "
-               "validation characters, {} ranks x {} sequences x {} micro-batches of {}, {}{}\n",
-               params, fsdp.units() - 1, corpus.vocab_size(), corpus.train.size(0),
-               corpus.val.size(0), lt::size(), f.batch, f.accumulate, f.context,
-               f.bf16 ? "bf16" : "f32", f.checkpoint_activations ? ", activation checkpointing" : "");
+    fmt::print(
+        "lockstep-gpt: {} parameters ({} FSDP units + root), vocabulary {}, {} train / {} "
+        "validation characters, {} ranks x {} sequences x {} micro-batches of {}, {}{}\n",
+        params, fsdp.units() - 1, corpus.vocab_size(), corpus.train.size(0), corpus.val.size(0),
+        lt::size(), f.batch, f.accumulate, f.context, f.bf16 ? "bf16" : "f32",
+        f.checkpoint_activations ? ", activation checkpointing" : "");
   const double initial = validation_loss(gpt, corpus, f.context);
   train(f, gpt, fsdp, corpus, tb);
   const double final_loss = validation_loss(gpt, corpus, f.context);
@@ -228,7 +253,8 @@ int run(const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"A character-level GPT trained with FSDP (run it with: lockstep run -np 2 lockstep-gpt)"};
+  CLI::App app{
+      "A character-level GPT trained with FSDP (run it with: lockstep run -np 2 lockstep-gpt)"};
   Flags flags;
   add_flags(app, flags);
   CLI11_PARSE(app, argc, argv);

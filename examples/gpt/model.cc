@@ -62,8 +62,9 @@ GptImpl::GptImpl(const GptConfig& c) : config(c) {
   for (int64_t i = 0; i < c.layers; ++i) {
     // Checkpointed inside the unit: the replay in backward runs while the
     // unit is gathered again (the unit's boundary gathers it first).
-    auto unit = c.checkpoint_activations ? lp::fsdp_unit(lp::Checkpointed(Block(c.d_model, c.heads)))
-                                         : lp::fsdp_unit(Block(c.d_model, c.heads));
+    auto unit = c.checkpoint_activations
+                    ? lp::fsdp_unit(lp::Checkpointed(Block(c.d_model, c.heads)))
+                    : lp::fsdp_unit(Block(c.d_model, c.heads));
     blocks.push_back(register_module(fmt::format("h{}", i), unit));
   }
   ln_f = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({c.d_model})));

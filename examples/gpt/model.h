@@ -39,7 +39,10 @@ struct TokenEmbeddingImpl : ::torch::nn::Module {
   ::torch::nn::Embedding tok{nullptr};
   ::torch::Tensor pos;
 };
-class TokenEmbedding : public ::torch::nn::ModuleHolder<TokenEmbeddingImpl> {  // TORCH_MODULE, spelled out
+// The holders are TORCH_MODULE spelled out: inside lockstep::, the macro's
+// torch::nn names lockstep::torch::nn (see GhostBatchNorm's holders).
+class TokenEmbedding
+    : public ::torch::nn::ModuleHolder<TokenEmbeddingImpl> {  // TORCH_MODULE, spelled out
  public:
   using ::torch::nn::ModuleHolder<TokenEmbeddingImpl>::ModuleHolder;
   using Impl = TokenEmbeddingImpl;
@@ -51,7 +54,8 @@ struct CausalSelfAttentionImpl : ::torch::nn::Module {
   int64_t heads;
   ::torch::nn::Linear qkv{nullptr}, proj{nullptr};
 };
-class CausalSelfAttention : public ::torch::nn::ModuleHolder<CausalSelfAttentionImpl> {  // TORCH_MODULE, spelled out
+class CausalSelfAttention
+    : public ::torch::nn::ModuleHolder<CausalSelfAttentionImpl> {  // TORCH_MODULE, spelled out
  public:
   using ::torch::nn::ModuleHolder<CausalSelfAttentionImpl>::ModuleHolder;
   using Impl = CausalSelfAttentionImpl;
@@ -77,9 +81,9 @@ struct GptImpl : ::torch::nn::Module {
   // dtype (cast them for the loss).
   ::torch::Tensor forward(const ::torch::Tensor& ids);
   GptConfig config;
-  lockstep::parallel::FullyShardedUnit wte{nullptr};  // TokenEmbedding, also the head
+  lockstep::parallel::FullyShardedUnit wte{nullptr};         // TokenEmbedding, also the head
   std::vector<lockstep::parallel::FullyShardedUnit> blocks;  // h0, h1, ...
-  ::torch::nn::LayerNorm ln_f{nullptr};               // the root unit
+  ::torch::nn::LayerNorm ln_f{nullptr};                      // the root unit
 };
 class Gpt : public ::torch::nn::ModuleHolder<GptImpl> {  // TORCH_MODULE, spelled out
  public:

@@ -15,9 +15,10 @@ using ::torch::Tensor;
 CharCorpus CharCorpus::load(const std::string& path, int64_t context) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw InvalidArgument(fmt::format("lockstep-gpt: cannot read --text '{}'; give a readable "
-                                      "text file (the default ships with Debian's base-files)",
-                                      path));
+    throw InvalidArgument(
+        fmt::format("lockstep-gpt: cannot read --text '{}'; give a readable "
+                    "text file (the default ships with Debian's base-files)",
+                    path));
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   const auto n = static_cast<int64_t>(text.size());
   const int64_t val_begin = n * 9 / 10;
@@ -66,8 +67,7 @@ std::pair<Tensor, Tensor> random_windows(const Tensor& tokens, int64_t rows, int
   return {w.narrow(1, 0, context), w.narrow(1, 1, context)};
 }
 
-std::pair<Tensor, Tensor> split_windows(const Tensor& tokens, int64_t context, int rank,
-                                        int size) {
+std::pair<Tensor, Tensor> split_windows(const Tensor& tokens, int64_t context, int rank, int size) {
   const int64_t windows = (tokens.size(0) - 1) / context;
   Tensor mine = ::torch::arange(rank, windows, size);
   Tensor index = mine.unsqueeze(1) * context + ::torch::arange(context + 1).unsqueeze(0);

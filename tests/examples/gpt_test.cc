@@ -44,7 +44,8 @@ std::string run_gpt(const fs::path& dir, const std::string& flags) {
 std::vector<double> numbers_after(const std::string& text, const std::string& label) {
   std::vector<double> values;
   const std::regex re(label + " ([0-9.]+)");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it)
     values.push_back(std::stod((*it)[1].str()));
   return values;
 }
@@ -52,7 +53,8 @@ std::vector<double> numbers_after(const std::string& text, const std::string& la
 std::string event_file(const fs::path& dir) {
   if (!fs::is_directory(dir)) return "";
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) return e.path().string();
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0)
+      return e.path().string();
   return "";
 }
 
