@@ -97,6 +97,7 @@ std::string newest_checkpoint_dir(const std::string& root) {
 
 bool load_checkpoint_dir(const std::string& root, ::torch::nn::Module& module,
                          ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
+  lt::detail::require_whole_state(module, "load_checkpoint_dir", root);
   return detail::ckdir::load(root, module, optimizer, progress);
 }
 

@@ -218,6 +218,8 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::save(const ::torch::nn::Module& module,
                             const ::torch::optim::Optimizer& optimizer,
                             const lt::TrainingProgress& progress) {
+  // A sharded model through the whole-model overload: named, nothing written.
+  lt::detail::require_whole_state(module, "CheckpointWriter::save", impl_->root);
   impl_->save(module, optimizer, progress);
 }
 

@@ -84,18 +84,19 @@ void require_whole(const ::torch::nn::Module& module, const char* call, const st
 // A parameter whose memory is not there (a FullyShardedModel releases its
 // units between uses): saving it would write an empty tensor that fails only
 // at resume, maybe days later.
-void require_materialized(const ::torch::nn::Module& module, const std::string& path) {
-  require_whole(module, "save_checkpoint", path);
+void require_materialized(const ::torch::nn::Module& module, const char* call,
+                          const std::string& path) {
   for (const auto& item : module.named_parameters()) {
     const ::torch::Tensor& p = item.value();
     if (!p.defined() || p.numel() == 0 || p.is_sparse()) continue;
     const auto needed = static_cast<size_t>(p.storage_offset() + p.numel()) * p.element_size();
     if (p.has_storage() && p.storage().nbytes() >= needed) continue;
     throw InvalidArgument(fmt::format(
-        "save_checkpoint {}: parameter '{}' holds no memory: the model is held by a "
-        "FullyShardedModel, which keeps only this rank's shard; save it with "
-        "lockstep::parallel::save_checkpoint(path, fsdp, optimizer, progress) (every rank)",
-        path, item.key()));
+        "{} {}: parameter '{}' holds no memory: the model is held by a FullyShardedModel, "
+        "which keeps only this rank's shard; pass the FullyShardedModel instead: "
+        "lockstep::parallel::save_checkpoint/load_checkpoint(path, fsdp, optimizer, progress), "
+        "or CheckpointWriter::save(fsdp, ...)/load_checkpoint_dir(root, fsdp, ...) (every rank)",
+        call, path, item.key()));
   }
 }
 
@@ -133,7 +134,7 @@ uint64_t remove_stale_temporary_files(const std::string& path) {
 
 void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
                      const ::torch::optim::Optimizer& optimizer, const TrainingProgress& progress) {
-  require_materialized(module, path);
+  detail::require_whole_state(module, "save_checkpoint", path);
   if (rank() != 0) return;
   ::torch::serialize::OutputArchive archive, model, optim;
   module.save(model);
@@ -272,6 +273,12 @@ std::string file_kind(const std::string& bytes) {
 }
 
 namespace detail {
+
+void require_whole_state(const ::torch::nn::Module& module, const char* call,
+                         const std::string& path) {
+  require_whole(module, call, path);
+  require_materialized(module, call, path);
+}
 
 bool load_checkpoint_checked(const std::string& path, ::torch::nn::Module& module,
                              ::torch::optim::Optimizer& optimizer, TrainingProgress& progress,

@@ -52,8 +52,18 @@ TEST(ShardedCheckpointCheck, FsdpThroughTheDataParallelSaveIsRefusedAndWritesNot
     fsdp_step(fsdp, adam, 0);
     EXPECT_THAT([&] { lt::save_checkpoint(path, fsdp.wrapped(), adam, {}); },
                 ::testing::ThrowsMessage<InvalidArgument>(
-                    HasSubstr("lockstep::parallel::save_checkpoint(path, fsdp")));
+                    HasSubstr("pass the FullyShardedModel instead")));
     EXPECT_FALSE(std::filesystem::exists(path));
+    // The checkpoint directory's whole-model overloads refuse it the same way.
+    const std::string root = path + ".dir";
+    CheckpointWriter writer(root);
+    EXPECT_THAT([&] { writer.save(fsdp.wrapped(), adam, {}); },
+                ::testing::ThrowsMessage<InvalidArgument>(
+                    HasSubstr("CheckpointWriter::save(fsdp, ...)")));
+    lt::TrainingProgress progress;
+    EXPECT_THAT([&] { load_checkpoint_dir(root, fsdp.wrapped(), adam, progress); },
+                ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("load_checkpoint_dir")));
+    EXPECT_EQ(newest_checkpoint_dir(root), "");
     fsdp_step(fsdp, adam, 1);  // the model is fine
   });
 }

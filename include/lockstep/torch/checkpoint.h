@@ -52,6 +52,13 @@ bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
 std::string file_kind(const std::string& bytes);
 
 namespace detail {
+// Throws InvalidArgument, naming `call`, `path` and the call that does save
+// such a model, for a module that is not whole on this rank: one holding a
+// PartialState layer (tensor parallel) or parameters without memory (held
+// by a FullyShardedModel). Every call that reads or writes a module's whole
+// tensors from one rank's copy asks this first.
+void require_whole_state(const ::torch::nn::Module& module, const char* call,
+                         const std::string& path);
 // load_checkpoint with the check's options (the layout-independent
 // checkpoints of lockstep/parallel load into placeholders of the whole
 // model's shapes).
