@@ -88,10 +88,10 @@ std::optional<::torch::ScalarType> fsdp_reduce_dtype(lockstep::torch::Compressio
                        : compression == Compression::kOneBitAdam ? "1-bit Adam"
                                                                  : "1-bit LAMB";
   throw InvalidArgument(fmt::format(
-      "FullyShardedModel: {} compression does not work with sharding (it compresses whole "
-      "gradients or momenta, and each rank holds only its segment); use "
-      "FullyShardedOptions::reduce_dtype = kBFloat16 or kHalf, or DistributedOptimizer with {} "
-      "on whole replicas", scheme, scheme));
+      "{} compression does not work with sharding (FullyShardedModel, ShardedOptimizer: it "
+      "compresses whole gradients or momenta, and each rank reduces only its segment); use "
+      "reduce_dtype = kBFloat16 or kHalf, or DistributedOptimizer with {} on whole replicas",
+      scheme, scheme));
 }
 
 std::string FullyShardedModel::Impl::layout_line() const {

@@ -62,9 +62,13 @@ Tensor ShardedOptimizer::Impl::pack_gradients(const Bucket& b, bool release) {
 
 void ShardedOptimizer::Impl::send(int bucket, const ShardedOptimizerOptions& o, bool release) {
   Bucket& b = buckets[bucket];
-  b.in_flight = lt::reduce_scatter_async(pack_gradients(b, release),
-                                         fmt::format("{}.rs.{}", o.name, bucket),
-                                         {.op = lt::ReduceOp::kAverage, .process_set = o.group.id()});
+  // reduce_dtype: divided first (DistributedOptimizer's kBf16/kFp16 order), summed.
+  Tensor flat = pack_gradients(b, release);
+  if (o.reduce_dtype) flat = (flat / n).to(*o.reduce_dtype);
+  b.in_flight = lt::reduce_scatter_async(
+      flat, fmt::format("{}.rs.{}", o.name, bucket),
+      {.op = o.reduce_dtype ? lt::ReduceOp::kSum : lt::ReduceOp::kAverage,
+       .process_set = o.group.id()});
   b.sent = true;
 }
 
@@ -115,6 +119,10 @@ namespace {
 void validate(const ShardedOptimizerOptions& o, const ::torch::optim::Optimizer& optimizer) {
   if (o.stage != 1 && o.stage != 2)
     throw InvalidArgument(fmt::format("ShardedOptimizer: stage={} must be 1 or 2", o.stage));
+  if (o.reduce_dtype && !c10::isFloatingType(*o.reduce_dtype))
+    throw InvalidArgument(fmt::format(
+        "ShardedOptimizer: reduce_dtype {} is not a floating type (kBFloat16 or kHalf compress "
+        "the gradient reduce-scatter)", c10::toString(*o.reduce_dtype)));
   if (o.backward_passes_per_step < 1)
     throw InvalidArgument(fmt::format("ShardedOptimizer: backward_passes_per_step={} must be >= 1",
                                       o.backward_passes_per_step));
@@ -264,7 +272,7 @@ void ShardedOptimizer::step() {
     for (size_t b = 0; b < m.buckets.size(); ++b)
       if (!m.buckets[b].sent) m.send(static_cast<int>(b), options_, options_.stage == 2);
     for (auto& b : m.buckets) {
-      b.grad_shard = b.in_flight.result();
+      b.grad_shard = b.in_flight.result().to(m.dtype);  // from reduce_dtype
       b.in_flight = {};
       // What the reduce-scatter returns is the shard bind_pieces sliced.
       LOCKSTEP_DCHECK_EQ(b.grad_shard.numel(), b.layout.shard, "ZeRO gradient shard");

@@ -3,8 +3,9 @@
 // kFp16 on whole replicas: bitwise the same parameters after K Adam steps
 // (the rounding happens at the same places: each rank's share, then the sum), at
 // 2 ranks sharded and as HSDP (one-rank shards, two replicas); the reduce-
-// scatter's payload halves (comm::traffic); PowerSGD, 1-bit and a
-// non-floating reduce_dtype are refused by name.
+// scatter's payload halves (comm::traffic); ShardedOptimizer (ZeRO-1/2)
+// with reduce_dtype likewise bitwise; PowerSGD, 1-bit and a non-floating
+// reduce_dtype are refused by name.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 
@@ -134,6 +135,34 @@ void check_reduce_scatter_bytes_halve() {
                 f32, bf16, f32 - bf16, saved);
 }
 
+// ZeRO-1/2 with reduce_dtype against the same DistributedOptimizer runs.
+Tensor train_zero(Compression compression, int stage) {
+  auto model = make_model();
+  ::torch::optim::Adam adam(model->parameters(), 0.01);
+  ShardedOptimizer zero(adam, *model,
+                        {.stage = stage, .reduce_dtype = fsdp_reduce_dtype(compression),
+                         .name = fmt::format("zero{}.{}", static_cast<int>(compression), stage)});
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, y] = local_batch(s);
+    zero.zero_grad();
+    ::torch::nn::functional::mse_loss(model->forward(x), y).backward();
+    zero.step();
+  }
+  return flat_parameters(*model);
+}
+
+void check_zero_follows_data_parallel_compression() {
+  for (int stage : {1, 2}) {
+    const Tensor plain = train_zero(Compression::kNone, stage);
+    for (Compression c : {Compression::kBf16, Compression::kFp16}) {
+      const Tensor expected = train_data_parallel(c);
+      EXPECT_EQ(relative_error(train_zero(c, stage), expected), 0.0)
+          << "ZeRO-" << stage << " compression " << static_cast<int>(c);
+      EXPECT_GT(relative_error(plain, expected), 1e-5) << static_cast<int>(c);
+    }
+  }
+}
+
 void check_refusals() {
   EXPECT_EQ(fsdp_reduce_dtype(Compression::kNone), std::nullopt);
   EXPECT_EQ(fsdp_reduce_dtype(Compression::kBf16), ::torch::kBFloat16);
@@ -147,6 +176,11 @@ void check_refusals() {
   EXPECT_THAT([] { FullyShardedModel(make_model(), {.reduce_dtype = ::torch::kInt}); },
               ::testing::ThrowsMessage<InvalidArgument>(
                   ::testing::HasSubstr("reduce_dtype Int is not a floating type")));
+  auto model = make_model();
+  ::torch::optim::Adam adam(model->parameters(), 0.01);
+  EXPECT_THAT([&] { ShardedOptimizer(adam, *model, {.reduce_dtype = ::torch::kLong}); },
+              ::testing::ThrowsMessage<InvalidArgument>(
+                  ::testing::HasSubstr("ShardedOptimizer: reduce_dtype Long")));
 }
 
 TEST(FullyShardedCompression, Bf16AndFp16FollowDataParallelismWithTheSameCompression) {
@@ -154,6 +188,10 @@ TEST(FullyShardedCompression, Bf16AndFp16FollowDataParallelismWithTheSameCompres
     check_follows_data_parallel_compression(false);
     check_follows_data_parallel_compression(true);
   });
+}
+
+TEST(FullyShardedCompression, ZeroStagesOneAndTwoFollowDataParallelismWithTheSameCompression) {
+  run_torch_workers(2, [] { check_zero_follows_data_parallel_compression(); });
 }
 
 TEST(FullyShardedCompression, ReduceScatterBytesHalveWithBf16) {

@@ -291,7 +291,8 @@ FullyShardedUnit fsdp_unit(ModuleType module) {
 // The reduce_dtype of DistributedOptimizer's wire compression: kFp16 ->
 // kHalf, kBf16 -> kBFloat16, kNone -> nullopt. PowerSGD and the 1-bit
 // schemes throw InvalidArgument naming the scheme (they replace the
-// allreduce of whole gradients, which a sharded model never holds).
+// allreduce of whole gradients, which a sharded model never holds). Also
+// for ShardedOptimizerOptions::reduce_dtype.
 std::optional<::torch::ScalarType> fsdp_reduce_dtype(lockstep::torch::Compression compression);
 
 // World-size-independent checkpoints of a fully sharded model: the file is

@@ -55,6 +55,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,11 @@ struct ShardedOptimizerOptions {
   size_t bucket_bytes = 4u << 20;         // gradient bytes per reduce-scatter
   ShardGranularity granularity = ShardGranularity::kAuto;
   int backward_passes_per_step = 1;       // gradients summed over this many backward passes
+  // Gradient compression (FullyShardedOptions::reduce_dtype's): each rank's
+  // gradient divided by N and cast to this floating dtype (kBFloat16,
+  // kHalf), summed by the reduce-scatter, the shard cast back. Unset: the
+  // parameters' dtype. PowerSGD and 1-bit have no sharded form.
+  std::optional<::torch::ScalarType> reduce_dtype = std::nullopt;
   // Leave step()'s parameter all-gathers in flight for the next forward
   // (kAuto: LOCKSTEP_OVERLAP, then where it pays; see above).
   lockstep::torch::Overlap gather_overlap = lockstep::torch::Overlap::kAuto;
