@@ -16,9 +16,11 @@ struct WorldInfo {
   std::string rendezvous;   // host:port of the launcher's store, may be empty
   std::string secret;       // per-job secret (hex), may be empty
 
-  // Reads LOCKSTEP_* (set by `lockstep run`), else Open MPI / PMI / Slurm
-  // variables, else a single-process world. Throws InvalidArgument when the
-  // variables contradict each other (rank >= size, ...).
+  // Reads LOCKSTEP_* (set by `lockstep run`), else torchrun's variables
+  // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...: rank 0 serves the
+  // store, docs/launcher.md), else Open MPI / PMI / Slurm variables, else a
+  // single-process world. Throws InvalidArgument when the variables
+  // contradict each other (rank >= size, ...).
   static WorldInfo from_environment();
   // Throws InvalidArgument naming the first inconsistent field.
   void validate() const;
