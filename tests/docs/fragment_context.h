@@ -7,6 +7,8 @@
 #include "lockstep/engine/engine.h"
 #include "lockstep/parallel/parallel.h"
 #include "lockstep/rendezvous/store.h"
+#include "lockstep/torch/compression.h"
+#include "lockstep/torch/same_bits.h"
 #include "lockstep/torch/torch.h"
 #include "program_context.h"
 
@@ -51,7 +53,19 @@ extern torch::nn::ReLU relu;
 extern torch::nn::Dropout dropout;
 torch::Tensor f(const torch::Tensor& x);
 extern std::vector<torch::Tensor> params;
+// The GPT recipe's pieces.
+extern lp::FullyShardedModel fsdp;
+inline int k = 2;
+extern ToyModel gpt;
+extern std::vector<torch::Tensor> ids, targets;
 }  // namespace parallelism_md
+
+namespace same_bits_md {
+extern ToyModel model;
+extern torch::optim::Adam optimizer;
+inline int steps = 1;
+std::pair<torch::Tensor, torch::Tensor> samples_of(int64_t step, int64_t index);
+}  // namespace same_bits_md
 
 namespace rendezvous_md {
 extern std::string my_address;
@@ -62,6 +76,15 @@ extern ToyModel model;
 extern lt::DistributedOptimizer opt;
 extern torch::Tensor images, labels;
 inline size_t dataset_size = 0;
+extern torch::Tensor grad;
+// The GAN loop's pieces.
+extern ToyModel d, g;
+extern torch::optim::Adam d_adam, g_adam;
+inline uint64_t seed = 0;
+inline int steps = 1;
+inline int64_t batch = 8, noise_dim = 2;
+torch::Tensor real_batch();
+torch::Tensor bce(const torch::Tensor& logits, int label);
 struct MyDataset : torch::data::datasets::Dataset<MyDataset> {
   torch::data::Example<> get(size_t index) override;
   c10::optional<size_t> size() const override;
