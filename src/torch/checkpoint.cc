@@ -19,6 +19,7 @@
 #include "lockstep/torch/state_check.h"
 #include "lockstep/torch/state_layout.h"
 #include "torch/checkpoint_temps.h"
+#include "torch/module_archive.h"
 
 namespace lockstep::torch {
 namespace {
@@ -162,29 +163,16 @@ struct FileContents {
   ::torch::Tensor rng;
 };
 
-// Every tensor of a Module::save archive, under the module's dotted names.
-void collect_tensors(::torch::serialize::InputArchive& archive, const std::string& prefix,
-                     NamedTensorList& out) {
-  for (const std::string& key : archive.keys()) {
-    ::torch::Tensor tensor;
-    if (archive.try_read(key, tensor)) {
-      out.emplace_back(prefix + key, tensor);
-      continue;
-    }
-    ::torch::serialize::InputArchive child;
-    if (archive.try_read(key, child)) collect_tensors(child, prefix + key + ".", out);
-  }
-}
-
-std::string not_a_checkpoint(const std::string& path, const std::string& bytes) {
+std::string not_a_checkpoint(const std::string& path, const std::string& bytes,
+                             const std::string& cause = {}) {
   const std::string what = file_kind(bytes);
   if (what == "a safetensors file" || what == "a PyTorch torch.save file")
     return fmt::format("checkpoint {} is {}, not a lockstep checkpoint: load its weights with "
                        "lockstep::torch::load_state_dict(path, module), or convert it with "
                        "`lockstep convert checkpoint {} OUT.pt`", path, what, path);
   return fmt::format("checkpoint {} is {}, not a lockstep checkpoint (written by "
-                     "lockstep::torch::save_checkpoint); point the load at a checkpoint file",
-                     path, what);
+                     "lockstep::torch::save_checkpoint){}; point the load at a checkpoint file",
+                     path, what, cause.empty() ? "" : " (LibTorch: " + cause + ")");
 }
 
 FileContents parse_checkpoint(const std::string& path, const std::string& bytes) {
@@ -193,7 +181,7 @@ FileContents parse_checkpoint(const std::string& path, const std::string& bytes)
   try {
     archive_from_bytes(archive, bytes);
   } catch (const c10::Error& e) {
-    throw Error(not_a_checkpoint(path, bytes));
+    throw Error(not_a_checkpoint(path, bytes, e.what_without_backtrace()));
   }
   c10::IValue value;
   if (!archive.try_read("format_version", value) || !value.isInt())
@@ -204,7 +192,7 @@ FileContents parse_checkpoint(const std::string& path, const std::string& bytes)
                             path, value.toInt(), kFormatVersion));
   try {
     archive.read("model", model);
-    collect_tensors(model, "", file.tensors);
+    detail::module_archive_tensors(model, "", file.tensors);
     archive.read("optimizer", file.optimizer);
     archive.read("epoch", value);
     file.progress.epoch = value.toInt();
@@ -273,6 +261,21 @@ std::string file_kind(const std::string& bytes) {
 }
 
 namespace detail {
+
+void module_archive_tensors(::torch::serialize::InputArchive& archive, const std::string& prefix,
+                            NamedTensorList& out) {
+  for (const std::string& key : archive.keys()) {
+    c10::IValue value;
+    if (!archive.try_read(key, value)) continue;
+    if (value.isTensor()) {
+      out.emplace_back(prefix + key, value.toTensor());
+    } else if (value.isObject()) {
+      ::torch::serialize::InputArchive child;
+      archive.read(key, child);
+      module_archive_tensors(child, prefix + key + ".", out);
+    }  // else the module's `training` flag
+  }
+}
 
 void require_whole_state(const ::torch::nn::Module& module, const char* call,
                          const std::string& path) {

@@ -11,27 +11,13 @@
 #include "lockstep/torch/safetensors.h"
 #include "lockstep/torch/state_check.h"
 #include "lockstep/torch/state_dict.h"
+#include "torch/module_archive.h"
 #include "torch/zip_check.h"
 
 namespace lockstep::torch {
 namespace {
 
 // Module::save nests one archive per child module: "fc" holds "weight".
-void read_archive(::torch::serialize::InputArchive& archive, const std::string& prefix,
-                  NamedTensors& out) {
-  for (const std::string& key : archive.keys()) {
-    c10::IValue value;
-    if (!archive.try_read(key, value)) continue;
-    if (value.isTensor()) {
-      out.emplace_back(prefix + key, value.toTensor());
-    } else if (value.isObject()) {
-      ::torch::serialize::InputArchive child;
-      archive.read(key, child);
-      read_archive(child, prefix + key + ".", out);
-    }  // else the module's `training` flag
-  }
-}
-
 NamedTensors read_checkpoint_model(const std::string& path) {
   try {
     ::torch::serialize::InputArchive archive, model;
@@ -40,7 +26,7 @@ NamedTensors read_checkpoint_model(const std::string& path) {
       throw Error(fmt::format("{} is a LibTorch archive without a 'model' entry: not a lockstep "
                               "checkpoint (save_checkpoint writes one)", path));
     NamedTensors out;
-    read_archive(model, "", out);
+    detail::module_archive_tensors(model, "", out);
     return out;
   } catch (const c10::Error& e) {
     throw Error(fmt::format("{} is not a readable lockstep checkpoint: {}", path,
