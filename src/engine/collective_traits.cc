@@ -11,7 +11,9 @@ namespace {
 constexpr auto kTraits = std::to_array<CollectiveTraits>({
     // collective                 name              data   reduce scale  root   dim0   alloc  fuse   cache  joined
     {Collective::kAllreduce,      "allreduce",      true,  true,  true,  false, false, false, true,  true,  true},
-    {Collective::kAllgather,      "allgather",      true,  false, false, false, true,  true,  false, true,  true},
+    // Allgather refuses joined ranks (Horovod does too): zero rows from a
+    // joined rank would give a result shorter than the program expects.
+    {Collective::kAllgather,      "allgather",      true,  false, false, false, true,  true,  false, true,  false},
     {Collective::kBroadcast,      "broadcast",      true,  false, false, true,  false, false, false, true,  true},
     {Collective::kAlltoall,       "alltoall",       true,  false, false, false, true,  true,  false, true,  false},
     {Collective::kReduceScatter,  "reduce_scatter", true,  true,  false, false, false, true,  false, true,  false},

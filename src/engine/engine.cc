@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include <fmt/ranges.h>
 
@@ -29,6 +30,8 @@ struct Engine::Impl {
   std::map<int, std::shared_ptr<ProcessSetWorker>> workers LOCKSTEP_GUARDED_BY(mu);
   int next_set_id LOCKSTEP_GUARDED_BY(mu) = 1;
   int add_calls LOCKSTEP_GUARDED_BY(mu) = 0;
+  int remove_calls LOCKSTEP_GUARDED_BY(mu) = 0;
+  std::set<int> removed LOCKSTEP_GUARDED_BY(mu);  // ids remove_process_set took away
   bool shut_down LOCKSTEP_GUARDED_BY(mu) = false;
   std::unique_ptr<comm::Communicator> device_comm LOCKSTEP_GUARDED_BY(mu);
 
@@ -69,6 +72,9 @@ struct Engine::Impl {
       throw InvalidArgument(fmt::format(
           "engine: rank {} is not a member of process set {} (ranks {})", world.rank, set,
           fmt::join(set_ranks[set], ",")));
+    if (removed.count(set))
+      throw InvalidArgument(fmt::format(
+          "engine: process set {} was removed (remove_process_set); add a new one", set));
     throw InvalidArgument(fmt::format("engine: no process set {}", set));
   }
 
@@ -313,8 +319,53 @@ int Engine::add_process_set(std::vector<int> ranks) {
   return h.value();
 }
 
-void Engine::start_timeline(const std::string& path) {
-  if (rank() == 0) impl_->ctx.timeline.start(path);
+void Engine::remove_process_set(int id) {
+  std::shared_ptr<ProcessSetWorker> w;
+  std::string name;
+  {
+    MutexLock lock(impl_->mu);
+    if (impl_->shut_down) throw InvalidArgument("engine: shut down; call init() again to use it");
+    if (id == 0)
+      throw InvalidArgument(
+          "remove_process_set(0): set 0 is the global set of every rank; it cannot be removed "
+          "(shutdown() ends it)");
+    if (!impl_->set_ranks.count(id))
+      throw InvalidArgument(fmt::format("remove_process_set({}): {}", id,
+                                        impl_->removed.count(id) ? "that set was already removed"
+                                                                 : "there is no such process set"));
+    if (auto it = impl_->workers.find(id); it != impl_->workers.end()) w = it->second;
+    name = fmt::format("remove_process_set#{}", impl_->remove_calls++);
+  }
+  // Every rank tells how many operations it has pending in the set, so all
+  // refuse alike: a rank that went on alone would stop the set under the
+  // others' operations.
+  const std::vector<std::string> mine = w ? w->pending_names() : std::vector<std::string>{};
+  int32_t count = static_cast<int32_t>(mine.size());
+  std::vector<int32_t> counts;
+  allgather_async(name, &count, {1}, DataType::kInt32, [&counts](const Shape& s, DataType) {
+    counts.assign(static_cast<size_t>(num_elements(s)), 0);
+    return static_cast<void*>(counts.data());
+  }).wait();
+  std::vector<std::string> busy;
+  for (size_t r = 0; r < counts.size(); ++r)
+    if (counts[r] > 0) busy.push_back(fmt::format("{} on rank {}", counts[r], r));
+  if (!busy.empty())
+    throw InvalidArgument(fmt::format(
+        "remove_process_set({}): operations of the set have not completed ({}{}); wait for "
+        "their handles on every rank before removing it", id, fmt::join(busy, ", "),
+        mine.empty() ? "" : fmt::format("; here: '{}'", fmt::join(mine, "', '"))));
+  if (w) {  // every member stops its worker; the first announcement ends the set for all
+    w->request_stop();
+    w->join();
+  }
+  MutexLock lock(impl_->mu);
+  impl_->workers.erase(id);
+  impl_->set_ranks.erase(id);
+  impl_->removed.insert(id);
+}
+
+void Engine::start_timeline(const std::string& path, bool mark_cycles) {
+  if (rank() == 0) impl_->ctx.timeline.start(path, mark_cycles);
 }
 
 void Engine::stop_timeline() { impl_->ctx.timeline.stop(); }

@@ -147,6 +147,13 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
   // and unfused batches still compute every element the same way.
   if (req.op == ReduceOp::kAverage && req.postscale == 1.0 && cycle.num_joined == 0) {
     comm_.allreduce(source, buffer, total, req.dtype, ReduceOp::kAverage);
+  } else if (req.op == ReduceOp::kAverage && cycle.num_joined > 0 && !comm::is_floating(req.dtype)) {
+    // Replicated choice too (num_joined, dtype): see widen_to_i64.
+    wide_.resize(total);
+    widen_to_i64(source, total, req.dtype, wide_.data());
+    comm_.allreduce(wide_.data(), wide_.data(), total, DataType::kInt64, ReduceOp::kSum);
+    finish_reduction(wide_.data(), total, DataType::kInt64, req.op, req.postscale, contributors);
+    narrow_from_i64(wide_.data(), total, req.dtype, buffer);
   } else {
     comm_.allreduce(source, buffer, total, req.dtype, wire_op(req.op));
     finish_reduction(buffer, total, req.dtype, req.op, req.postscale, contributors);

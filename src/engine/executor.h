@@ -1,6 +1,7 @@
 // Executor: runs one planned Batch on a process set's Communicator, filling
 // this rank's outputs. A rank without an entry for an item (it has joined)
-// still takes part, contributing neutral values / zero rows into scratch.
+// still takes part: neutral values for an allreduce, a scratch buffer for
+// a broadcast (the only data-carrying collectives that run with joined ranks).
 //
 // Batches of CUDA buffers (Request::memory == kCuda) run on the device
 // communicator instead (executor_device.cc, Note [Device batches]).
@@ -117,6 +118,7 @@ class Executor {
   size_t device_fusion_bytes_ = 0;
   std::vector<std::shared_ptr<void>> device_temps_;  // scratch until the batch's wait
   std::vector<std::byte> fusion_;
+  std::vector<int64_t> wide_;  // integer averages with joined ranks (scaling.h)
   std::vector<std::byte> scratch_;
 };
 

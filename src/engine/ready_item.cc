@@ -38,8 +38,11 @@ std::string join_error(const Request& first, const std::vector<uint8_t>& joined,
   return fmt::format(
       "{} '{}' cannot run while {} {} joined: {}", collective_name(first.collective), first.name,
       format_ranks(joined_ranks), joined_ranks.size() == 1 ? "has" : "have",
-      root_joined ? "its root has joined"
-                  : "only allreduce, allgather, broadcast and barrier accept joined ranks");
+      root_joined ? fmt::format("its root (rank {}) has joined; broadcast from a rank that has "
+                                "not joined, or before join()", global_ranks[first.root])
+                  : "only allreduce, broadcast (from a root that has not joined) and barrier "
+                    "accept joined ranks; run it before join() on every rank, or in a process "
+                    "set without the joined ranks");
 }
 
 }  // namespace

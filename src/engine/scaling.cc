@@ -1,10 +1,12 @@
 #include "engine/scaling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
+#include "lockstep/base/error.h"
 #include "lockstep/comm/half.h"
 
 namespace lockstep::engine::detail {
@@ -65,7 +67,43 @@ void divide(void* buf, size_t count, int divisor) {
   for_each<T>(buf, buf, count, [&](T x) { return static_cast<T>(x / divisor); });
 }
 
+template <typename T>
+void widen(const void* src, size_t count, int64_t* wide) {
+  const T* s = static_cast<const T*>(src);
+  for (size_t i = 0; i < count; ++i) wide[i] = static_cast<int64_t>(s[i]);
+}
+
+template <typename T>
+void narrow(const int64_t* wide, size_t count, void* dst) {
+  T* d = static_cast<T*>(dst);
+  constexpr auto lo = static_cast<int64_t>(std::numeric_limits<T>::lowest());
+  constexpr auto hi = static_cast<int64_t>(std::numeric_limits<T>::max());
+  for (size_t i = 0; i < count; ++i) d[i] = static_cast<T>(std::clamp(wide[i], lo, hi));
+}
+
 }  // namespace
+
+void widen_to_i64(const void* src, size_t count, DataType dtype, int64_t* wide) {
+  switch (dtype) {
+    case DataType::kInt8: return widen<int8_t>(src, count, wide);
+    case DataType::kUInt8: return widen<uint8_t>(src, count, wide);
+    case DataType::kInt16: return widen<int16_t>(src, count, wide);
+    case DataType::kInt32: return widen<int32_t>(src, count, wide);
+    case DataType::kInt64: return widen<int64_t>(src, count, wide);
+    default: throw InvalidArgument("widen_to_i64: integer dtypes only");
+  }
+}
+
+void narrow_from_i64(const int64_t* wide, size_t count, DataType dtype, void* dst) {
+  switch (dtype) {
+    case DataType::kInt8: return narrow<int8_t>(wide, count, dst);
+    case DataType::kUInt8: return narrow<uint8_t>(wide, count, dst);
+    case DataType::kInt16: return narrow<int16_t>(wide, count, dst);
+    case DataType::kInt32: return narrow<int32_t>(wide, count, dst);
+    case DataType::kInt64: return narrow<int64_t>(wide, count, dst);
+    default: throw InvalidArgument("narrow_from_i64: integer dtypes only");
+  }
+}
 
 void copy_scaled(const void* src, void* dst, size_t count, DataType dtype, double factor) {
   if (factor == 1.0) {

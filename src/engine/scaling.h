@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "lockstep/engine/types.h"
 
@@ -24,6 +25,15 @@ void fill_neutral(void* dst, size_t count, DataType dtype, ReduceOp op);
 // multiplied by postscale/contributors (integers in f64, then truncated).
 void finish_reduction(void* buf, size_t count, DataType dtype, ReduceOp op, double postscale,
                       int contributors);
+
+// An integer average while ranks have joined: the sum travels as int64, so
+// a narrow type (i8, u8, i16, i32) does not wrap around before the division
+// by the contributors, which is how the transports' own average (int64
+// accumulator, truncating division) treats it when nobody joined.
+// `wide` gets count elements of `src` widened; narrow_from_i64 stores them
+// back, saturating at the type's range.
+void widen_to_i64(const void* src, size_t count, DataType dtype, int64_t* wide);
+void narrow_from_i64(const int64_t* wide, size_t count, DataType dtype, void* dst);
 
 // The op handed to the Communicator (average becomes sum: the engine divides
 // by the number of contributors, which join makes differ from size()).

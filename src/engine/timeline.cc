@@ -38,11 +38,12 @@ const char* phase_name(Phase phase) {
     case Phase::kCollective: return "COLLECTIVE";
     case Phase::kCopyOut: return "COPY_OUT";
     case Phase::kMarker: return "FUSED_BATCH";
+    case Phase::kCycleStart: return "CYCLE_START";
   }
   return "?";
 }
 
-void Timeline::start(const std::string& path) {
+void Timeline::start(const std::string& path, bool mark_cycles) {
   MutexLock control(control_mu_);
   stop_locked();
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -58,6 +59,7 @@ void Timeline::start(const std::string& path) {
     rows_.clear();
   }
   writer_ = std::thread([this] { writer_loop(); });
+  mark_cycles_.store(mark_cycles);
   active_.store(true);
 }
 
@@ -107,16 +109,27 @@ void Timeline::record(const std::string& tensor, Phase phase, Clock::time_point 
   cv_.notify_one();
 }
 
+void Timeline::mark_cycle(int set) {
+  if (!marks_cycles()) return;
+  const auto now = Clock::now();
+  record({}, Phase::kCycleStart, now, now, std::to_string(set));
+}
+
 std::string Timeline::format(const Event& e) {
+  auto us = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - origin_).count();
+  };
+  if (e.phase == Phase::kCycleStart)  // global scope: no tensor row (Horovod's marker)
+    return fmt::format(R"({{"name":"CYCLE_START","ph":"i","s":"g","pid":0,"tid":0,"ts":{:.3f},)"
+                       R"("args":{{"process_set":{}}}}},)"
+                       "\n",
+                       us(e.begin), e.detail);
   std::string out;
   auto [it, added] = rows_.emplace(e.tensor, static_cast<int>(rows_.size()) + 1);
   if (added)
     out += fmt::format(R"({{"name":"thread_name","ph":"M","pid":0,"tid":{},"args":{{"name":{}}}}},)"
                        "\n",
                        it->second, quoted(e.tensor));
-  auto us = [&](Clock::time_point t) {
-    return std::chrono::duration<double, std::micro>(t - origin_).count();
-  };
   if (e.phase == Phase::kMarker) {
     out += fmt::format(R"({{"name":"FUSED_BATCH","ph":"i","s":"p","pid":0,"tid":{},"ts":{:.3f},)"
                        R"("args":{{"batch":{}}}}},)"

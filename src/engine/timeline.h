@@ -1,6 +1,8 @@
 // Timeline: a Chrome-trace (chrome://tracing, Perfetto) JSON file of what the
 // engine did to each tensor: NEGOTIATE, WAIT_FOR_DATA, FUSE_COPY_IN,
-// COLLECTIVE, COPY_OUT, plus an instant marker per fused batch.
+// COLLECTIVE, COPY_OUT, plus an instant marker per fused batch and, when
+// asked (start(path, true)), a global CYCLE_START instant event per
+// negotiation cycle as Horovod's mark_cycles writes.
 //
 // Producers (background threads) push fixed-size events into a bounded queue
 // and never do I/O; a dedicated writer thread formats and writes them. When
@@ -26,7 +28,9 @@
 
 namespace lockstep::engine::detail {
 
-enum class Phase : uint8_t { kNegotiate, kWaitForData, kFuseCopyIn, kCollective, kCopyOut, kMarker };
+enum class Phase : uint8_t {
+  kNegotiate, kWaitForData, kFuseCopyIn, kCollective, kCopyOut, kMarker, kCycleStart
+};
 const char* phase_name(Phase phase);
 
 class Timeline {
@@ -45,11 +49,14 @@ class Timeline {
   Timeline& operator=(const Timeline&) = delete;
 
   // Opens (truncates) `path`; throws InvalidArgument when it cannot. A running
-  // timeline is stopped first.
-  void start(const std::string& path);
+  // timeline is stopped first. mark_cycles: record mark_cycle() calls.
+  void start(const std::string& path, bool mark_cycles = false);
   // Drains the queue, closes the JSON array and the file. Idempotent.
   void stop();
   bool active() const { return active_.load(std::memory_order_relaxed); }
+  bool marks_cycles() const { return active() && mark_cycles_.load(std::memory_order_relaxed); }
+  // A CYCLE_START event now for process set `set`, when marks_cycles().
+  void mark_cycle(int set);
 
   // `tensor` names the row; `detail` is shown as an argument (markers: the
   // batch; other phases: the algorithm, when the transport names one).
@@ -68,6 +75,7 @@ class Timeline {
   std::string format(const Event& e);
 
   std::atomic<bool> active_{false};
+  std::atomic<bool> mark_cycles_{false};
   Mutex control_mu_;  // serializes start/stop
   Mutex mu_;
   std::condition_variable cv_;  // a batch is ready or stopping_

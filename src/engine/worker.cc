@@ -105,6 +105,13 @@ void ProcessSetWorker::submit(std::vector<Entry> entries) {
   cv_.notify_one();
 }
 
+std::vector<std::string> ProcessSetWorker::pending_names() {
+  MutexLock lock(mu_);
+  std::vector<std::string> names(active_names_.begin(), active_names_.end());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 void ProcessSetWorker::request_stop() {
   {
     MutexLock lock(mu_);
@@ -161,6 +168,7 @@ void ProcessSetWorker::run_loop() {
     drain_incoming();
     Offer offer = build_offer();
     offer.shutdown = stopping;
+    ctx_.timeline.mark_cycle(id_);
     try {
       CycleResult result = negotiator_.run_cycle(offer);
       if (!result.shutdown_ranks.empty()) {

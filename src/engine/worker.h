@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -46,6 +47,9 @@ class ProcessSetWorker {
   // InvalidArgument for a name already pending here, a join in progress, or
   // a stopped worker. After a fatal error the entries fail with that error.
   void submit(std::vector<Entry> entries);
+  // Names of this rank's operations in the set that have not completed
+  // (sorted), for remove_process_set's check.
+  std::vector<std::string> pending_names();
   // Asks the thread to announce shutdown and exit; join() waits for it.
   void request_stop();
   void join();

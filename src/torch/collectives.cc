@@ -405,6 +405,12 @@ void broadcast_(::torch::Tensor& tensor, int root, std::string name, int process
   broadcast_async_(tensor, root, std::move(name), process_set).wait();
 }
 
+TensorHandle broadcast_async(const ::torch::Tensor& tensor, int root, std::string name,
+                             int process_set) {
+  ::torch::Tensor copy = owned_copy(tensor.defined() ? tensor.detach() : tensor, "broadcast");
+  return broadcast_async_(copy, root, std::move(name), process_set);
+}
+
 namespace detail {
 
 ::torch::Tensor broadcast_copy(const ::torch::Tensor& tensor, int root, std::string name,
@@ -476,7 +482,10 @@ void barrier() {
 
 int join() { return engine::is_initialized() ? eng().join() : 0; }
 int add_process_set(std::vector<int> ranks) { return eng().add_process_set(std::move(ranks)); }
-void start_timeline(const std::string& path) { eng().start_timeline(path); }
+void remove_process_set(int id) { eng().remove_process_set(id); }
+void start_timeline(const std::string& path, bool mark_cycles) {
+  eng().start_timeline(path, mark_cycles);
+}
 void stop_timeline() { eng().stop_timeline(); }
 
 }  // namespace lockstep::torch

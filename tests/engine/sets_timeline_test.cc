@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -72,6 +73,7 @@ TEST(EngineTimeline, WritesEveryPhaseAsChromeTrace) {
   }
   for (const char* p : {"NEGOTIATE", "WAIT_FOR_DATA", "FUSE_COPY_IN", "COLLECTIVE", "COPY_OUT"})
     EXPECT_TRUE(phases.count(p)) << "no " << p << " event";
+  EXPECT_FALSE(phases.count("CYCLE_START")) << "cycle markers only when asked";
   EXPECT_TRUE(rows.count("grad4"));
   // 64-byte tensors between 2 ranks: the shm transport's one-step path.
   EXPECT_EQ(algorithms, std::set<std::string>{"one_step"});
@@ -122,6 +124,101 @@ TEST(EngineTimeline, StartAndStopAtRuntime) {
     if (ev.value("name", "") == "thread_name") rows.insert(ev["args"]["name"].get<std::string>());
   EXPECT_EQ(rows, (std::set<std::string>{"during"}));
   ::unlink(path.c_str());
+}
+
+// Horovod's start_timeline(path, mark_cycles=True): a global instant event
+// at the start of every engine cycle, so each collective follows one.
+TEST(EngineTimeline, MarksEveryCycleWhenAsked) {
+  std::string path = "/tmp/lockstep-timeline-cycles-" + std::to_string(getpid()) + ".json";
+  auto results = run_engines(2, [&](Engine& e) {
+    e.start_timeline(path, /*mark_cycles=*/true);  // rank 0 writes
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> x(16, 1.0f);
+      e.allreduce_async("step" + std::to_string(step), x.data(), x.data(), {16},
+                        DataType::kFloat32).wait();
+    }
+    e.stop_timeline();
+  });
+  expect_all_ok(results);
+  nlohmann::json trace = parse_trace(path);
+  std::vector<double> cycles, collectives;
+  for (const auto& ev : trace) {
+    if (ev.value("name", "") == "CYCLE_START") {
+      EXPECT_EQ(ev.value("ph", ""), "i");
+      EXPECT_EQ(ev.value("s", ""), "g");  // global scope, not a tensor's row
+      EXPECT_EQ(ev["args"]["process_set"], 0);
+      cycles.push_back(ev["ts"].get<double>());
+    }
+    if (ev.value("name", "") == "COLLECTIVE") collectives.push_back(ev["ts"].get<double>());
+  }
+  ASSERT_EQ(collectives.size(), 3u);
+  EXPECT_GE(cycles.size(), 3u);  // one cycle at least per negotiated step
+  EXPECT_TRUE(std::is_sorted(cycles.begin(), cycles.end()));
+  // Each step ran in a cycle that started after the previous step's collective.
+  double previous = -1;
+  for (double c : collectives) {
+    EXPECT_TRUE(std::any_of(cycles.begin(), cycles.end(),
+                            [&](double t) { return t > previous && t <= c; }))
+        << "no CYCLE_START between " << previous << " and " << c;
+    previous = c;
+  }
+  ::unlink(path.c_str());
+}
+
+// Horovod's remove_process_set: refused for the global set, unknown or
+// removed ids, and while an operation of the set is pending on some rank
+// (every rank alike); afterwards the set is gone and its id not reused.
+TEST(EngineProcessSets, RemoveProcessSet) {
+  MultiProcOptions options;
+  options.env["LOCKSTEP_DEADLOCK_TIMEOUT"] = "30";  // rank 0's pending op below waits on purpose
+  auto results = run_engines(3, [](Engine& e) {
+    const int r = e.rank();
+    const bool member = r != 1;
+    int id = e.add_process_set({0, 2});
+    ASSERT_EQ(id, 1);
+    expect_throw_with<InvalidArgument>([&] { e.remove_process_set(0); },
+                                       {"remove_process_set(0)", "global set"});
+    expect_throw_with<InvalidArgument>([&] { e.remove_process_set(7); },
+                                       {"remove_process_set(7)", "no such process set"});
+    std::vector<float> x(2, 1.0f);
+    Handle late;
+    if (r == 0)  // pending: rank 2 submits it only after the refused removal
+      late = e.allreduce_async("late", x.data(), x.data(), {2}, DataType::kFloat32,
+                               ReduceOp::kSum, 1, 1, in_set(id));
+    std::vector<std::string> want = {"remove_process_set(1)", "1 on rank 0", "wait for"};
+    if (r == 0) want.push_back("here: 'late'");
+    expect_throw_with<InvalidArgument>([&] { e.remove_process_set(id); }, want);
+    if (r == 2)
+      late = e.allreduce_async("late", x.data(), x.data(), {2}, DataType::kFloat32,
+                               ReduceOp::kSum, 1, 1, in_set(id));
+    if (member) {
+      late.wait();
+      EXPECT_EQ(x[0], 2.0f);
+    }
+    e.remove_process_set(id);
+    if (member)
+      expect_throw_with<InvalidArgument>(
+          [&] {
+            e.allreduce_async("after", x.data(), x.data(), {2}, DataType::kFloat32,
+                              ReduceOp::kSum, 1, 1, in_set(id));
+          },
+          {"process set 1 was removed"});
+    expect_throw_with<InvalidArgument>([&] { e.remove_process_set(id); },
+                                       {"remove_process_set(1)", "already removed"});
+    // The same ranks again: a new id, which works.
+    int again = e.add_process_set({0, 2});
+    EXPECT_EQ(again, 2);
+    if (member) {
+      std::vector<float> y(1, static_cast<float>(r));
+      e.allreduce_async("y", y.data(), y.data(), {1}, DataType::kFloat32, ReduceOp::kSum, 1, 1,
+                        in_set(again)).wait();
+      EXPECT_EQ(y[0], 2.0f);
+    }
+    std::vector<float> all(1, 1.0f);
+    e.allreduce_async("all", all.data(), all.data(), {1}, DataType::kFloat32).wait();
+    EXPECT_EQ(all[0], 3.0f);
+  }, options);
+  expect_all_ok(results);
 }
 
 TEST(EngineAutotune, ConvergesToTheSameValidThresholdEverywhere) {

@@ -130,10 +130,21 @@ class Engine {
   // Blocks until every rank of the set reached the barrier.
   void barrier(int process_set = 0);
   // For uneven data: until every rank joined, the others' collectives run
-  // with this rank contributing neutral values. Returns the last rank to join.
+  // with this rank contributing neutral values (allgather, alltoall,
+  // reduce_scatter and a broadcast from a joined root fail with
+  // InvalidArgument instead). Returns the last rank to join.
   int join();
   // Collective over all ranks (all pass the same ranks): a new process set.
   int add_process_set(std::vector<int> ranks);
+  // Horovod's remove_process_set. Collective over all ranks (all pass the
+  // same id, in the same order as their other add/remove calls): the set's
+  // members stop its thread and free its communicator; its id is not reused
+  // and later submissions to it fail with InvalidArgument. Refused by name
+  // (InvalidArgument on every rank alike) for the global set 0, an unknown
+  // or already removed id, and while any rank has an operation of the set
+  // that has not completed (wait for its handles first). No thread may
+  // submit into the set while it is being removed.
+  void remove_process_set(int id);
 
   // Before any OpOptions::memory == kCuda operation, on every rank with
   // equivalent communicators (e.g. all NCCL): the communicator that moves
@@ -144,7 +155,10 @@ class Engine {
   bool has_device_communicator() const;
 
   // Chrome-trace timeline (rank 0 writes; other ranks ignore these).
-  void start_timeline(const std::string& path);
+  // mark_cycles: a CYCLE_START instant event at the start of every
+  // negotiation cycle of every process set (Horovod's mark_cycles; busy
+  // cycles follow each other within microseconds, idle ones every 100 ms).
+  void start_timeline(const std::string& path, bool mark_cycles = false);
   void stop_timeline();
 
   // The fusion threshold the global set last negotiated (autotune changes it).

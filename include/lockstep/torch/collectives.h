@@ -129,6 +129,11 @@ void broadcast_(::torch::Tensor& tensor, int root, std::string name = {}, int pr
 // Out of place copy of root's tensor.
 ::torch::Tensor broadcast(const ::torch::Tensor& tensor, int root, std::string name = {},
                           int process_set = 0);
+// Out of place and asynchronous (Horovod's broadcast_async): result() is a
+// new tensor with root's values; `tensor` is left as it is (copied at the
+// call, so it may change meanwhile). Not differentiable, like every async form.
+TensorHandle broadcast_async(const ::torch::Tensor& tensor, int root, std::string name = {},
+                             int process_set = 0);
 
 // splits[r] rows of dim 0 go to rank r (empty: split evenly). Returns the
 // rows received, concatenated in rank order.
@@ -187,15 +192,27 @@ std::vector<::torch::Tensor> grouped_reduce_scatter(const std::vector<::torch::T
 void barrier();
 // Uneven data: this rank has no more batches. Until every rank joined, the
 // others' collectives go on with this rank contributing neutral values
-// (averages divide by the ranks that have not joined). Returns the last rank
-// to join. Before init(): 0.
+// (averages divide by the ranks that have not joined; integer ones truncate
+// toward zero). Meanwhile allgather, alltoall, reduce_scatter and a broadcast
+// whose root joined fail with InvalidArgument, as Horovod's do. Returns the
+// last rank to join. Before init(): 0.
 int join();
 // Collective over all ranks (all pass the same ranks): a new process set, the
 // id to pass as `process_set` above.
 int add_process_set(std::vector<int> ranks);
+// Horovod's remove_process_set: collective over all ranks (all pass the same
+// id, in the same order as their add_process_set calls). The set's thread
+// and communicator go; its id is not reused, and collectives, Groups and
+// DistributedOptimizers over it fail by name afterwards. InvalidArgument on
+// every rank alike for the global set 0, an unknown or already removed id,
+// and while an operation of the set has not completed on some rank (the
+// message counts them per rank and names this rank's).
+void remove_process_set(int id);
 // Chrome-trace timeline of the collectives (rank 0 writes; LOCKSTEP_TIMELINE
-// starts one at init()).
-void start_timeline(const std::string& path);
+// starts one at init()). mark_cycles: also a CYCLE_START instant event at
+// the start of every engine cycle of every process set (Horovod's
+// start_timeline(path, mark_cycles=True)).
+void start_timeline(const std::string& path, bool mark_cycles = false);
 void stop_timeline();
 
 // Maps between LibTorch and lockstep element types; throws InvalidArgument
