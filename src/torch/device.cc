@@ -2,6 +2,48 @@
 
 #include <c10/core/Device.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <fmt/format.h>
+
+#include "lockstep/base/error.h"
+#include "lockstep/torch/device.h"
+
+namespace lockstep::torch {
+
+DeviceChoice parse_device(const std::string& text) {
+  if (text == "cpu") return DeviceChoice::kCpu;
+  if (text == "cuda") return DeviceChoice::kCuda;
+  if (text == "auto" || text.empty()) return DeviceChoice::kAuto;
+  throw InvalidArgument(fmt::format("LOCKSTEP_DEVICE='{}' is not one of cpu, cuda, auto", text));
+}
+
+int plan_gpu(DeviceChoice choice, int local_rank, int visible_gpus) {
+  if (choice == DeviceChoice::kCpu || (choice == DeviceChoice::kAuto && visible_gpus == 0))
+    return -1;
+  if (visible_gpus == 0)
+    throw InvalidArgument(
+        "LOCKSTEP_DEVICE=cuda but this process sees no GPU (a CPU-only LibTorch, no driver, or "
+        "CUDA_VISIBLE_DEVICES hides them); run with LOCKSTEP_DEVICE=cpu or fix the GPU set-up");
+  return local_rank % visible_gpus;
+}
+
+DeviceBackend choose_device_backend(const DeviceBackendInputs& in) {
+  if (in.knob != "auto" && in.knob != "nccl" && in.knob != "host" && !in.knob.empty())
+    throw InvalidArgument(fmt::format(
+        "LOCKSTEP_DEVICE_BACKEND='{}' is not one of auto, nccl, host", in.knob));
+  if (in.knob == "host" || !in.cuda) return DeviceBackend::kHost;
+  std::string why;
+  if (!in.nccl_built) why = "this build has no NCCL transport (docs/gpu.md: building with CUDA)";
+  else if (in.local_size > in.visible_gpus)
+    why = fmt::format("{} workers share {} GPU(s) on this host, and NCCL needs one GPU per worker",
+                      in.local_size, in.visible_gpus);
+  else if (in.elastic) why = "elastic jobs stage CUDA tensors through host memory";
+  if (why.empty()) return DeviceBackend::kNccl;
+  if (in.knob == "nccl")
+    throw InvalidArgument(fmt::format("LOCKSTEP_DEVICE_BACKEND=nccl, but {}; use host", why));
+  return DeviceBackend::kHost;
+}
+
+}  // namespace lockstep::torch
 
 namespace lockstep::torch::detail {
 namespace {

@@ -3,6 +3,8 @@
 // the torch layer compiles the same against a CPU-only LibTorch (Debian's)
 // and a CUDA one. Nothing here runs unless a CUDA placement or a CUDA tensor
 // exists. Thread-safe (LibTorch's guard implementations are).
+// device.cc also defines the pure GPU choices declared in
+// lockstep/torch/device.h (parse_device, plan_gpu, choose_device_backend).
 #pragma once
 
 #include <memory>

@@ -8,39 +8,32 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <mutex>
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
 #include "lockstep/engine/elastic.h"
-#include "lockstep/torch/adasum.h"
-#include "lockstep/torch/compression.h"
 #include "lockstep/torch/fingerprint.h"
 #include "lockstep/torch/placement.h"
-#include "torch/gradient_reducers.h"
+#include "torch/gradient_schemes.h"
 #include "torch/optimizer_names.h"
 #include "torch/step_profiler.h"
 
 namespace lockstep::torch {
 
-struct DistributedOptimizer::Slot {
-  std::string name;
-  ::torch::Tensor param;
+// A parameter's gradient (what the scheme sees) and the hooks' bookkeeping.
+struct DistributedOptimizer::Slot : Gradient {
   std::shared_ptr<::torch::autograd::Node> accumulator;  // keeps the hook's node alive
   uintptr_t hook_key = 0;
   uintptr_t pre_hook_key = 0;
   int passes = 0;          // gradient-ready events in this step
-  bool submitted = false;
+  bool submitted = false;  // the scheme started reducing it (gradient_ready() said so)
   // Note [Gradients after step()]: true from step() until the gradient is
   // seen cleared; `seen` is the gradient as step() (or the last firing) left it.
   bool after_step = false;
   const void* seen_impl = nullptr;
   int64_t seen_version = 0;
-  TensorHandle handle;
-  ::torch::Tensor wire;    // compressed copy on the wire (compression only)
-  Compressor::Context wire_context;
   int profile_id = -1;     // LOCKSTEP_PROFILE's index of this gradient
 };
 
@@ -118,6 +111,8 @@ int64_t fingerprint_interval(const DistributedOptimizerOptions& o) {
   return every;
 }
 
+// What every scheme relies on. Each scheme's factory checks the options that
+// are its own (gradient_schemes.h), once, when the optimizer is made.
 void validate(const DistributedOptimizerOptions& o) {
   if (o.op != ReduceOp::kAverage && o.op != ReduceOp::kSum)
     throw InvalidArgument("DistributedOptimizer: op must be kAverage or kSum");
@@ -129,26 +124,6 @@ void validate(const DistributedOptimizerOptions& o) {
     throw InvalidArgument("DistributedOptimizer: gradient_predivide_factor must be > 0");
   if (o.gradient_predivide_factor != 1.0 && o.op != ReduceOp::kAverage)
     throw InvalidArgument("DistributedOptimizer: gradient_predivide_factor needs op kAverage");
-  if (o.compression == Compression::kPowerSGD) validate(o.powersgd);
-  if (o.compression == Compression::kOneBit) validate(o.onebit);
-  if (detail::replaces_allreduce(o.compression) && o.gradient_predivide_factor != 1.0)
-    throw InvalidArgument(
-        "DistributedOptimizer: PowerSGD and 1-bit compression do not take gradient_predivide_factor");
-  if (o.compression == Compression::kOneBitAdam) validate(o.onebit_adam);
-  if (o.compression == Compression::kOneBitLamb) validate(o.onebit_lamb);
-  if (detail::compresses_momentum(o.compression)) {
-    const char* scheme = o.compression == Compression::kOneBitAdam ? "1-bit Adam" : "1-bit LAMB";
-    if (o.op != ReduceOp::kAverage)
-      throw InvalidArgument(fmt::format(
-          "DistributedOptimizer: {} averages momenta; op must be kAverage", scheme));
-    if (o.gradient_predivide_factor != 1.0)
-      throw InvalidArgument(fmt::format(
-          "DistributedOptimizer: {} does not take gradient_predivide_factor", scheme));
-  }
-  if (o.adasum && (o.compression != Compression::kNone || o.gradient_predivide_factor != 1.0))
-    throw InvalidArgument(
-        "DistributedOptimizer: adasum works on full-precision gradients; drop compression and "
-        "gradient_predivide_factor");
 }
 
 // Overlap pays when communication runs on resources backward leaves idle: a
@@ -185,6 +160,16 @@ detail::OverlapChoice detail::resolve_overlap(Overlap requested, int group_size)
                    : "ranks on several hosts"};
 }
 
+namespace {
+
+DistributedOptimizer::NamedParameters named_parameters_of(const ::torch::nn::Module& module) {
+  DistributedOptimizer::NamedParameters named;
+  for (const auto& item : module.named_parameters()) named.emplace_back(item.key(), item.value());
+  return named;
+}
+
+}  // namespace
+
 DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                                            NamedParameters named,
                                            DistributedOptimizerOptions options)
@@ -193,8 +178,12 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   detail::init_step_profiler();
   options_.group.require_member("DistributedOptimizer");
   fingerprint_every_ = fingerprint_interval(options_);
-  make_onebit_optimizer();
   detail::check_parameter_names(optimizer_, named);  // repeats hang, omissions never average
+  int trainable = 0;
+  for (const auto& item : named) trainable += item.second.requires_grad() ? 1 : 0;
+  // Chosen once, here, before any hook exists: a scheme that refuses the
+  // optimizer or an option leaves nothing behind.
+  scheme_ = detail::make_gradient_scheme({optimizer_, options_, trainable});
   for (auto& [name, param] : named)
     if (param.requires_grad()) add_slot(name, param);
 }
@@ -202,32 +191,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
 DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                                            const ::torch::nn::Module& module,
                                            DistributedOptimizerOptions options)
-    : optimizer_(optimizer), options_(std::move(options)), overlap_(decide_overlap(options_.overlap, options_.group)) {
-  validate(options_);
-  detail::init_step_profiler();
-  options_.group.require_member("DistributedOptimizer");
-  fingerprint_every_ = fingerprint_interval(options_);
-  make_onebit_optimizer();
-  NamedParameters named;
-  for (const auto& item : module.named_parameters()) named.emplace_back(item.key(), item.value());
-  detail::check_parameter_names(optimizer_, named);
-  for (const auto& item : module.named_parameters())
-    if (item.value().requires_grad()) add_slot(item.key(), item.value());
-}
-
-namespace {
-
-// Errors are the caller's to handle elsewhere: here we only need the engine to
-// be done with the tensors the operation reads and writes.
-void wait_ignoring_errors(TensorHandle& handle) noexcept {
-  if (!handle.valid()) return;
-  try {
-    handle.wait();
-  } catch (...) {
-  }
-}
-
-}  // namespace
+    : DistributedOptimizer(optimizer, named_parameters_of(module), std::move(options)) {}
 
 DistributedOptimizer::~DistributedOptimizer() {
   detail::profile_detach(this);
@@ -244,12 +208,8 @@ DistributedOptimizer::~DistributedOptimizer() {
 }
 
 void DistributedOptimizer::reset() noexcept {
-  for (auto& handle : group_handles_) wait_ignoring_errors(handle);
-  group_handles_.clear();
+  scheme_->reset();
   for (auto& slot : slots_) {
-    wait_ignoring_errors(slot->handle);
-    slot->handle = TensorHandle();
-    slot->wire = ::torch::Tensor();
     slot->submitted = false;
     slot->passes = 0;
     slot->after_step = false;
@@ -289,6 +249,7 @@ void on_gradient_arriving(DistributedOptimizer::Slot& slot) {
 
 void DistributedOptimizer::add_slot(std::string name, const ::torch::Tensor& param) {
   auto slot = std::make_unique<Slot>();
+  slot->index = static_cast<int>(slots_.size());
   slot->name = options_.name_prefix + "." + name;
   slot->param = param;
   slot->accumulator = ::torch::autograd::impl::grad_accumulator(param);
@@ -304,6 +265,7 @@ void DistributedOptimizer::add_slot(std::string name, const ::torch::Tensor& par
   auto pre = std::make_unique<GradientArrivingHook>([raw] { on_gradient_arriving(*raw); });
   slot->pre_hook_key = reinterpret_cast<uintptr_t>(pre.get());
   slot->accumulator->add_pre_hook(std::move(pre));
+  gradients_.push_back(slot.get());
   slots_.push_back(std::move(slot));
 }
 
@@ -326,162 +288,19 @@ void DistributedOptimizer::on_gradient_ready(Slot& slot) {
         "optimizer's step() first or set requires_grad_(false) on them around it",
         slot.name, k + 1, k, k, k + 1, k + 1));
   }
-  if (++slot.passes == options_.backward_passes_per_step && overlap_ && options_.group.size() > 1 &&
-      allreduces_gradients())
-    submit(slot);
-}
-
-::torch::Tensor& DistributedOptimizer::wire_tensor(Slot& slot) {
-  ::torch::NoGradGuard no_grad;
-  ::torch::Tensor& grad = slot.param.mutable_grad();
-  if (!grad.defined()) grad = ::torch::zeros_like(slot.param);  // contributes zeros
-  // A sparse gradient (Embedding with sparse(true)) travels dense, as with
-  // Horovod's sparse_as_dense=True: every scheme below sums or compresses
-  // dense tensors in place, and ranks' index sets differ.
-  if (grad.is_sparse()) grad = grad.to_dense();
-  if (options_.compression == Compression::kNone ||
-      detail::compresses_momentum(options_.compression) ||
-      detail::replaces_allreduce(options_.compression))
-    return grad;
-  // The whole divisor goes before the cast so the half-precision sum stays in range.
-  const bool average = options_.op == ReduceOp::kAverage;
-  // Compressor (compression.h): the same cast a program applies to its own collectives.
-  auto [wire, context] =
-      Compressor::of(options_.compression).compress(average ? grad / options_.group.size() : grad);
-  slot.wire = std::move(wire);
-  slot.wire_context = context;
-  return slot.wire;
-}
-
-AllreduceOptions DistributedOptimizer::wire_options() const {
-  // 1-bit Adam's and LAMB's warm-up is plain distributed Adam or LAMB,
-  // scaling included.
-  const bool scale = options_.op == ReduceOp::kAverage &&
-                     (options_.compression == Compression::kNone ||
-                      detail::compresses_momentum(options_.compression));
-  const double f = options_.gradient_predivide_factor;
-  return {.op = ReduceOp::kSum,
-          .prescale = scale ? 1.0 / f : 1.0,
-          .postscale = scale ? f / options_.group.size() : 1.0,
-          .process_set = options_.group.id()};
-}
-
-void DistributedOptimizer::submit(Slot& slot) {
-  slot.handle = allreduce_async_(wire_tensor(slot), slot.name, wire_options());
-  slot.submitted = true;
-}
-
-// One group per dtype: negotiated in one cycle and fused, so the engine's
-// thread wakes once per step instead of once per gradient.
-void DistributedOptimizer::submit_together(const std::vector<Slot*>& slots) {
-  std::map<::torch::ScalarType, std::pair<std::vector<::torch::Tensor>, std::vector<std::string>>>
-      groups;
-  for (Slot* slot : slots) {
-    ::torch::Tensor& tensor = wire_tensor(*slot);
-    auto& [tensors, names] = groups[tensor.scalar_type()];
-    tensors.push_back(tensor);
-    names.push_back(slot->name);
-    slot->submitted = true;
-  }
-  for (auto& [dtype, group] : groups)
-    group_handles_.push_back(grouped_allreduce_async_(group.first, group.second, wire_options()));
-}
-
-void DistributedOptimizer::finish(Slot& slot) {
-  if (slot.handle.valid()) slot.handle.wait();
-  if (slot.wire.defined()) {
-    ::torch::NoGradGuard no_grad;
-    slot.param.mutable_grad().copy_(
-        Compressor::of(options_.compression).decompress(slot.wire, slot.wire_context));
-    slot.wire = ::torch::Tensor();
-  }
-  slot.handle = TensorHandle();
-  slot.submitted = false;
-  slot.passes = 0;
+  if (++slot.passes == options_.backward_passes_per_step && overlap_ && options_.group.size() > 1)
+    slot.submitted = scheme_->gradient_ready(slot);
 }
 
 void DistributedOptimizer::synchronize() {
   detail::profile_sync_begin(this);
-  if (options_.adasum && options_.group.size() > 1) {
-    adasum_gradients();
-  } else if (detail::replaces_allreduce(options_.compression) && options_.group.size() > 1) {
-    compressed_gradients();
-  } else if (onebit_optimizer_ && onebit_optimizer_->compressing() && options_.group.size() > 1) {
-    for (auto& slot : slots_) {
-      wire_tensor(*slot);  // local gradients stay; zeros where none (step() sends momenta)
-      slot->passes = 0;
-    }
-  } else if (options_.group.size() > 1) {
-    std::vector<Slot*> pending;
-    for (auto& slot : slots_)
-      if (!slot->submitted) pending.push_back(slot.get());
-    if (!pending.empty()) submit_together(pending);
-    // Group handles first: finish() copies decompressed results into grad.
-    auto groups = std::move(group_handles_);
-    group_handles_.clear();
-    for (auto& handle : groups) handle.wait();
-    for (auto& slot : slots_) finish(*slot);
-  } else {
-    for (auto& slot : slots_) slot->passes = 0;
+  if (options_.group.size() > 1) scheme_->synchronize(gradients_);  // one rank's is its own
+  for (auto& slot : slots_) {
+    slot->submitted = false;
+    slot->passes = 0;
   }
   synchronized_ = true;
   detail::profile_sync_end(this);
-}
-
-// Every gradient (zeros where none) in one Adasum collective.
-void DistributedOptimizer::adasum_gradients() {
-  std::vector<::torch::Tensor> grads;
-  grads.reserve(slots_.size());
-  for (auto& slot : slots_) {
-    grads.push_back(wire_tensor(*slot));  // no compression with adasum: the gradient itself
-    slot->passes = 0;
-  }
-  adasum_allreduce_(grads, options_.name_prefix + ".adasum", options_.group);
-}
-
-// Gradients go one allreduce each (during backward or fused at synchronize())
-// unless a scheme reduces them whole or 1-bit Adam/LAMB sends momenta instead.
-bool DistributedOptimizer::allreduces_gradients() const {
-  return !options_.adasum && !detail::replaces_allreduce(options_.compression) &&
-         !(onebit_optimizer_ && onebit_optimizer_->compressing());
-}
-
-void DistributedOptimizer::make_onebit_optimizer() {
-  if (options_.compression == Compression::kOneBitAdam) {
-    if (auto* adam = dynamic_cast<::torch::optim::Adam*>(&optimizer_))
-      onebit_optimizer_ = std::make_unique<OneBitAdam>(*adam, options_.onebit_adam,
-                                                       options_.group, options_.name_prefix);
-    else if (auto* adamw = dynamic_cast<::torch::optim::AdamW*>(&optimizer_))
-      onebit_optimizer_ = std::make_unique<OneBitAdam>(*adamw, options_.onebit_adam,
-                                                       options_.group, options_.name_prefix);
-    else
-      throw InvalidArgument(
-          "DistributedOptimizer: compression kOneBitAdam (1-bit Adam) needs a torch::optim::Adam "
-          "or torch::optim::AdamW to wrap; for lockstep::optim::Lamb use kOneBitLamb, for other "
-          "optimizers kOneBit or kPowerSGD");
-  } else if (options_.compression == Compression::kOneBitLamb) {
-    auto* lamb = dynamic_cast<optim::Lamb*>(&optimizer_);
-    if (lamb == nullptr)
-      throw InvalidArgument(
-          "DistributedOptimizer: compression kOneBitLamb (1-bit LAMB) needs a "
-          "lockstep::optim::Lamb to wrap; for torch::optim::Adam use kOneBitAdam, for other "
-          "optimizers kOneBit or kPowerSGD");
-    onebit_optimizer_ = std::make_unique<OneBitLamb>(*lamb, options_.onebit_lamb, options_.group,
-                                                     options_.name_prefix);
-  }
-}
-
-// All gradients at once, to the scheme that replaces the allreduce.
-void DistributedOptimizer::compressed_gradients() {
-  if (!reducer_) reducer_ = detail::make_gradient_reducer(options_);
-  std::vector<::torch::Tensor> grads;
-  std::vector<std::string> names;
-  for (auto& slot : slots_) {
-    grads.push_back(wire_tensor(*slot));  // the gradient itself (zeros where none)
-    names.push_back(slot->name.substr(options_.name_prefix.size() + 1));  // reducers prefix
-    slot->passes = 0;
-  }
-  reducer_->reduce(grads, names, options_.op == ReduceOp::kAverage);
 }
 
 void DistributedOptimizer::step() {
@@ -493,10 +312,7 @@ void DistributedOptimizer::step() {
     warn_extra_passes(passes, options_.backward_passes_per_step);
   if (!synchronized_) synchronize();
   check_fingerprint_if_due();
-  if (onebit_optimizer_)
-    onebit_optimizer_->step();
-  else
-    optimizer_.step();
+  scheme_->step(optimizer_);
   ++steps_;
   synchronized_ = false;
   for (auto& slot : slots_) {  // Note [Gradients after step()]
@@ -525,10 +341,8 @@ void DistributedOptimizer::check_fingerprint_if_due() {
 // and step()) before zeroing it, and forgets them: the next pass starts a step.
 void DistributedOptimizer::zero_grad() {
   detail::profile_zero_grad(this);
+  scheme_->discard();
   for (auto& slot : slots_) {
-    if (slot->handle.valid()) slot->handle.wait();
-    slot->handle = TensorHandle();
-    slot->wire = ::torch::Tensor();
     slot->submitted = false;
     slot->passes = 0;
     slot->after_step = false;

@@ -59,5 +59,6 @@ void save_checkpoint_locally();
 }  // namespace torch_md
 
 namespace report_md {}  // its TensorBoard example is a whole program
+namespace extending_md {}  // its gradient-scheme example is a whole program
 
 }  // namespace docs_context

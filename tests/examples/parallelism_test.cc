@@ -98,7 +98,7 @@ TEST(Parallelism, CompressionAndActivationCheckpointing) {
   }
   // 1-bit Adam after its 4 warm-up steps: its loss was NaN by step 7 (test
   // accuracy 10.7%, one class) before the compressed step was bounded by
-  // Adam's own (Note [1-bit step bound] in lockstep/torch/onebit.h).
+  // Adam's own (Note [1-bit step bound] in lockstep/torch/onebit_optimizer.h).
   const auto adam = run("", "--strategy data --compression onebit-adam");
   ASSERT_FALSE(adam.is_null());
   EXPECT_GT(adam["test_acc"].get<double>(), 0.2) << "onebit-adam: a NaN model predicts one class";

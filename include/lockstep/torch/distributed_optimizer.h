@@ -15,6 +15,11 @@
 // parameter that no rank used therefore ends up with a zero (not undefined)
 // gradient.
 //
+// How the gradients travel is the scheme's (gradient_scheme.h): one
+// allreduce each (cast to fp16/bf16 or not), Adasum, PowerSGD, 1-bit, 1-bit
+// Adam or 1-bit LAMB, as `adasum` and `compression` say, or one registered
+// under options.scheme. Chosen once, in the constructor.
+//
 // Gradients of several backward passes are summed, as plain LibTorch does;
 // scale the loss by 1/backward_passes_per_step for the mean.
 //
@@ -33,6 +38,7 @@
 
 #include "lockstep/comm/types.h"
 #include "lockstep/torch/collectives.h"
+#include "lockstep/torch/gradient_scheme.h"
 #include "lockstep/torch/group.h"
 #include "lockstep/torch/onebit.h"
 #include "lockstep/torch/onebit_adam.h"
@@ -109,6 +115,10 @@ struct DistributedOptimizerOptions {
   // across the group's ranks). Ranks outside the group (other tensor shards,
   // pipeline stages) are never compared.
   int64_t fingerprint_every = -1;
+  // A scheme registered with register_gradient_scheme() (gradient_scheme.h)
+  // to reduce the gradients instead of the built-in one that adasum and
+  // compression choose (leave those unset); "" (default): theirs.
+  std::string scheme{};
 };
 
 // Sets options.compression (and PowerSGD's rank) from a `--compression`
@@ -160,30 +170,17 @@ class DistributedOptimizer {
  private:
   void add_slot(std::string name, const ::torch::Tensor& param);
   void on_gradient_ready(Slot& slot);
-  ::torch::Tensor& wire_tensor(Slot& slot);
-  AllreduceOptions wire_options() const;
-  void submit(Slot& slot);
-  void submit_together(const std::vector<Slot*>& slots);
-  void finish(Slot& slot);
   void check_fingerprint_if_due();
-  void adasum_gradients();
-  void compressed_gradients();
-  bool allreduces_gradients() const;
-  void make_onebit_optimizer();
 
   ::torch::optim::Optimizer& optimizer_;
   DistributedOptimizerOptions options_;
   bool overlap_;
   std::vector<std::unique_ptr<Slot>> slots_;
-  std::vector<TensorHandle> group_handles_;
+  std::vector<Gradient*> gradients_;  // slots_ as the scheme sees them, in order
   bool synchronized_ = false;
   int64_t steps_ = 0;
   int64_t fingerprint_every_ = 0;
-  // kPowerSGD / kOneBit: takes over the reduction; made at the first synchronize().
-  std::unique_ptr<GradientReducer> reducer_;
-  // kOneBitAdam / kOneBitLamb: steps the wrapped Adam(W) or Lamb; past warm-up
-  // it replaces both the gradient allreduce and the optimizer's step.
-  std::unique_ptr<OneBitOptimizer> onebit_optimizer_;
+  std::unique_ptr<GradientScheme> scheme_;  // how gradients are reduced (gradient_scheme.h)
 };
 
 }  // namespace lockstep::torch

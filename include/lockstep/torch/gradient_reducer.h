@@ -1,8 +1,9 @@
 // GradientReducer: a compression scheme that takes over a step's whole
 // gradient reduction instead of allreducing each gradient (PowerSGD in
-// powersgd.h, 1-bit in onebit.h). DistributedOptimizer owns one when its
-// compression is one of these and calls reduce() at synchronize(), with
-// every gradient of the step (zeros for parameters that got none).
+// powersgd.h, 1-bit in onebit.h). DistributedOptimizer's "powersgd" and
+// "onebit" schemes (gradient_scheme.h) each own one and call reduce() at
+// synchronize(), with every gradient of the step (zeros for parameters that
+// got none).
 //
 // Implementations keep state across steps (error feedback), so one object
 // serves one sequence of steps of one model. Not thread-safe.

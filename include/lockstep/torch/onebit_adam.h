@@ -10,11 +10,11 @@
 //     with it, at warmup_steps); each rank folds its *local* gradient into
 //     the momentum, m = b1 m + (1 - b1) g, and the momenta, not the
 //     gradients, travel: one 1-bit compressed allreduce with worker and
-//     server error feedback (CompressedAllreduce, onebit.h) over every
+//     server error feedback (CompressedAllreduce, compressed_allreduce.h) over every
 //     parameter at once, whose result replaces m on every rank. Then
 //     p -= lr clamp(m / (1 - b1^t) / (sqrt(v / (1 - b2^warmup)) + eps), ±B),
 //     B = max(1, (1 - b1) / sqrt(1 - b2)): Adam's own largest step per lr
-//     (Note [1-bit step bound] in onebit.h).
+//     (Note [1-bit step bound] in onebit_optimizer.h).
 //
 // The frozen variance is what makes the compression safe: the update is a
 // fixed preconditioner times the momentum, so the momentum's compression
@@ -47,7 +47,8 @@
 #include <string>
 
 #include "lockstep/torch/group.h"
-#include "lockstep/torch/onebit.h"
+#include "lockstep/torch/compressed_allreduce.h"
+#include "lockstep/torch/onebit_optimizer.h"
 
 namespace lockstep::torch {
 

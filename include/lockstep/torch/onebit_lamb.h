@@ -16,13 +16,13 @@
 //     scaled by s_i (fixed at the freeze so that every tensor's momentum
 //     has the same rms: one scale per chunk would drown the small ones),
 //     travel through one 1-bit compressed allreduce with worker and server
-//     error feedback (CompressedAllreduce, onebit.h); the mean, unscaled,
+//     error feedback (CompressedAllreduce, compressed_allreduce.h); the mean, unscaled,
 //     replaces m on every rank. Then, per tensor x:
 //       g̃ = (m − β1 m_prev) / (1 − β1)         the gradient the new m implies
 //       v_fresh = β2 v_fresh + (1 − β2) g̃²      (v_fresh = v at the freeze)
 //       d = √(v / (1 − β2^warmup)) + ε,  d_fresh = √(v_fresh / (1 − β2^t)) + ε
 //       u = clamp(m / (1 − β1^t) / d, ±B) + λ x   (B: 1-bit Adam's bound,
-//           Note [1-bit step bound] in onebit.h: the frozen c̄ does not see
+//           Note [1-bit step bound] in onebit_optimizer.h: the frozen c̄ does not see
 //           this step's ‖u‖, so it cannot bound it as LAMB's own ratio does)
 //       r = max over the elements of d / d_fresh, moved towards 1 by the
 //           decay's share of u (r·a + 1 − a, a = min(1, ‖u − λx‖/‖u‖)),
@@ -60,7 +60,8 @@
 
 #include "lockstep/optim/lamb.h"
 #include "lockstep/torch/group.h"
-#include "lockstep/torch/onebit.h"
+#include "lockstep/torch/compressed_allreduce.h"
+#include "lockstep/torch/onebit_optimizer.h"
 
 namespace lockstep::torch {
 

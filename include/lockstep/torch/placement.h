@@ -16,12 +16,8 @@
 // when init() runs (at least 1): OpenMP threads sharing busy CPUs made such a
 // process several times slower than one thread (docs/torch.md).
 //
-// LOCKSTEP_DEVICE = cpu | cuda | auto (auto: cuda when LibTorch sees a GPU):
-// worker local_rank computes on visible GPU local_rank % visible GPUs
-// (CUDA_VISIBLE_DEVICES is respected: indices count the visible devices
-// only), which init() makes the process's current device. More workers than
-// GPUs on a host share them round robin; their CUDA tensors then travel over
-// the host transport (docs/gpu.md).
+// The GPU a worker computes on (LOCKSTEP_DEVICE) and how its CUDA tensors
+// travel are device.h's choices; place_this_worker() applies them.
 #pragma once
 
 #include <span>
@@ -31,6 +27,7 @@
 #include <torch/torch.h>
 
 #include "lockstep/base/cpu_topology.h"
+#include "lockstep/torch/device.h"
 
 namespace lockstep::torch {
 
@@ -51,33 +48,11 @@ struct Placement {
   }
 };
 
-enum class DeviceChoice { kCpu, kCuda, kAuto };
-DeviceChoice parse_device(const std::string& text);  // throws InvalidArgument naming the knob
-// Pure: the GPU worker local_rank computes on among `visible_gpus`, or -1 for
-// the CPU. Throws InvalidArgument when kCuda is asked for and none is visible.
-int plan_gpu(DeviceChoice choice, int local_rank, int visible_gpus);
-
 enum class BindTo { kCore, kNone, kAuto };
 BindTo parse_bind_to(const std::string& text);  // throws InvalidArgument naming the knob
 // LOCKSTEP_INTRA_OP_THREADS: 0 for auto (or "0"), else the count; throws
 // InvalidArgument naming the knob.
 int parse_intra_op_threads(const std::string& text);
-
-// How CUDA tensors travel (LOCKSTEP_DEVICE_BACKEND; Note [Which way a CUDA
-// tensor travels] in src/torch/collectives.cc).
-enum class DeviceBackend { kHost, kNccl };
-struct DeviceBackendInputs {
-  std::string knob = "auto";  // LOCKSTEP_DEVICE_BACKEND: auto | nccl | host
-  bool nccl_built = false;    // this build has the NCCL transport
-  bool cuda = false;          // the workers compute on GPUs
-  int local_size = 1;         // workers on this host
-  int visible_gpus = 0;       // GPUs each worker sees
-  bool elastic = false;       // an elastic job (its world changes)
-};
-// Pure: nccl only with NCCL built, CUDA placement, one GPU per worker of a
-// host and a fixed world; auto picks nccl exactly then. Throws
-// InvalidArgument naming the reason when nccl is asked for and cannot be.
-DeviceBackend choose_device_backend(const DeviceBackendInputs& in);
 
 // Pure: the placement for worker local_rank of local_size over allowed_cpus,
 // which are divided in placement_order(allowed_cpus, topology) (topology:
