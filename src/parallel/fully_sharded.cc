@@ -22,7 +22,8 @@
 // Over a module (fully_sharded_unit.cc), the units are FullyShardedUnit
 // submodules whose forward calls enter() and leave(): the same gather,
 // release and UnitBoundary, in the order the model's forward calls them;
-// prefetch follows the order recorded on the first forward. The root unit
+// prefetch follows the order recorded on the first forward, call by call
+// (next_call), and is waited for when the calling unit leaves. The root unit
 // (parameters outside every unit) is `keep`: never released, its gradient
 // taken from AccumulateGrad's .grad when it is sent, its buffer all-gathered
 // again at the end of step().
@@ -35,7 +36,7 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <sstream>
+#include <algorithm>
 
 #include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
@@ -133,43 +134,66 @@ int FullyShardedModel::Impl::next_with_params(int u, int direction) const {
   return -1;
 }
 
-int FullyShardedModel::Impl::prefetch_target(int u, int direction) const {
-  if (!modules) return next_with_params(u, direction);
-  if (!order_frozen) return -1;
-  return direction > 0 ? next_forward[u] : previous_backward[u];
+int FullyShardedModel::Impl::backward_prefetch(int u) const {
+  if (!modules) return next_with_params(u, -1);
+  return order_frozen ? previous_backward[u] : -1;
 }
 
-// Per unit: the unit called after its first call (forward's prefetch) and
-// the one called before its last call (backward meets that call first).
+// Per unit: the one called before its last call (backward meets that call
+// first).
 void FullyShardedModel::Impl::freeze_order() {
   if (order_frozen) return;
   order_frozen = true;
-  next_forward.assign(units.size(), -1);
   previous_backward.assign(units.size(), -1);
-  std::vector<bool> seen(units.size(), false);
-  for (size_t i = 0; i < order.size(); ++i) {
-    const int u = order[i];
-    for (size_t j = i + 1; !seen[u] && j < order.size(); ++j)
-      if (order[j] != u) {  // a unit called twice in a row: the one after its calls
-        next_forward[u] = order[j];
-        break;
-      }
-    seen[u] = true;
-    if (i > 0 && order[i - 1] != u) previous_backward[u] = order[i - 1];
-  }
+  for (size_t i = 1; i < order.size(); ++i)
+    if (order[i - 1] != order[i]) previous_backward[order[i]] = order[i - 1];
 }
 
+// The unit of the first later call in `order` that is another unit (a unit
+// called twice in a row: the one after its calls); none after the last
+// call, so a forward leaves nothing to gather behind it. A call that is not
+// the one `position` expects (a forward that left the recorded order) is
+// taken as u's first call.
+int FullyShardedModel::Impl::next_call(int u) {
+  if (!order_frozen) return -1;
+  if (position >= order.size() || order[position] != u)
+    position = static_cast<size_t>(std::find(order.begin(), order.end(), u) - order.begin());
+  if (position >= order.size()) {  // not called in the recorded forward
+    position = 0;
+    return -1;
+  }
+  int next = -1;
+  for (size_t j = position + 1; next < 0 && j < order.size(); ++j)
+    if (order[j] != u) next = order[j];
+  position = position + 1 < order.size() ? position + 1 : 0;  // the next forward starts over
+  return next;
+}
+
+// A recomputation during backward (activation checkpointing) prefetches
+// nothing: the backward gathers what it needs in its own order.
 void FullyShardedModel::Impl::enter(int u) {
   if (units[u].params.empty()) return;
   if (!order_frozen) order.push_back(u);
   gather(u, true);
-  const int next = prefetch_target(u, +1);
-  if (options->prefetch && next >= 0) gather(next, false);
+  const int next = pass_open ? -1 : next_call(u);
+  if (options->prefetch && next >= 0 && !units[next].gathered) {
+    gather(next, false);
+    prefetching = next;
+  }
 }
 
+// The prefetch is waited for here, not at the next unit's enter(): the
+// model's own code between units is short, and an all-gather still in
+// flight after the forward returned (a unit called last, an evaluation that
+// stops early) would be cut off by lt::shutdown() and kept stale by step().
 Tensor FullyShardedModel::Impl::leave(int u, Tensor out) {
   if (units[u].params.empty()) return out;
   release(u);
+  if (prefetching >= 0) {
+    const int next = prefetching;
+    prefetching = -1;
+    gather(next, true);
+  }
   if (::torch::GradMode::is_enabled() && out.requires_grad())
     out = UnitBoundary::apply(out, reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
   return out;
@@ -184,7 +208,7 @@ void FullyShardedModel::Impl::begin_backward(int u) {
         "reduced", unit.label));
   if (modules) freeze_order();
   gather(u, true);
-  const int previous = prefetch_target(u, -1);
+  const int previous = backward_prefetch(u);
   // A unit already reduced (module path: an order not strictly reversed)
   // must not be gathered now: it would keep this step's values past step().
   if (options->prefetch && previous >= 0 && !units[previous].sent) gather(previous, false);
@@ -207,53 +231,6 @@ void FullyShardedModel::Impl::bind_views(int u) {
       Tensor& p = params[place.param];
       p.set_data(unit.full.narrow(0, place.flat_offset, p.numel()).view(p.sizes()));
     }
-}
-
-namespace {
-
-// The element count of "sizes [a, b]" in a LibTorch message, -1 if none.
-int64_t numel_in_message(const std::string& what) {
-  const size_t at = what.find("sizes [");
-  if (at == std::string::npos) return -1;
-  int64_t numel = 1;
-  std::istringstream in(what.substr(at + 7, what.find(']', at) - at - 7));
-  for (std::string dim; std::getline(in, dim, ',');) numel *= std::stoll(dim);
-  return numel;
-}
-
-}  // namespace
-
-// What LibTorch says when a kernel or a view meets a released unit's
-// parameter (its storage has no memory): a parameter read outside its unit.
-void FullyShardedModel::Impl::explain_layer_error(const std::string& where) const {
-  try {
-    throw;
-  } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    if (what.find("for storage of size 0") == std::string::npos &&
-        what.find("data is not allocated yet") == std::string::npos)
-      throw;
-    const int64_t numel = numel_in_message(what);
-    std::vector<std::string> released, matching;
-    for (size_t p = 0; p < params.size(); ++p) {
-      if (units[unit_of[p]].gathered) continue;
-      const std::string name = fmt::format("{} (unit {})", names[p], units[unit_of[p]].label);
-      released.push_back(name);
-      if (params[p].numel() == numel) matching.push_back(name);
-    }
-    if (released.empty()) throw;
-    const auto& shown = matching.empty() ? released : matching;
-    std::string list;
-    for (size_t i = 0; i < shown.size() && i < 4; ++i) list += (i ? ", " : "") + shown[i];
-    if (shown.size() > 4) list += fmt::format(" and {} more", shown.size() - 4);
-    throw InvalidArgument(fmt::format(
-        "FullyShardedModel: {} read a parameter outside its unit, where it holds no memory "
-        "({}{}); a unit's parameters exist only inside its forward. Tied weights: compute both "
-        "uses inside the unit that owns the weight (one unit may run twice per forward), put "
-        "the layers that share it in one unit, or keep the weight outside every unit (the root "
-        "unit stays gathered). LibTorch said: {}", where,
-        matching.empty() ? "released: " : "", list, what.substr(0, what.find('\n'))));
-  }
 }
 
 ::torch::nn::Sequential& FullyShardedModel::module() {

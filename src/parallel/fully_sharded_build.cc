@@ -225,6 +225,7 @@ FullyShardedModel::FullyShardedModel(::torch::nn::Sequential model, FullySharded
   m.me = options_.group.rank();
   m.element = options_.granularity != ShardGranularity::kTensor;
   m.finish(plan_units(m, model_, options_));
+  m.watch_uncaught();
 }
 
 void FullyShardedModel::Impl::register_hooks() {
@@ -245,6 +246,7 @@ void FullyShardedModel::Impl::remove_hooks() {
 }
 
 FullyShardedModel::~FullyShardedModel() {
+  impl_->unwatch_uncaught();
   impl_->unbind_unit_modules();
   impl_->remove_hooks();
   for (auto& unit : impl_->units)

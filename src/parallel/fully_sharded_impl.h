@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/function.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,12 +58,17 @@ struct FullyShardedModel::Impl {
   std::vector<std::pair<std::shared_ptr<::torch::autograd::Node>, uintptr_t>> hooks;
   // Module path (FullyShardedUnit submodules): units in named_modules()
   // order; `order` is the first forward's sequence of unit calls, recorded
-  // until freeze_order() (first backward or step()), then the prefetch
-  // targets per unit (-1: none).
+  // until freeze_order() (first backward or step()), then the backward
+  // prefetch target per unit (-1: none). A forward prefetches the unit of
+  // the call after the one at `position` in `order` (next_call) and waits
+  // for it when the calling unit leaves (`prefetching`), so no all-gather
+  // outlives a unit's forward (Note [FSDP units]).
   bool modules = false;
   std::vector<std::shared_ptr<FullyShardedUnitImpl>> unit_modules;
-  std::vector<int> order, next_forward, previous_backward;
+  std::vector<int> order, previous_backward;
   bool order_frozen = false;
+  size_t position = 0;   // index into `order` of the call a forward is expected to make next
+  int prefetching = -1;  // the unit a forward's prefetch is gathering (-1: none)
   int reducing_unit = -1;  // the one reduce-scatter in flight (-1: none)
   // Gradient accumulation (Note [FSDP passes] in fully_sharded_step.cc).
   bool pass_open = false;  // a backward pass reached the model; end_pass() is queued
@@ -95,8 +101,10 @@ struct FullyShardedModel::Impl {
   void register_hooks();
   void remove_hooks();
   int next_with_params(int unit, int direction) const;
-  // The unit to prefetch after `unit` in forward (+1) or backward (-1).
-  int prefetch_target(int unit, int direction) const;
+  // The unit to prefetch after `unit`'s backward (-1: none); in forward,
+  // next_call (module path: moves `position` past this call of unit).
+  int backward_prefetch(int unit) const;
+  int next_call(int unit);
   // A FullyShardedUnit's forward: enter before the wrapped forward, leave
   // with its output (the UnitBoundary added in grad mode).
   void enter(int unit);
@@ -126,6 +134,17 @@ struct FullyShardedModel::Impl {
   // parameter (outside its unit) as InvalidArgument naming the candidates;
   // other errors rethrown as they are. `where` says what ran.
   [[noreturn]] void explain_layer_error(const std::string& where) const;
+  // LibTorch's message `what` when a kernel or a view met a released
+  // parameter, explained: `where` read which parameters, `advice` the fix;
+  // nullopt for another message or when no parameter is released.
+  std::optional<std::string> explain_storage_error(const std::string& what,
+                                                   const std::string& where,
+                                                   const std::string& advice) const;
+  // fully_sharded.cc, Note [Reads outside the units]: while the model lives,
+  // an uncaught LibTorch error that explain_storage_error recognizes ends
+  // the process as lockstep's uncaught InvalidArgument.
+  void watch_uncaught();
+  void unwatch_uncaught();
   // fully_sharded_step.cc
   void on_gradient(int param);
   void open_pass();  // at each backward hook: queues end_pass() once per pass

@@ -52,6 +52,15 @@ void FullyShardedModel::step(::torch::optim::Optimizer& optimizer) {
       unit.host_grad.copy_(unit.grad_shard);
     }
   }
+  // A unit gathered outside its forward (a prefetch of a forward after the
+  // last backward) would keep this step's values, and its all-gather may
+  // still read the segment the optimizer is about to change.
+  for (int u = 0; u < static_cast<int>(m.units.size()); ++u) {
+    if (m.units[u].keep) continue;
+    if (m.units[u].gathering.valid()) m.gather(u, true);
+    m.release(u);
+  }
+  m.prefetching = -1;
   for (size_t i = 0; i < m.pieces.size(); ++i) {
     auto& piece = m.pieces[i];
     Tensor g = m.piece_grad(i);
