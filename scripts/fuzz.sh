@@ -8,7 +8,7 @@
 #
 #   bash scripts/fuzz.sh [SECONDS_PER_TARGET [TARGET...]]    (default 30)
 #
-# TARGETs (rendezvous, launch-block, records, hdf5, safetensors) build and run only those
+# TARGETs (rendezvous, launch-block, records, hdf5, safetensors, torch-save) build and run only those
 # and skip the parse of comm and engine; SECONDS 0 builds and runs no target,
 # only the parse (scripts/ci-planted.sh uses both).
 set -euo pipefail
@@ -26,7 +26,7 @@ if [[ ! -f $dir/build.ninja ]]; then
     -DLOCKSTEP_BUILD_FUZZ=ON -DLOCKSTEP_SANITIZE=address,undefined,fuzzer-no-link -DLOCKSTEP_UNITY=OFF
 fi
 targets=(lockstep-fuzz-rendezvous lockstep-fuzz-launch-block lockstep-fuzz-records lockstep-fuzz-hdf5
-         lockstep-fuzz-safetensors)
+         lockstep-fuzz-safetensors lockstep-fuzz-torch-save)
 (($#)) && targets=("${@/#/lockstep-fuzz-}")
 ((seconds > 0)) || targets=()
 ((${#targets[@]} == 0)) || cmake --build $dir -j"$(nproc)" --target "${targets[@]}"

@@ -6,13 +6,19 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <optional>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "lockstep/parallel/fully_sharded.h"
+#include "lockstep/parallel/sharded_optimizer.h"
 #include "lockstep/torch/checkpoint.h"
+#include "lockstep/torch/group.h"
+#include "lockstep/torch/state_check.h"
+#include "parallel/piece_state.h"
 
 namespace lockstep::parallel::detail::ckdir {
 
@@ -130,5 +136,63 @@ void remove_incomplete_steps(const std::string& root);
 // Deletes all but the newest `keep` complete steps (manifest first).
 void apply_retention(const std::string& root, int keep);
 std::string read_whole_file(const std::string& path);
+
+// ---- sharded strategies without a full view (checkpoint_dir_sharded.cc)
+// What a strategy that splits parameters or optimizer state across ranks
+// (FullyShardedModel, ShardedOptimizer) holds on this rank, as a save or a
+// load of a checkpoint directory needs it: every entry is routed straight
+// between the ranks that hold its pieces and the rank that writes it, so no
+// rank ever holds the whole model or the whole optimizer state (Note
+// [Routed checkpoint saves] in checkpoint_dir_sharded.cc).
+struct ShardedView {
+  const ::torch::nn::Module* module = nullptr;  // its names, order and buffers
+  std::vector<::torch::Tensor> params;          // every parameter (the strategy's order)
+  std::vector<std::vector<int64_t>> shapes;     // theirs, whole
+  ::torch::ScalarType dtype = ::torch::kFloat;  // of the values the pieces hold (masters)
+  bool whole_params = false;   // ZeRO: params hold their values on every rank
+  bool whole_tensors = false;  // pieces are whole parameters (kTensor granularity)
+  std::vector<PieceRef> pieces;       // this rank's: values (unless whole_params) and state keys
+  std::vector<std::vector<int>> groups;  // per optimizer group: parameter indices
+  lockstep::torch::Group group;       // the ranks whose pieces tile every parameter
+  std::string name;                   // collective-name prefix
+};
+// Whether every rank of the job is in a group like view.group whose pieces
+// tile the model (the world, or HSDP's shard groups): then the routed save
+// and load apply; otherwise the callers take the full view.
+bool routes_everywhere(const lockstep::torch::Group& group, int replicas);
+// The snapshot of a routed save: the whole manifest (ranks assigned) and
+// values for this rank's entries only: what other ranks sent, and views of
+// this rank's own live tensors (copies with `own_copies`, for an async save
+// whose training goes on). Collective over the job.
+Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Optimizer& optimizer,
+                              const lockstep::torch::TrainingProgress& progress, bool own_copies);
+// Loads step directory `dir` (its manifest `m`) into the view's pieces, the
+// module's buffers (and parameters, whole_params) and the optimizer; reads
+// only the byte ranges this rank holds. Checks everything first; throws
+// lockstep::Error before anything changes. Collective-free.
+void load_routed(const std::string& dir, const Manifest& m, const ShardedView& view,
+                 ::torch::optim::Optimizer& optimizer, lockstep::torch::TrainingProgress& progress);
+// The manifest's tensors of one part, as check_state_matches takes them.
+std::vector<lockstep::torch::TensorInfo> part_infos(const Manifest& manifest, Part part);
+// Throws when the manifest lists optimizer state that no entry holds.
+void check_state_entries(const Manifest& manifest, const std::string& what);
+// Reaches into FullyShardedModel and ShardedOptimizer (their friend) for the
+// routed save and load (checkpoint_dir_strategies.cc).
+struct Access {
+  // nullopt when the strategy's group does not cover the job (a subset of
+  // the ranks shards the model): the caller takes the full view instead.
+  static std::optional<ShardedView> view(FullyShardedModel& fsdp,
+                                         const ::torch::optim::Optimizer& optimizer);
+  static std::optional<ShardedView> view(const ::torch::nn::Module& module,
+                                         ShardedOptimizer& optimizer);
+  // Around a routed load: in-flight gathers land before the shards change;
+  // afterwards the device copies and the units that stay gathered are
+  // refreshed (collective over fsdp's group).
+  static void before_load(FullyShardedModel& fsdp);
+  static void after_load(FullyShardedModel& fsdp);
+};
+// What the readers share: the newest complete step (and its manifest) under
+// root after removing leftovers; false when there is none.
+bool newest_complete(const std::string& root, std::string* dir, Manifest* manifest);
 
 }  // namespace lockstep::parallel::detail::ckdir

@@ -16,14 +16,37 @@ namespace lockstep::parallel::detail::ckdir {
 namespace fs = std::filesystem;
 namespace lt = lockstep::torch;
 using ::torch::Tensor;
-namespace {
 
-std::vector<lt::TensorInfo> infos(const Manifest& m, Part part) {
+std::vector<lt::TensorInfo> part_infos(const Manifest& m, Part part) {
   std::vector<lt::TensorInfo> out;
   for (const Entry& e : m.tensors)
     if (e.part == part) out.push_back({e.name, e.dtype, e.shape});
   return out;
 }
+
+void check_state_entries(const Manifest& m, const std::string& what) {
+  std::map<std::string, bool> names;
+  for (const Entry& e : m.tensors)
+    if (e.part == Part::kOptimizer) names[e.name] = true;
+  for (const auto& [param, slots] : m.optimizer.state)
+    for (const StateSlot& s : slots)
+      if (!names.count(param + "." + s.key))
+        throw Error(fmt::format("{}: the manifest lists optimizer state '{}.{}' but no file holds "
+                                "it; the folder is damaged, load an older step", what, param, s.key));
+}
+
+bool newest_complete(const std::string& root, std::string* dir, Manifest* manifest) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return false;
+  remove_incomplete_steps(root);  // start-up is when an interrupted save is found
+  const auto complete = complete_steps(root);
+  if (complete.empty()) return false;
+  *dir = complete.back();
+  *manifest = parse_manifest(read_whole_file(*dir + "/" + kManifest), *dir + "/" + kManifest);
+  return true;
+}
+
+namespace {
 
 // Every tensor of one part, from all ranks' files, each file checked against
 // the manifest (the pair of what write_rank_files wrote).
@@ -43,17 +66,6 @@ std::map<std::string, Tensor> read_part(const std::string& dir, const Manifest& 
   return out;
 }
 
-void check_state_entries(const Manifest& m, const std::string& what) {
-  std::map<std::string, bool> names;
-  for (const Entry& e : m.tensors)
-    if (e.part == Part::kOptimizer) names[e.name] = true;
-  for (const auto& [param, slots] : m.optimizer.state)
-    for (const StateSlot& s : slots)
-      if (!names.count(param + "." + s.key))
-        throw Error(fmt::format("{}: the manifest lists optimizer state '{}.{}' but no file holds "
-                                "it; the folder is damaged, load an older step", what, param, s.key));
-}
-
 void copy_model(::torch::nn::Module& module, const std::map<std::string, Tensor>& tensors) {
   ::torch::NoGradGuard no_grad;
   for (auto& item : module.named_parameters()) item.value().copy_(tensors.at(item.key()));
@@ -62,15 +74,11 @@ void copy_model(::torch::nn::Module& module, const std::map<std::string, Tensor>
 
 bool load(const std::string& root, ::torch::nn::Module& module, ::torch::optim::Optimizer& optimizer,
           lt::TrainingProgress& progress) {
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) return false;
-  remove_incomplete_steps(root);  // start-up is when an interrupted save is found
-  const auto complete = complete_steps(root);
-  if (complete.empty()) return false;
-  const std::string dir = complete.back();
+  std::string dir;
+  Manifest m;
+  if (!newest_complete(root, &dir, &m)) return false;
   const std::string what = "checkpoint directory " + dir;
-  const Manifest m = parse_manifest(read_whole_file(dir + "/" + kManifest), dir + "/" + kManifest);
-  lt::check_state_matches(lt::tensor_infos(module), infos(m, Part::kModel), what);
+  lt::check_state_matches(lt::tensor_infos(module), part_infos(m, Part::kModel), what);
   check_optimizer_matches(m, module, optimizer, what);
   check_state_entries(m, what);
   const auto model = read_part(dir, m, Part::kModel);
@@ -101,8 +109,20 @@ bool load_checkpoint_dir(const std::string& root, ::torch::nn::Module& module,
   return detail::ckdir::load(root, module, optimizer, progress);
 }
 
+// The sharded strategies read only their own byte ranges (routed) when
+// their group covers the job; through the full view otherwise.
 bool load_checkpoint_dir(const std::string& root, FullyShardedModel& fsdp,
                          ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
+  using detail::ckdir::Access;
+  if (auto view = Access::view(fsdp, optimizer)) {
+    std::string dir;
+    detail::ckdir::Manifest m;
+    if (!detail::ckdir::newest_complete(root, &dir, &m)) return false;
+    Access::before_load(fsdp);
+    detail::ckdir::load_routed(dir, m, *view, optimizer, progress);
+    Access::after_load(fsdp);
+    return true;
+  }
   bool found = false;
   fsdp.with_full_view(optimizer, /*keep_changes=*/true,
                       [&] { found = detail::ckdir::load(root, fsdp.wrapped(), optimizer, progress); });
@@ -111,6 +131,13 @@ bool load_checkpoint_dir(const std::string& root, FullyShardedModel& fsdp,
 
 bool load_checkpoint_dir(const std::string& root, ::torch::nn::Module& module,
                          ShardedOptimizer& optimizer, lt::TrainingProgress& progress) {
+  if (auto view = detail::ckdir::Access::view(module, optimizer)) {
+    std::string dir;
+    detail::ckdir::Manifest m;
+    if (!detail::ckdir::newest_complete(root, &dir, &m)) return false;
+    detail::ckdir::load_routed(dir, m, *view, optimizer.optimizer(), progress);
+    return true;
+  }
   bool found = false;
   auto full = optimizer.with_full_view(
       {}, [&] { found = detail::ckdir::load(root, module, optimizer.optimizer(), progress); });

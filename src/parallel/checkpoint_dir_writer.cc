@@ -146,26 +146,41 @@ struct CheckpointWriter::Impl {
     if (thread.joinable()) thread.join();
     if (error) std::rethrow_exception(std::exchange(error, nullptr));
   }
+  // The save in flight, and whether it failed (rethrown by run()).
+  std::exception_ptr finish_previous() {
+    try {
+      join();
+    } catch (const std::exception&) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+  // Everything after the snapshot: agreement, then the files here or on the
+  // background thread. `snap` holds owned values of this rank's share when
+  // async.
+  void run(detail::ckdir::Snapshot snap, int64_t step, std::exception_ptr previous);
   void save(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
-            const lt::TrainingProgress& progress);
+            const lt::TrainingProgress& progress) {
+    std::exception_ptr previous = finish_previous();
+    detail::ckdir::Snapshot snap = detail::ckdir::take_snapshot(module, optimizer, progress);
+    snap.manifest.world_size = lt::size();
+    detail::ckdir::assign_ranks(snap.manifest.tensors, lt::size());
+    if (options.async) detail::ckdir::keep_own_copies(snap, lt::rank());  // the pause: our share
+    run(std::move(snap), progress.step, previous);
+  }
+  void save(const detail::ckdir::ShardedView& view, const ::torch::optim::Optimizer& optimizer,
+            const lt::TrainingProgress& progress) {
+    std::exception_ptr previous = finish_previous();
+    run(detail::ckdir::take_routed_snapshot(view, optimizer, progress, options.async), progress.step,
+        previous);
+  }
 };
 
-void CheckpointWriter::Impl::save(const ::torch::nn::Module& module,
-                                  const ::torch::optim::Optimizer& optimizer,
-                                  const lt::TrainingProgress& progress) {
+void CheckpointWriter::Impl::run(detail::ckdir::Snapshot snap, int64_t step,
+                                 std::exception_ptr previous) {
   using namespace detail::ckdir;  // in the function: unity builds batch this file with others
-  std::exception_ptr previous;
-  try {
-    join();
-  } catch (const std::exception&) {
-    previous = std::current_exception();
-  }
   const int rank = lt::rank(), world = lt::size();
-  Snapshot snap = take_snapshot(module, optimizer, progress);
-  snap.manifest.world_size = world;
-  assign_ranks(snap.manifest.tensors, world);
-  if (options.async) keep_own_copies(snap, rank);  // the training pause: one copy of our share
-  const std::string dir = root + "/" + step_dir_name(progress.step);
+  const std::string dir = root + "/" + step_dir_name(step);
   const std::string id = agree(root, dir, snap, rank, previous);
   if (!options.async) {
     std::string failure;
@@ -181,7 +196,7 @@ void CheckpointWriter::Impl::save(const ::torch::nn::Module& module,
     for (int r = 0; r < world; ++r)
       if (!statuses[r].empty())
         throw Error(fmt::format("checkpoint directory {}: rank {} failed to save step {}: {}", root, r,
-                                progress.step, statuses[r]));
+                                step, statuses[r]));
     return;
   }
   finished = false;
@@ -223,14 +238,24 @@ void CheckpointWriter::save(const ::torch::nn::Module& module,
   impl_->save(module, optimizer, progress);
 }
 
+// The sharded strategies: routed (each tensor straight to its writer, no
+// full view) when their group covers the job; the full view otherwise.
 void CheckpointWriter::save(FullyShardedModel& fsdp, ::torch::optim::Optimizer& optimizer,
                             const lt::TrainingProgress& progress) {
+  if (auto view = detail::ckdir::Access::view(fsdp, optimizer)) {
+    impl_->save(*view, optimizer, progress);
+    return;
+  }
   fsdp.with_full_view(optimizer, /*keep_changes=*/false,
                       [&] { impl_->save(fsdp.wrapped(), optimizer, progress); });
 }
 
 void CheckpointWriter::save(const ::torch::nn::Module& module, ShardedOptimizer& optimizer,
                             const lt::TrainingProgress& progress) {
+  if (auto view = detail::ckdir::Access::view(module, optimizer)) {
+    impl_->save(*view, optimizer.optimizer(), progress);
+    return;
+  }
   auto full = optimizer.gather_full_state();
   optimizer.with_full_view(std::move(full),
                            [&] { impl_->save(module, optimizer.optimizer(), progress); });

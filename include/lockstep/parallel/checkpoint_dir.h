@@ -27,10 +27,13 @@
 // writer's directory is never removed. The newest step-* with a manifest is
 // the checkpoint; nothing else points at it.
 //
-// Strategies: a data-parallel model (every rank holds everything) and, through
-// their full views, FullyShardedModel and ShardedOptimizer (ZeRO). The full
-// view still assembles each whole tensor on every rank for a moment; a true
-// per-slice save is future work.
+// Strategies: a data-parallel model (every rank holds everything), and
+// FullyShardedModel (HSDP too) and ShardedOptimizer (ZeRO) routed: each rank
+// sends its own pieces straight to the ranks that write them and a load reads
+// only its own byte ranges, so no rank holds the whole model (Note [Routed
+// checkpoint saves] in src/parallel/checkpoint_dir_routed_save.cc); the files
+// are the same bytes either way. A sharding group that leaves ranks of the
+// job out (no replicas covering them) goes through the full view instead.
 #pragma once
 
 #include <torch/torch.h>
@@ -74,10 +77,11 @@ class CheckpointWriter {
   // complete checkpoint, or the ranks hold different tensors.
   void save(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
             const lockstep::torch::TrainingProgress& progress);
-  // The whole model and optimizer state through fsdp.with_full_view.
+  // Routed: every rank's segments straight to their writers (no full view).
+  // The optimizer must be built on fsdp.parameters() in one param group.
   void save(FullyShardedModel& fsdp, ::torch::optim::Optimizer& optimizer,
             const lockstep::torch::TrainingProgress& progress);
-  // ZeRO: the whole optimizer state through gather_full_state/with_full_view.
+  // ZeRO: the optimizer-state segments routed to their writers.
   void save(const ::torch::nn::Module& module, ShardedOptimizer& optimizer,
             const lockstep::torch::TrainingProgress& progress);
   // Call once a step: rethrows a finished background save's error; never blocks.
@@ -104,12 +108,14 @@ class CheckpointWriter {
 bool load_checkpoint_dir(const std::string& root, ::torch::nn::Module& module,
                          ::torch::optim::Optimizer& optimizer,
                          lockstep::torch::TrainingProgress& progress);
-// Into a FullyShardedModel of any world size (through with_full_view).
-// Collective over fsdp's group.
+// Into a FullyShardedModel of any world size and units: each rank reads its
+// own segments' byte ranges; collective over fsdp's group (the units that
+// stay gathered are gathered again).
 bool load_checkpoint_dir(const std::string& root, FullyShardedModel& fsdp,
                          ::torch::optim::Optimizer& optimizer,
                          lockstep::torch::TrainingProgress& progress);
-// Into a ZeRO optimizer of any world size. Collective over its group.
+// Into a ZeRO optimizer of any world size: each rank reads the parameters
+// and its own state segments. Collective-free.
 bool load_checkpoint_dir(const std::string& root, ::torch::nn::Module& module,
                          ShardedOptimizer& optimizer, lockstep::torch::TrainingProgress& progress);
 

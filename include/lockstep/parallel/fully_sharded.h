@@ -89,12 +89,14 @@
 //   fsdp.step(adam);
 //
 // A unit's forward does what forward() does per unit above: gather (and
-// prefetch the unit that ran after it in the first forward: the order is
-// recorded until the first backward or step(), so the first forward
-// prefetches nothing), compute, release, and put the UnitBoundary on its
-// output so that backward gathers it again. Units are numbered in
-// named_modules() order (registration order: the same on every rank, which
-// construction checks); every rank's forward must call them in the same
+// prefetch the unit of the next call in the first forward's sequence of
+// calls, recorded until the first backward or step(), so the first forward
+// prefetches nothing; the last call prefetches nothing), compute, release,
+// wait for the prefetch (no all-gather is in flight between units or after
+// a forward, so lt::shutdown() with the model alive finds none pending),
+// and put the UnitBoundary on its output so that backward gathers it again.
+// Units are numbered in named_modules() order (registration order: the same
+// on every rank, which construction checks); every rank's forward must call them in the same
 // order (the same code: their gathers are collectives). Parameters outside
 // every unit form one root unit that is sharded for the optimizer but stays
 // gathered all the time (its gradient is reduce-scattered like a unit's,
@@ -116,7 +118,10 @@
 // registered there (a head tied to an embedding in another unit) holds no
 // memory: a read from inside a unit's forward (or a layer of forward()) is
 // an InvalidArgument naming the parameter; one from the model's own code
-// between units is LibTorch's error. Tied weights: compute both uses in one
+// between units is LibTorch's c10::Error (no lockstep code runs there),
+// which, left uncaught while the model lives, ends the process as an
+// uncaught lockstep::InvalidArgument naming it (exit code 70, not SIGABRT;
+// lockstep/base/terminate.h). Tied weights: compute both uses in one
 // module that is one unit (it runs twice per forward), or keep the shared
 // weight outside every unit (the root unit is always gathered).
 // forward() and module() are the Sequential path's. Once the
@@ -131,10 +136,12 @@
 // every rank runs every forward and backward (a deadlock message names the
 // unit's module and says so); the optimizer is built on parameters() (one
 // param group, for checkpoints). A Sequential runs only through forward(): LibTorch
-// C++ has no forward pre-hooks, so its model->forward(x) reads released
-// memory and fails with LibTorch's error ("data is not allocated yet"; no
-// lockstep code runs there to name it); with FullyShardedUnit layers, build
-// over the module instead.
+// C++ has no forward pre-hooks (and wrapping its layers would change what
+// model[i] returns), so its model->forward(x) reads released memory and
+// fails with LibTorch's c10::Error; left uncaught while the model lives, it
+// ends the process as an uncaught lockstep::InvalidArgument saying to call
+// fsdp.forward(x) (or gather_full() first). With FullyShardedUnit layers,
+// build over the module instead.
 // Construction is collective over the group. The object must outlive the
 // backward of every forward it ran (backward calls back into it). Not
 // thread-safe: drive it from the training thread. Not copyable.
@@ -153,6 +160,10 @@
 #include "lockstep/torch/group.h"
 
 namespace lockstep::parallel {
+
+namespace detail::ckdir {
+struct Access;  // checkpoint directories read and write the shards in place
+}  // namespace detail::ckdir
 
 struct FullyShardedOptions {
   int layers_per_unit = 1;  // consecutive layers of the Sequential per unit
@@ -240,6 +251,7 @@ class FullyShardedModel {
   struct Impl;
 
  private:
+  friend struct detail::ckdir::Access;
   ::torch::nn::Sequential model_{nullptr};  // null when built over a module
   std::shared_ptr<::torch::nn::Module> root_;  // the model, either kind
   FullyShardedOptions options_;

@@ -65,6 +65,10 @@
 
 namespace lockstep::parallel {
 
+namespace detail::ckdir {
+struct Access;  // checkpoint directories read and write the shards in place
+}  // namespace detail::ckdir
+
 using Group = lockstep::torch::Group;
 
 enum class ShardGranularity { kAuto, kElement, kTensor };
@@ -152,6 +156,7 @@ class ShardedOptimizer {
   struct Impl;
 
  private:
+  friend struct detail::ckdir::Access;
   void on_gradient_ready(int param);
 
   ::torch::optim::Optimizer* optimizer_;

@@ -1,0 +1,220 @@
+// The routed load of a checkpoint directory (Note [Routed checkpoint saves]
+// in checkpoint_dir_routed_save.cc): each rank reads, straight from the
+// files, the byte ranges of its own pieces, so no rank holds the whole model
+// or optimizer state, whatever world size or strategy wrote the files.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <c10/util/Type.h>
+#include <fmt/format.h>
+
+#include <map>
+#include <typeinfo>
+
+#include "lockstep/base/error.h"
+#include "lockstep/base/safetensors.h"
+#include "lockstep/parallel/optimizer_state.h"
+#include "lockstep/torch/collectives.h"
+#include "lockstep/torch/safetensors.h"
+#include "lockstep/torch/state_check.h"
+#include "parallel/checkpoint_dir_impl.h"
+
+namespace lockstep::parallel::detail::ckdir {
+namespace lt = lockstep::torch;
+using ::torch::Tensor;
+namespace {
+
+// The rank files of one step directory, opened on first use; every header is
+// checked against the manifest before a byte of data is read.
+class RangeReader {
+ public:
+  RangeReader(std::string dir, const Manifest& m) : dir_(std::move(dir)), m_(m) {
+    for (const Entry& e : m.tensors) entries_.emplace(e.name, &e);
+  }
+  RangeReader(const RangeReader&) = delete;
+  RangeReader& operator=(const RangeReader&) = delete;
+  ~RangeReader() {
+    for (auto& [key, file] : files_) ::close(file.fd);
+  }
+  const Entry& entry(const std::string& name) const {
+    auto it = entries_.find(name);
+    if (it == entries_.end())
+      throw Error(fmt::format("checkpoint directory {}: the manifest has no tensor '{}'; the "
+                              "folder is damaged, load an older step", dir_, name));
+    return *it->second;
+  }
+  // Elements [offset, +count) of tensor `name` (flattened), as a 1-D tensor.
+  Tensor read(const std::string& name, int64_t offset, int64_t count) {
+    const Entry& e = entry(name);
+    const File& f = file(e.part, e.rank);
+    const SafetensorsEntry& span = f.spans.at(name);
+    const int64_t size = static_cast<int64_t>(::torch::elementSize(e.dtype));
+    Tensor out = ::torch::empty({count}, ::torch::TensorOptions().dtype(e.dtype));
+    read_all_at(f.fd, out.data_ptr(), static_cast<uint64_t>(count * size),
+                f.data_start + span.begin + static_cast<uint64_t>(offset * size), f.path);
+    return out;
+  }
+  Tensor read_whole(const std::string& name) {
+    const Entry& e = entry(name);
+    return read(name, 0, c10::multiply_integers(e.shape)).view(e.shape);
+  }
+
+ private:
+  struct File {
+    int fd = -1;
+    std::string path;
+    uint64_t data_start = 0;
+    std::map<std::string, SafetensorsEntry> spans;
+  };
+  const File& file(Part part, int rank) {
+    const auto key = std::make_pair(static_cast<int>(part), rank);
+    if (auto it = files_.find(key); it != files_.end()) return it->second;
+    File& f = files_[key];  // closed by the destructor once open
+    f.path = dir_ + "/" + file_name(part, rank, m_.world_size);
+    f.fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f.fd < 0) {
+      const std::string path = f.path;
+      files_.erase(key);
+      throw Error(fmt::format("checkpoint directory {}: cannot open {}; the folder is damaged, "
+                              "load an older step", dir_, path));
+    }
+    const SafetensorsHeader header = read_safetensors_header(f.fd, f.path);
+    std::vector<lt::TensorInfo> expected, found;
+    for (const Entry& e : m_.tensors)
+      if (e.part == part && e.rank == rank) expected.push_back({e.name, e.dtype, e.shape});
+    for (const SafetensorsEntry& s : header.entries) {
+      found.push_back({s.name, lt::scalar_type_of(s.dtype), s.shape});
+      f.spans.emplace(s.name, s);
+    }
+    lt::check_state_matches(expected, found, "safetensors file " + f.path + " (against its manifest)");
+    f.data_start = header.data_start;
+    return f;
+  }
+
+  std::string dir_;
+  const Manifest& m_;
+  std::map<std::string, const Entry*> entries_;
+  std::map<std::pair<int, int>, File> files_;
+};
+
+std::map<std::string, int> param_index(const ShardedView& view) {
+  std::map<OptimizerStateKey, int> by_key;
+  for (size_t p = 0; p < view.params.size(); ++p) by_key.emplace(state_key(view.params[p]), p);
+  std::map<std::string, int> out;
+  for (const auto& item : view.module->named_parameters()) {
+    auto it = by_key.find(state_key(item.value()));
+    if (it == by_key.end())
+      throw InvalidArgument(fmt::format("checkpoint directory: parameter {} of the module is not "
+                                        "held by the sharded strategy", item.key()));
+    out.emplace(item.key(), it->second);
+  }
+  return out;
+}
+
+// Each parameter's first name in the module's order (a tied one has more),
+// the name its optimizer state is saved under.
+std::vector<std::string> first_names(const ShardedView& view, const std::map<std::string, int>& index) {
+  std::vector<std::string> names(view.params.size());
+  for (const auto& item : view.module->named_parameters())
+    if (names[index.at(item.key())].empty()) names[index.at(item.key())] = item.key();
+  return names;
+}
+
+void check_against(const Manifest& m, const ShardedView& view, const std::map<std::string, int>& index,
+                   const ::torch::optim::Optimizer& optimizer, const std::string& what) {
+  std::vector<lt::TensorInfo> here;
+  for (const auto& item : view.module->named_parameters())
+    here.push_back({item.key(), view.dtype, view.shapes[index.at(item.key())]});
+  for (const auto& item : view.module->named_buffers())
+    here.push_back({item.key(), item.value().scalar_type(), item.value().sizes().vec()});
+  lt::check_state_matches(here, part_infos(m, Part::kModel), what);
+  const std::string type = c10::demangle(typeid(optimizer).name());
+  if (m.optimizer.type != type)
+    throw Error(fmt::format("{}: saved with a {}, loaded into a {}; build the optimizer the saving "
+                            "run used", what, m.optimizer.type, type));
+  if (m.optimizer.groups.size() != view.groups.size())
+    throw Error(fmt::format("{}: {} param groups saved, the optimizer has {}; build its groups as "
+                            "the saving run did", what, m.optimizer.groups.size(), view.groups.size()));
+  const auto names = first_names(view, index);
+  for (size_t g = 0; g < view.groups.size(); ++g) {
+    std::vector<std::string> live;
+    for (int p : view.groups[g]) live.push_back(names[p]);
+    if (live != m.optimizer.groups[g].params)
+      throw Error(fmt::format("{}: param group {} holds [{}] in the checkpoint and [{}] here; build "
+                              "the optimizer's groups as the saving run did", what, g,
+                              fmt::join(m.optimizer.groups[g].params, ", "), fmt::join(live, ", ")));
+  }
+  check_state_entries(m, what);
+}
+
+// What a load puts in place, all read before anything changes.
+struct Staged {
+  std::vector<std::pair<Tensor, Tensor>> copies;  // (destination, value)
+  Manifest pieces;                                 // the optimizer part, per piece
+  std::map<std::string, Tensor> state;             // "<piece>.<key>" -> value
+};
+
+void stage_optimizer(Staged& out, RangeReader& files, const Manifest& m, const ShardedView& view,
+                     const std::vector<std::string>& names, const ::torch::optim::Optimizer& optimizer) {
+  std::map<OptimizerStateKey, size_t> piece_of;
+  for (size_t i = 0; i < view.pieces.size(); ++i) piece_of.emplace(state_key(view.pieces[i].tensor), i);
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    ParamGroupInfo group{.params = {}, .lr = 0, .options = m.optimizer.groups[g].options};
+    for (const Tensor& t : optimizer.param_groups()[g].params()) {
+      auto it = piece_of.find(state_key(t));
+      if (it == piece_of.end())
+        throw InvalidArgument("checkpoint directory: the optimizer steps a tensor that is not one "
+                              "of the strategy's shards; build it on the strategy's parameters");
+      const PieceRef& piece = view.pieces[it->second];
+      const std::string id = fmt::format("piece{}", it->second);
+      group.params.push_back(id);
+      auto slots = m.optimizer.state.find(names[piece.param]);
+      if (slots == m.optimizer.state.end()) continue;
+      out.pieces.optimizer.state[id] = slots->second;
+      for (const StateSlot& slot : slots->second) {
+        const std::string name = names[piece.param] + "." + slot.key;
+        const Entry& e = files.entry(name);
+        Tensor v = slot.kind == "tensor" && e.shape == view.shapes[piece.param]
+                       ? files.read(name, piece.offset, piece.length)
+                       : files.read_whole(name);
+        if (view.whole_tensors && v.dim() == 1 && e.shape == view.shapes[piece.param])
+          v = v.view(e.shape);
+        out.state.emplace(id + "." + slot.key, std::move(v));
+      }
+    }
+    out.pieces.optimizer.groups.push_back(std::move(group));
+  }
+}
+
+}  // namespace
+
+void load_routed(const std::string& dir, const Manifest& m, const ShardedView& view,
+                 ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
+  const std::string what = "checkpoint directory " + dir;
+  const auto index = param_index(view);
+  check_against(m, view, index, optimizer, what);
+  const auto names = first_names(view, index);
+  RangeReader files(dir, m);
+  Staged staged;
+  if (view.whole_params) {
+    for (const auto& item : view.module->named_parameters())
+      staged.copies.emplace_back(item.value(), files.read_whole(item.key()));
+  } else {
+    for (const PieceRef& piece : view.pieces)
+      staged.copies.emplace_back(piece.tensor.view({-1}),
+                                 files.read(names[piece.param], piece.offset, piece.length));
+  }
+  for (const auto& item : view.module->named_buffers())
+    staged.copies.emplace_back(item.value(), files.read_whole(item.key()));
+  stage_optimizer(staged, files, m, view, names, optimizer);
+  // Everything is read and checked: from here on nothing is refused.
+  {
+    ::torch::NoGradGuard no_grad;
+    for (auto& [to, value] : staged.copies) to.copy_(value.view(to.sizes()));
+  }
+  load_optimizer_state(staged.pieces, staged.state, optimizer);
+  progress = m.progress;
+  set_generator_state_hex(m.world_size == lt::size() ? m.rng.at(lt::rank()) : m.rng.at(0));
+}
+
+}  // namespace lockstep::parallel::detail::ckdir
