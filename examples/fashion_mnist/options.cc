@@ -183,8 +183,14 @@ void add_run_options(CLI::App& app, Options& o) {
       ->group(g);
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoint.pt there each epoch")
       ->check(kDirectoryPath)->group(g);
-  app.add_flag("--resume", o.resume, "continue from --checkpoint-dir/checkpoint.pt if present")
-      ->group(g);
+  app.add_option("--checkpoint-format", o.checkpoint_format,
+                 "file: rank 0 writes checkpoint.pt; sharded: every rank writes its share of "
+                 "step-<N>/ (safetensors; the last 2 kept); async: sharded, written in the "
+                 "background while training goes on")
+      ->check(CLI::IsMember({"file", "sharded", "async"}))->capture_default_str()->group(g);
+  app.add_flag("--resume", o.resume,
+               "continue from the newest checkpoint of --checkpoint-format in --checkpoint-dir "
+               "if there is one")->group(g);
   app.add_option("--init-from", o.init_from,
                  "start from these weights (a .safetensors, torch.save state_dict or lockstep "
                  "checkpoint file; every name, shape and dtype must match the model)")
@@ -209,6 +215,60 @@ void add_testing_options(CLI::App& app, Options& o) {
                  "SIGKILL before that step")->group(g);
 }
 
+void add_same_bits_options(CLI::App& app, Options& o) {
+  const char* g = "Same bits";
+  app.add_flag("--same-bits", o.same_bits,
+               "train so that the full state after N steps is bitwise the same at every -np "
+               "that divides --micro-batches (docs/same-bits.md); prints 'state hash: HEX' at "
+               "the end")->group(g);
+  app.add_option("--global-batch", o.global_batch,
+                 "--same-bits: samples per step over all workers, whatever -np")
+      ->check(at_least(1, "an integer >= 1"))->capture_default_str()->group(g);
+  app.add_option("--micro-batches", o.micro_batches,
+                 "--same-bits: K passes of global-batch/K samples per step; -np must divide K")
+      ->check(number_in(1, 1 << 20, false, "an integer in [1, 2^20]"))->capture_default_str()
+      ->group(g);
+}
+
+void check_same_bits(const CLI::App& app, const Options& o) {
+  if (!o.same_bits) {
+    for (const char* flag : {"--global-batch", "--micro-batches"})
+      if (app.count(flag) > 0)
+        throw CLI::ValidationError(flag, "only with --same-bits (without it the batch is "
+                                         "--batch-size per worker)");
+    return;
+  }
+  if (o.global_batch % o.micro_batches != 0)
+    throw CLI::ValidationError(
+        "--global-batch", fmt::format("--same-bits: {} samples do not split into --micro-batches {} of equal "
+                                      "size; give a multiple of {}",
+                                      o.global_batch, o.micro_batches, o.micro_batches));
+  // What would make the result depend on -np, or is not covered by the hash.
+  struct Refusal {
+    bool given;
+    const char *flag, *why;
+  };
+  const Refusal refusals[] = {
+      {app.count("--batch-size") > 0, "--batch-size",
+       "it is per worker, so the step would change with -np; give --global-batch (default 128)"},
+      {o.compression != "none", "--compression",
+       "each worker would compress a different share at each -np; --same-bits sums the "
+       "gradients exactly in int64 instead"},
+      {o.precision != "fp32", "--precision", "it covers fp32 training only"},
+      {o.sync_batch_norm, "--sync-batch-norm",
+       "its statistics span the workers; --same-bits normalises each micro-batch on its own "
+       "(ghost BatchNorm)"},
+      {o.optimizer == "lamb", "--optimizer",
+       "lamb's state is not in the state hash; use sgd or adam"},
+      {o.target_accuracy > 0, "--target-accuracy",
+       "the stop is decided by a test-set evaluation, which is split by worker and not part of "
+       "the guarantee; use --max-steps or --epochs"},
+      {o.device == "cuda", "--device", "it trains on the CPU only"},
+  };
+  for (const auto& r : refusals)
+    if (r.given) throw CLI::ValidationError(r.flag, fmt::format("not with --same-bits: {}", r.why));
+}
+
 void add_options(CLI::App& app, Options& o) {
   add_recipe_options(app, o);
   add_precision_flag(app, o.precision);
@@ -218,9 +278,11 @@ void add_options(CLI::App& app, Options& o) {
   add_run_options(app, o);
   add_testing_options(app, o);
   add_telemetry_options(app, o);
+  add_same_bits_options(app, o);
   // 1-bit Adam and 1-bit LAMB wrap one optimizer each: a wrong pairing is a
   // bad command line (status 2), not an error at the first step.
-  app.callback([&o] {
+  app.callback([&app, &o] {
+    check_same_bits(app, o);
     static constexpr std::pair<const char*, const char*> kWraps[] = {{"onebit-adam", "adam"},
                                                                      {"onebit-lamb", "lamb"}};
     for (const auto& [scheme, optimizer] : kWraps)

@@ -54,6 +54,7 @@ struct Options {
   std::string metrics;
   std::string timeline;
   std::string checkpoint_dir;
+  std::string checkpoint_format = "file";  // file | sharded | async (checkpoints.h)
   bool resume = false;
   std::string init_from;    // weights loaded before training (state_dict.h's formats)
   std::string export_path;  // the evaluated weights written at the end (.safetensors, .pt)
@@ -65,6 +66,10 @@ struct Options {
   // Testing
   std::string sample_log;   // append "epoch index" per committed sample to FILE.<worker>
   std::string inject_kill;  // "WORKER:STEP": that worker SIGKILLs itself
+  // Same bits at any world size (same_bits_trainer.h, docs/same-bits.md)
+  bool same_bits = false;
+  int64_t global_batch = 128;  // samples per step over all workers (today's 2 x 64)
+  int64_t micro_batches = 8;   // K: the world sizes that divide it give the same bits
 
   // Evaluations per epoch fraction after defaults are applied.
   double eval_interval() const;
@@ -76,6 +81,11 @@ void add_data_options(CLI::App& app, Options& o);
 void add_run_options(CLI::App& app, Options& o);
 void add_testing_options(CLI::App& app, Options& o);
 void add_telemetry_options(CLI::App& app, Options& o);  // telemetry.cc
+void add_same_bits_options(CLI::App& app, Options& o);
+// After parsing: --global-batch/--micro-batches only with --same-bits, and
+// the flags that cannot give the same bits at every world size refused by
+// name (CLI::ValidationError, status 2).
+void check_same_bits(const CLI::App& app, const Options& o);
 
 // All of the above.
 void add_options(CLI::App& app, Options& o);

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/engine/engine.h"
 #include "lockstep/optim/lamb.h"
+#include "lockstep/torch/same_bits.h"
 
 namespace lockstep::examples {
 namespace lt = lockstep::torch;
@@ -28,6 +30,12 @@ double lr_scale(const std::string& scaling, int workers) {
   return 1.0;
 }
 
+void set_lr(::torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+}  // namespace
+
 std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const Options& o, FashionCnn& model) {
   if (o.optimizer == "sgd")
     return std::make_unique<::torch::optim::SGD>(
@@ -37,12 +45,6 @@ std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const Options& o, Fash
                                                    lockstep::optim::LambOptions(o.lr));
   return std::make_unique<::torch::optim::Adam>(model->parameters(), ::torch::optim::AdamOptions(o.lr));
 }
-
-void set_lr(::torch::optim::Optimizer& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
-}
-
-}  // namespace
 
 Trainer::Trainer(const Options& options, FashionSplit train, FashionSplit test)
     : o_(options), train_(std::move(train)), test_(std::move(test)),
@@ -85,7 +87,7 @@ void Trainer::export_weights() {
 void Trainer::maybe_resume() {
   if (!o_.resume || o_.checkpoint_dir.empty()) return;
   lt::TrainingProgress progress;
-  if (!lt::load_checkpoint(checkpoint_path(), *model_, *optimizer_, progress)) return;
+  if (!checkpoints_.load(*model_, *optimizer_, progress)) return;
   sampler_.load(progress.sampler);
   state_.epoch = progress.epoch;
   if (sampler_.state().position >= sampler_.num_samples()) {
@@ -95,15 +97,26 @@ void Trainer::maybe_resume() {
   state_.step = progress.step;
   load_averages();
   if (lt::rank() == 0)
-    fmt::print(stderr, "resumed from {} at epoch {} step {}\n", checkpoint_path(),
+    fmt::print(stderr, "resumed from {} at epoch {} step {}\n", checkpoints_.where(),
                progress.epoch + 1, state_.step);
 }
 
 void Trainer::run() {
   lt::run_elastic(state_, [this](lt::ElasticState&) { train(); });
+  checkpoints_.wait();  // an async save's error ends the job here, not in a destructor's log
   export_weights();
   if (evals_.has_target() && lt::rank() == 0)
     fmt::print("{}\n", evals_.summary(static_cast<int>(state_.epoch)));
+}
+
+void Trainer::print_state_hash() const {
+  if (lt::rank() != 0) return;
+  try {
+    fmt::print("state hash: {}\n", lt::state_hash_hex(*model_, *optimizer_));
+    std::fflush(stdout);
+  } catch (const InvalidArgument& e) {  // LAMB: a state type the hash does not know
+    fmt::print(stderr, "lockstep-fashion-mnist: no state hash: {}\n", e.what());
+  }
 }
 
 void Trainer::train() {
@@ -134,6 +147,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   clock_.resume();
   while (!done()) {
     maybe_inject_kill();
+    checkpoints_.poll();  // a failed async write is raised at the next step
     set_lr(*optimizer_, lr_now());
     auto batch = sampler_.next_batch(o_.batch_size);
     if (batch.empty()) break;
@@ -274,9 +288,8 @@ void Trainer::commit() {
 
 void Trainer::save(int64_t epoch) {
   if (o_.checkpoint_dir.empty()) return;
-  std::filesystem::create_directories(o_.checkpoint_dir);
-  lt::save_checkpoint(checkpoint_path(), *model_, *optimizer_,
-                      {.epoch = epoch, .step = state_.step, .sampler = sampler_.save(), .user = {}});
+  checkpoints_.save(*model_, *optimizer_,
+                    {.epoch = epoch, .step = state_.step, .sampler = sampler_.save(), .user = {}});
   if (lt::rank() != 0 || (!ema_ && !lookahead_)) return;
   ::torch::serialize::OutputArchive archive;
   if (ema_) ema_->save(archive);

@@ -14,6 +14,7 @@
 
 #include "common/fashion_cnn.h"
 #include "common/fashion_data.h"
+#include "fashion_mnist/checkpoints.h"
 #include "fashion_mnist/options.h"
 #include "fashion_mnist/precision.h"
 #include "fashion_mnist/target.h"
@@ -27,6 +28,9 @@ struct EpochStats {
   double loss = 0, accuracy = 0, samples_per_s = 0, seconds = 0;
   int64_t steps = 0;
 };
+
+// --optimizer as a LibTorch optimizer over the model's parameters at --lr.
+std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const Options& o, FashionCnn& model);
 
 class Trainer {
  public:
@@ -43,6 +47,10 @@ class Trainer {
   // job (lockstep run --min-np) this survives lost and added workers.
   void run();
   const EvalSchedule& evals() const { return evals_; }
+  // Rank 0 prints `state hash: HEX` (lockstep::torch::state_hash: rank 0's
+  // parameters, buffers, optimizer state) on stdout, the line --same-bits
+  // prints, so runs can be compared; here it changes with -np.
+  void print_state_hash() const;
 
  private:
   void train();
@@ -63,7 +71,6 @@ class Trainer {
   double lr_now() const;
   double epochs_done() const;
   bool done() const;
-  std::string checkpoint_path() const { return o_.checkpoint_dir + "/checkpoint.pt"; }
 
   const Options& o_;
   FashionSplit train_, test_;
@@ -74,6 +81,7 @@ class Trainer {
   lockstep::torch::DistributedSampler sampler_;
   lockstep::torch::ElasticState state_;
   const bool elastic_;
+  JobCheckpoints checkpoints_{o_, elastic_};  // --checkpoint-dir, --checkpoint-format
   double total_epochs_ = 0, peak_lr_ = 0;
   std::optional<optim::WeightEma> ema_;        // --ema: evaluated instead of the weights
   std::optional<optim::Lookahead> lookahead_;  // --lookahead

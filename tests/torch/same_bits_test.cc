@@ -11,11 +11,16 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "helpers.h"
+#include "same_bits_model.h"
 #include "lockstep/base/error.h"
+#include "lockstep/comm/communicator.h"
+#include "lockstep/engine/engine.h"
 #include "lockstep/torch/checkpoint.h"
 #include "lockstep/torch/sync_batch_norm.h"
 
@@ -23,36 +28,10 @@ namespace lockstep::torch {
 namespace {
 
 namespace nn = ::torch::nn;
-constexpr int64_t kSamples = 256, kGlobalBatch = 32, kMicroBatches = 8, kSteps = 24;
-
-// A small CNN with BatchNorm2d, then BatchNorm1d and Dropout in the head.
-struct Net : nn::Module {
-  nn::Sequential body{nn::Conv2d(nn::Conv2dOptions(1, 4, 3).padding(1)), nn::BatchNorm2d(4),
-                      nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(64, 16),
-                      nn::BatchNorm1d(16), nn::ReLU(), nn::Dropout(0.25), nn::Linear(16, 4)};
-  Net() { register_module("body", body); }
-  ::torch::Tensor forward(const ::torch::Tensor& x) { return body->forward(x); }
-};
-
-struct Data {
-  ::torch::Tensor x, y;
-  Data() {
-    auto gen = at::detail::createCPUGenerator(7);
-    x = ::torch::randn({kSamples, 1, 8, 8}, gen);
-    auto teacher = ::torch::randn({64, 4}, gen);
-    y = ::torch::matmul(x.flatten(1), teacher).argmax(1);
-  }
-  // The samples at global positions [first, first + count) of `step`'s
-  // batch: one order per epoch, the same for every world size.
-  std::pair<::torch::Tensor, ::torch::Tensor> batch(int64_t step, int64_t first,
-                                                    int64_t count) const {
-    const int64_t per_epoch = kSamples / kGlobalBatch;
-    auto gen = at::detail::createCPUGenerator(100 + static_cast<uint64_t>(step / per_epoch));
-    auto order = ::torch::randperm(kSamples, gen, ::torch::kLong);
-    auto idx = order.narrow(0, (step % per_epoch) * kGlobalBatch + first, count);
-    return {x.index_select(0, idx), y.index_select(0, idx)};
-  }
-};
+constexpr int64_t kGlobalBatch = testing::kSameBitsGlobalBatch,
+                  kMicroBatches = testing::kSameBitsMicroBatches, kSteps = testing::kSameBitsSteps;
+using Net = testing::SameBitsNet;
+using Data = testing::SameBitsData;
 
 struct Span {
   int from = 0, to = kSteps;
@@ -132,6 +111,28 @@ void train_default(const Span& run) {
   publish_hash(net, opt, run.hash_file, false);
 }
 
+// run_torch_workers over the Gloo backend (a FileStore in `store`): the
+// communicator is made by name, so the test cannot silently run on shm.
+void run_gloo_workers(int size, const std::function<void()>& body, const std::string& store) {
+  std::filesystem::create_directories(store);
+  lockstep::testing::MultiProcOptions options;
+  options.env = {{"LOCKSTEP_BIND_TO", "none"}, {"LOCKSTEP_INTRA_OP_THREADS", "1"},
+                 {"LOCKSTEP_GLOO_FILE_STORE", store}};
+  options.deadline = std::chrono::seconds(240);
+  auto results = lockstep::testing::run_workers_raw(
+      size,
+      [&](const comm::WorldInfo& world) {
+        auto comm = comm::Communicator::create(world, "gloo");
+        ASSERT_EQ(comm->backend_name(), "gloo");
+        engine::init(std::move(comm));
+        lockstep::torch::init();
+        body();
+        lockstep::torch::shutdown();
+      },
+      options);
+  lockstep::testing::expect_all_ok(results);
+}
+
 class SameBitsTest : public ::testing::Test {
  protected:
   std::filesystem::path dir_ = std::filesystem::temp_directory_path() /
@@ -139,9 +140,12 @@ class SameBitsTest : public ::testing::Test {
   void SetUp() override { std::filesystem::create_directories(dir_); }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  std::string hash_of(int np, Span run, void (*train)(const Span&)) {
+  std::string hash_of(int np, Span run, void (*train)(const Span&), bool gloo = false) {
     run.hash_file = (dir_ / fmt::format("hash.{}", counter_++)).string();
-    testing::run_torch_workers(np, [&] { train(run); });
+    if (gloo)
+      run_gloo_workers(np, [&] { train(run); }, (dir_ / fmt::format("gloo.{}", counter_)).string());
+    else
+      testing::run_torch_workers(np, [&] { train(run); });
     std::ifstream in(run.hash_file);
     std::string hash;
     in >> hash;
@@ -167,6 +171,20 @@ TEST_F(SameBitsTest, ResumeAtAnotherWorldSizeGivesTheSameBits) {
   hash_of(2, steps(0, 10, "", path), train_same_bits);
   EXPECT_EQ(hash_of(1, steps(10, kSteps, path, ""), train_same_bits), straight);
   EXPECT_EQ(hash_of(4, steps(10, kSteps, path, ""), train_same_bits), straight);
+}
+
+// The int64 SUM and f32 MAX allreduces are exact on every backend, so Gloo
+// gives the bits of shm. (MPI needs mpirun: same_bits_backends_test.sh.)
+TEST_F(SameBitsTest, GlooGivesTheBitsOfShmAtTwoAndFourWorkers) {
+#ifndef LOCKSTEP_TEST_GLOO
+  GTEST_SKIP() << "built without the Gloo backend (LOCKSTEP_WITH_GLOO=OFF)";
+#else
+  const auto shm = hash_of(1, {}, train_same_bits);
+  EXPECT_EQ(hash_of(2, {}, train_same_bits, /*gloo=*/true), shm);
+  EXPECT_EQ(hash_of(4, {}, train_same_bits, /*gloo=*/true), shm);
+  // And the mode off still moves with the world size there.
+  EXPECT_NE(hash_of(1, {}, train_default, true), hash_of(2, {}, train_default, true));
+#endif
 }
 
 TEST(SameBits, WorldSizesThatDoNotDivideKAreRefusedByName) {
