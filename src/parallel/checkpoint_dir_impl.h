@@ -86,6 +86,11 @@ struct Snapshot {
 // where they are CPU-contiguous (an async save then copies its own share).
 Snapshot take_snapshot(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
                        const lockstep::torch::TrainingProgress& progress);
+// An optimizer-state value as a tensor (ints, doubles and bools as 0-d
+// tensors) and its kind ("tensor", "int", "double", "bool"); throws
+// InvalidArgument naming `where` for anything else.
+std::pair<::torch::Tensor, std::string> state_value_tensor(const c10::IValue& value,
+                                                           const std::string& where);
 // Async: owned copies of this rank's share; every other value is dropped.
 void keep_own_copies(Snapshot& snapshot, int rank);
 // Refuses (lockstep::Error naming the first mismatch) a manifest whose

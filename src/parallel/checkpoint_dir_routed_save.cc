@@ -52,16 +52,10 @@ bool is_elementwise(const Tensor& t, const PieceRef& piece, const ShardedView& v
   return view.whole_tensors ? t.sizes().equals(view.shapes[piece.param]) : t.dim() == 1;
 }
 
-// The value of a state entry as a CPU tensor (scalars as 0-d, as a
-// data-parallel save stores them) and its kind.
+// The value of a state entry as a CPU, contiguous tensor and its kind.
 std::pair<Tensor, std::string> slot_tensor(const c10::IValue& v, const std::string& where) {
-  if (v.isTensor()) return {v.toTensor().detach().to(::torch::kCPU).contiguous(), "tensor"};
-  if (v.isInt()) return {::torch::scalar_tensor(v.toInt(), ::torch::kLong), "int"};
-  if (v.isDouble()) return {::torch::scalar_tensor(v.toDouble(), ::torch::kDouble), "double"};
-  if (v.isBool()) return {::torch::scalar_tensor(v.toBool(), ::torch::kBool), "bool"};
-  throw InvalidArgument(fmt::format("checkpoint directory: optimizer state {} is a {}, which a "
-                                    "checkpoint directory cannot store (tensors, ints, doubles "
-                                    "and bools only)", where, v.tagKind()));
+  auto [t, kind] = state_value_tensor(v, where);
+  return {t.detach().to(::torch::kCPU).contiguous(), kind};
 }
 
 // This rank's pieces' state, by parameter index: what step 1 exchanges.

@@ -39,18 +39,6 @@ std::string name_of(const std::map<OptimizerStateKey, std::string>& names, const
   return it->second;
 }
 
-// A state value as a tensor, and the kind that turns it back.
-std::pair<Tensor, std::string> as_tensor(const c10::IValue& v, const std::string& where) {
-  if (v.isTensor()) return {v.toTensor(), "tensor"};
-  if (v.isInt()) return {::torch::scalar_tensor(v.toInt(), ::torch::kLong), "int"};
-  if (v.isDouble()) return {::torch::scalar_tensor(v.toDouble(), ::torch::kDouble), "double"};
-  if (v.isBool()) return {::torch::scalar_tensor(v.toBool(), ::torch::kBool), "bool"};
-  throw InvalidArgument(fmt::format("checkpoint directory: optimizer state {} is a {}, which a "
-                                    "checkpoint directory cannot store (tensors, ints, doubles "
-                                    "and bools only); use lockstep::torch::save_checkpoint",
-                                    where, v.tagKind()));
-}
-
 c10::IValue from_tensor(const Tensor& t, const std::string& kind, const ::torch::Device& device) {
   if (kind == "int") return t.item<int64_t>();
   if (kind == "double") return t.item<double>();
@@ -74,6 +62,18 @@ void add(Snapshot& s, std::string name, Part part, const Tensor& t) {
 
 }  // namespace
 
+// A state value as a tensor, and the kind that turns it back.
+std::pair<Tensor, std::string> state_value_tensor(const c10::IValue& v, const std::string& where) {
+  if (v.isTensor()) return {v.toTensor(), "tensor"};
+  if (v.isInt()) return {::torch::scalar_tensor(v.toInt(), ::torch::kLong), "int"};
+  if (v.isDouble()) return {::torch::scalar_tensor(v.toDouble(), ::torch::kDouble), "double"};
+  if (v.isBool()) return {::torch::scalar_tensor(v.toBool(), ::torch::kBool), "bool"};
+  throw InvalidArgument(fmt::format("checkpoint directory: optimizer state {} is a {}, which a "
+                                    "checkpoint directory cannot store (tensors, ints, doubles "
+                                    "and bools only); use lockstep::torch::save_checkpoint",
+                                    where, v.tagKind()));
+}
+
 Snapshot take_snapshot(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
                        const lt::TrainingProgress& progress) {
   Snapshot s;
@@ -93,7 +93,7 @@ Snapshot take_snapshot(const ::torch::nn::Module& module, const ::torch::optim::
       auto& slots = info.state[g.params.back()];
       for (const auto& [key, value] : state_values(*it->second)) {
         if (value.isTensor() && !value.toTensor().defined()) continue;
-        auto [t, kind] = as_tensor(value, g.params.back() + "." + key);
+        auto [t, kind] = state_value_tensor(value, g.params.back() + "." + key);
         slots.push_back({key, kind});
         add(s, g.params.back() + "." + key, Part::kOptimizer, t);
       }
