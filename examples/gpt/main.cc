@@ -203,7 +203,8 @@ void train(const Flags& f, Gpt& gpt, lp::FullyShardedModel& fsdp, const CharCorp
 }
 
 // The model and its FullyShardedModel live here, so that they are gone
-// (and the last forward's prefetched gather with them) before lt::shutdown.
+// before lt::shutdown (a unit waits for its prefetched gather before it
+// returns, so nothing is in flight by then either way).
 void train_and_sample(const Flags& f) {
   const CharCorpus corpus = CharCorpus::load(f.text, f.context);
   if (f.d_model % f.heads != 0)

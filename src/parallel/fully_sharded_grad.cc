@@ -115,6 +115,12 @@ void FullyShardedModel::Impl::land_reduce() {
   unit.incoming = Tensor();
 }
 
+void FullyShardedModel::Impl::settle_in_flight() {
+  land_reduce();
+  for (int u = 0; u < static_cast<int>(units.size()); ++u)
+    if (units[u].gathering.valid()) gather(u, true);
+}
+
 // The unit's gradient is complete for this pass: release its parameters and
 // reduce-scatter the flat gradient into this pass's segment.
 void FullyShardedModel::Impl::send(int u) {

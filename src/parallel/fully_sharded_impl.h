@@ -145,6 +145,11 @@ struct FullyShardedModel::Impl {
   // the process as lockstep's uncaught InvalidArgument.
   void watch_uncaught();
   void unwatch_uncaught();
+  // Waits for the collectives still in flight (the reduce-scatter a
+  // backward without step() left, a prefetch): lt::shutdown()'s hook while
+  // the model lives, so an orderly end cuts none short.
+  void settle_in_flight();
+  uint64_t shutdown_hook = 0;  // lt::add_shutdown_hook's id (0: none)
   // fully_sharded_step.cc
   void on_gradient(int param);
   void open_pass();  // at each backward hook: queues end_pass() once per pass

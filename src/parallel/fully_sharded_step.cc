@@ -79,8 +79,10 @@ void FullyShardedModel::step(::torch::optim::Optimizer& optimizer) {
   m.passes = 0;
   m.reduced = false;
   if (m.modules) m.freeze_order();
+  // The root, and units kept whole by gather_full(), stay gathered: the
+  // updated values now (a kept unit's forward does not gather again).
   for (int u = 0; u < static_cast<int>(m.units.size()); ++u)
-    if (m.units[u].root) {  // stays gathered: the updated values now
+    if (m.units[u].root || (m.units[u].keep && !m.units[u].params.empty())) {
       m.units[u].gathered = false;
       m.gather(u, true);
     }

@@ -4,10 +4,12 @@
 // that the collectives do not depend on the elastic layer that init() starts.
 #include "lockstep/torch/collectives.h"
 
+#include <map>
 #include <string>
 
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
+#include "lockstep/base/mutex.h"
 #include "lockstep/base/terminate.h"
 #include "lockstep/comm/communicator.h"
 #include "lockstep/engine/elastic.h"
@@ -55,8 +57,37 @@ void init() {
   start_device_communicator(placed);
 }
 
+namespace {
+Mutex hooks_mutex;
+uint64_t next_hook LOCKSTEP_GUARDED_BY(hooks_mutex) = 1;
+std::map<uint64_t, std::function<void()>> hooks LOCKSTEP_GUARDED_BY(hooks_mutex);  // by id: added order
+}  // namespace
+
+uint64_t add_shutdown_hook(std::function<void()> hook) {
+  MutexLock lock(hooks_mutex);
+  const uint64_t id = next_hook++;
+  hooks.emplace(id, std::move(hook));
+  return id;
+}
+
+void remove_shutdown_hook(uint64_t id) {
+  MutexLock lock(hooks_mutex);
+  hooks.erase(id);
+}
+
 void shutdown() {
-  if (engine::is_initialized()) engine::shutdown();
+  if (!engine::is_initialized()) return;
+  {
+    MutexLock lock(hooks_mutex);
+    for (auto& [id, hook] : hooks) {
+      try {
+        hook();
+      } catch (const std::exception& e) {  // the engine still stops; the hook's owner reports
+        log(LogLevel::kWarning, "shutdown: a shutdown hook failed: {}", e.what());
+      }
+    }
+  }
+  engine::shutdown();
 }
 
 bool is_initialized() { return engine::is_initialized(); }

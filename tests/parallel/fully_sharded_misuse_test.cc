@@ -3,14 +3,15 @@
 // and a unit's weight read by the model's own code outside every unit end
 // as lockstep's uncaught InvalidArgument naming the fix (exit 70, no
 // SIGABRT), and lt::shutdown() with a FullyShardedModel still alive after a
-// forward without backward leaves no all-gather pending (no flight-recorder
-// dump).
+// forward without backward, or after a backward without step(), cuts no
+// collective short (no flight-recorder dump).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -157,25 +158,45 @@ class Twice : public nn::ModuleHolder<TwiceImpl> {  // TORCH_MODULE, spelled out
   using nn::ModuleHolder<TwiceImpl>::ModuleHolder;
 };
 
-TEST(FullyShardedMisuse, ShutdownAfterAForwardWithoutBackwardReportsNothing) {
-  CheckpointDir flight("fsdp-flight");
+// `body` on 2 ranks, ending with lt::shutdown() while its model is alive:
+// no flight-recorder dump (a collective cut short writes one).
+void expect_no_flight_dump(const std::string& tag, const std::function<void()>& body) {
+  CheckpointDir flight(tag);
   const auto folder = std::filesystem::path(flight.path()).parent_path();
-  lt::testing::run_torch_workers(
-      2,
-      [] {
-        Twice net;
-        FullyShardedModel fsdp(net, {.name = "twice"});
-        train_one_step(fsdp, [&](Tensor x) { return net->forward(x); });  // records the order
-        train_one_step(fsdp, [&](Tensor x) { return net->forward(x); });  // prefetches by it
-        ::torch::NoGradGuard no_grad;
-        net->forward(local_batch(2).first);
-        net->forward(local_batch(3).first, /*all=*/false);  // stops before c
-        lt::shutdown();  // fsdp is still alive
-      },
-      {{"LOCKSTEP_FLIGHT_DIR", folder.string()}});
+  lt::testing::run_torch_workers(2, body, {{"LOCKSTEP_FLIGHT_DIR", folder.string()}});
   for (const auto& entry : std::filesystem::directory_iterator(folder))
     ADD_FAILURE() << "flight recorder dump " << entry.path().filename() << ": "
                   << read_file(entry.path());
+}
+
+TEST(FullyShardedMisuse, ShutdownAfterAForwardWithoutBackwardReportsNothing) {
+  expect_no_flight_dump("fsdp-flight", [] {
+    Twice net;
+    FullyShardedModel fsdp(net, {.name = "twice"});
+    train_one_step(fsdp, [&](Tensor x) { return net->forward(x); });  // records the order
+    train_one_step(fsdp, [&](Tensor x) { return net->forward(x); });  // prefetches by it
+    ::torch::NoGradGuard no_grad;
+    net->forward(local_batch(2).first);
+    net->forward(local_batch(3).first, /*all=*/false);  // stops before c
+    lt::shutdown();  // fsdp is still alive
+  });
+}
+
+// A backward without step() (an evaluation of the gradient norm, a loop
+// that stops between backward and step) leaves the last unit's
+// reduce-scatter in flight: shutdown with the model alive completes it
+// (its shutdown hook) instead of cutting it short (about one run in six
+// did before the hook).
+TEST(FullyShardedMisuse, ShutdownAfterABackwardWithoutStepReportsNothing) {
+  expect_no_flight_dump("fsdp-flight-backward", [] {
+    Twice net;
+    FullyShardedModel fsdp(net, {.name = "rs"});
+    train_one_step(fsdp, [&](Tensor x) { return net->forward(x); });
+    auto [x, y] = local_batch(1);
+    fsdp.zero_grad();
+    F::mse_loss(net->forward(x), y).backward();  // no step()
+    lt::shutdown();  // fsdp is still alive
+  });
 }
 
 }  // namespace

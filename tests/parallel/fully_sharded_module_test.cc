@@ -147,6 +147,29 @@ void check_equals_data_parallel(bool prefetch, ::torch::ScalarType dtype = ::tor
     }
 }
 
+// Units made whole by gather_full() and kept whole through training (the
+// model evaluated with its own forward between steps, as the header
+// allows) take every step's new values: the kept units are gathered again
+// after the optimizer's step, not only the root, so the next forward does
+// not run on the values of the step before.
+void check_kept_whole_units_follow_the_steps() {
+  const Shape shape{};
+  const Tensor expected = train_data_parallel("adam", shape);
+  Net net(shape);
+  FullyShardedModel fsdp(net, {.name = "kept"});
+  auto opt = make_optimizer("adam", fsdp.parameters());
+  fsdp.gather_full();
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, y] = local_batch(s);
+    fsdp.zero_grad();
+    ::torch::nn::functional::mse_loss(net->forward(x), y).backward();
+    fsdp.step(*opt);
+  }
+  EXPECT_LE(relative_error(flat_parameters(*net), expected), 1e-6)
+      << "whole units kept on " << lt::size() << " ranks";
+  fsdp.release_full();
+}
+
 // Saved from FSDP over the module, the plain model's parameters (no units,
 // an Adam of its own) read from the file.
 Tensor read_by_the_plain_model(const std::string& path, FullyShardedModel& fsdp,
@@ -360,6 +383,7 @@ TEST(FullyShardedModule, TwoRanksComputeWhatDataParallelismComputes) {
     check_checkpointed_and_hybrid(false);
     check_memory_below_data_parallel();
     check_prefetch_gathers_ahead();
+    check_kept_whole_units_follow_the_steps();
     check_named_errors();
   });
 }

@@ -45,8 +45,17 @@ using comm::ReduceOp;
 // (threads, affinity, malloc thresholds: lockstep/torch/placement.h).
 // Idempotent.
 void init();
-// Stops the engine; collective over all ranks. Idempotent.
+// Stops the engine; collective over all ranks. Idempotent. Runs the
+// shutdown hooks first.
 void shutdown();
+// Work a live object must finish while the engine still runs: shutdown()
+// calls every hook first, in the order added (a FullyShardedModel lands the
+// reduce-scatter a backward without step() left in flight), so an orderly
+// end cuts no collective short. A hook that throws is logged and the others
+// still run. Thread-safe: one mutex guards the list and is held while the
+// hooks run, so a hook must not add or remove hooks.
+uint64_t add_shutdown_hook(std::function<void()> hook);
+void remove_shutdown_hook(uint64_t id);
 bool is_initialized();
 // Before init(): 0 and 1 (a single process), so code runs unchanged.
 int rank();
