@@ -7,6 +7,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -60,27 +61,43 @@ std::string random_id() {
   return fmt::format("{:08x}{:08x}", device(), device());
 }
 
-// The files of one save, run on the training thread (sync) or the background
-// one (async). Rank 0 also writes the index and manifest once every rank's
-// files are there, applies retention and removes leftovers.
-void write_save(const std::string& root, const std::string& dir, const Snapshot& snap, int rank,
-                const std::string& id, const CheckpointDirOptions& options) {
+// Rank 0's part once every rank's files are in: the index and the manifest
+// (the step is complete from here), then retention and leftovers. `lock`
+// is released once the manifest is in: the folder is live till then.
+void complete_save(const std::string& root, const std::string& dir, const Snapshot& snap,
+                   RootLock& lock, const CheckpointDirOptions& options) {
+  lt::write_file_atomically(dir + "/" + kIndex, index_json(snap.manifest));
+  lt::write_file_atomically(dir + "/" + kManifest, manifest_json(snap.manifest));
+  lock.release();
+  apply_retention(root, options.keep_last);
+  remove_incomplete_steps(root);
+}
+
+// This rank's files, under a shared lock of the root (returned: rank 0
+// keeps it until the manifest is in).
+RootLock write_own_files(const std::string& root, const std::string& dir, const Snapshot& snap,
+                         int rank) {
+  std::error_code ec;
+  fs::create_directories(root, ec);  // again: it may have been removed since construction
+  RootLock lock = RootLock::shared(root, kLockWait);
+  make_directory(dir);
+  write_rank_files(dir, snap, rank);
+  return lock;
+}
+
+// The files of an async save, on the background thread: no collective can
+// run there, so ranks meet through marker files (Note [Checkpoint directory
+// layout]): every rank writes its done (or failed) marker, rank 0 waits for
+// all of them and completes the step.
+void write_save_async(const std::string& root, const std::string& dir, const Snapshot& snap,
+                      int rank, const std::string& id, const CheckpointDirOptions& options) {
   try {
-    std::error_code ec;
-    fs::create_directories(root, ec);  // again: it may have been removed since construction
-    RootLock lock = RootLock::shared(root, kLockWait);
-    make_directory(dir);
-    write_rank_files(dir, snap, rank);
+    RootLock lock = write_own_files(root, dir, snap, rank);
     write_marker(dir, rank, id, /*failed=*/false, "");
     if (rank != 0) return;
-    // Rank 0 holds its lock until the manifest is in: the folder is live till then.
     await_markers(dir, snap.manifest.world_size, id, options.peer_timeout);
-    lt::write_file_atomically(dir + "/" + kIndex, index_json(snap.manifest));
-    lt::write_file_atomically(dir + "/" + kManifest, manifest_json(snap.manifest));
     remove_markers(dir, snap.manifest.world_size);
-    lock.release();
-    apply_retention(root, options.keep_last);
-    remove_incomplete_steps(root);
+    complete_save(root, dir, snap, lock, options);
   } catch (const std::exception& e) {
     std::error_code ec;
     if (fs::is_directory(dir, ec)) {
@@ -91,6 +108,50 @@ void write_save(const std::string& root, const std::string& dir, const Snapshot&
     }
     throw;
   }
+}
+
+// Every rank's error text of one phase (empty: it went well), gathered.
+std::vector<std::string> gather_failures(const std::string& failure, int world, const char* name) {
+  return world == 1 ? std::vector<std::string>{failure} : lt::allgather_bytes(failure, name);
+}
+
+// A synchronous save, on the training thread: the ranks agree by two small
+// collectives instead of marker files, so no one polls the directory (the
+// markers' backoff cost the main job's small model several times its
+// rank-0 file). Every rank throws alike: its own error, else the first
+// failed rank's named.
+void write_save_sync(const std::string& root, const std::string& dir, const Snapshot& snap,
+                     int rank, int64_t step, const CheckpointDirOptions& options) {
+  const int world = snap.manifest.world_size;
+  std::optional<RootLock> lock;
+  std::exception_ptr mine;
+  std::string failure;
+  try {
+    lock.emplace(write_own_files(root, dir, snap, rank));
+  } catch (const std::exception& e) {
+    failure = e.what();
+    mine = std::current_exception();
+  }
+  const auto written = gather_failures(failure, world, "ckdir.saved");
+  if (rank != 0) lock.reset();
+  if (mine) std::rethrow_exception(mine);
+  for (int r = 0; r < world; ++r)
+    if (!written[r].empty())
+      throw Error(fmt::format("checkpoint directory {}: rank {} failed to save step {}: {}", root, r,
+                              step, written[r]));
+  if (rank == 0) {
+    try {
+      complete_save(root, dir, snap, *lock, options);
+    } catch (const std::exception& e) {
+      failure = e.what();
+      mine = std::current_exception();
+    }
+  }
+  const auto completed = gather_failures(failure, world, "ckdir.completed");
+  if (mine) std::rethrow_exception(mine);
+  if (!completed[0].empty())
+    throw Error(fmt::format("checkpoint directory {}: rank 0 failed to complete step {}: {}", root,
+                            step, completed[0]));
 }
 
 // The one collective of a save: every rank learns whether any rank's
@@ -179,30 +240,17 @@ struct CheckpointWriter::Impl {
 void CheckpointWriter::Impl::run(detail::ckdir::Snapshot snap, int64_t step,
                                  std::exception_ptr previous) {
   using namespace detail::ckdir;  // in the function: unity builds batch this file with others
-  const int rank = lt::rank(), world = lt::size();
+  const int rank = lt::rank();
   const std::string dir = root + "/" + step_dir_name(step);
   const std::string id = agree(root, dir, snap, rank, previous);
   if (!options.async) {
-    std::string failure;
-    try {
-      write_save(root, dir, snap, rank, id, options);
-    } catch (const std::exception& e) {
-      failure = e.what();
-      previous = std::current_exception();
-    }
-    const auto statuses = world == 1 ? std::vector<std::string>{failure}
-                                     : lt::allgather_bytes(failure, "ckdir.saved");
-    if (previous) std::rethrow_exception(previous);
-    for (int r = 0; r < world; ++r)
-      if (!statuses[r].empty())
-        throw Error(fmt::format("checkpoint directory {}: rank {} failed to save step {}: {}", root, r,
-                                step, statuses[r]));
+    write_save_sync(root, dir, snap, rank, step, options);
     return;
   }
   finished = false;
   thread = std::thread([this, dir, snap = std::move(snap), rank, id] {
     try {
-      detail::ckdir::write_save(root, dir, snap, rank, id, options);
+      detail::ckdir::write_save_async(root, dir, snap, rank, id, options);
     } catch (...) {
       error = std::current_exception();
     }

@@ -24,9 +24,13 @@ class MainJobCheckpoints : public ::testing::Test {
   void SetUp() override {
     if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   }
-  // The job's exit code; stderr appended to dir/F.err.
+  // The job's exit code; stderr appended to dir/F.err. One intra-op thread
+  // in every run: a process started alone sizes its thread count to the
+  // CPUs idle at init() (placement.cc), and another count splits LibTorch's
+  // reductions differently, which a bitwise comparison of six processes
+  // under a parallel ctest would see (it did, once, in CI).
   int run(const std::string& format, const std::string& args) const {
-    return exit_code(fmt::format("'{}' {} --checkpoint-dir '{}' --checkpoint-format {} "
+    return exit_code(fmt::format("LOCKSTEP_INTRA_OP_THREADS=1 '{}' {} --checkpoint-dir '{}' --checkpoint-format {} "
                                  "--metrics '{}' {} >/dev/null 2>>'{}'",
                                  main_job(), kShort, (dir / ("ckpt-" + format)).string(), format,
                                  (dir / (format + ".jsonl")).string(), args,

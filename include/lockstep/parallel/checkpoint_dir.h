@@ -15,16 +15,21 @@
 // Whole tensors are assigned to ranks greedily by bytes (largest first, to
 // the least loaded rank, ties by name and rank), a pure function of the names
 // and shapes every rank holds, so every rank computes the same assignment and
-// writes only its own two files. Each rank's files are fsync'ed, then it
-// writes `rank-<r>.done` (holding the save's id); rank 0 waits for all N
-// markers (bounded by CheckpointDirOptions::peer_timeout; the error names the
-// missing ranks), writes the index and manifest.json (temp file + rename) and
-// removes the markers. No collective runs on the background thread.
+// writes only its own two files. Each rank's files are fsync'ed; then the
+// ranks meet. A synchronous save meets in a collective of every rank's
+// error text (none: written), after which rank 0 writes the index and
+// manifest.json (temp file + rename) and a second collective carries its
+// outcome, so every rank returns or throws alike. An async save meets
+// through files, as no collective runs on the background thread: each rank
+// writes `rank-<r>.done` (or `.failed`, holding the save's id and the
+// error), rank 0 waits for all N markers (bounded by
+// CheckpointDirOptions::peer_timeout; the error names the missing ranks),
+// writes the index and manifest and removes the markers.
 // A step directory without manifest.json is an interrupted save: saves and
 // loads remove such leftovers, but only while no writer holds the shared lock
 // on <root>/.lockstep-checkpoint.lock (every writer holds it from before it
-// creates its step directory until its marker is written), so a live
-// writer's directory is never removed. The newest step-* with a manifest is
+// creates its step directory until its files are written, rank 0 until its
+// manifest is in), so a live writer's directory is never removed. The newest step-* with a manifest is
 // the checkpoint; nothing else points at it.
 //
 // Strategies: a data-parallel model (every rank holds everything), and
