@@ -379,8 +379,9 @@ int main(int argc, char** argv) {
   app.add_flag("--worker", o.worker_mode, "internal: run one variant");
   app.add_option("--variant", o.worker.variant, "internal: plain|plain-malloc|lockstep");
   app.add_option("--strategy", o.worker.strategy,
-                 "lockstep variants: data (DistributedOptimizer) or fsdp (FullyShardedModel)")
-      ->check(CLI::IsMember({"data", "fsdp"}))->capture_default_str();
+                 "lockstep variants: data (DistributedOptimizer), fsdp (FullyShardedModel) "
+                 "or same-bits (SameBitsStep, 8 micro-batches of the global batch)")
+      ->check(CLI::IsMember({"data", "fsdp", "same-bits"}))->capture_default_str();
   app.add_option("--threads", o.worker.threads, "internal: intra-op threads (0: placement)");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -2,11 +2,15 @@
 
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 
 #include "common/fashion_cnn.h"
+#include "lockstep/base/error.h"
 #include "lockstep/parallel/fully_sharded.h"
+#include "lockstep/torch/same_bits.h"
 #include "lockstep/torch/torch.h"
 
 namespace lockstep::bench_train {
@@ -41,8 +45,15 @@ struct Window {
   return seq;
 }
 
-// The same step as lockstep-fashion-mnist; `dist` and `fsdp` are null for
-// plain LibTorch.
+// The micro-batches of the same-bits strategy: the main job's --same-bits
+// default (K = 8), each batch_size * workers / 8 samples.
+constexpr int64_t kSameBitsMicroBatches = 8;
+
+// The same step as lockstep-fashion-mnist; `dist`, `fsdp` and `same_bits`
+// are null for plain LibTorch. same-bits: the global batch of batch_size *
+// workers samples in K micro-batches through SameBitsStep (the main job's
+// --same-bits), so samples per second compare with data parallelism's at
+// the same global batch.
 class Stepper {
  public:
   Stepper(int64_t batch_size, const std::string& strategy, bool distributed,
@@ -59,6 +70,22 @@ class Stepper {
                                                      ::torch::optim::AdamOptions(1e-3));
       return;
     }
+    if (distributed && strategy == "same-bits") {
+      const int64_t global = batch_size * lt::size();
+      if (global % kSameBitsMicroBatches != 0)
+        throw InvalidArgument(fmt::format("bench train --strategy same-bits: --batch-size {} x {} "
+                                          "workers is not a multiple of {} micro-batches",
+                                          batch_size, lt::size(), kSameBitsMicroBatches));
+      x_ = ::torch::randn({global, 1, 28, 28}).to(device);
+      y_ = ::torch::randint(0, 10, {global}, ::torch::kInt64).to(device);
+      adam_ = std::make_unique<::torch::optim::Adam>(model_->parameters(),
+                                                     ::torch::optim::AdamOptions(1e-3));
+      lt::SameBitsOptions options;
+      options.micro_batches = kSameBitsMicroBatches;
+      options.intra_op_threads = ::torch::get_num_threads();  // the layout's, not the mode's 1
+      same_bits_ = std::make_unique<lt::SameBitsStep>(*model_, *adam_, options);
+      return;
+    }
     adam_ = std::make_unique<::torch::optim::Adam>(model_->parameters(),
                                                    ::torch::optim::AdamOptions(1e-3));
     if (distributed) {
@@ -70,6 +97,14 @@ class Stepper {
   // Returns the seconds spent waiting for gradients' allreduces (fsdp: in
   // step(), the reduce-scatters' tail and the optimizer on the shards).
   double step() {
+    if (same_bits_) {  // its reduction is inside step(): no wait is told apart
+      const int64_t m = x_.size(0) / kSameBitsMicroBatches;
+      same_bits_->step([&](const lt::MicroBatch& micro) {
+        return ::torch::nn::functional::cross_entropy(
+            model_->forward(x_.narrow(0, micro.index * m, m)), y_.narrow(0, micro.index * m, m));
+      });
+      return 0;
+    }
     if (fsdp_) {
       fsdp_->zero_grad();
       ::torch::nn::functional::cross_entropy(fsdp_->forward(x_), y_).backward();
@@ -115,6 +150,7 @@ class Stepper {
   ::torch::Tensor x_, y_;
   std::unique_ptr<lt::DistributedOptimizer> dist_;
   std::unique_ptr<lockstep::parallel::FullyShardedModel> fsdp_;
+  std::unique_ptr<lt::SameBitsStep> same_bits_;
   int64_t batch_size_ = 0;
   bool cuda_ = false;
 };

@@ -11,8 +11,9 @@ struct WorkerConfig {
   // "plain" (no lockstep at all), "plain-malloc" (plain + lockstep's malloc
   // thresholds only) or "lockstep"
   std::string variant;
-  // lockstep variants: "data" (DistributedOptimizer) or "fsdp"
-  // (FullyShardedModel, one unit per conv block and one for the head).
+  // lockstep variants: "data" (DistributedOptimizer), "fsdp"
+  // (FullyShardedModel, one unit per conv block and one for the head) or
+  // "same-bits" (SameBitsStep, 8 micro-batches of batch_size * workers).
   std::string strategy = "data";
   int threads = 0;       // plain: intra-op threads; lockstep: 0 = placement's choice
   int64_t batch_size = 64;

@@ -37,7 +37,9 @@
 // with it. A non-finite gradient throws lockstep::Error on every rank.
 //
 // Every rank must construct it over identical parameters and call step()
-// the same number of times (collective). Not thread-safe; holds references
+// the same number of times (collective). Under run_elastic, construct it in
+// the elastic function (the world size may have changed) and call
+// set_steps_done(state.step): ElasticState carries the rest. Not thread-safe; holds references
 // to the model and the optimizer, which must outlive it.
 #pragma once
 
