@@ -225,8 +225,7 @@ FullyShardedModel::FullyShardedModel(::torch::nn::Sequential model, FullySharded
   m.me = options_.group.rank();
   m.element = options_.granularity != ShardGranularity::kTensor;
   m.finish(plan_units(m, model_, options_));
-  m.watch_uncaught();
-  m.shutdown_hook = lt::add_shutdown_hook([&m] { m.settle_in_flight(); });
+  m.watch_process();
 }
 
 void FullyShardedModel::Impl::register_hooks() {
@@ -247,8 +246,7 @@ void FullyShardedModel::Impl::remove_hooks() {
 }
 
 FullyShardedModel::~FullyShardedModel() {
-  lt::remove_shutdown_hook(impl_->shutdown_hook);
-  impl_->unwatch_uncaught();
+  impl_->unwatch_process();
   impl_->unbind_unit_modules();
   impl_->remove_hooks();
   for (auto& unit : impl_->units)

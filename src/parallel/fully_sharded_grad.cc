@@ -115,6 +115,16 @@ void FullyShardedModel::Impl::land_reduce() {
   unit.incoming = Tensor();
 }
 
+void FullyShardedModel::Impl::watch_process() {
+  watch_uncaught();
+  shutdown_hook = lt::add_shutdown_hook([this] { settle_in_flight(); });
+}
+
+void FullyShardedModel::Impl::unwatch_process() {
+  lt::remove_shutdown_hook(shutdown_hook);
+  unwatch_uncaught();
+}
+
 void FullyShardedModel::Impl::settle_in_flight() {
   land_reduce();
   for (int u = 0; u < static_cast<int>(units.size()); ++u)

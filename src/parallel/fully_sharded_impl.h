@@ -145,9 +145,14 @@ struct FullyShardedModel::Impl {
   // the process as lockstep's uncaught InvalidArgument.
   void watch_uncaught();
   void unwatch_uncaught();
+  // What the process must know while the model lives (the constructors
+  // call watch_process(), the destructor unwatch_process()): the watch
+  // above, and lt::shutdown()'s hook running settle_in_flight().
+  void watch_process();
+  void unwatch_process();
   // Waits for the collectives still in flight (the reduce-scatter a
-  // backward without step() left, a prefetch): lt::shutdown()'s hook while
-  // the model lives, so an orderly end cuts none short.
+  // backward without step() left, a prefetch), so an orderly end cuts none
+  // short.
   void settle_in_flight();
   uint64_t shutdown_hook = 0;  // lt::add_shutdown_hook's id (0: none)
   // fully_sharded_step.cc

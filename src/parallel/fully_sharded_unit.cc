@@ -177,8 +177,7 @@ FullyShardedModel::FullyShardedModel(std::shared_ptr<::torch::nn::Module> model,
   const auto found = find_units(*root_);
   m.finish(plan_module_units(m, *root_, found));
   m.bind_unit_modules();
-  m.watch_uncaught();
-  m.shutdown_hook = lockstep::torch::add_shutdown_hook([&m] { m.settle_in_flight(); });
+  m.watch_process();
 }
 
 }  // namespace lockstep::parallel

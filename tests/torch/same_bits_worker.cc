@@ -33,18 +33,37 @@ namespace {
 namespace lt = lockstep::torch;
 namespace lt_test = lockstep::torch::testing;
 
-void train_same_bits(lt_test::SameBitsNet& net, ::torch::optim::Optimizer& opt) {
-  lt::SameBitsOptions options;
-  options.micro_batches = lt_test::kSameBitsMicroBatches;
-  options.seed = 42;
-  lt::SameBitsStep driver(net, opt, options);
-  const lt_test::SameBitsData data;
-  const int64_t m = lt_test::kSameBitsGlobalBatch / lt_test::kSameBitsMicroBatches;
-  for (int64_t s = 0; s < lt_test::kSameBitsSteps; ++s)
-    driver.step([&](const lt::MicroBatch& micro) {
-      auto [x, y] = data.batch(micro.step, micro.index * m, m);
-      return ::torch::nn::functional::cross_entropy(net.forward(x), y);
+// SameBitsStep as every mode here drives it (K micro-batches, seed 42, the
+// micro-batch's samples by global position), from step `first` on.
+class SameBitsSteps {
+ public:
+  SameBitsSteps(lt_test::SameBitsNet& net, ::torch::optim::Optimizer& opt, int64_t first)
+      : net_(net), driver_(net, opt, options()) {
+    driver_.set_steps_done(first);
+  }
+  void step() {
+    const int64_t m = lt_test::kSameBitsGlobalBatch / lt_test::kSameBitsMicroBatches;
+    driver_.step([&](const lt::MicroBatch& micro) {
+      auto [x, y] = data_.batch(micro.step, micro.index * m, m);
+      return ::torch::nn::functional::cross_entropy(net_.forward(x), y);
     });
+  }
+
+ private:
+  static lt::SameBitsOptions options() {
+    lt::SameBitsOptions o;
+    o.micro_batches = lt_test::kSameBitsMicroBatches;
+    o.seed = 42;
+    return o;
+  }
+  lt_test::SameBitsNet& net_;
+  lt::SameBitsStep driver_;
+  const lt_test::SameBitsData data_;
+};
+
+void train_same_bits(lt_test::SameBitsNet& net, ::torch::optim::Optimizer& opt) {
+  SameBitsSteps steps(net, opt, 0);
+  for (int64_t s = 0; s < lt_test::kSameBitsSteps; ++s) steps.step();
 }
 
 // Each rank one batch of B/n, f32 gradients averaged by allreduce.
@@ -73,13 +92,7 @@ constexpr auto kPhaseDeadline = std::chrono::seconds(60);
 // who ran the steps before.
 void train_elastic(lt_test::SameBitsNet& net, ::torch::optim::Optimizer& opt,
                    lt::ElasticState& state, const char* phase_dir) {
-  lt::SameBitsOptions options;
-  options.micro_batches = lt_test::kSameBitsMicroBatches;
-  options.seed = 42;
-  lt::SameBitsStep driver(net, opt, options);
-  driver.set_steps_done(state.step);
-  const lt_test::SameBitsData data;
-  const int64_t m = lt_test::kSameBitsGlobalBatch / lt_test::kSameBitsMicroBatches;
+  SameBitsSteps steps(net, opt, state.step);
   const auto start = std::chrono::steady_clock::now();
   while (state.step < lt_test::kSameBitsSteps) {
     // Synced, so every rank takes the same decision: the phase reached.
@@ -106,10 +119,7 @@ void train_elastic(lt_test::SameBitsNet& net, ::torch::optim::Optimizer& opt,
         continue;
       }
     }
-    driver.step([&](const lt::MicroBatch& micro) {
-      auto [x, y] = data.batch(micro.step, micro.index * m, m);
-      return ::torch::nn::functional::cross_entropy(net.forward(x), y);
-    });
+    steps.step();
     ++state.step;
     state.commit();
   }
