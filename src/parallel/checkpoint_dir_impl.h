@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/parallel/checkpoint.h"
 #include "lockstep/parallel/fully_sharded.h"
 #include "lockstep/parallel/sharded_optimizer.h"
 #include "lockstep/torch/checkpoint.h"
@@ -177,6 +178,30 @@ Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Opt
 // lockstep::Error before anything changes. Collective-free.
 void load_routed(const std::string& dir, const Manifest& m, const ShardedView& view,
                  ::torch::optim::Optimizer& optimizer, lockstep::torch::TrainingProgress& progress);
+// One piece of an entry on its way to the rank that writes it: elements
+// [offset, +value.numel()) of entry `entry` (flattened). `value` is a CPU,
+// contiguous view of the live tensor where it can be.
+struct Record {
+  int to = 0;  // group rank of the writer
+  size_t entry = 0;
+  int64_t offset = 0;
+  ::torch::Tensor value;
+};
+// Delivers `records` to their writers in one all-to-all within `group`
+// (collective name `name` + ".ckdir.route"; collective over the group) and
+// puts what reaches this rank into s.values (sized like the manifest's
+// tensors): a record that is a whole tensor in place, pieces copied into a
+// tensor of the entry's shape. This rank's own records stay views of the
+// live tensors unless `own_copies`. Returns the bytes each entry received.
+std::vector<uint64_t> deliver(Snapshot& s, const std::vector<Record>& records,
+                              const lockstep::torch::Group& group, const std::string& name,
+                              bool own_copies);
+// The routed snapshot of a tensor- or pipeline-parallel model
+// (checkpoint_dir_parts.cc): the manifest a single process's save of the
+// whole model writes, and values for this rank's entries only, each slice
+// sent by the lowest rank that holds it. Collective over the job.
+Snapshot take_parts_snapshot(const ModelParts& parts, const ::torch::optim::Optimizer& optimizer,
+                             const lockstep::torch::TrainingProgress& progress, bool own_copies);
 // The manifest's tensors of one part, as check_state_matches takes them.
 std::vector<lockstep::torch::TensorInfo> part_infos(const Manifest& manifest, Part part);
 // Throws when the manifest lists optimizer state that no entry holds.

@@ -194,16 +194,6 @@ Plan plan_entries(Snapshot& s, const ShardedView& view, const ::torch::optim::Op
   return plan;
 }
 
-// One piece of an entry on its way to the rank that writes it: elements
-// [offset, +value.numel()) of entry `entry` (flattened). `value` is a CPU,
-// contiguous view of the live tensor where it can be.
-struct Record {
-  int to = 0;  // shard-group rank
-  size_t entry = 0;
-  int64_t offset = 0;
-  Tensor value;
-};
-
 constexpr size_t kRecordHead = 3 * sizeof(int64_t);  // entry, offset, bytes
 // Records start at multiples of 8 bytes in a message, so that a received
 // whole tensor is used in place, aligned for every dtype.
@@ -256,8 +246,9 @@ void place(Snapshot& s, std::vector<uint64_t>& covered, size_t e, int64_t offset
 
 // The records for other ranks in one all-to-all within the shard group;
 // returns what this rank was sent.
-Tensor exchange(const std::vector<Record>& records, const ShardedView& view, int me) {
-  const int ranks = view.group.size();
+Tensor exchange(const std::vector<Record>& records, const lt::Group& group, const std::string& name,
+               int me) {
+  const int ranks = group.size();
   std::vector<int64_t> splits(ranks, 0);
   for (const Record& r : records)
     if (r.to != me) splits[r.to] += static_cast<int64_t>(kRecordHead + padded(r.value.nbytes()));
@@ -274,7 +265,7 @@ Tensor exchange(const std::vector<Record>& records, const ShardedView& view, int
     at[r.to] += static_cast<int64_t>(kRecordHead + padded(r.value.nbytes()));
   }
   if (ranks == 1) return ::torch::empty({0}, ::torch::kUInt8);
-  return lt::alltoall_with_splits(send, splits, view.name + ".ckdir.route", view.group.id()).output;
+  return lt::alltoall_with_splits(send, splits, name + ".ckdir.route", group.id()).output;
 }
 
 // Unpacks the records this rank was sent, in place where whole.
@@ -296,6 +287,18 @@ void receive(Snapshot& s, std::vector<uint64_t>& covered, const Tensor& inbox) {
 
 }  // namespace
 
+std::vector<uint64_t> deliver(Snapshot& s, const std::vector<Record>& records,
+                              const lt::Group& group, const std::string& name, bool own_copies) {
+  LOCKSTEP_DCHECK_EQ(s.values.size(), s.manifest.tensors.size());
+  std::vector<uint64_t> covered(s.values.size(), 0);
+  const int me = group.rank();
+  const Tensor inbox = exchange(records, group, name, me);
+  receive(s, covered, inbox);
+  for (const Record& r : records)  // our own pieces: views of the live tensors unless async
+    if (r.to == me) place(s, covered, r.entry, r.offset, r.value.view({-1}).view(::torch::kUInt8), !own_copies);
+  return covered;
+}
+
 Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Optimizer& optimizer,
                               const lt::TrainingProgress& progress, bool own_copies) {
   LOCKSTEP_DCHECK(view.module != nullptr && view.params.size() == view.shapes.size());
@@ -306,15 +309,8 @@ Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Opt
   const Plan plan = plan_entries(s, view, optimizer, slots);
   assign_ranks(s.manifest.tensors, s.manifest.world_size);
   s.values.assign(s.manifest.tensors.size(), Tensor());
-  std::vector<uint64_t> covered(s.values.size(), 0);
-  const int me = view.group.rank();
-  {
-    const std::vector<Record> records = records_of(s, plan, view, optimizer);
-    const Tensor inbox = exchange(records, view, me);
-    receive(s, covered, inbox);
-    for (const Record& r : records)  // our own pieces: views of the live tensors unless async
-      if (r.to == me) place(s, covered, r.entry, r.offset, r.value.view({-1}).view(::torch::kUInt8), !own_copies);
-  }
+  std::vector<uint64_t> covered =
+      deliver(s, records_of(s, plan, view, optimizer), view.group, view.name, own_copies);
   const int rank = lt::rank();
   for (size_t e = 0; e < s.values.size(); ++e) {
     const Entry& entry = s.manifest.tensors[e];

@@ -235,6 +235,12 @@ struct CheckpointWriter::Impl {
     run(detail::ckdir::take_routed_snapshot(view, optimizer, progress, options.async), progress.step,
         previous);
   }
+  void save(const ModelParts& parts, const ::torch::optim::Optimizer& optimizer,
+            const lt::TrainingProgress& progress) {
+    std::exception_ptr previous = finish_previous();
+    run(detail::ckdir::take_parts_snapshot(parts, optimizer, progress, options.async), progress.step,
+        previous);
+  }
 };
 
 void CheckpointWriter::Impl::run(detail::ckdir::Snapshot snap, int64_t step,
@@ -307,6 +313,11 @@ void CheckpointWriter::save(const ::torch::nn::Module& module, ShardedOptimizer&
   auto full = optimizer.gather_full_state();
   optimizer.with_full_view(std::move(full),
                            [&] { impl_->save(module, optimizer.optimizer(), progress); });
+}
+
+void CheckpointWriter::save(const ModelParts& parts, const ::torch::optim::Optimizer& optimizer,
+                            const lt::TrainingProgress& progress) {
+  impl_->save(parts, optimizer, progress);
 }
 
 void CheckpointWriter::poll() {

@@ -45,4 +45,55 @@ using StateMap =
 void take_slices(const NamedTensors& whole, const ModelParts& parts, const StateMap& whole_state,
                  ::torch::optim::Optimizer& optimizer);
 
+// ---- what each rank holds (model_parts_describe.cc)
+
+// One parameter or buffer as one rank holds it.
+struct Piece {
+  std::string name;
+  std::vector<int64_t> full_shape;
+  int64_t dim = 0, begin = 0, length = -1;  // length -1: the whole tensor
+  int64_t group = -1;                       // optimizer param group; -1: none
+  int64_t stage = 0, position = 0, rank = 0;
+  int64_t dtype = static_cast<int64_t>(::torch::kFloat);  // c10::ScalarType
+  ::torch::Tensor value{};  // Describe::kValues only
+  std::string state{};      // kValues only: serialize_state(), empty when none
+  std::string slots{};      // kSlots only: the state's description, empty when none
+};
+
+struct Description {
+  int64_t groups = 0;
+  std::vector<Piece> params{}, buffers{};
+};
+
+// kShapes: names, shapes, slices and groups; kValues: also the values and
+// the serialized optimizer state (a gather of everything); kSlots: also the
+// optimizer state's keys, kinds, dtypes and shapes (bytes, no tensors).
+enum class Describe { kShapes, kValues, kSlots };
+// Every rank's description, all-gathered over the job (collective).
+// Throws lockstep::Error when the ranks' optimizers have other group counts.
+std::vector<Description> describe_all(const ModelParts& parts,
+                                      const ::torch::optim::Optimizer& optimizer, Describe what);
+
+// One whole parameter (or buffer) and the slices that hold it, deduplicated:
+// each slice is described by the lowest (stage, position, rank) holding it.
+struct Whole {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t group = -1, dim = 0, dtype = 0;
+  std::vector<const Piece*> slices{};  // by begin
+};
+// Note [Whole-model view]: single-process order; throws lockstep::Error
+// when the ranks disagree on a tensor or its slices do not cover it.
+std::vector<Whole> whole_list(const std::vector<Description>& all, bool buffers);
+inline bool is_sliced(const Whole& w) { return w.slices.front()->length >= 0; }
+
+// One value of a Piece's `slots`.
+struct SlotDescription {
+  std::string key, kind;
+  ::torch::ScalarType dtype = ::torch::kFloat;
+  bool elementwise = false;  // the shape of the slice: sliced like its parameter
+  std::vector<int64_t> shape{};
+};
+std::vector<SlotDescription> parse_slots(const std::string& text);
+
 }  // namespace lockstep::parallel::detail

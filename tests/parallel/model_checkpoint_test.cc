@@ -10,9 +10,11 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/parallel/checkpoint.h"
+#include "lockstep/parallel/checkpoint_dir.h"
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/parallel/pipeline.h"
 #include "lockstep/parallel/tensor_parallel.h"
+#include "lockstep/torch/memory.h"
 #include "torch/helpers.h"
 
 namespace lockstep::parallel {
@@ -157,12 +159,27 @@ void write(Layout::Kind kind, const std::string& path) {
                                                      .user = {}});
 }
 
-void resume_and_compare(Layout::Kind kind, const std::string& path) {
+// The same layouts through checkpoint directories: CheckpointWriter::save
+// of ModelParts routes each slice to its tensor's writer (Note [Routed
+// saves of model parts]); `async` snapshots and writes in the background.
+void write_dir(Layout::Kind kind, const std::string& root, bool async) {
+  use_f64();
+  Layout layout(kind, kSeed);
+  for (int s = 0; s < kBefore; ++s) layout.step(s);
+  CheckpointWriter writer(root, {.keep_last = 0, .async = async});
+  writer.save(layout.parts, *layout.adam, {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
+  layout.step(kBefore);  // training goes on while an async save writes
+  writer.wait();
+}
+
+// `path` is a file, or with `dir` a checkpoint directory's root.
+void resume_and_compare(Layout::Kind kind, const std::string& path, bool dir = false) {
   use_f64();
   const Reference ref = reference();
   Layout layout(kind, kOtherSeed);
   lt::TrainingProgress progress;
-  ASSERT_TRUE(load_checkpoint(path, layout.parts, *layout.adam, progress));
+  ASSERT_TRUE(dir ? load_checkpoint_dir(path, layout.parts, *layout.adam, progress)
+                  : load_checkpoint(path, layout.parts, *layout.adam, progress));
   EXPECT_EQ(progress.step, kBefore);
   expect_reference_state(layout, ref);
   for (int s = kBefore; s < kBefore + kAfter; ++s) {
@@ -198,6 +215,62 @@ TEST_F(ModelCheckpointTest, PipelineAtTwoResumesAsTensorParallelAndDense) {
   run_torch_workers(2, [&] { write(Layout::kPipeline, p); });
   run_torch_workers(2, [&] { resume_and_compare(Layout::kTensor, p); });
   run_torch_workers(1, [&] { resume_and_compare(Layout::kDense, p); });
+}
+
+TEST_F(ModelCheckpointTest, TensorParallelDirectoryAtTwoResumesAtThreeAsDenseAndAsPipeline) {
+  const std::string root = (dir_ / "ckpt").string();
+  run_torch_workers(2, [&] { write_dir(Layout::kTensor, root, /*async=*/false); });
+  run_torch_workers(3, [&] { resume_and_compare(Layout::kTensor, root, true); });
+  run_torch_workers(1, [&] { resume_and_compare(Layout::kDense, root, true); });
+  run_torch_workers(2, [&] { resume_and_compare(Layout::kPipeline, root, true); });
+}
+
+TEST_F(ModelCheckpointTest, PipelineDirectoryAtTwoAsyncResumesAsTensorParallelAndDense) {
+  const std::string root = (dir_ / "ckpt").string();
+  run_torch_workers(2, [&] { write_dir(Layout::kPipeline, root, /*async=*/true); });
+  run_torch_workers(2, [&] { resume_and_compare(Layout::kTensor, root, true); });
+  run_torch_workers(1, [&] { resume_and_compare(Layout::kDense, root, true); });
+}
+
+// The directory save of a tensor-parallel model never assembles it: what
+// the saving thread allocates stays below the whole model and its Adam
+// state (3x the parameters), where assembling them took at least that.
+TEST_F(ModelCheckpointTest, TensorParallelDirectorySaveHoldsLessThanTheWholeModel) {
+  const std::string root = (dir_ / "ckpt").string();
+  run_torch_workers(2, [&] {
+    ::torch::manual_seed(3);
+    ColumnParallelLinear first(ColumnParallelLinearOptions(256, 512));
+    RowParallelLinear second(RowParallelLinearOptions(512, 256));
+    ::torch::nn::Sequential model(first, ::torch::nn::Tanh(), second);
+    ::torch::optim::Adam adam(model->parameters(), 0.01);
+    adam.zero_grad();
+    model->forward(::torch::randn({4, 256})).pow(2).sum().backward();
+    adam.step();
+    const ModelParts parts = model_parts(*model);
+    int64_t whole = 0;  // the whole model's parameters and their two Adam moments
+    for (const auto& [name, p] : parts.parameters) {
+      auto shard = parts.shards.find(name);
+      const int64_t numel = shard == parts.shards.end()
+                                ? p.numel() : p.numel() / p.size(shard->second.dim) *
+                                                  shard->second.full_size;
+      whole += 3 * numel * static_cast<int64_t>(sizeof(float));
+    }
+    CheckpointWriter writer(root);
+    lt::AllocationTracker tracker;
+    writer.save(parts, adam, {.epoch = 0, .step = 1, .sampler = {}, .user = {}});
+    EXPECT_GT(tracker.allocations(), 0);
+    EXPECT_LT(tracker.peak_bytes(), whole) << "rank " << lt::rank() << " of " << lt::size();
+    std::printf("rank %d: save peak %lld B, whole model + Adam state %lld B\n", lt::rank(),
+                static_cast<long long>(tracker.peak_bytes()), static_cast<long long>(whole));
+  });
+  run_torch_workers(1, [&] {  // and it is the whole model
+    ::torch::nn::Sequential dense(::torch::nn::Linear(256, 512), ::torch::nn::Tanh(),
+                                  ::torch::nn::Linear(512, 256));
+    ::torch::optim::Adam adam(dense->parameters(), 0.01);
+    lt::TrainingProgress progress;
+    ASSERT_TRUE(load_checkpoint_dir(root, *dense, adam, progress));
+    EXPECT_EQ(progress.step, 1);
+  });
 }
 
 // A file lockstep::torch::save_checkpoint wrote for a plain model (what data

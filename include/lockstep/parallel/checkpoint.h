@@ -81,9 +81,12 @@ bool load_checkpoint(const std::string& path, const ModelParts& parts,
 // sharded safetensors files every rank writes, optionally asynchronous): the
 // directory holds the whole model's tensors under its single-process names,
 // so a tensor- or pipeline-parallel run's directory loads at any layout, and
-// into a plain model with load_checkpoint_dir(root, module, ...). Every rank
-// assembles the whole model for a moment (as save_checkpoint's gather to
-// rank 0 does there). Collective over every rank of the job.
+// into a plain model with load_checkpoint_dir(root, module, ...). Saving is
+// writer.save(parts, optimizer, progress): each slice goes straight to the
+// rank that writes its tensor, and no rank assembles the model. Loading
+// reads the whole model on every rank for a moment (placeholders of the
+// whole shapes, then this rank's slices are kept), as load_checkpoint does.
+// Collective over every rank of the job.
 void save_checkpoint_dir(CheckpointWriter& writer, const ModelParts& parts,
                          ::torch::optim::Optimizer& optimizer,
                          const lockstep::torch::TrainingProgress& progress);

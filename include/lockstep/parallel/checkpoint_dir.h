@@ -33,7 +33,8 @@
 // the checkpoint; nothing else points at it.
 //
 // Strategies: a data-parallel model (every rank holds everything), and
-// FullyShardedModel (HSDP too) and ShardedOptimizer (ZeRO) routed: each rank
+// FullyShardedModel (HSDP too), ShardedOptimizer (ZeRO) and tensor- and
+// pipeline-parallel ModelParts routed: each rank
 // sends its own pieces straight to the ranks that write them and a load reads
 // only its own byte ranges, so no rank holds the whole model (Note [Routed
 // checkpoint saves] in src/parallel/checkpoint_dir_routed_save.cc); the files
@@ -52,6 +53,8 @@
 #include "lockstep/torch/checkpoint.h"
 
 namespace lockstep::parallel {
+
+struct ModelParts;  // lockstep/parallel/checkpoint.h
 
 struct CheckpointDirOptions {
   int keep_last = 0;     // after a manifest lands, keep the newest K complete steps (0: all)
@@ -88,6 +91,11 @@ class CheckpointWriter {
             const lockstep::torch::TrainingProgress& progress);
   // ZeRO: the optimizer-state segments routed to their writers.
   void save(const ::torch::nn::Module& module, ShardedOptimizer& optimizer,
+            const lockstep::torch::TrainingProgress& progress);
+  // Tensor and pipeline parallelism (model_parts(module), model_parts(pipeline)):
+  // each slice routed to its tensor's writer, the files those of the whole
+  // model under its single-process names (no rank assembles the model).
+  void save(const ModelParts& parts, const ::torch::optim::Optimizer& optimizer,
             const lockstep::torch::TrainingProgress& progress);
   // Call once a step: rethrows a finished background save's error; never blocks.
   void poll();
