@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <cstdint>
+#include <iosfwd>
 #include <map>
 #include <string>
 #include <utility>
@@ -77,6 +78,24 @@ Manifest parse_manifest(const std::string& text, const std::string& path);
 std::string index_json(const Manifest& manifest);
 std::string to_hex(const std::string& bytes);
 std::string from_hex(const std::string& hex, const std::string& what);
+// Appends an entry of `dtype` and `shape` (bytes computed); its index.
+size_t add_entry(Manifest& manifest, std::string name, Part part, ::torch::ScalarType dtype,
+                 std::vector<int64_t> shape);
+
+// One optimizer-state value of a parameter as a routed save plans it
+// (described by the ranks that hold it, exchanged as text).
+struct SlotInfo {
+  std::string key, kind;
+  int dtype = 0;               // ScalarType
+  bool elementwise = false;    // one value per element: the parameter's (or slice's) shape
+  std::vector<int64_t> shape;  // its own
+};
+// Its fields on one line (no newline), and back; read_slot throws
+// lockstep::Error on a corrupt description.
+void write_slot(std::ostream& out, const SlotInfo& slot);
+SlotInfo read_slot(std::istream& fields);
+// One SlotInfo per line (model_parts_describe.cc writes them).
+std::vector<SlotInfo> parse_slots(const std::string& text);
 
 // ---- module and optimizer (checkpoint_dir_state.cc)
 struct Snapshot {
@@ -103,6 +122,8 @@ void check_optimizer_matches(const Manifest& manifest, const ::torch::nn::Module
 void load_optimizer_state(const Manifest& manifest,
                           const std::map<std::string, ::torch::Tensor>& tensors,
                           ::torch::optim::Optimizer& optimizer);
+// A param group's options archive, hex (the manifest's "options").
+std::string options_hex(const ::torch::optim::OptimizerOptions& options);
 std::string generator_state_hex();
 void set_generator_state_hex(const std::string& hex);
 

@@ -38,15 +38,6 @@ namespace {
 namespace lt = lockstep::torch;
 using ::torch::Tensor;
 
-size_t add_parts_entry(Manifest& m, std::string name, Part part, ::torch::ScalarType dtype,
-                       std::vector<int64_t> shape) {
-  const int64_t numel = c10::multiply_integers(shape);
-  m.tensors.push_back({.name = std::move(name), .part = part, .dtype = dtype,
-                       .shape = std::move(shape),
-                       .bytes = static_cast<uint64_t>(numel) * ::torch::elementSize(dtype)});
-  return m.tensors.size() - 1;
-}
-
 // The records of one slice of entry `e` (of whole shape `shape`): `local`
 // holds elements [begin, +length) along `slice.dim` (length < 0: all).
 void add_slice_records(std::vector<Record>& out, const Manifest& m, size_t e, const Piece& slice,
@@ -76,9 +67,12 @@ void add_slice_records(std::vector<Record>& out, const Manifest& m, size_t e, co
 
 // Where each tensor of the manifest comes from.
 struct PartsPlan {
-  std::vector<size_t> param_entry, buffer_entry;             // by whole index
-  std::vector<std::vector<SlotDescription>> slots;            // by whole parameter
-  std::map<std::pair<size_t, std::string>, size_t> slot_entry;  // (whole, key) -> entry
+  std::vector<size_t> param_entry, buffer_entry;  // by whole index
+  struct Slot {
+    size_t entry = 0;
+    bool sliced = false;  // elementwise state of a sliced parameter: travels like its slices
+  };
+  std::map<std::pair<size_t, std::string>, Slot> slots;  // (whole parameter, key)
 };
 
 // The whole model's entries in take_snapshot()'s order: parameters, buffers,
@@ -87,40 +81,39 @@ PartsPlan plan_parts(Manifest& m, const std::vector<Whole>& params,
                      const std::vector<Whole>& buffers, const ::torch::optim::Optimizer& optimizer) {
   PartsPlan plan;
   for (const Whole& w : params)
-    plan.param_entry.push_back(add_parts_entry(m, w.name, Part::kModel,
+    plan.param_entry.push_back(add_entry(m, w.name, Part::kModel,
                                                static_cast<::torch::ScalarType>(w.dtype), w.shape));
   for (const Whole& w : buffers)
-    plan.buffer_entry.push_back(add_parts_entry(m, w.name, Part::kModel,
+    plan.buffer_entry.push_back(add_entry(m, w.name, Part::kModel,
                                                 static_cast<::torch::ScalarType>(w.dtype), w.shape));
-  plan.slots.resize(params.size());
+  std::vector<std::vector<SlotInfo>> slots(params.size());  // from each tensor's first slice
   for (size_t i = 0; i < params.size(); ++i) {
     const Whole& w = params[i];
-    plan.slots[i] = parse_slots(w.slices.front()->slots);
+    const Piece* first = w.slices.front();
+    slots[i] = parse_slots(first->slots);
     for (const Piece* s : w.slices)
-      if (s->slots.empty() != w.slices.front()->slots.empty())
+      if (s->slots.empty() != first->slots.empty())
         throw Error(fmt::format("checkpoint directory save: '{}' has optimizer state on rank {} "
                                 "and none on rank {} (step every stage's optimizer the same number "
-                                "of times)", w.name, w.slices.front()->slots.empty() ? s->rank
-                                : w.slices.front()->rank, w.slices.front()->slots.empty()
-                                ? w.slices.front()->rank : s->rank));
+                                "of times)", w.name, (first->slots.empty() ? s : first)->rank,
+                                (first->slots.empty() ? first : s)->rank));
   }
   OptimizerInfo& info = m.optimizer;
   info.type = c10::demangle(typeid(optimizer).name());
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     const auto& options = optimizer.param_groups()[g].options();
-    ::torch::serialize::OutputArchive archive;
-    options.serialize(archive);
-    ParamGroupInfo group{.params = {}, .lr = options.get_lr(),
-                         .options = to_hex(lt::archive_to_bytes(archive))};
+    ParamGroupInfo group{.params = {}, .lr = options.get_lr(), .options = options_hex(options)};
     for (size_t i = 0; i < params.size(); ++i) {
       const Whole& w = params[i];
       if (w.group != static_cast<int64_t>(g)) continue;
       group.params.push_back(w.name);
-      for (const SlotDescription& slot : plan.slots[i]) {
+      for (const SlotInfo& slot : slots[i]) {
         info.state[w.name].push_back({slot.key, slot.kind});
-        plan.slot_entry[{i, slot.key}] = add_parts_entry(
-            m, w.name + "." + slot.key, Part::kOptimizer, slot.dtype,
-            slot.elementwise && is_sliced(w) ? w.shape : slot.shape);
+        const bool sliced = slot.elementwise && is_sliced(w);
+        plan.slots[{i, slot.key}] = {
+            add_entry(m, w.name + "." + slot.key, Part::kOptimizer,
+                      static_cast<::torch::ScalarType>(slot.dtype), sliced ? w.shape : slot.shape),
+            sliced};
       }
     }
     info.groups.push_back(std::move(group));
@@ -146,17 +139,14 @@ std::vector<Record> parts_records(const Manifest& m, const PartsPlan& plan,
       auto state = optimizer.state().find(state_key(local));
       if (state == optimizer.state().end()) continue;
       for (const auto& [key, value] : state_values(*state->second)) {
-        auto e = plan.slot_entry.find({i, key});
-        if (e == plan.slot_entry.end()) continue;
-        const SlotDescription* slot = nullptr;
-        for (const auto& s : plan.slots[i])
-          if (s.key == key) slot = &s;
+        auto slot = plan.slots.find({i, key});
+        if (slot == plan.slots.end()) continue;
+        const auto& [e, sliced] = slot->second;
         const Tensor t = state_value_tensor(value, w.name + "." + key).first;
-        if (slot->elementwise && is_sliced(w))
-          add_slice_records(out, m, e->second, *slice, t);
+        if (sliced)
+          add_slice_records(out, m, e, *slice, t);
         else if (slice == w.slices.front())  // a step count or scalar: from the first slice
-          out.push_back({m.tensors[e->second].rank, e->second, 0,
-                         t.detach().to(::torch::kCPU).contiguous().reshape({-1})});
+          out.push_back({m.tensors[e].rank, e, 0, t.detach().to(::torch::kCPU).contiguous().reshape({-1})});
       }
     }
   }

@@ -39,14 +39,6 @@ namespace lt = lockstep::torch;
 using ::torch::Tensor;
 namespace {
 
-// One optimizer-state value of a parameter as the manifest lists it.
-struct SlotInfo {
-  std::string key, kind;
-  int dtype = 0;               // ScalarType
-  bool elementwise = false;    // one value per element: the parameter's shape
-  std::vector<int64_t> shape;  // otherwise its own
-};
-
 bool is_elementwise(const Tensor& t, const PieceRef& piece, const ShardedView& view) {
   if (!t.defined() || t.numel() != piece.length) return false;
   return view.whole_tensors ? t.sizes().equals(view.shapes[piece.param]) : t.dim() == 1;
@@ -81,9 +73,8 @@ std::string encode_slots(const std::map<int, std::vector<SlotInfo>>& slots) {
   std::ostringstream out;
   for (const auto& [param, list] : slots)
     for (const SlotInfo& s : list) {
-      out << param << ' ' << s.key << ' ' << s.kind << ' ' << s.dtype << ' ' << s.elementwise << ' '
-          << s.shape.size();
-      for (int64_t d : s.shape) out << ' ' << d;
+      out << param << ' ';
+      write_slot(out, s);
       out << '\n';
     }
   return out.str();
@@ -96,13 +87,8 @@ void decode_slots(const std::string& text, std::map<int, std::vector<SlotInfo>>&
   while (std::getline(in, line)) {
     std::istringstream fields(line);
     int param = 0;
-    size_t dims = 0;
-    SlotInfo s;
-    fields >> param >> s.key >> s.kind >> s.dtype >> s.elementwise >> dims;
-    s.shape.resize(dims);
-    for (auto& d : s.shape) fields >> d;
-    if (!fields) throw Error("checkpoint directory: a corrupt optimizer-state description");
-    mine[param].push_back(std::move(s));
+    fields >> param;
+    mine[param].push_back(read_slot(fields));
   }
   for (auto& [param, list] : mine) into.emplace(param, std::move(list));  // the first rank's wins
 }
@@ -126,13 +112,6 @@ std::map<OptimizerStateKey, std::string> module_names(const ::torch::nn::Module&
   return out;
 }
 
-void add_entry(Snapshot& s, std::string name, Part part, ::torch::ScalarType dtype,
-               std::vector<int64_t> shape) {
-  const int64_t numel = c10::multiply_integers(shape);
-  s.manifest.tensors.push_back({.name = std::move(name), .part = part, .dtype = dtype,
-                                .shape = std::move(shape),
-                                .bytes = static_cast<uint64_t>(numel) * ::torch::elementSize(dtype)});
-}
 
 // The manifest's tensors (model entries in the module's order, buffers, then
 // optimizer state by group), with `source` saying where each value comes
@@ -162,21 +141,18 @@ Plan plan_entries(Snapshot& s, const ShardedView& view, const ::torch::optim::Op
       throw InvalidArgument(fmt::format("checkpoint directory: parameter {} of the module is not "
                                         "held by the sharded strategy", item.key()));
     plan.param_entry[it->second].push_back(s.manifest.tensors.size());
-    add_entry(s, item.key(), Part::kModel, view.dtype, view.shapes[it->second]);
+    add_entry(s.manifest, item.key(), Part::kModel, view.dtype, view.shapes[it->second]);
     plan.whole.push_back(view.whole_params ? item.value() : Tensor());
   }
   for (const auto& item : view.module->named_buffers()) {
-    add_entry(s, item.key(), Part::kModel, item.value().scalar_type(), item.value().sizes().vec());
+    add_entry(s.manifest, item.key(), Part::kModel, item.value().scalar_type(), item.value().sizes().vec());
     plan.whole.push_back(item.value());
   }
   OptimizerInfo& info = s.manifest.optimizer;
   info.type = c10::demangle(typeid(optimizer).name());
   for (size_t g = 0; g < view.groups.size(); ++g) {
     const auto& options = optimizer.param_groups().at(g).options();
-    ::torch::serialize::OutputArchive archive;
-    options.serialize(archive);
-    ParamGroupInfo group{.params = {}, .lr = options.get_lr(),
-                         .options = to_hex(lt::archive_to_bytes(archive))};
+    ParamGroupInfo group{.params = {}, .lr = options.get_lr(), .options = options_hex(options)};
     for (int p : view.groups[g]) {
       group.params.push_back(param_names[p]);
       auto it = slots.find(p);
@@ -184,7 +160,7 @@ Plan plan_entries(Snapshot& s, const ShardedView& view, const ::torch::optim::Op
       for (const SlotInfo& slot : it->second) {
         info.state[param_names[p]].push_back({slot.key, slot.kind});
         plan.slot_entry[{p, slot.key}] = s.manifest.tensors.size();
-        add_entry(s, param_names[p] + "." + slot.key, Part::kOptimizer,
+        add_entry(s.manifest, param_names[p] + "." + slot.key, Part::kOptimizer,
                   static_cast<::torch::ScalarType>(slot.dtype), slot.shape);
         plan.whole.push_back(Tensor());
       }
@@ -286,6 +262,32 @@ void receive(Snapshot& s, std::vector<uint64_t>& covered, const Tensor& inbox) {
 }
 
 }  // namespace
+
+void write_slot(std::ostream& out, const SlotInfo& s) {
+  out << s.key << ' ' << s.kind << ' ' << s.dtype << ' ' << s.elementwise << ' ' << s.shape.size();
+  for (int64_t d : s.shape) out << ' ' << d;
+}
+
+SlotInfo read_slot(std::istream& fields) {
+  SlotInfo s;
+  size_t dims = 0;
+  fields >> s.key >> s.kind >> s.dtype >> s.elementwise >> dims;
+  if (fields && dims <= 64) {
+    s.shape.resize(dims);
+    for (auto& d : s.shape) fields >> d;
+  }
+  if (!fields || dims > 64) throw Error("checkpoint directory: a corrupt optimizer-state description");
+  return s;
+}
+
+size_t add_entry(Manifest& m, std::string name, Part part, ::torch::ScalarType dtype,
+                 std::vector<int64_t> shape) {
+  const int64_t numel = c10::multiply_integers(shape);
+  m.tensors.push_back({.name = std::move(name), .part = part, .dtype = dtype,
+                       .shape = std::move(shape),
+                       .bytes = static_cast<uint64_t>(numel) * ::torch::elementSize(dtype)});
+  return m.tensors.size() - 1;
+}
 
 std::vector<uint64_t> deliver(Snapshot& s, const std::vector<Record>& records,
                               const lt::Group& group, const std::string& name, bool own_copies) {

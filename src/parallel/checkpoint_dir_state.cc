@@ -46,12 +46,6 @@ c10::IValue from_tensor(const Tensor& t, const std::string& kind, const ::torch:
   return t.to(device).clone();
 }
 
-std::string options_hex(const ::torch::optim::OptimizerOptions& options) {
-  ::torch::serialize::OutputArchive archive;
-  options.serialize(archive);
-  return to_hex(lt::archive_to_bytes(archive));
-}
-
 void add(Snapshot& s, std::string name, Part part, const Tensor& t) {
   Tensor v = t.detach().to(::torch::kCPU).contiguous();  // a view where it can be
   s.manifest.tensors.push_back({.name = std::move(name), .part = part, .dtype = v.scalar_type(),
@@ -61,6 +55,12 @@ void add(Snapshot& s, std::string name, Part part, const Tensor& t) {
 }
 
 }  // namespace
+
+std::string options_hex(const ::torch::optim::OptimizerOptions& options) {
+  ::torch::serialize::OutputArchive archive;
+  options.serialize(archive);
+  return to_hex(lt::archive_to_bytes(archive));
+}
 
 // A state value as a tensor, and the kind that turns it back.
 std::pair<Tensor, std::string> state_value_tensor(const c10::IValue& v, const std::string& where) {

@@ -30,10 +30,9 @@ std::string describe_slots(const ::torch::optim::OptimizerParamState& state, con
   for (const auto& [key, value] : state_values(state)) {
     if (value.isTensor() && !value.toTensor().defined()) continue;
     auto [t, kind] = ckdir::state_value_tensor(value, key);
-    const bool elementwise = kind == "tensor" && t.sizes().equals(param.sizes());
-    out << key << ' ' << kind << ' ' << static_cast<int>(t.scalar_type()) << ' ' << elementwise
-        << ' ' << t.dim();
-    for (int64_t d : t.sizes()) out << ' ' << d;
+    ckdir::write_slot(out, {.key = key, .kind = kind, .dtype = static_cast<int>(t.scalar_type()),
+                            .elementwise = kind == "tensor" && t.sizes().equals(param.sizes()),
+                            .shape = t.sizes().vec()});
     out << '\n';
   }
   return out.str();
@@ -197,21 +196,13 @@ std::vector<Whole> whole_list(const std::vector<Description>& all, bool buffers)
   return wholes;
 }
 
-std::vector<SlotDescription> parse_slots(const std::string& text) {
-  std::vector<SlotDescription> out;
+std::vector<ckdir::SlotInfo> ckdir::parse_slots(const std::string& text) {
+  std::vector<SlotInfo> out;
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream fields(line);
-    SlotDescription s;
-    int dtype = 0;
-    size_t dims = 0;
-    fields >> s.key >> s.kind >> dtype >> s.elementwise >> dims;
-    s.dtype = static_cast<::torch::ScalarType>(dtype);
-    s.shape.resize(dims);
-    for (auto& d : s.shape) fields >> d;
-    if (!fields) throw Error("model checkpoint: a corrupt optimizer-state description");
-    out.push_back(std::move(s));
+    out.push_back(read_slot(fields));
   }
   return out;
 }

@@ -87,13 +87,4 @@ struct Whole {
 std::vector<Whole> whole_list(const std::vector<Description>& all, bool buffers);
 inline bool is_sliced(const Whole& w) { return w.slices.front()->length >= 0; }
 
-// One value of a Piece's `slots`.
-struct SlotDescription {
-  std::string key, kind;
-  ::torch::ScalarType dtype = ::torch::kFloat;
-  bool elementwise = false;  // the shape of the slice: sliced like its parameter
-  std::vector<int64_t> shape{};
-};
-std::vector<SlotDescription> parse_slots(const std::string& text);
-
 }  // namespace lockstep::parallel::detail
