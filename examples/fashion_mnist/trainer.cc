@@ -18,6 +18,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/engine/engine.h"
 #include "lockstep/optim/lamb.h"
+#include "lockstep/torch/objects.h"
 #include "lockstep/torch/same_bits.h"
 
 namespace lockstep::examples {
@@ -95,7 +96,7 @@ void Trainer::maybe_resume() {
     state_.epoch = progress.epoch + 1;
   }
   state_.step = progress.step;
-  load_averages();
+  load_averages(progress.step);
   if (lt::rank() == 0)
     fmt::print(stderr, "resumed from {} at epoch {} step {}\n", checkpoints_.where(),
                progress.epoch + 1, state_.step);
@@ -288,25 +289,37 @@ void Trainer::commit() {
 
 void Trainer::save(int64_t epoch) {
   if (o_.checkpoint_dir.empty()) return;
+  // The averages' snapshot: serialized in the pause, written with the
+  // step's checkpoint (in the background in async).
+  auto averages = [this]() -> std::string {
+    if (!ema_ && !lookahead_) return {};
+    ::torch::serialize::OutputArchive archive;
+    if (ema_) ema_->save(archive);
+    if (lookahead_) lookahead_->save(archive);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    return bytes.str();
+  };
   checkpoints_.save(*model_, *optimizer_,
-                    {.epoch = epoch, .step = state_.step, .sampler = sampler_.save(), .user = {}});
-  if (lt::rank() != 0 || (!ema_ && !lookahead_)) return;
-  ::torch::serialize::OutputArchive archive;
-  if (ema_) ema_->save(archive);
-  if (lookahead_) lookahead_->save(archive);
-  std::ostringstream bytes;
-  archive.save_to(bytes);
-  lt::write_file_atomically(averages_path(), bytes.str());
+                    {.epoch = epoch, .step = state_.step, .sampler = sampler_.save(), .user = {}},
+                    averages);
 }
 
-// The averaged weights saved beside the checkpoint (rank 0 wrote them; every
-// rank reads the same file, as with the checkpoint).
-void Trainer::load_averages() {
+// The averaged weights saved with the checkpoint of `step` (rank 0 wrote
+// them; every rank reads the same file, as with the checkpoint). None: the
+// averages start afresh from the resumed weights, said on stderr.
+void Trainer::load_averages(int64_t step) {
   if (o_.ema <= 0 && o_.lookahead <= 0) return;
-  if (!std::filesystem::exists(averages_path())) return;
   start_averages();
+  const auto bytes = checkpoints_.load_averages(step);
+  if (!bytes) {
+    if (lt::rank() == 0)
+      fmt::print(stderr, "no averaged weights saved with step {} in {}: --ema/--lookahead start "
+                         "afresh from the resumed weights\n", step, o_.checkpoint_dir);
+    return;
+  }
   ::torch::serialize::InputArchive archive;
-  archive.load_from(averages_path());
+  lt::archive_from_bytes(archive, *bytes);
   if (ema_) ema_->load(archive);
   if (lookahead_) lookahead_->load(archive);
 }

@@ -64,9 +64,8 @@ class Trainer {
   void report_target_line();
   void commit();
   void save(int64_t epoch);
-  void load_averages();
+  void load_averages(int64_t step);
   void export_weights();
-  std::string averages_path() const { return o_.checkpoint_dir + "/averages.pt"; }
   void maybe_inject_kill() const;
   double lr_now() const;
   double epochs_done() const;

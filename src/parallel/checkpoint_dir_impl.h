@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/base/safetensors.h"
 #include "lockstep/parallel/checkpoint.h"
 #include "lockstep/parallel/fully_sharded.h"
 #include "lockstep/parallel/sharded_optimizer.h"
@@ -101,6 +102,12 @@ std::vector<SlotInfo> parse_slots(const std::string& text);
 struct Snapshot {
   Manifest manifest;  // all but world_size, rng and the ranks
   std::vector<::torch::Tensor> values;  // parallel to manifest.tensors; CPU, contiguous
+  // A routed snapshot's error that only this rank saw: the rank still takes
+  // part in the exchange, and the save's agreement raises it on every rank
+  // alike, a cause (its own pieces did not fit) before a consequence (a
+  // piece it writes did not arrive).
+  std::string failure{};
+  bool failure_is_cause = false;
 };
 // Every tensor of `module` and `optimizer`, as views of the live tensors
 // where they are CPU-contiguous (an async save then copies its own share).
@@ -117,6 +124,11 @@ void keep_own_copies(Snapshot& snapshot, int rank);
 // optimizer type, groups or state do not fit `optimizer` over `module`.
 void check_optimizer_matches(const Manifest& manifest, const ::torch::nn::Module& module,
                              const ::torch::optim::Optimizer& optimizer, const std::string& what);
+// Refuses (lockstep::Error) a manifest saved by another optimizer type or
+// with other param groups: `live[g]` names group g's parameters as this run
+// holds them, in the group's order.
+void check_optimizer_groups(const Manifest& manifest, const ::torch::optim::Optimizer& optimizer,
+                            const std::vector<std::vector<std::string>>& live, const std::string& what);
 // Replaces the optimizer's state and group options with the manifest's;
 // `tensors` holds every optimizer entry by name.
 void load_optimizer_state(const Manifest& manifest,
@@ -199,6 +211,40 @@ Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Opt
 // lockstep::Error before anything changes. Collective-free.
 void load_routed(const std::string& dir, const Manifest& m, const ShardedView& view,
                  ::torch::optim::Optimizer& optimizer, lockstep::torch::TrainingProgress& progress);
+// The rank files of one step directory, for reads of byte ranges of its
+// entries (checkpoint_dir_routed_load.cc): a file is opened on first use and
+// its header checked against the manifest before a byte of data is read.
+// Owns the open files; keeps a reference to `m`, which must outlive it. Not
+// thread-safe. Every read throws lockstep::Error naming the file.
+class RangeReader {
+ public:
+  RangeReader(std::string dir, const Manifest& m);
+  RangeReader(const RangeReader&) = delete;
+  RangeReader& operator=(const RangeReader&) = delete;
+  ~RangeReader();
+  // The manifest's entry `name`; lockstep::Error when there is none.
+  const Entry& entry(const std::string& name) const;
+  // Elements [offset, +out.numel()) of `name` (flattened) into `out`, a
+  // contiguous tensor of the entry's dtype.
+  void read_into(const std::string& name, int64_t offset, const ::torch::Tensor& out);
+  // Elements [offset, +count) as a new 1-D tensor.
+  ::torch::Tensor read(const std::string& name, int64_t offset, int64_t count);
+  ::torch::Tensor read_whole(const std::string& name);
+
+ private:
+  struct File {
+    int fd = -1;
+    std::string path;
+    uint64_t data_start = 0;
+    std::map<std::string, SafetensorsEntry> spans;
+  };
+  const File& file(Part part, int rank);
+
+  std::string dir_;
+  const Manifest& m_;
+  std::map<std::string, const Entry*> entries_;
+  std::map<std::pair<int, int>, File> files_;  // (part, rank) -> open file
+};
 // One piece of an entry on its way to the rank that writes it: elements
 // [offset, +value.numel()) of entry `entry` (flattened). `value` is a CPU,
 // contiguous view of the live tensor where it can be.
@@ -223,6 +269,15 @@ std::vector<uint64_t> deliver(Snapshot& s, const std::vector<Record>& records,
 // sent by the lowest rank that holds it. Collective over the job.
 Snapshot take_parts_snapshot(const ModelParts& parts, const ::torch::optim::Optimizer& optimizer,
                              const lockstep::torch::TrainingProgress& progress, bool own_copies);
+// The routed load of a tensor- or pipeline-parallel model
+// (checkpoint_dir_parts_load.cc): the newest complete step under `root`,
+// checked against the whole model the ranks describe, each rank reading
+// only its own slices and their optimizer state. False when there is none.
+// Collective over the job (the descriptions); throws lockstep::Error before
+// anything changes.
+bool load_parts_routed(const std::string& root, const ModelParts& parts,
+                       ::torch::optim::Optimizer& optimizer,
+                       lockstep::torch::TrainingProgress& progress);
 // The manifest's tensors of one part, as check_state_matches takes them.
 std::vector<lockstep::torch::TensorInfo> part_infos(const Manifest& manifest, Part part);
 // Throws when the manifest lists optimizer state that no entry holds.

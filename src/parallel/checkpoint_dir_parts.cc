@@ -172,17 +172,23 @@ Snapshot take_parts_snapshot(const ModelParts& parts, const ::torch::optim::Opti
   const PartsPlan plan = plan_parts(s.manifest, params, buffers, optimizer);
   assign_ranks(s.manifest.tensors, s.manifest.world_size);
   s.values.assign(s.manifest.tensors.size(), Tensor());
-  const auto records = parts_records(s.manifest, plan, params, buffers, parts, optimizer);
+  std::vector<Record> records;
+  try {
+    records = parts_records(s.manifest, plan, params, buffers, parts, optimizer);
+  } catch (const Error& e) {  // ours alone: we still send (nothing), so no rank waits on us
+    s.failure = e.what();
+    s.failure_is_cause = true;
+  }
   const std::vector<uint64_t> covered = deliver(s, records, lt::Group(), "model_parts", own_copies);
-  for (size_t e = 0; e < s.values.size(); ++e) {
+  for (size_t e = 0; e < s.values.size() && s.failure.empty(); ++e) {
     const Entry& entry = s.manifest.tensors[e];
     if (entry.rank != lt::rank()) continue;
     if (!s.values[e].defined() && entry.bytes == 0)  // an empty tensor: no record carries it
       s.values[e] = ::torch::empty(entry.shape, ::torch::TensorOptions().dtype(entry.dtype));
     if (!s.values[e].defined() || covered[e] != entry.bytes)
-      throw Error(fmt::format("checkpoint directory save: {} arrived with {} of its {} bytes from "
+      s.failure = fmt::format("checkpoint directory save: {} arrived with {} of its {} bytes from "
                               "the ranks that hold its slices; every rank must step the same "
-                              "optimizer over the same model", entry.name, covered[e], entry.bytes));
+                              "optimizer over the same model", entry.name, covered[e], entry.bytes);
   }
   return s;
 }

@@ -5,12 +5,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <c10/util/Type.h>
 #include <fmt/format.h>
 
 #include <map>
-#include <typeinfo>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/safetensors.h"
 #include "lockstep/parallel/optimizer_state.h"
@@ -22,80 +21,75 @@
 namespace lockstep::parallel::detail::ckdir {
 namespace lt = lockstep::torch;
 using ::torch::Tensor;
+
+RangeReader::RangeReader(std::string dir, const Manifest& m) : dir_(std::move(dir)), m_(m) {
+  for (const Entry& e : m.tensors) entries_.emplace(e.name, &e);
+}
+
+RangeReader::~RangeReader() {
+  for (auto& [key, file] : files_) ::close(file.fd);
+}
+
+const Entry& RangeReader::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end())
+    throw Error(fmt::format("checkpoint directory {}: the manifest has no tensor '{}'; the "
+                            "folder is damaged, load an older step", dir_, name));
+  return *it->second;
+}
+
+void RangeReader::read_into(const std::string& name, int64_t offset, const Tensor& out) {
+  const Entry& e = entry(name);
+  LOCKSTEP_DCHECK(out.is_contiguous() && out.scalar_type() == e.dtype,
+                  "RangeReader: {} read into a tensor of another dtype or layout", name);
+  const int64_t count = out.numel();
+  if (offset < 0 || offset + count > c10::multiply_integers(e.shape))
+    throw Error(fmt::format("checkpoint directory {}: elements [{}, +{}) of '{}' are past its "
+                            "shape {}", dir_, offset, count, name, c10::str(c10::IntArrayRef(e.shape))));
+  const File& f = file(e.part, e.rank);
+  const SafetensorsEntry& span = f.spans.at(name);
+  const int64_t size = static_cast<int64_t>(::torch::elementSize(e.dtype));
+  read_all_at(f.fd, out.data_ptr(), static_cast<uint64_t>(count * size),
+              f.data_start + span.begin + static_cast<uint64_t>(offset * size), f.path);
+}
+
+Tensor RangeReader::read(const std::string& name, int64_t offset, int64_t count) {
+  Tensor out = ::torch::empty({count}, ::torch::TensorOptions().dtype(entry(name).dtype));
+  read_into(name, offset, out);
+  return out;
+}
+
+Tensor RangeReader::read_whole(const std::string& name) {
+  const Entry& e = entry(name);
+  return read(name, 0, c10::multiply_integers(e.shape)).view(e.shape);
+}
+
+const RangeReader::File& RangeReader::file(Part part, int rank) {
+  const auto key = std::make_pair(static_cast<int>(part), rank);
+  if (auto it = files_.find(key); it != files_.end()) return it->second;
+  File& f = files_[key];  // closed by the destructor once open
+  f.path = dir_ + "/" + file_name(part, rank, m_.world_size);
+  f.fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) {
+    const std::string path = f.path;
+    files_.erase(key);
+    throw Error(fmt::format("checkpoint directory {}: cannot open {}; the folder is damaged, "
+                            "load an older step", dir_, path));
+  }
+  const SafetensorsHeader header = read_safetensors_header(f.fd, f.path);
+  std::vector<lt::TensorInfo> expected, found;
+  for (const Entry& e : m_.tensors)
+    if (e.part == part && e.rank == rank) expected.push_back({e.name, e.dtype, e.shape});
+  for (const SafetensorsEntry& s : header.entries) {
+    found.push_back({s.name, lt::scalar_type_of(s.dtype), s.shape});
+    f.spans.emplace(s.name, s);
+  }
+  lt::check_state_matches(expected, found, "safetensors file " + f.path + " (against its manifest)");
+  f.data_start = header.data_start;
+  return f;
+}
+
 namespace {
-
-// The rank files of one step directory, opened on first use; every header is
-// checked against the manifest before a byte of data is read.
-class RangeReader {
- public:
-  RangeReader(std::string dir, const Manifest& m) : dir_(std::move(dir)), m_(m) {
-    for (const Entry& e : m.tensors) entries_.emplace(e.name, &e);
-  }
-  RangeReader(const RangeReader&) = delete;
-  RangeReader& operator=(const RangeReader&) = delete;
-  ~RangeReader() {
-    for (auto& [key, file] : files_) ::close(file.fd);
-  }
-  const Entry& entry(const std::string& name) const {
-    auto it = entries_.find(name);
-    if (it == entries_.end())
-      throw Error(fmt::format("checkpoint directory {}: the manifest has no tensor '{}'; the "
-                              "folder is damaged, load an older step", dir_, name));
-    return *it->second;
-  }
-  // Elements [offset, +count) of tensor `name` (flattened), as a 1-D tensor.
-  Tensor read(const std::string& name, int64_t offset, int64_t count) {
-    const Entry& e = entry(name);
-    const File& f = file(e.part, e.rank);
-    const SafetensorsEntry& span = f.spans.at(name);
-    const int64_t size = static_cast<int64_t>(::torch::elementSize(e.dtype));
-    Tensor out = ::torch::empty({count}, ::torch::TensorOptions().dtype(e.dtype));
-    read_all_at(f.fd, out.data_ptr(), static_cast<uint64_t>(count * size),
-                f.data_start + span.begin + static_cast<uint64_t>(offset * size), f.path);
-    return out;
-  }
-  Tensor read_whole(const std::string& name) {
-    const Entry& e = entry(name);
-    return read(name, 0, c10::multiply_integers(e.shape)).view(e.shape);
-  }
-
- private:
-  struct File {
-    int fd = -1;
-    std::string path;
-    uint64_t data_start = 0;
-    std::map<std::string, SafetensorsEntry> spans;
-  };
-  const File& file(Part part, int rank) {
-    const auto key = std::make_pair(static_cast<int>(part), rank);
-    if (auto it = files_.find(key); it != files_.end()) return it->second;
-    File& f = files_[key];  // closed by the destructor once open
-    f.path = dir_ + "/" + file_name(part, rank, m_.world_size);
-    f.fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (f.fd < 0) {
-      const std::string path = f.path;
-      files_.erase(key);
-      throw Error(fmt::format("checkpoint directory {}: cannot open {}; the folder is damaged, "
-                              "load an older step", dir_, path));
-    }
-    const SafetensorsHeader header = read_safetensors_header(f.fd, f.path);
-    std::vector<lt::TensorInfo> expected, found;
-    for (const Entry& e : m_.tensors)
-      if (e.part == part && e.rank == rank) expected.push_back({e.name, e.dtype, e.shape});
-    for (const SafetensorsEntry& s : header.entries) {
-      found.push_back({s.name, lt::scalar_type_of(s.dtype), s.shape});
-      f.spans.emplace(s.name, s);
-    }
-    lt::check_state_matches(expected, found, "safetensors file " + f.path + " (against its manifest)");
-    f.data_start = header.data_start;
-    return f;
-  }
-
-  std::string dir_;
-  const Manifest& m_;
-  std::map<std::string, const Entry*> entries_;
-  std::map<std::pair<int, int>, File> files_;
-};
 
 std::map<std::string, int> param_index(const ShardedView& view) {
   std::map<OptimizerStateKey, int> by_key;
@@ -128,22 +122,13 @@ void check_against(const Manifest& m, const ShardedView& view, const std::map<st
   for (const auto& item : view.module->named_buffers())
     here.push_back({item.key(), item.value().scalar_type(), item.value().sizes().vec()});
   lt::check_state_matches(here, part_infos(m, Part::kModel), what);
-  const std::string type = c10::demangle(typeid(optimizer).name());
-  if (m.optimizer.type != type)
-    throw Error(fmt::format("{}: saved with a {}, loaded into a {}; build the optimizer the saving "
-                            "run used", what, m.optimizer.type, type));
-  if (m.optimizer.groups.size() != view.groups.size())
-    throw Error(fmt::format("{}: {} param groups saved, the optimizer has {}; build its groups as "
-                            "the saving run did", what, m.optimizer.groups.size(), view.groups.size()));
   const auto names = first_names(view, index);
-  for (size_t g = 0; g < view.groups.size(); ++g) {
-    std::vector<std::string> live;
-    for (int p : view.groups[g]) live.push_back(names[p]);
-    if (live != m.optimizer.groups[g].params)
-      throw Error(fmt::format("{}: param group {} holds [{}] in the checkpoint and [{}] here; build "
-                              "the optimizer's groups as the saving run did", what, g,
-                              fmt::join(m.optimizer.groups[g].params, ", "), fmt::join(live, ", ")));
+  std::vector<std::vector<std::string>> live;
+  for (const auto& group : view.groups) {
+    live.emplace_back();
+    for (int p : group) live.back().push_back(names[p]);
   }
+  check_optimizer_groups(m, optimizer, live, what);
   check_state_entries(m, what);
 }
 

@@ -311,10 +311,16 @@ Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Opt
   const Plan plan = plan_entries(s, view, optimizer, slots);
   assign_ranks(s.manifest.tensors, s.manifest.world_size);
   s.values.assign(s.manifest.tensors.size(), Tensor());
-  std::vector<uint64_t> covered =
-      deliver(s, records_of(s, plan, view, optimizer), view.group, view.name, own_copies);
+  std::vector<Record> records;
+  try {
+    records = records_of(s, plan, view, optimizer);
+  } catch (const Error& e) {  // ours alone: we still send (nothing), so no rank waits on us
+    s.failure = e.what();
+    s.failure_is_cause = true;
+  }
+  std::vector<uint64_t> covered = deliver(s, records, view.group, view.name, own_copies);
   const int rank = lt::rank();
-  for (size_t e = 0; e < s.values.size(); ++e) {
+  for (size_t e = 0; e < s.values.size() && s.failure.empty(); ++e) {
     const Entry& entry = s.manifest.tensors[e];
     if (entry.rank != rank) continue;
     if (plan.whole[e].defined()) {  // held whole here: the writer takes its own
@@ -323,9 +329,9 @@ Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Opt
       covered[e] = entry.bytes;
     }
     if (!s.values[e].defined() || covered[e] != entry.bytes)
-      throw Error(fmt::format("checkpoint directory save: {} arrived with {} of its {} bytes from "
+      s.failure = fmt::format("checkpoint directory save: {} arrived with {} of its {} bytes from "
                               "the ranks that hold its pieces; every rank must step the same "
-                              "optimizer over the same model", entry.name, covered[e], entry.bytes));
+                              "optimizer over the same model", entry.name, covered[e], entry.bytes);
   }
   return s;
 }

@@ -109,25 +109,32 @@ void keep_own_copies(Snapshot& s, int rank) {
     s.values[i] = s.manifest.tensors[i].rank == rank ? s.values[i].clone() : Tensor();
 }
 
-void check_optimizer_matches(const Manifest& m, const ::torch::nn::Module& module,
-                             const ::torch::optim::Optimizer& optimizer, const std::string& what) {
+void check_optimizer_groups(const Manifest& m, const ::torch::optim::Optimizer& optimizer,
+                            const std::vector<std::vector<std::string>>& live, const std::string& what) {
   const OptimizerInfo& saved = m.optimizer;
   if (saved.type != type_name(optimizer))
     throw Error(fmt::format("{}: saved with a {}, loaded into a {}; build the optimizer the saving "
                             "run used", what, saved.type, type_name(optimizer)));
-  const auto names = names_by_key(module);
-  const auto& groups = optimizer.param_groups();
-  if (saved.groups.size() != groups.size())
+  if (saved.groups.size() != live.size())
     throw Error(fmt::format("{}: {} param groups saved, the optimizer has {}; build its groups as "
-                            "the saving run did", what, saved.groups.size(), groups.size()));
-  for (size_t g = 0; g < groups.size(); ++g) {
-    std::vector<std::string> live;
-    for (const Tensor& p : groups[g].params()) live.push_back(name_of(names, p));
-    if (live != saved.groups[g].params)
+                            "the saving run did", what, saved.groups.size(), live.size()));
+  for (size_t g = 0; g < live.size(); ++g)
+    if (live[g] != saved.groups[g].params)
       throw Error(fmt::format("{}: param group {} holds [{}] in the checkpoint and [{}] here; build "
                               "the optimizer's groups as the saving run did", what, g,
-                              fmt::join(saved.groups[g].params, ", "), fmt::join(live, ", ")));
+                              fmt::join(saved.groups[g].params, ", "), fmt::join(live[g], ", ")));
+}
+
+void check_optimizer_matches(const Manifest& m, const ::torch::nn::Module& module,
+                             const ::torch::optim::Optimizer& optimizer, const std::string& what) {
+  const OptimizerInfo& saved = m.optimizer;
+  const auto names = names_by_key(module);
+  std::vector<std::vector<std::string>> live;
+  for (const auto& group : optimizer.param_groups()) {
+    live.emplace_back();
+    for (const Tensor& p : group.params()) live.back().push_back(name_of(names, p));
   }
+  check_optimizer_groups(m, optimizer, live, what);
   // State the optimizer holds already (it has stepped) must have the saved shapes.
   std::map<std::string, const Entry*> saved_entries;
   for (const Entry& e : m.tensors)

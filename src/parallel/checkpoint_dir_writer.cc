@@ -27,21 +27,27 @@ namespace {
 constexpr auto kLockWait = std::chrono::seconds(60);
 
 // What every rank tells the others before a save: what it holds, whether its
-// previous save failed, and (rank 0) whether the step is there already.
+// previous save failed, whether its snapshot failed (the error, hex: it may
+// span lines) and (rank 0) whether the step is there already.
 struct Agreement {
-  std::string fingerprint, id, rng;
-  bool previous_failed = false, step_exists = false;
+  std::string fingerprint, id, rng, snapshot_failure;
+  bool previous_failed = false, step_exists = false, failure_is_cause = false;
   std::string bytes() const {
-    return fmt::format("{}\n{}\n{}\n{:d}\n{:d}", fingerprint, id, rng, previous_failed, step_exists);
+    return fmt::format("{}\n{}\n{}\n{}\n{:d}\n{:d}\n{:d}", fingerprint, id, rng,
+                       to_hex(snapshot_failure), previous_failed, step_exists, failure_is_cause);
   }
   static Agreement parse(const std::string& bytes) {
     std::istringstream in(bytes);
     Agreement a;
-    int failed = 0, exists = 0;
+    int failed = 0, exists = 0, cause = 0;
+    std::string failure_hex;
     std::getline(in, a.fingerprint);
     std::getline(in, a.id);
     std::getline(in, a.rng);
-    in >> failed >> exists;
+    std::getline(in, failure_hex);
+    in >> failed >> exists >> cause;
+    a.failure_is_cause = cause != 0;
+    a.snapshot_failure = from_hex(failure_hex, "a rank's save agreement");
     a.previous_failed = failed != 0;
     a.step_exists = exists != 0;
     return a;
@@ -154,8 +160,22 @@ void write_save_sync(const std::string& root, const std::string& dir, const Snap
                             step, completed[0]));
 }
 
+// The first rank's snapshot failure, causes first, on every rank alike (the
+// rank where it happened throws its own words).
+void throw_snapshot_failure(const std::vector<Agreement>& all, int rank, const std::string& root,
+                            int64_t step) {
+  for (const bool cause : {true, false})
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (all[r].snapshot_failure.empty() || all[r].failure_is_cause != cause) continue;
+      if (static_cast<int>(r) == rank) throw Error(all[r].snapshot_failure);
+      throw Error(fmt::format("checkpoint directory {}: rank {} could not take its share of step {} "
+                              "(it threw this there): {}; step {} is not saved on any rank", root, r,
+                              step, all[r].snapshot_failure, step));
+    }
+}
+
 // The one collective of a save: every rank learns whether any rank's
-// previous save failed, whether the step is complete already (rank 0 looks)
+// previous save or this snapshot failed, whether the step is complete already (rank 0 looks)
 // and whether all hold the same tensors, and throws alike; rank 0's id names
 // the save and every rank's generator state goes into the manifest.
 std::string agree(const std::string& root, const std::string& dir, Snapshot& snap, int rank,
@@ -164,8 +184,10 @@ std::string agree(const std::string& root, const std::string& dir, Snapshot& sna
   const int64_t step = snap.manifest.progress.step;
   std::error_code ec;
   Agreement mine{.fingerprint = fingerprint(snap.manifest), .id = random_id(),
-                 .rng = generator_state_hex(), .previous_failed = previous != nullptr,
-                 .step_exists = rank == 0 && fs::is_regular_file(dir + "/" + kManifest, ec)};
+                 .rng = generator_state_hex(), .snapshot_failure = snap.failure,
+                 .previous_failed = previous != nullptr,
+                 .step_exists = rank == 0 && fs::is_regular_file(dir + "/" + kManifest, ec),
+                 .failure_is_cause = snap.failure_is_cause};
   std::vector<Agreement> all;
   if (world == 1) all.push_back(mine);
   else
@@ -176,6 +198,7 @@ std::string agree(const std::string& root, const std::string& dir, Snapshot& sna
     throw Error(fmt::format("checkpoint directory {}: rank {}'s previous save failed (it threw the "
                             "error there); step {} is not saved on any rank", root, r, step));
   }
+  throw_snapshot_failure(all, rank, root, step);
   if (all[0].step_exists)
     throw InvalidArgument(fmt::format("checkpoint directory {} already holds a complete checkpoint "
                                       "of step {}; save each step once (progress.step is the step "

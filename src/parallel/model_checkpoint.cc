@@ -29,6 +29,7 @@
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
+#include "parallel/checkpoint_dir_impl.h"
 #include "parallel/named_tensors.h"
 
 namespace lockstep::parallel {
@@ -194,9 +195,8 @@ void save_checkpoint_dir(CheckpointWriter& writer, const ModelParts& parts,
 
 bool load_checkpoint_dir(const std::string& root, const ModelParts& parts,
                          ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
-  return load_whole_model(parts, optimizer, [&](::torch::nn::Module& whole) {
-    return load_checkpoint_dir(root, whole, optimizer, progress);
-  });
+  // Routed: each rank reads its own slices (checkpoint_dir_parts_load.cc).
+  return detail::ckdir::load_parts_routed(root, parts, optimizer, progress);
 }
 
 ModelParts model_parts(::torch::nn::Module& module) {

@@ -258,7 +258,8 @@ TEST(ExecutorBodies, ACollectiveWithoutABodyIsAnErrorOnTheHostAndTheDevicePath) 
       item.per_rank = {item.request};
       cycle.ready = {item};
       cycle.joined = {0};
-      engine::detail::Entry entry{.request = item.request};
+      engine::detail::Entry entry;
+      entry.request = item.request;
       entry.state = std::make_shared<engine::detail::OpState>(1, nullptr);
       std::vector<engine::detail::Entry*> entries = {&entry};
       std::vector<std::exception_ptr> errors(1);

@@ -30,9 +30,10 @@ TEST(FashionMnistRecipe, FastTurnsOnItsPiecesUnlessAFlagSaysOtherwise) {
   EXPECT_NE(run("--recipe plain --flip 0.5").find("recipe plain: flip 0.5\n"), std::string::npos);
 }
 
-// The EMA of the weights (and its update count) is saved beside the
-// checkpoint: without it a resumed run would restart the average from the
-// resumed weights and evaluate something else than an uninterrupted run.
+// The EMA of the weights (and its update count) is saved with each
+// checkpoint (averages/step-<N>.pt; in the background in async): without
+// it a resumed run would restart the average from the resumed weights and
+// evaluate something else than an uninterrupted run.
 TEST(FashionMnistRecipe, ResumedFastRunEvaluatesLikeAnUninterruptedOne) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   auto dir = scratch("recipe-resume");
@@ -49,17 +50,23 @@ TEST(FashionMnistRecipe, ResumedFastRunEvaluatesLikeAnUninterruptedOne) {
     ASSERT_EQ(exit_code(cmd), 0) << cmd;
   };
   job("whole", "--epochs 2");
-  job("split", "--epochs 1");
-  ASSERT_TRUE(fs::exists(dir / "split" / "averages.pt"));
-  job("split", "--epochs 2 --resume");
   auto whole = read_metrics(dir / "whole.jsonl");
-  auto split = read_metrics(dir / "split.jsonl");
   ASSERT_EQ(whole.size(), 2u);
-  ASSERT_EQ(split.size(), 2u);
-  EXPECT_EQ(split[1]["epoch"].get<int>(), 2);
-  EXPECT_DOUBLE_EQ(split[1]["train_loss"].get<double>(), whole[1]["train_loss"].get<double>());
-  EXPECT_DOUBLE_EQ(split[1]["test_accuracy"].get<double>(),
-                   whole[1]["test_accuracy"].get<double>());
+  for (const std::string format : {"file", "async"}) {
+    const std::string name = "split-" + format, flags = " --checkpoint-format " + format;
+    job(name, "--epochs 1" + flags);
+    const int step = read_metrics(dir / (name + ".jsonl")).at(0)["step"].get<int>();
+    ASSERT_TRUE(fs::exists(dir / name / "averages" / fmt::format("step-{}.pt", step))) << format;
+    job(name, "--epochs 2 --resume" + flags);
+    auto split = read_metrics(dir / (name + ".jsonl"));
+    ASSERT_EQ(split.size(), 2u) << format;
+    EXPECT_EQ(split[1]["epoch"].get<int>(), 2) << format;
+    EXPECT_DOUBLE_EQ(split[1]["train_loss"].get<double>(), whole[1]["train_loss"].get<double>())
+        << format;
+    EXPECT_DOUBLE_EQ(split[1]["test_accuracy"].get<double>(),
+                     whole[1]["test_accuracy"].get<double>()) << format;
+  }
+  EXPECT_EQ(read_text(dir / "err.txt").find("no averaged weights"), std::string::npos);
 }
 
 }  // namespace

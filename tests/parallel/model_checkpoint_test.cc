@@ -232,22 +232,24 @@ TEST_F(ModelCheckpointTest, PipelineDirectoryAtTwoAsyncResumesAsTensorParallelAn
   run_torch_workers(1, [&] { resume_and_compare(Layout::kDense, root, true); });
 }
 
-// The directory save of a tensor-parallel model never assembles it: what
-// the saving thread allocates stays below the whole model and its Adam
-// state (3x the parameters), where assembling them took at least that.
-TEST_F(ModelCheckpointTest, TensorParallelDirectorySaveHoldsLessThanTheWholeModel) {
-  const std::string root = (dir_ / "ckpt").string();
-  run_torch_workers(2, [&] {
-    ::torch::manual_seed(3);
-    ColumnParallelLinear first(ColumnParallelLinearOptions(256, 512));
-    RowParallelLinear second(RowParallelLinearOptions(512, 256));
-    ::torch::nn::Sequential model(first, ::torch::nn::Tanh(), second);
-    ::torch::optim::Adam adam(model->parameters(), 0.01);
+// A 256 -> 512 -> 256 MLP, column- then row-parallel, after one Adam step
+// (f32): large enough that holding the whole model shows in the allocations.
+struct ParallelMlp {
+  explicit ParallelMlp(uint64_t seed) : model(make(seed)), adam(model->parameters(), 0.01) {
     adam.zero_grad();
     model->forward(::torch::randn({4, 256})).pow(2).sum().backward();
     adam.step();
+  }
+  static ::torch::nn::Sequential make(uint64_t seed) {
+    ::torch::manual_seed(seed);
+    ColumnParallelLinear first(ColumnParallelLinearOptions(256, 512));
+    RowParallelLinear second(RowParallelLinearOptions(512, 256));
+    return ::torch::nn::Sequential(first, ::torch::nn::Tanh(), second);
+  }
+  // The whole model's parameters and their two Adam moments, in bytes.
+  int64_t whole_bytes() {
     const ModelParts parts = model_parts(*model);
-    int64_t whole = 0;  // the whole model's parameters and their two Adam moments
+    int64_t whole = 0;
     for (const auto& [name, p] : parts.parameters) {
       auto shard = parts.shards.find(name);
       const int64_t numel = shard == parts.shards.end()
@@ -255,13 +257,27 @@ TEST_F(ModelCheckpointTest, TensorParallelDirectorySaveHoldsLessThanTheWholeMode
                                                   shard->second.full_size;
       whole += 3 * numel * static_cast<int64_t>(sizeof(float));
     }
+    return whole;
+  }
+  ::torch::nn::Sequential model;
+  ::torch::optim::Adam adam;
+};
+
+// The directory save of a tensor-parallel model never assembles it: what
+// the saving thread allocates stays below the whole model and its Adam
+// state (3x the parameters), where assembling them took at least that.
+TEST_F(ModelCheckpointTest, TensorParallelDirectorySaveHoldsLessThanTheWholeModel) {
+  const std::string root = (dir_ / "ckpt").string();
+  run_torch_workers(2, [&] {
+    ParallelMlp mlp(3);
     CheckpointWriter writer(root);
     lt::AllocationTracker tracker;
-    writer.save(parts, adam, {.epoch = 0, .step = 1, .sampler = {}, .user = {}});
+    writer.save(model_parts(*mlp.model), mlp.adam, {.epoch = 0, .step = 1, .sampler = {}, .user = {}});
     EXPECT_GT(tracker.allocations(), 0);
-    EXPECT_LT(tracker.peak_bytes(), whole) << "rank " << lt::rank() << " of " << lt::size();
+    EXPECT_LT(tracker.peak_bytes(), mlp.whole_bytes()) << "rank " << lt::rank() << " of " << lt::size();
     std::printf("rank %d: save peak %lld B, whole model + Adam state %lld B\n", lt::rank(),
-                static_cast<long long>(tracker.peak_bytes()), static_cast<long long>(whole));
+                static_cast<long long>(tracker.peak_bytes()),
+                static_cast<long long>(mlp.whole_bytes()));
   });
   run_torch_workers(1, [&] {  // and it is the whole model
     ::torch::nn::Sequential dense(::torch::nn::Linear(256, 512), ::torch::nn::Tanh(),
@@ -270,6 +286,64 @@ TEST_F(ModelCheckpointTest, TensorParallelDirectorySaveHoldsLessThanTheWholeMode
     lt::TrainingProgress progress;
     ASSERT_TRUE(load_checkpoint_dir(root, *dense, adam, progress));
     EXPECT_EQ(progress.step, 1);
+  });
+}
+
+// Its load reads only this rank's slices: at 4 ranks (a quarter each) below
+// the whole model and its Adam state, which whole-model placeholders alone
+// reach; and the slices and moments are the saved ones exactly.
+TEST_F(ModelCheckpointTest, TensorParallelDirectoryLoadHoldsLessThanTheWholeModel) {
+  const std::string root = (dir_ / "ckpt").string();
+  run_torch_workers(4, [&] {
+    ParallelMlp saved(3), loaded(4);
+    CheckpointWriter(root).save(model_parts(*saved.model), saved.adam,
+                                {.epoch = 0, .step = 1, .sampler = {}, .user = {}});
+    lt::TrainingProgress progress;
+    lt::AllocationTracker tracker;
+    ASSERT_TRUE(load_checkpoint_dir(root, model_parts(*loaded.model), loaded.adam, progress));
+    EXPECT_LT(tracker.peak_bytes(), loaded.whole_bytes()) << "rank " << lt::rank();
+    std::printf("rank %d: load peak %lld B, whole model + Adam state %lld B\n", lt::rank(),
+                static_cast<long long>(tracker.peak_bytes()),
+                static_cast<long long>(loaded.whole_bytes()));
+    EXPECT_EQ(progress.step, 1);
+    const auto want = saved.model->parameters(), got = loaded.model->parameters();
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(::torch::equal(want[i], got[i])) << "parameter " << i << " on rank " << lt::rank();
+      const auto& a = static_cast<const ::torch::optim::AdamParamState&>(
+          *saved.adam.state().at(state_key(want[i])));
+      const auto& b = static_cast<const ::torch::optim::AdamParamState&>(
+          *loaded.adam.state().at(state_key(got[i])));
+      EXPECT_TRUE(::torch::equal(a.exp_avg(), b.exp_avg())) << "exp_avg " << i;
+      EXPECT_TRUE(::torch::equal(a.exp_avg_sq(), b.exp_avg_sq())) << "exp_avg_sq " << i;
+      EXPECT_EQ(a.step(), b.step());
+    }
+  });
+}
+
+// A slice that does not fit its own shard is seen by its rank alone: that
+// rank still takes part in the exchange, so every rank throws at once
+// (rank 0 naming rank 1) instead of waiting for the deadlock timeout, and
+// nothing is saved.
+TEST_F(ModelCheckpointTest, ASliceThatDoesNotFitItsShardStopsEveryRankAlike) {
+  const std::string root = (dir_ / "ckpt").string();
+  run_torch_workers(2, [&] {
+    use_f64();
+    auto model = tensor_parallel_model(kSeed);
+    ModelParts parts = model_parts(*model);
+    if (lt::rank() == 1)  // "0.weight" is 5x6 here: one row too many, same description
+      for (auto& [name, t] : parts.parameters)
+        if (name == "0.weight") t = ::torch::zeros({6, 6});
+    std::vector<Tensor> params;
+    for (const auto& [name, t] : parts.parameters) params.push_back(t);
+    ::torch::optim::Adam adam(params, 0.05);
+    CheckpointWriter writer(root);
+    const auto expected = lt::rank() == 1
+                              ? ::testing::HasSubstr("rank 1's slice of 0.weight holds 36 elements")
+                              : ::testing::HasSubstr("rank 1 could not take its share of step 2");
+    EXPECT_THAT([&] { writer.save(parts, adam, {.epoch = 0, .step = 2, .sampler = {}, .user = {}}); },
+                ::testing::ThrowsMessage<Error>(expected));
+    EXPECT_EQ(newest_checkpoint_dir(root), "");
   });
 }
 

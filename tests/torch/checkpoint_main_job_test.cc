@@ -51,6 +51,12 @@ TEST_F(MainJobCheckpoints, EveryFormatResumesToTheSameSecondEpoch) {
     ASSERT_EQ(lines.size(), 2u) << format;  // the resumed run trained only epoch 2
     EXPECT_EQ(lines[1]["epoch"].get<int>(), 2) << format;
     EXPECT_EQ(lines[1]["step"].get<int>(), 2 * lines[0]["step"].get<int>()) << format;
+    // --ema (on by default): the averages of each saved step, and the resume took step 1's.
+    for (const auto& line : lines)
+      EXPECT_TRUE(fs::exists(dir / ("ckpt-" + format) / "averages" /
+                             fmt::format("step-{}.pt", line["step"].get<int>())))
+          << format << " step " << line["step"];
+    EXPECT_EQ(err(format).find("no averaged weights"), std::string::npos) << err(format);
     second[format] = lines[1];
   }
   EXPECT_TRUE(fs::exists(dir / "ckpt-file" / "checkpoint.pt"));
@@ -61,6 +67,20 @@ TEST_F(MainJobCheckpoints, EveryFormatResumesToTheSameSecondEpoch) {
       EXPECT_EQ(second[format][key].get<double>(), second["file"][key].get<double>())
           << format << " " << key;
   }
+}
+
+// A checkpoint whose step has no averages file (an older layout, or a kill
+// between the two writes) resumes with fresh averages, said on stderr, never
+// with another step's.
+TEST_F(MainJobCheckpoints, ResumeWithoutTheStepsAveragesStartsThemAfresh) {
+  ASSERT_EQ(run("file", "--epochs 1"), 0) << err("file");
+  const int step = read_metrics(dir / "file.jsonl").at(0)["step"].get<int>();
+  const fs::path averages = dir / "ckpt-file" / "averages";
+  ASSERT_TRUE(fs::exists(averages / fmt::format("step-{}.pt", step))) << err("file");
+  fs::rename(averages / fmt::format("step-{}.pt", step), averages / fmt::format("step-{}.pt", step - 1));
+  ASSERT_EQ(run("file", "--epochs 2 --resume"), 0) << err("file");
+  EXPECT_NE(err("file").find(fmt::format("no averaged weights saved with step {}", step)),
+            std::string::npos) << err("file");
 }
 
 // An unknown format is a bad command line (status 2), refused while parsing.

@@ -83,9 +83,10 @@ bool load_checkpoint(const std::string& path, const ModelParts& parts,
 // so a tensor- or pipeline-parallel run's directory loads at any layout, and
 // into a plain model with load_checkpoint_dir(root, module, ...). Saving is
 // writer.save(parts, optimizer, progress): each slice goes straight to the
-// rank that writes its tensor, and no rank assembles the model. Loading
-// reads the whole model on every rank for a moment (placeholders of the
-// whole shapes, then this rank's slices are kept), as load_checkpoint does.
+// rank that writes its tensor, and no rank assembles the model. Loading is
+// routed too: the manifest is checked against the whole model the ranks
+// describe (lockstep::Error naming the first mismatch, nothing changed),
+// then each rank reads only its own slices and their optimizer state.
 // Collective over every rank of the job.
 void save_checkpoint_dir(CheckpointWriter& writer, const ModelParts& parts,
                          ::torch::optim::Optimizer& optimizer,
