@@ -211,6 +211,37 @@ Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Opt
 // lockstep::Error before anything changes. Collective-free.
 void load_routed(const std::string& dir, const Manifest& m, const ShardedView& view,
                  ::torch::optim::Optimizer& optimizer, lockstep::torch::TrainingProgress& progress);
+// The contiguous runs of a slice [begin, +length) along dim `dim` of a whole
+// tensor of shape `shape`, flattened (Note [Routed saves of model parts]):
+// `count` runs of `run` elements, run o starting at element at(o). Both the
+// routed save (one record per run) and the routed load (one read per run)
+// take them from here.
+struct SliceRuns {
+  int64_t count = 1, run = 0, stride = 0, first = 0;
+  int64_t at(int64_t o) const { return o * stride + first; }
+};
+inline SliceRuns slice_runs(const std::vector<int64_t>& shape, int64_t dim, int64_t begin,
+                            int64_t length) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
+  for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) inner *= shape[d];
+  return {.count = outer, .run = length * inner, .stride = shape[dim] * inner, .first = begin * inner};
+}
+
+// What a routed load puts in place, all read and checked before anything
+// changes: (destination, value) copies, and the optimizer's state as a
+// manifest of this rank's names with their values ("<name>.<key>").
+struct Staged {
+  std::vector<std::pair<::torch::Tensor, ::torch::Tensor>> copies;
+  Manifest optimizer_part;
+  std::map<std::string, ::torch::Tensor> state;
+};
+// Puts `staged` in place (the copies first, then the optimizer state, so one
+// staged copy is alive at a time), then `m`'s progress and this rank's
+// generator state. Nothing is refused from here on.
+void commit_staged(Staged& staged, const Manifest& m, ::torch::optim::Optimizer& optimizer,
+                   lockstep::torch::TrainingProgress& progress);
+
 // The rank files of one step directory, for reads of byte ranges of its
 // entries (checkpoint_dir_routed_load.cc): a file is opened on first use and
 // its header checked against the manifest before a byte of data is read.

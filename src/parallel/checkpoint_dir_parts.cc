@@ -51,18 +51,15 @@ void add_slice_records(std::vector<Record>& out, const Manifest& m, size_t e, co
   const auto& shape = entry.shape;
   LOCKSTEP_DCHECK(slice.dim >= 0 && slice.dim < static_cast<int64_t>(shape.size()),
                   "routed parts save: slice dim {} of {}", slice.dim, entry.name);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < slice.dim; ++d) outer *= shape[d];
-  for (int64_t d = slice.dim + 1; d < static_cast<int64_t>(shape.size()); ++d) inner *= shape[d];
-  const int64_t run = slice.length * inner, stride = shape[slice.dim] * inner;
-  if (flat.numel() != outer * run)
+  const SliceRuns runs = slice_runs(shape, slice.dim, slice.begin, slice.length);
+  if (flat.numel() != runs.count * runs.run)
     throw Error(fmt::format("checkpoint directory save: rank {}'s slice of {} holds {} elements, "
                             "not the {} its shard [{}, +{}) along dim {} of {} has", lt::rank(),
-                            entry.name, flat.numel(), outer * run, slice.begin, slice.length,
-                            slice.dim, c10::str(c10::IntArrayRef(shape))));
-  if (run == 0) return;
-  for (int64_t o = 0; o < outer; ++o)
-    out.push_back({entry.rank, e, o * stride + slice.begin * inner, flat.narrow(0, o * run, run)});
+                            entry.name, flat.numel(), runs.count * runs.run, slice.begin,
+                            slice.length, slice.dim, c10::str(c10::IntArrayRef(shape))));
+  if (runs.run == 0) return;
+  for (int64_t o = 0; o < runs.count; ++o)
+    out.push_back({entry.rank, e, runs.at(o), flat.narrow(0, o * runs.run, runs.run)});
 }
 
 // Where each tensor of the manifest comes from.
@@ -175,7 +172,7 @@ Snapshot take_parts_snapshot(const ModelParts& parts, const ::torch::optim::Opti
   std::vector<Record> records;
   try {
     records = parts_records(s.manifest, plan, params, buffers, parts, optimizer);
-  } catch (const Error& e) {  // ours alone: we still send (nothing), so no rank waits on us
+  } catch (const std::exception& e) {  // ours alone: we still send (nothing), so no rank waits on us
     s.failure = e.what();
     s.failure_is_cause = true;
   }

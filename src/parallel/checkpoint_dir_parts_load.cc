@@ -40,8 +40,8 @@ void check_whole(const Manifest& m, const std::vector<Whole>& params,
   check_state_entries(m, what);
 }
 
-// This rank's slice `piece` of entry `name` (whole shape `shape`), shaped
-// like `like`: one read per run (Note [Routed saves of model parts]).
+// This rank's slice `piece` of entry `name`, shaped like `like`: one read
+// per run (slice_runs). An entry not of the piece's whole shape is read whole.
 Tensor read_slice(RangeReader& files, const std::string& name, const Piece& piece,
                   const Tensor& like) {
   const Entry& e = files.entry(name);
@@ -53,23 +53,13 @@ Tensor read_slice(RangeReader& files, const std::string& name, const Piece& piec
     files.read_into(name, 0, out);
     return out;
   }
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < piece.dim; ++d) outer *= e.shape[d];
-  for (int64_t d = piece.dim + 1; d < static_cast<int64_t>(e.shape.size()); ++d) inner *= e.shape[d];
-  const int64_t run = piece.length * inner, stride = e.shape[piece.dim] * inner;
+  const SliceRuns runs = slice_runs(e.shape, piece.dim, piece.begin, piece.length);
   const Tensor flat = out.view({-1});
-  if (run == 0) return out;
-  for (int64_t o = 0; o < outer; ++o)
-    files.read_into(name, o * stride + piece.begin * inner, flat.narrow(0, o * run, run));
+  if (runs.run == 0) return out;
+  for (int64_t o = 0; o < runs.count; ++o)
+    files.read_into(name, runs.at(o), flat.narrow(0, o * runs.run, runs.run));
   return out;
 }
-
-// What a load puts in place, all read before anything changes.
-struct Staged {
-  std::vector<std::pair<Tensor, Tensor>> copies;  // (destination, value)
-  Manifest mine;                                   // the optimizer part, by this rank's names
-  std::map<std::string, Tensor> state;             // "<name>.<key>" -> value
-};
 
 void stage_state(Staged& out, RangeReader& files, const Manifest& m, const ModelParts& parts,
                  const Description& mine, const ::torch::optim::Optimizer& optimizer) {
@@ -87,7 +77,7 @@ void stage_state(Staged& out, RangeReader& files, const Manifest& m, const Model
       group.params.push_back(name);
       auto slots = m.optimizer.state.find(name);
       if (slots == m.optimizer.state.end()) continue;
-      out.mine.optimizer.state[name] = slots->second;
+      out.optimizer_part.optimizer.state[name] = slots->second;
       for (const StateSlot& slot : slots->second) {
         const std::string key = name + "." + slot.key;
         const Entry& e = files.entry(key);
@@ -96,7 +86,7 @@ void stage_state(Staged& out, RangeReader& files, const Manifest& m, const Model
                                    : files.read_whole(key));
       }
     }
-    out.mine.optimizer.groups.push_back(std::move(group));
+    out.optimizer_part.optimizer.groups.push_back(std::move(group));
   }
 }
 
@@ -121,15 +111,7 @@ bool load_parts_routed(const std::string& root, const ModelParts& parts,
   for (const auto& [name, buffer] : parts.buffers)
     staged.copies.emplace_back(buffer, files.read_whole(name));
   stage_state(staged, files, m, parts, mine, optimizer);
-  // Everything is read and checked: from here on nothing is refused.
-  {
-    ::torch::NoGradGuard no_grad;
-    for (auto& [to, value] : staged.copies) to.detach().copy_(value.view(to.sizes()));
-  }
-  staged.copies.clear();  // before the optimizer's state is built: one staged copy at a time
-  load_optimizer_state(staged.mine, staged.state, optimizer);
-  progress = m.progress;
-  set_generator_state_hex(m.world_size == lt::size() ? m.rng.at(lt::rank()) : m.rng.at(0));
+  commit_staged(staged, m, optimizer, progress);
   return true;
 }
 

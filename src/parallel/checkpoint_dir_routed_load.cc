@@ -132,13 +132,6 @@ void check_against(const Manifest& m, const ShardedView& view, const std::map<st
   check_state_entries(m, what);
 }
 
-// What a load puts in place, all read before anything changes.
-struct Staged {
-  std::vector<std::pair<Tensor, Tensor>> copies;  // (destination, value)
-  Manifest pieces;                                 // the optimizer part, per piece
-  std::map<std::string, Tensor> state;             // "<piece>.<key>" -> value
-};
-
 void stage_optimizer(Staged& out, RangeReader& files, const Manifest& m, const ShardedView& view,
                      const std::vector<std::string>& names, const ::torch::optim::Optimizer& optimizer) {
   std::map<OptimizerStateKey, size_t> piece_of;
@@ -155,7 +148,7 @@ void stage_optimizer(Staged& out, RangeReader& files, const Manifest& m, const S
       group.params.push_back(id);
       auto slots = m.optimizer.state.find(names[piece.param]);
       if (slots == m.optimizer.state.end()) continue;
-      out.pieces.optimizer.state[id] = slots->second;
+      out.optimizer_part.optimizer.state[id] = slots->second;
       for (const StateSlot& slot : slots->second) {
         const std::string name = names[piece.param] + "." + slot.key;
         const Entry& e = files.entry(name);
@@ -167,7 +160,7 @@ void stage_optimizer(Staged& out, RangeReader& files, const Manifest& m, const S
         out.state.emplace(id + "." + slot.key, std::move(v));
       }
     }
-    out.pieces.optimizer.groups.push_back(std::move(group));
+    out.optimizer_part.optimizer.groups.push_back(std::move(group));
   }
 }
 
@@ -192,12 +185,17 @@ void load_routed(const std::string& dir, const Manifest& m, const ShardedView& v
   for (const auto& item : view.module->named_buffers())
     staged.copies.emplace_back(item.value(), files.read_whole(item.key()));
   stage_optimizer(staged, files, m, view, names, optimizer);
-  // Everything is read and checked: from here on nothing is refused.
+  commit_staged(staged, m, optimizer, progress);
+}
+
+void commit_staged(Staged& staged, const Manifest& m, ::torch::optim::Optimizer& optimizer,
+                   lt::TrainingProgress& progress) {
   {
     ::torch::NoGradGuard no_grad;
-    for (auto& [to, value] : staged.copies) to.copy_(value.view(to.sizes()));
+    for (auto& [to, value] : staged.copies) to.detach().copy_(value.view(to.sizes()));
   }
-  load_optimizer_state(staged.pieces, staged.state, optimizer);
+  staged.copies.clear();  // before the optimizer's state is built: one staged copy at a time
+  load_optimizer_state(staged.optimizer_part, staged.state, optimizer);
   progress = m.progress;
   set_generator_state_hex(m.world_size == lt::size() ? m.rng.at(lt::rank()) : m.rng.at(0));
 }

@@ -314,7 +314,7 @@ Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Opt
   std::vector<Record> records;
   try {
     records = records_of(s, plan, view, optimizer);
-  } catch (const Error& e) {  // ours alone: we still send (nothing), so no rank waits on us
+  } catch (const std::exception& e) {  // ours alone: we still send (nothing), so no rank waits on us
     s.failure = e.what();
     s.failure_is_cause = true;
   }
