@@ -6,11 +6,13 @@
 #include <map>
 
 #include "lockstep/base/error.h"
+#include "lockstep/parallel/checkpoint.h"
 #include "lockstep/parallel/checkpoint_dir.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/safetensors.h"
 #include "lockstep/torch/state_check.h"
 #include "parallel/checkpoint_dir_impl.h"
+#include "parallel/named_tensors.h"
 
 namespace lockstep::parallel::detail::ckdir {
 namespace fs = std::filesystem;
@@ -105,6 +107,8 @@ std::string newest_checkpoint_dir(const std::string& root) {
 
 bool load_checkpoint_dir(const std::string& root, ::torch::nn::Module& module,
                          ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
+  if (auto parts = detail::sliced_parts(module, "load_checkpoint_dir", root))
+    return load_checkpoint_dir(root, *parts, optimizer, progress);  // Note [One checkpoint call]
   lt::detail::require_whole_state(module, "load_checkpoint_dir", root);
   return detail::ckdir::load(root, module, optimizer, progress);
 }

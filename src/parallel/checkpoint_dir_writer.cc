@@ -14,10 +14,12 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/log.h"
+#include "lockstep/parallel/checkpoint.h"
 #include "lockstep/parallel/checkpoint_dir.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
 #include "parallel/checkpoint_dir_impl.h"
+#include "parallel/named_tensors.h"
 
 namespace lockstep::parallel::detail::ckdir {
 namespace fs = std::filesystem;
@@ -310,7 +312,13 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::save(const ::torch::nn::Module& module,
                             const ::torch::optim::Optimizer& optimizer,
                             const lt::TrainingProgress& progress) {
-  // A sharded model through the whole-model overload: named, nothing written.
+  // Asked for its layout (Note [One checkpoint call]): tensor-parallel
+  // layers are routed as model parts; a module FSDP or a Pipeline holds is
+  // refused by name, nothing written.
+  if (auto parts = detail::sliced_parts(module, "CheckpointWriter::save", impl_->root)) {
+    impl_->save(*parts, optimizer, progress);
+    return;
+  }
   lt::detail::require_whole_state(module, "CheckpointWriter::save", impl_->root);
   impl_->save(module, optimizer, progress);
 }
@@ -341,6 +349,11 @@ void CheckpointWriter::save(const ::torch::nn::Module& module, ShardedOptimizer&
 void CheckpointWriter::save(const ModelParts& parts, const ::torch::optim::Optimizer& optimizer,
                             const lt::TrainingProgress& progress) {
   impl_->save(parts, optimizer, progress);
+}
+
+void CheckpointWriter::save(Pipeline& pipeline, const ::torch::optim::Optimizer& optimizer,
+                            const lt::TrainingProgress& progress) {
+  impl_->save(model_parts(pipeline), optimizer, progress);
 }
 
 void CheckpointWriter::poll() {

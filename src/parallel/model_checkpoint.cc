@@ -29,6 +29,7 @@
 #include "lockstep/parallel/optimizer_state.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
+#include "lockstep/torch/state_layout.h"
 #include "parallel/checkpoint_dir_impl.h"
 #include "parallel/named_tensors.h"
 
@@ -199,7 +200,54 @@ bool load_checkpoint_dir(const std::string& root, const ModelParts& parts,
   return detail::ckdir::load_parts_routed(root, parts, optimizer, progress);
 }
 
-ModelParts model_parts(::torch::nn::Module& module) {
+// The one call (issue 43): a module is asked how its state is laid out, and
+// a tensor-parallel one goes the ModelParts way.
+void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
+                     ::torch::optim::Optimizer& optimizer, const lt::TrainingProgress& progress) {
+  if (auto parts = detail::sliced_parts(module, "save_checkpoint", path))
+    return save_checkpoint(path, *parts, optimizer, progress);
+  lt::save_checkpoint(path, module, optimizer, progress);  // refuses a module FSDP holds, by name
+}
+
+bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
+                     ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
+  if (auto parts = detail::sliced_parts(module, "load_checkpoint", path))
+    return load_checkpoint(path, *parts, optimizer, progress);
+  return lt::load_checkpoint(path, module, optimizer, progress);
+}
+
+void save_checkpoint(const std::string& path, Pipeline& pipeline,
+                     ::torch::optim::Optimizer& optimizer, const lt::TrainingProgress& progress) {
+  save_checkpoint(path, model_parts(pipeline), optimizer, progress);
+}
+
+bool load_checkpoint(const std::string& path, Pipeline& pipeline,
+                     ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
+  return load_checkpoint(path, model_parts(pipeline), optimizer, progress);
+}
+
+bool load_checkpoint_dir(const std::string& root, Pipeline& pipeline,
+                         ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
+  return load_checkpoint_dir(root, model_parts(pipeline), optimizer, progress);
+}
+
+namespace detail {
+
+std::optional<ModelParts> sliced_parts(const ::torch::nn::Module& module, const char* call,
+                                       const std::string& path) {
+  auto partial = lt::partial_state_of(module);
+  if (!partial) return std::nullopt;
+  if (partial->marked)
+    throw InvalidArgument(fmt::format(
+        "{} {}: module '{}' is one pipeline stage's (each rank trains only its stage's layers); "
+        "pass the Pipeline: {}", call, path, partial->name.empty() ? "(the model)" : partial->name,
+        partial->call));
+  return model_parts(module);
+}
+
+}  // namespace detail
+
+ModelParts model_parts(const ::torch::nn::Module& module) {
   ModelParts parts;
   for (const auto& item : module.named_parameters()) parts.parameters.emplace_back(item.key(), item.value());
   for (const auto& item : module.named_buffers()) parts.buffers.emplace_back(item.key(), item.value());

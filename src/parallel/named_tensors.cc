@@ -38,13 +38,18 @@ Tensor NamedTensors::get(const std::string& name) const {
 }
 
 std::map<std::string, ShardSpec> shards_by_name(
-    ::torch::nn::Module& module, const std::vector<std::pair<std::string, Tensor>>& parameters) {
+    const ::torch::nn::Module& module, const std::vector<std::pair<std::string, Tensor>>& parameters) {
   std::map<const void*, ShardSpec> by_tensor;
-  for (const auto& item : module.named_modules())
-    if (auto* sharded = dynamic_cast<const ShardedModule*>(item.value().get()))
+  auto add = [&](const ::torch::nn::Module& m) {
+    if (auto* sharded = dynamic_cast<const ShardedModule*>(&m))
       for (const ShardSpec& spec : sharded->shard_specs())
-        if (const Tensor* p = item.value()->named_parameters(false).find(spec.name))
+        if (const Tensor* p = m.named_parameters(false).find(spec.name))
           by_tensor[p->unsafeGetTensorImpl()] = spec;
+  };
+  // Itself apart: named_modules(include_self) needs a module owned by a
+  // shared_ptr, and a caller's may live on the stack.
+  add(module);
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) add(*item.value());
   std::map<std::string, ShardSpec> out;
   for (const auto& [name, param] : parameters)
     if (auto it = by_tensor.find(param.unsafeGetTensorImpl()); it != by_tensor.end())

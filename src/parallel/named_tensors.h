@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,8 +34,16 @@ class NamedTensors : public ::torch::nn::Module {
 // ShardedModule inside `module`; matched by tensor identity, so the names
 // may be the whole model's while `module` is one stage.
 std::map<std::string, ShardSpec> shards_by_name(
-    ::torch::nn::Module& module,
+    const ::torch::nn::Module& module,
     const std::vector<std::pair<std::string, ::torch::Tensor>>& parameters);
+
+// How the checkpoint calls that take a module ask it for its layout (the
+// one call of issue 43): this rank's ModelParts when it holds
+// tensor-parallel layers (PartialState), nullopt when every rank holds it
+// whole; InvalidArgument naming `call`, `path` and the owner's call for a
+// module its owner lays out (a Pipeline's stage: PartialStateMark).
+std::optional<ModelParts> sliced_parts(const ::torch::nn::Module& module, const char* call,
+                                       const std::string& path);
 
 using StateMap =
     ska::flat_hash_map<OptimizerStateKey, std::unique_ptr<::torch::optim::OptimizerParamState>>;

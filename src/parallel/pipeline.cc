@@ -32,6 +32,7 @@
 #include "lockstep/parallel/pipeline.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/objects.h"
+#include "lockstep/torch/state_layout.h"
 #include "parallel/pipeline_link.h"
 
 namespace lockstep::parallel {
@@ -69,6 +70,11 @@ struct Pipeline::Impl {
   std::vector<std::pair<int, int>> ranges;  // per stage: first layer, count
   ::torch::nn::Sequential stage_module;
   std::vector<std::string> layer_names;    // whole-model names of this stage's layers
+  // Every module of this stage's layers, marked so that a one-rank save of
+  // the stage's (or the whole model's) module is refused, naming the
+  // Pipeline overload: each rank trains only its stage. After stage_module,
+  // which keeps the marked modules alive, so the marks go first.
+  std::vector<std::unique_ptr<lt::PartialStateMark>> marks;
   std::unique_ptr<PipelineLink> prev, next;
   PipelineStepStats stats;
   int64_t in_flight_bytes = 0;
@@ -134,6 +140,11 @@ void Pipeline::Impl::place(::torch::nn::Sequential model) {
     stage_module->push_back(names[i], *(model->begin() + i));
     layer_names.push_back(names[i]);
   }
+  for (const auto& item : stage_module->named_modules("", /*include_self=*/false))
+    marks.push_back(std::make_unique<lt::PartialStateMark>(
+        *item.value(), "lockstep::parallel::save_checkpoint/load_checkpoint(path, pipeline, "
+                       "optimizer, progress), or CheckpointWriter::save(pipeline, ...)/"
+                       "load_checkpoint_dir(root, pipeline, ...), with the Pipeline"));
 }
 
 // Every rank learns every pipeline group (one allgather over the job) and

@@ -76,10 +76,16 @@ std::string read_file(const std::string& path) {
 void require_whole(const ::torch::nn::Module& module, const char* call, const std::string& path) {
   auto partial = partial_state_of(module);
   if (!partial) return;
+  const std::string name = partial->name.empty() ? "(the model)" : partial->name;
+  if (partial->marked)
+    throw InvalidArgument(fmt::format(
+        "{} {}: module '{}' is trained as part of a model laid out across ranks (a pipeline "
+        "stage's layer: each rank trains only its stage's); this call reads and writes whole "
+        "tensors of one rank: use {} (every rank)", call, path, name, partial->call));
   throw InvalidArgument(fmt::format(
       "{} {}: module '{}' holds only this rank's slice of its parameters (a sharded layer); "
       "this call reads and writes whole tensors of one rank: use {} (every rank)",
-      call, path, partial->name.empty() ? "(the model)" : partial->name, partial->call));
+      call, path, name, partial->call));
 }
 
 // A parameter whose memory is not there (a FullyShardedModel releases its

@@ -137,11 +137,11 @@ TEST(ShardedCheckpointCheck, TensorParallelThroughTheOneRankCallsIsRefusedByName
         ADD_FAILURE() << "a tensor-parallel model went through the one-rank call";
       } catch (const InvalidArgument& e) {
         EXPECT_THAT(e.what(), ::testing::AllOf(HasSubstr("module '1' holds only this rank's slice"),
-                                               HasSubstr("model_parts(model)")));
+                                               HasSubstr("(path, model, optimizer, progress)")));
       }
     EXPECT_FALSE(std::filesystem::exists(path));
-    save_checkpoint(path, model_parts(*model), sgd, progress);  // the right call works
-    EXPECT_TRUE(load_checkpoint(path, model_parts(*model), sgd, progress));
+    save_checkpoint(path, *model, sgd, progress);  // the right call works: it asks the model
+    EXPECT_TRUE(parallel::load_checkpoint(path, *model, sgd, progress));
   });
 }
 

@@ -93,6 +93,30 @@ struct Layout {
     adam->step();
     return loss;
   }
+
+  // The one call (Note [One checkpoint call]): the model as it is trained,
+  // a Pipeline or a (tensor-parallel or plain) module; it asks for the layout.
+  void save(const std::string& path, const lt::TrainingProgress& progress) {
+    if (pipe)
+      save_checkpoint(path, *pipe, *adam, progress);
+    else
+      save_checkpoint(path, *model, *adam, progress);
+  }
+  void save(CheckpointWriter& writer, const lt::TrainingProgress& progress) {
+    if (pipe)
+      writer.save(*pipe, *adam, progress);
+    else
+      writer.save(*model, *adam, progress);
+  }
+  bool load(const std::string& path, bool dir, lt::TrainingProgress& progress) {
+    if (dir)
+      return pipe ? load_checkpoint_dir(path, *pipe, *adam, progress)
+                  : load_checkpoint_dir(path, *model, *adam, progress);
+    // Qualified: lockstep::torch's load_checkpoint takes the same arguments
+    // and argument-dependent lookup (TrainingProgress) would find it too.
+    return pipe ? parallel::load_checkpoint(path, *pipe, *adam, progress)
+                : parallel::load_checkpoint(path, *model, *adam, progress);
+  }
 };
 
 // The uninterrupted single-process run: its losses, and its Adam state after
@@ -155,19 +179,19 @@ void write(Layout::Kind kind, const std::string& path) {
   use_f64();
   Layout layout(kind, kSeed);
   for (int s = 0; s < kBefore; ++s) layout.step(s);
-  save_checkpoint(path, layout.parts, *layout.adam, {.epoch = 0, .step = kBefore, .sampler = {},
-                                                     .user = {}});
+  layout.save(path, {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
 }
 
 // The same layouts through checkpoint directories: CheckpointWriter::save
-// of ModelParts routes each slice to its tensor's writer (Note [Routed
-// saves of model parts]); `async` snapshots and writes in the background.
+// of a tensor-parallel module or a Pipeline routes each slice to its
+// tensor's writer (Note [Routed saves of model parts]); `async` snapshots
+// and writes in the background.
 void write_dir(Layout::Kind kind, const std::string& root, bool async) {
   use_f64();
   Layout layout(kind, kSeed);
   for (int s = 0; s < kBefore; ++s) layout.step(s);
   CheckpointWriter writer(root, {.keep_last = 0, .async = async});
-  writer.save(layout.parts, *layout.adam, {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
+  layout.save(writer, {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
   layout.step(kBefore);  // training goes on while an async save writes
   writer.wait();
 }
@@ -178,8 +202,7 @@ void resume_and_compare(Layout::Kind kind, const std::string& path, bool dir = f
   const Reference ref = reference();
   Layout layout(kind, kOtherSeed);
   lt::TrainingProgress progress;
-  ASSERT_TRUE(dir ? load_checkpoint_dir(path, layout.parts, *layout.adam, progress)
-                  : load_checkpoint(path, layout.parts, *layout.adam, progress));
+  ASSERT_TRUE(layout.load(path, dir, progress));
   EXPECT_EQ(progress.step, kBefore);
   expect_reference_state(layout, ref);
   for (int s = kBefore; s < kBefore + kAfter; ++s) {
@@ -230,6 +253,39 @@ TEST_F(ModelCheckpointTest, PipelineDirectoryAtTwoAsyncResumesAsTensorParallelAn
   run_torch_workers(2, [&] { write_dir(Layout::kPipeline, root, /*async=*/true); });
   run_torch_workers(2, [&] { resume_and_compare(Layout::kTensor, root, true); });
   run_torch_workers(1, [&] { resume_and_compare(Layout::kDense, root, true); });
+}
+
+// A pipeline stage's module, or the whole model a Pipeline was built from,
+// is refused by every call that takes a module, naming the Pipeline
+// overload, and nothing is written: each rank trains only its stage's
+// layers, and rank 0 would write its stage's as the model (as it did before
+// the Pipeline marked them). Once the Pipeline is gone, the model is plain.
+TEST_F(ModelCheckpointTest, APipelineStageIsRefusedInFavourOfThePipeline) {
+  const std::string p = path(), root = (dir_ / "ckpt").string();
+  run_torch_workers(2, [&] {
+    use_f64();
+    Layout layout(Layout::kPipeline, kSeed);
+    lt::TrainingProgress progress;
+    const auto names_the_pipeline = ::testing::ThrowsMessage<InvalidArgument>(
+        ::testing::HasSubstr("(path, pipeline, optimizer, progress)"));
+    for (::torch::nn::Module* m : {static_cast<::torch::nn::Module*>(layout.pipe->module().ptr().get()),
+                                   static_cast<::torch::nn::Module*>(layout.model.ptr().get())}) {
+      EXPECT_THAT([&] { lt::save_checkpoint(p, *m, *layout.adam, progress); }, names_the_pipeline);
+      EXPECT_THAT([&] { lt::load_checkpoint(p, *m, *layout.adam, progress); }, names_the_pipeline);
+      EXPECT_THAT([&] { save_checkpoint(p, *m, *layout.adam, progress); }, names_the_pipeline);
+      EXPECT_THAT([&] { parallel::load_checkpoint(p, *m, *layout.adam, progress); },
+                  names_the_pipeline);
+      EXPECT_THAT([&] { CheckpointWriter(root).save(*m, *layout.adam, progress); },
+                  names_the_pipeline);
+      EXPECT_THAT([&] { load_checkpoint_dir(root, *m, *layout.adam, progress); },
+                  names_the_pipeline);
+    }
+    EXPECT_FALSE(std::filesystem::exists(p));
+    EXPECT_EQ(newest_checkpoint_dir(root), "");
+    layout.pipe.reset();
+    save_checkpoint(p, *layout.model, *layout.adam, progress);
+    EXPECT_EQ(std::filesystem::exists(p), lt::rank() == 0);
+  });
 }
 
 // A 256 -> 512 -> 256 MLP, column- then row-parallel, after one Adam step

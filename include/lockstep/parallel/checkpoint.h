@@ -4,8 +4,21 @@
 // data-parallel or ZeRO workers loads on M workers of either kind (and on a
 // single process) and continues the same trajectory.
 //
-//   data parallel: lockstep::torch::save_checkpoint / load_checkpoint
-//                  (every rank holds everything already);
+// Note [One checkpoint call]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// lockstep::parallel::save_checkpoint(path, model, optimizer, progress) and
+// load_checkpoint(...) take whatever is trained -- a module (plain, or
+// holding tensor-parallel layers), a FullyShardedModel, a Pipeline, with a
+// torch optimizer or a ShardedOptimizer -- and ask it how its state is laid
+// out (lockstep/torch/state_layout.h), so there is nothing to choose wrong.
+// The same holds for checkpoint directories: CheckpointWriter::save(model,
+// optimizer, progress) and load_checkpoint_dir(root, model, optimizer,
+// progress). A module its owner lays out (a Pipeline's stage) is refused by
+// name in favour of the owner, and lockstep::torch's one-rank calls refuse
+// any model that is not whole on every rank, naming the call above.
+//
+//   data parallel: every rank holds everything already; rank 0 writes
+//                  (lockstep::torch::save_checkpoint);
 //   ZeRO:          the overloads below gather the optimizer shards into
 //                  whole-parameter state before rank 0 writes, and on load
 //                  every rank reads the whole state and keeps its slices;
@@ -57,9 +70,28 @@ struct ModelParts {
   int stage = 0;  // pipeline stage: the whole model's order is (stage, position)
 };
 // A (tensor-parallel or plain) module: shards found through ShardedModule.
-ModelParts model_parts(::torch::nn::Module& module);
+ModelParts model_parts(const ::torch::nn::Module& module);
 // A pipeline stage (whose layers may be tensor-parallel).
 ModelParts model_parts(Pipeline& pipeline);
+
+// The one call (Note [One checkpoint call]): a plain module as
+// lockstep::torch::save_checkpoint (rank 0 writes; collective-free), a
+// tensor-parallel one as its model_parts below (collective over every
+// rank). InvalidArgument for a module held by a FullyShardedModel or a
+// Pipeline, naming the call with the holder.
+void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
+                     ::torch::optim::Optimizer& optimizer,
+                     const lockstep::torch::TrainingProgress& progress);
+bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,
+                     ::torch::optim::Optimizer& optimizer,
+                     lockstep::torch::TrainingProgress& progress);
+// A pipeline (whose stages may be tensor-parallel): model_parts(pipeline).
+void save_checkpoint(const std::string& path, Pipeline& pipeline,
+                     ::torch::optim::Optimizer& optimizer,
+                     const lockstep::torch::TrainingProgress& progress);
+bool load_checkpoint(const std::string& path, Pipeline& pipeline,
+                     ::torch::optim::Optimizer& optimizer,
+                     lockstep::torch::TrainingProgress& progress);
 
 // `optimizer` holds this rank's parameters of `parts` (param group g must
 // mean the same on every rank: a single-process optimizer's group g holds
@@ -92,6 +124,9 @@ void save_checkpoint_dir(CheckpointWriter& writer, const ModelParts& parts,
                          ::torch::optim::Optimizer& optimizer,
                          const lockstep::torch::TrainingProgress& progress);
 bool load_checkpoint_dir(const std::string& root, const ModelParts& parts,
+                         ::torch::optim::Optimizer& optimizer,
+                         lockstep::torch::TrainingProgress& progress);
+bool load_checkpoint_dir(const std::string& root, Pipeline& pipeline,
                          ::torch::optim::Optimizer& optimizer,
                          lockstep::torch::TrainingProgress& progress);
 

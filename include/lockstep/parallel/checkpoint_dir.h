@@ -55,6 +55,7 @@
 namespace lockstep::parallel {
 
 struct ModelParts;  // lockstep/parallel/checkpoint.h
+class Pipeline;     // lockstep/parallel/pipeline.h
 
 struct CheckpointDirOptions {
   int keep_last = 0;     // after a manifest lands, keep the newest K complete steps (0: all)
@@ -83,6 +84,10 @@ class CheckpointWriter {
   // wait() of that rank; the next save() then throws on every rank. Throws
   // lockstep::InvalidArgument when step `progress.step` already has a
   // complete checkpoint, or the ranks hold different tensors.
+  // A module: whole on every rank (data parallel), or holding
+  // tensor-parallel layers, which go the ModelParts way below (Note [One
+  // checkpoint call] in lockstep/parallel/checkpoint.h). InvalidArgument,
+  // nothing written, for a module a FullyShardedModel or Pipeline holds.
   void save(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
             const lockstep::torch::TrainingProgress& progress);
   // Routed: every rank's segments straight to their writers (no full view).
@@ -97,6 +102,8 @@ class CheckpointWriter {
   // model under its single-process names (no rank assembles the model).
   void save(const ModelParts& parts, const ::torch::optim::Optimizer& optimizer,
             const lockstep::torch::TrainingProgress& progress);
+  void save(Pipeline& pipeline, const ::torch::optim::Optimizer& optimizer,
+            const lockstep::torch::TrainingProgress& progress);
   // Call once a step: rethrows a finished background save's error; never blocks.
   void poll();
   // Until no save is in flight; rethrows its error.
@@ -110,7 +117,9 @@ class CheckpointWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-// Loads the newest complete checkpoint under `root` into the module, the
+// Loads the newest complete checkpoint under `root` into the module (a
+// tensor-parallel one is routed as load_checkpoint_dir(root,
+// model_parts(module), ...) of lockstep/parallel/checkpoint.h), the
 // optimizer, `progress` and LibTorch's default CPU generator (this rank's
 // saved state at the same world size, rank 0's at another). False when there
 // is none. Every name, shape and dtype (of the model, and of the optimizer's

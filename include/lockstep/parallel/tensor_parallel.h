@@ -69,8 +69,8 @@ class ShardedModule : public lockstep::torch::PartialState {
  public:
   virtual std::vector<ShardSpec> shard_specs() const = 0;
   std::string whole_state_call() const override {
-    return "lockstep::parallel::save_checkpoint/load_checkpoint(path, "
-           "lockstep::parallel::model_parts(model), optimizer, progress)";
+    return "lockstep::parallel::save_checkpoint/load_checkpoint(path, model, optimizer, "
+           "progress), or CheckpointWriter::save(model, ...)/load_checkpoint_dir(root, model, ...)";
   }
 };
 
