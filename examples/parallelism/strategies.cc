@@ -6,7 +6,7 @@
 //                sum of powersgd_wire_elements; onebit, onebit-adam and
 //                onebit-lamb (past their warm-up): 2(N-1) · (L/(8N) + 4) for L parameters
 //                (alltoall + allgather of signs and a scale); these from
-//                lockstep/plan/compression.h, the runtime's own closed forms
+//                lockstep/policy/compression.h, the runtime's own closed forms
 //   fsdp         3(N-1)/N · M' with M' the padded parameter bytes (N equal
 //                segments per unit): the all-gather before each unit's
 //                forward and again before its backward, the reduce-scatter
@@ -29,7 +29,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/optim/lamb.h"
-#include "lockstep/plan/compression.h"
+#include "lockstep/policy/compression.h"
 #include "lockstep/torch/torch.h"
 #include "net.h"
 
@@ -130,7 +130,7 @@ class Data : public Replicated {
   explicit Data(const StrategyFlags& f)
       : Replicated(f),
         dist_(*optimizer_, *net_, data_options(f.compression)),
-        spec_(lockstep::plan::parse_compression(f.compression)) {
+        spec_(lockstep::policy::parse_compression(f.compression)) {
     data_rank = lt::rank();
     data_size = lt::size();
   }
@@ -140,12 +140,12 @@ class Data : public Replicated {
     if (o.compression == lt::Compression::kFp16 || o.compression == lt::Compression::kBf16)
       return Replicated::closed_form_bytes_per_step(batch) / 2;
     if (!spec_.replaces_allreduce()) return Replicated::closed_form_bytes_per_step(batch);
-    // The runtime's own closed forms (lockstep/plan/compression.h), past
+    // The runtime's own closed forms (lockstep/policy/compression.h), past
     // any warm-up: the measured average includes the warm-up's whole steps.
     std::vector<std::vector<int64_t>> shapes;
     for (const auto& p : params_) shapes.push_back(p.sizes().vec());
     double wire = 0;
-    for (const auto& c : lockstep::plan::compressed_step(spec_, shapes, data_size))
+    for (const auto& c : lockstep::policy::compressed_step(spec_, shapes, data_size))
       wire += static_cast<double>(c.wire_bytes);
     return wire;
   }
@@ -154,7 +154,7 @@ class Data : public Replicated {
   void zero_grad() override { dist_.zero_grad(); }
   void step() override { dist_.step(); }
   lt::DistributedOptimizer dist_;
-  lockstep::plan::CompressionSpec spec_;
+  lockstep::policy::CompressionSpec spec_;
 };
 
 class Zero : public Replicated {

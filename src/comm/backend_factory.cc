@@ -6,6 +6,7 @@
 #include "comm/transport/transport.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
+#include "lockstep/policy/hierarchical.h"
 
 namespace lockstep::comm {
 namespace {
@@ -46,15 +47,14 @@ std::string resolve_backend(std::string_view requested, const WorldInfo& world) 
 }
 
 bool use_hierarchical(const WorldInfo& world) {
-  std::string mode = knob_string("LOCKSTEP_HIERARCHICAL");
+  const policy::HierarchicalMode mode = policy::parse_hierarchical(knob_string("LOCKSTEP_HIERARCHICAL"));
   // Ranks may disagree on their layout (uneven hosts: under mpirun each
   // derives the host count from its own host's size), so auto always takes
-  // the hierarchical path, which allgathers the layout and falls back to flat
-  // everywhere at once when it does not pay (see make_backend).
-  if (mode == "auto") return world.size > 1;
-  if (mode == "1" || mode == "on" || mode == "true") return world.cross_size > 1 || world.local_size > 1;
-  if (mode == "0" || mode == "off" || mode == "false") return false;
-  throw InvalidArgument(fmt::format("LOCKSTEP_HIERARCHICAL='{}': use auto, 0 or 1", mode));
+  // the hierarchical path, which allgathers the layout and asks
+  // policy::hierarchical_taken there, falling back to flat everywhere at
+  // once when it does not pay (see make_backend).
+  if (mode == policy::HierarchicalMode::kAuto) return world.size > 1;
+  return policy::hierarchical_taken(mode, world.cross_size, world.local_size);
 }
 
 std::unique_ptr<Backend> make_backend(std::string_view requested, const WorldInfo& world,
@@ -62,8 +62,10 @@ std::unique_ptr<Backend> make_backend(std::string_view requested, const WorldInf
   const Transport& t =
       requested == "auto" ? choose_auto(world) : find_or_throw(requested);
   if (t.cross_host() && world.size > 1 && use_hierarchical(world))
-    return hierarchical::make_backend(world, tag, t,
-                                      knob_string("LOCKSTEP_HIERARCHICAL") == "auto");
+    return hierarchical::make_backend(
+        world, tag, t,
+        policy::parse_hierarchical(knob_string("LOCKSTEP_HIERARCHICAL")) ==
+            policy::HierarchicalMode::kAuto);
   return t.make(world, tag);
 }
 

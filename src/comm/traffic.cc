@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
+#include "lockstep/policy/policies.h"
 
 namespace lockstep::comm {
 namespace {
@@ -73,7 +74,7 @@ void count_traffic(uint64_t payload_bytes, uint64_t wire_bytes) {
 namespace wire {
 
 uint64_t allreduce(uint64_t bytes, int size) {
-  return size <= 1 ? 0 : 2 * bytes * static_cast<uint64_t>(size - 1) / static_cast<uint64_t>(size);
+  return static_cast<uint64_t>(policy::allreduce_wire_bytes(static_cast<int64_t>(bytes), size));
 }
 
 uint64_t reduce_scatter(uint64_t bytes, int size) {

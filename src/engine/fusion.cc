@@ -20,11 +20,11 @@ bool same_key(const Request& a, const Request& b) {
 
 }  // namespace
 
-// The rule itself is plan::fusion_batches (the planner runs the same
+// The rule itself is policy::fusion_batches (the planner runs the same
 // function); here the ready list becomes its items: one key per distinct
 // (dtype, op, prescale, postscale), in order of first appearance.
 std::vector<Batch> plan_batches(const std::vector<ReadyItem>& ready, size_t threshold) {
-  std::vector<plan::FusionItem> items(ready.size());
+  std::vector<policy::FusionItem> items(ready.size());
   std::vector<size_t> key_owner;  // the first item of each key
   for (size_t i = 0; i < ready.size(); ++i) {
     items[i].bytes = static_cast<int64_t>(ready[i].request.bytes());
@@ -37,7 +37,7 @@ std::vector<Batch> plan_batches(const std::vector<ReadyItem>& ready, size_t thre
   }
   std::vector<Batch> batches;
   const auto limit = static_cast<int64_t>(std::min<size_t>(threshold, INT64_MAX));
-  for (auto& members : plan::fusion_batches(items, limit)) {
+  for (auto& members : policy::fusion_batches(items, limit)) {
     Batch batch;
     if (items[members.front()].fusible)
       for (size_t m = 0; m < members.size(); ++m) {

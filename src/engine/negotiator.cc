@@ -5,15 +5,20 @@
 
 #include "engine/collective_traits.h"
 #include "lockstep/base/check.h"
+#include "lockstep/policy/policies.h"
 
 namespace lockstep::engine::detail {
 namespace {
 
-// Header layout (Note [Negotiation]).
+// Header layout (Note [Negotiation]), by the field counts the planner
+// prices too (policy::negotiation_header_fields).
 constexpr size_t kThreshold = 0;
 constexpr size_t kStallAction = 1;
 constexpr size_t kAutotune = 2;
 constexpr size_t kFixed = 3;
+constexpr size_t kPerRank = 4;  // blob_len, joined, shutdown, blocked
+static_assert(kFixed == policy::kNegotiationFixedFields && kPerRank == policy::kNegotiationFieldsPerRank,
+              "the negotiation header's fields and policy::negotiation_header_fields must agree");
 
 struct Layout {
   size_t n;
@@ -21,8 +26,11 @@ struct Layout {
   size_t joined(int r) const { return kFixed + n + r; }
   size_t shutdown(int r) const { return kFixed + 2 * n + r; }
   size_t blocked(int r) const { return kFixed + 3 * n + r; }
-  size_t slot(uint32_t s) const { return kFixed + 4 * n + s; }
-  size_t total(size_t slots) const { return kFixed + 4 * n + slots; }
+  size_t slot(uint32_t s) const { return kFixed + kPerRank * n + s; }
+  size_t total(size_t slots) const {
+    return static_cast<size_t>(policy::negotiation_header_fields(static_cast<int64_t>(n),
+                                                                 static_cast<int64_t>(slots)));
+  }
 };
 
 bool cacheable(Collective c) { return traits(c).cacheable; }

@@ -6,9 +6,15 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "lockstep/plan/shm_algorithm.h"
+#include "lockstep/policy/hierarchical.h"
+#include "lockstep/policy/shm_algorithm.h"
 
 namespace lockstep::plan {
+
+using policy::algorithm_name;
+using policy::ShmChoice;
+using policy::ShmPolicy;
+using policy::shm_allreduce_choice;
 namespace {
 
 double ceil_div(double a, double b) { return std::max(1.0, std::ceil(a / b)); }
@@ -104,7 +110,8 @@ Coefficients coefficients(const NetworkModel& model, std::string_view transport,
 std::string Topology::backend() const {
   if (ranks() <= 1) return "none";
   if (nodes == 1) return "shm";
-  bool hier = hierarchical == "1" || (hierarchical == "auto" && ranks_per_node > 1);
+  const bool hier = policy::hierarchical_taken(policy::parse_hierarchical(hierarchical), nodes,
+                                              ranks_per_node);
   return hier ? "hierarchical-" + cross : cross;
 }
 
@@ -130,11 +137,12 @@ AllreduceCost allreduce_cost(const NetworkModel& m, const Topology& t, double by
   if (backend == "none" || bytes <= 0) return {{}, "none"};
   if (backend == "shm") return flat(m, m.has("shm") ? "shm" : t.cross, t.ranks(), bytes);
   if (backend == t.cross) return flat(m, t.cross, t.ranks(), bytes);
-  // Hierarchical (hierarchical_backend.cc): allreduces smaller than the
-  // number of local ranks, in elements, take the flat path.
+  // Hierarchical (hierarchical_backend.cc): the transport's own rule for
+  // when an allreduce goes flat (gradients are never integer averages).
   const int local = t.ranks_per_node;
   const double count = std::ceil(bytes / elem_bytes);
-  if (count < local) return flat(m, t.cross, t.ranks(), bytes);
+  if (policy::hierarchical_goes_flat(static_cast<size_t>(count), local, false))
+    return flat(m, t.cross, t.ranks(), bytes);
   const double block = std::ceil(count / local) * elem_bytes;
   const double padded = block * local;
   Cost c;

@@ -7,9 +7,11 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "lockstep/plan/policies.h"
+#include "lockstep/policy/policies.h"
 
 namespace lockstep::plan {
+
+using policy::worker_cpus;
 namespace {
 
 void check_scaling(const ThreadScaling& s) {

@@ -7,10 +7,24 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/error.h"
-#include "lockstep/plan/compression.h"
+#include "lockstep/policy/compression.h"
+#include "lockstep/policy/policies.h"
 #include "lockstep/plan/stats.h"
 
 namespace lockstep::plan {
+
+// The decisions this model shares with the runtime (lockstep/policy).
+using policy::CompressionKind;
+using policy::CompressionSpec;
+using policy::FusionItem;
+using policy::StepCollective;
+using policy::compressed_step;
+using policy::compression_pass_bytes;
+using policy::fusion_batches;
+using policy::is_fused;
+using policy::overlap_pays;
+using policy::parse_compression;
+using policy::worker_cpus;
 
 bool overlap_for(const Scenario& s) {
   if (s.overlap == "on") return true;
@@ -61,8 +75,9 @@ class EngineModel {
  public:
   EngineModel(const NetworkModel& m, const Scenario& s, size_t names, StepPrediction& out)
       : m_(m), s_(s), out_(out) {
-    // Negotiator header: 3 fixed fields, 3 per rank, 1 per cached name.
-    header_bytes_ = 4.0 * (3 + 3.0 * s.topology.ranks() + double(names));
+    // The negotiation header's int32 fields (the engine lays them out by the same counts).
+    header_bytes_ = 4.0 * double(policy::negotiation_header_fields(s.topology.ranks(),
+                                                                   static_cast<int64_t>(names)));
     // DistributedOptimizer averages with a 1/size postscale pass unless the
     // wire is compressed (then it divides before the cast).
     scale_pass_ = s.compression == "none";
@@ -105,7 +120,7 @@ class EngineModel {
     int64_t bytes = 0;
     for (const Grad* g : batch) bytes += g->wire_bytes;
     out_.payload_bytes += bytes;
-    out_.wire_bytes += s_.topology.ranks() > 1 ? 2 * bytes * (s_.topology.ranks() - 1) / s_.topology.ranks() : 0;
+    out_.wire_bytes += policy::allreduce_wire_bytes(bytes, s_.topology.ranks());
     double copy_s = (is_fused(batch.size()) ? 2.0 : 0.0) * bytes * m_.host->copy_s_per_byte;
     if (scale_pass_) copy_s += bytes * m_.host->copy_s_per_byte;
     AllreduceCost c = allreduce_cost(m_, s_.topology, double(bytes), batch.front()->elem_bytes);

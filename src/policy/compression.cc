@@ -30,7 +30,7 @@
 //             (2): 37 passes over 4L; 1-bit Adam and LAMB are charged the
 //             same (their optimizer arithmetic is the step's, not the
 //             compression's)
-#include "lockstep/plan/compression.h"
+#include "lockstep/policy/compression.h"
 
 #include <fmt/format.h>
 
@@ -39,8 +39,9 @@
 #include <numeric>
 
 #include "lockstep/base/error.h"
+#include "lockstep/policy/policies.h"
 
-namespace lockstep::plan {
+namespace lockstep::policy {
 
 namespace {
 
@@ -52,9 +53,9 @@ int64_t numel(std::span<const int64_t> shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
 }
 
-int64_t allreduce_wire(int64_t bytes, int n) { return n <= 1 ? 0 : 2 * bytes * (n - 1) / n; }
-
-StepCollective allreduce(int64_t bytes, int n) { return {"allreduce", bytes, allreduce_wire(bytes, n)}; }
+StepCollective allreduce(int64_t bytes, int n) {
+  return {"allreduce", bytes, allreduce_wire_bytes(bytes, n)};
+}
 
 }  // namespace
 
@@ -174,4 +175,4 @@ double compression_pass_bytes(const CompressionSpec& spec,
   return bytes;
 }
 
-}  // namespace lockstep::plan
+}  // namespace lockstep::policy

@@ -1,6 +1,6 @@
-#include "lockstep/plan/policies.h"
+#include "lockstep/policy/policies.h"
 
-namespace lockstep::plan {
+namespace lockstep::policy {
 
 std::vector<std::vector<size_t>> fusion_batches(const std::vector<FusionItem>& ready,
                                                 int64_t threshold) {
@@ -26,4 +26,4 @@ std::vector<std::vector<size_t>> fusion_batches(const std::vector<FusionItem>& r
   return batches;
 }
 
-}  // namespace lockstep::plan
+}  // namespace lockstep::policy

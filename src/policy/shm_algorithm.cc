@@ -1,4 +1,4 @@
-#include "lockstep/plan/shm_algorithm.h"
+#include "lockstep/policy/shm_algorithm.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
 
-namespace lockstep::plan {
+namespace lockstep::policy {
 
 // Note [One decision]
 // The shm transport asks shm_allreduce_choice which algorithm to run, and the
@@ -180,4 +180,4 @@ SegmentBytes shm_broadcast_bytes(int ranks, bool root, double bytes) {
   return root ? SegmentBytes{0, bytes} : SegmentBytes{bytes, 0};
 }
 
-}  // namespace lockstep::plan
+}  // namespace lockstep::policy

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "lockstep/base/error.h"
-#include "lockstep/plan/compression.h"
+#include "lockstep/policy/compression.h"
 #include "lockstep/torch/collectives.h"
 
 namespace lockstep::torch {
@@ -36,7 +36,7 @@ Tensor decode(const Tensor& row, ::torch::ScalarType dtype) {
 }  // namespace
 
 int64_t onebit_payload_bytes(int64_t values, int ranks) {
-  return plan::onebit_payload_bytes(values, ranks);  // the planner's closed form, shared
+  return policy::onebit_payload_bytes(values, ranks);  // the planner's closed form, shared
 }
 
 Tensor pack_signs(const Tensor& x) {
@@ -59,7 +59,7 @@ CompressedAllreduce::CompressedAllreduce(Group group, std::string name)
 Tensor CompressedAllreduce::mean(const Tensor& values) {
   const int64_t length = values.numel();
   Tensor x = values.reshape({-1}).to(::torch::kFloat32);
-  x = ::torch::constant_pad_nd(x, {0, plan::onebit_padded_length(length, group_.size()) - length});
+  x = ::torch::constant_pad_nd(x, {0, policy::onebit_padded_length(length, group_.size()) - length});
   if (worker_error_.defined()) x += worker_error_;
   return padded_mean(x).narrow(0, 0, length);
 }

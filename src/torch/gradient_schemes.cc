@@ -8,7 +8,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/base/mutex.h"
-#include "lockstep/plan/compression.h"
+#include "lockstep/policy/compression.h"
 
 namespace lockstep::torch {
 namespace {
@@ -86,18 +86,18 @@ std::vector<std::string> gradient_scheme_names() {
 }
 
 void set_compression(DistributedOptimizerOptions& o, std::string_view name) {
-  const plan::CompressionSpec spec = plan::parse_compression(name);
+  const policy::CompressionSpec spec = policy::parse_compression(name);
   switch (spec.kind) {
-    case plan::CompressionKind::kNone: o.compression = Compression::kNone; break;
-    case plan::CompressionKind::kFp16: o.compression = Compression::kFp16; break;
-    case plan::CompressionKind::kBf16: o.compression = Compression::kBf16; break;
-    case plan::CompressionKind::kPowerSGD:
+    case policy::CompressionKind::kNone: o.compression = Compression::kNone; break;
+    case policy::CompressionKind::kFp16: o.compression = Compression::kFp16; break;
+    case policy::CompressionKind::kBf16: o.compression = Compression::kBf16; break;
+    case policy::CompressionKind::kPowerSGD:
       o.compression = Compression::kPowerSGD;
       o.powersgd.rank = spec.rank;
       break;
-    case plan::CompressionKind::kOneBit: o.compression = Compression::kOneBit; break;
-    case plan::CompressionKind::kOneBitAdam: o.compression = Compression::kOneBitAdam; break;
-    case plan::CompressionKind::kOneBitLamb: o.compression = Compression::kOneBitLamb; break;
+    case policy::CompressionKind::kOneBit: o.compression = Compression::kOneBit; break;
+    case policy::CompressionKind::kOneBitAdam: o.compression = Compression::kOneBitAdam; break;
+    case policy::CompressionKind::kOneBitLamb: o.compression = Compression::kOneBitLamb; break;
   }
 }
 

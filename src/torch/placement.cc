@@ -25,7 +25,7 @@
 #include "lockstep/base/knobs.h"
 #include "lockstep/base/log.h"
 #include "lockstep/base/mutex.h"
-#include "lockstep/plan/policies.h"
+#include "lockstep/policy/policies.h"
 
 namespace lockstep::torch {
 
@@ -238,11 +238,11 @@ void bind_before_engine() {
 int worker_cpu_count(int local_size) {
   const int allowed = std::max<int>(1, static_cast<int>(allowed_cpus().size()));
   if (bound_by_placement.load()) return allowed;  // the set is this worker's own
-  return plan::worker_cpus(allowed, local_size);
+  return policy::worker_cpus(allowed, local_size);
 }
 
 bool overlap_pays(bool one_host, int worker_cpus, int intra_op_threads) {
-  return plan::overlap_pays(one_host, worker_cpus, intra_op_threads);  // the planner's rule too
+  return policy::overlap_pays(one_host, worker_cpus, intra_op_threads);  // the planner's rule too
 }
 
 void tune_malloc() {

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "lockstep/base/error.h"
-#include "lockstep/plan/compression.h"
+#include "lockstep/policy/compression.h"
 #include "lockstep/torch/collectives.h"
 
 namespace lockstep::torch {
@@ -24,10 +24,10 @@ void validate(const PowerSGDOptions& o) {
 
 namespace {
 
-// The planner's rule (lockstep/plan/compression.h), shared so that its
+// The planner's rule (lockstep/policy/compression.h), shared so that its
 // bytes are these.
-plan::PowerSGDMatrix matrix_shape(at::IntArrayRef shape, const PowerSGDOptions& o) {
-  return plan::powersgd_matrix(std::span<const int64_t>(shape.data(), shape.size()), o.rank,
+policy::PowerSGDMatrix matrix_shape(at::IntArrayRef shape, const PowerSGDOptions& o) {
+  return policy::powersgd_matrix(std::span<const int64_t>(shape.data(), shape.size()), o.rank,
                                o.min_compression_rate);
 }
 
@@ -50,7 +50,7 @@ void allreduce_all(std::vector<Tensor>& tensors, const std::vector<std::string>&
 }  // namespace
 
 int64_t powersgd_wire_elements(at::IntArrayRef shape, const PowerSGDOptions& options) {
-  const plan::PowerSGDMatrix s = matrix_shape(shape, options);
+  const policy::PowerSGDMatrix s = matrix_shape(shape, options);
   return s.compressed ? (s.n + s.m) * s.r : c10::multiply_integers(shape);
 }
 
@@ -103,7 +103,7 @@ void PowerSGD::reduce(const std::vector<Tensor>& grads, const std::vector<std::s
       first_names.push_back(prefix_ + "." + names[i] + ".whole");
       continue;
     }
-    const plan::PowerSGDMatrix s = matrix_shape(grads[i].sizes(), options_);
+    const policy::PowerSGDMatrix s = matrix_shape(grads[i].sizes(), options_);
     State& st = state_[names[i]];
     Tensor m = grads[i].reshape({s.n, s.m});  // a view when contiguous; written back below
     if (st.error.defined()) m.add_(st.error);

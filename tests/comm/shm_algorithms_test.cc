@@ -4,9 +4,9 @@
 //    way of waiting forced at 3, 5 and 8 ranks (small chunks, so messages of
 //    a few KiB run through several chunks with uneven shares);
 //  * per rank and algorithm, the bytes read from and written to the segment
-//    equal plan::shm_allreduce_bytes' closed forms;
+//    equal policy::shm_allreduce_bytes' closed forms;
 //  * the algorithm the runtime ran is the one plan::algorithm_for (the
-//    planner) names, both asking plan::shm_allreduce_choice.
+//    planner) names, both asking policy::shm_allreduce_choice.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,7 +22,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/comm/traffic.h"
 #include "lockstep/plan/cost.h"
-#include "lockstep/plan/shm_algorithm.h"
+#include "lockstep/policy/shm_algorithm.h"
 #include "support/collective_matrix.h"
 #include "support/multiproc.h"
 
@@ -181,10 +181,10 @@ void expect_segment_traffic(Communicator& c, const char* algorithm, size_t count
   else
     c.reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, root);
   const comm::SegmentTraffic d = comm::segment_traffic(algorithm) - before;
-  const plan::ShmAlgorithm a = std::string(algorithm) == "one_step" ? plan::ShmAlgorithm::kOneStep
-                                                                    : plan::ShmAlgorithm::kTwoStep;
+  const policy::ShmAlgorithm a = std::string(algorithm) == "one_step" ? policy::ShmAlgorithm::kOneStep
+                                                                    : policy::ShmAlgorithm::kTwoStep;
   const bool receives = root < 0 || root == c.rank();
-  const plan::SegmentBytes want = plan::shm_allreduce_bytes(a, n, 4.0 * double(count), receives);
+  const policy::SegmentBytes want = policy::shm_allreduce_bytes(a, n, 4.0 * double(count), receives);
   EXPECT_EQ(d.calls, 1u) << algorithm;
   EXPECT_EQ(double(d.written_bytes), want.written) << algorithm << " count " << count;
   if (receives) {
@@ -216,7 +216,7 @@ TEST_P(SegmentTraffic, EachAlgorithmMovesItsClosedForm) {
       const comm::SegmentTraffic b0 = comm::segment_traffic("broadcast");
       c.broadcast(x.data(), x.size(), DataType::kFloat32, 0);
       const comm::SegmentTraffic db = comm::segment_traffic("broadcast") - b0;
-      const plan::SegmentBytes want = plan::shm_broadcast_bytes(c.size(), c.rank() == 0, 4000);
+      const policy::SegmentBytes want = policy::shm_broadcast_bytes(c.size(), c.rank() == 0, 4000);
       EXPECT_EQ(double(db.read_bytes), want.read);
       EXPECT_EQ(double(db.written_bytes), want.written);
       const comm::SegmentTraffic w0 = comm::segment_traffic("barrier");

@@ -5,7 +5,7 @@
 //    matrix) and to flat two_step on the same inputs, at 2x2, 2x3, 3x2,
 //    2x4 and 4x2, every float type, several ops, uneven and multi-chunk;
 //  * per rank, bytes read, written and read across nodes equal
-//    plan::shm_allreduce_bytes' closed forms, two_level's cross-node bytes
+//    policy::shm_allreduce_bytes' closed forms, two_level's cross-node bytes
 //    below flat two_step's at the same grouping;
 //  * groupings that do not split the ranks run the flat algorithms (ranks
 //    with different LOCKSTEP_SHM_NODES: ShmDecision.RanksWithDifferentKnobs*;
@@ -22,7 +22,7 @@
 
 #include "lockstep/comm/half.h"
 #include "lockstep/comm/traffic.h"
-#include "lockstep/plan/shm_algorithm.h"
+#include "lockstep/policy/shm_algorithm.h"
 #include "support/collective_matrix.h"
 #include "support/multiproc.h"
 
@@ -151,9 +151,9 @@ INSTANTIATE_TEST_SUITE_P(Groupings, TwoLevel,
 // floats, against the closed form for this rank's node: exactly when the
 // shares split evenly, else summed over ranks (shares differ by a line).
 // Returns this rank's cross-node bytes.
-uint64_t expect_traffic(Communicator& c, plan::ShmAlgorithm algorithm, int nodes, size_t count,
+uint64_t expect_traffic(Communicator& c, policy::ShmAlgorithm algorithm, int nodes, size_t count,
                         bool even) {
-  const char* name = plan::algorithm_name(algorithm);
+  const char* name = policy::algorithm_name(algorithm);
   std::vector<float> in(count, 1.0f), out(count);
   const comm::SegmentTraffic before = comm::segment_traffic(name);
   c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
@@ -161,8 +161,8 @@ uint64_t expect_traffic(Communicator& c, plan::ShmAlgorithm algorithm, int nodes
   EXPECT_EQ(d.calls, 1u) << name;
   EXPECT_EQ(out[count - 1], float(c.size()));
   const int n = c.size(), node = c.rank() / (n / nodes);
-  const plan::SegmentBytes want =
-      plan::shm_allreduce_bytes(algorithm, n, 4.0 * double(count), true, nodes, node);
+  const policy::SegmentBytes want =
+      policy::shm_allreduce_bytes(algorithm, n, 4.0 * double(count), true, nodes, node);
   const std::string what = fmt::format("{} count {} rank {}", name, count, c.rank());
   if (even) {
     EXPECT_EQ(double(d.read_bytes), want.read) << what;
@@ -185,9 +185,9 @@ class TwoLevelTraffic : public ::testing::TestWithParam<Grouping> {};
 TEST_P(TwoLevelTraffic, ClosedFormsAndLessAcrossNodesThanFlat) {
   auto [np, nodes] = GetParam();
   std::vector<uint64_t> cross[2];
-  for (plan::ShmAlgorithm a : {plan::ShmAlgorithm::kTwoStep, plan::ShmAlgorithm::kTwoLevel}) {
+  for (policy::ShmAlgorithm a : {policy::ShmAlgorithm::kTwoStep, policy::ShmAlgorithm::kTwoLevel}) {
     MultiProcOptions options = two_level_options(nodes);
-    options.env["LOCKSTEP_SHM_ALGORITHM"] = plan::algorithm_name(a);
+    options.env["LOCKSTEP_SHM_ALGORITHM"] = policy::algorithm_name(a);
     options.env["LOCKSTEP_SHM_CHUNK_BYTES"] = "64KiB";
     expect_all_ok(run_workers(np, [a, nodes](Communicator& c) {
       // One cache line per share under either split; then 3 chunks whose
@@ -197,11 +197,11 @@ TEST_P(TwoLevelTraffic, ClosedFormsAndLessAcrossNodesThanFlat) {
       // This rank's cross-node bytes against flat two_step's closed form at
       // the same grouping (which the two_step pass checks its counters by).
       const int n = c.size(), L = n / nodes;
-      const double flat = plan::shm_allreduce_bytes(plan::ShmAlgorithm::kTwoStep, n,
+      const double flat = policy::shm_allreduce_bytes(policy::ShmAlgorithm::kTwoStep, n,
                                                     64.0 * n, true, nodes, c.rank() / L)
                               .cross_node_read;
       EXPECT_EQ(flat, 2.0 * 64 * (n - L));  // 2B(n-L)/n of B = 64n bytes
-      if (a == plan::ShmAlgorithm::kTwoLevel) {
+      if (a == policy::ShmAlgorithm::kTwoLevel) {
         EXPECT_LT(double(cross), flat) << "rank " << c.rank();
         EXPECT_GT(cross, 0u);
       }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Fails when a layer includes a layer above it, or another layer's private
 # headers (docs/architecture.md):
-#   base < rendezvous < comm < engine < torch < parallel;  optim, data stand on base
-#   (and LibTorch); summary on base + data; launcher on base + rendezvous; plan (the planner's
-#   model) on base alone; tools/examples on top.
+#   base < policy < rendezvous < comm < engine < torch < parallel;  optim, data stand on base
+#   (and LibTorch); summary on base + data; launcher on base + rendezvous; policy (the
+#   decisions runtime and planner share) on base alone; plan (the planner's model) on base
+#   and policy, above the runtime: only torch's step profiler uses it (its profile format);
+#   tools/examples on top.
 set -u
 root=$1
 status=0
@@ -25,15 +27,16 @@ check() {  # check <layer> <forbidden lockstep layers...> [-- notorch]
     echo "layer '$layer' must not depend on LibTorch"; status=1
   fi
 }
-check base rendezvous comm engine launcher torch parallel optim data notorch
+check base policy plan rendezvous comm engine launcher torch parallel optim data notorch
+check policy plan rendezvous comm engine launcher torch parallel optim data summary notorch
 check plan rendezvous comm engine launcher torch parallel optim data notorch
-check rendezvous comm engine launcher torch parallel optim data notorch
-check comm engine launcher torch parallel optim data notorch
-check engine launcher torch parallel optim data notorch
-check launcher engine torch parallel optim data notorch
-check optim comm engine launcher torch parallel data
-check data comm engine launcher torch parallel optim summary
-check summary comm engine launcher torch parallel optim notorch
+check rendezvous plan comm engine launcher torch parallel optim data notorch
+check comm plan engine launcher torch parallel optim data notorch
+check engine plan launcher torch parallel optim data notorch
+check launcher plan engine torch parallel optim data notorch
+check optim plan comm engine launcher torch parallel data
+check data plan comm engine launcher torch parallel optim summary
+check summary plan comm engine launcher torch parallel optim notorch
 check torch launcher parallel
 check parallel launcher
 

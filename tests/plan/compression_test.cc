@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include "lockstep/base/error.h"
-#include "lockstep/plan/compression.h"
+#include "lockstep/policy/compression.h"
 #include "lockstep/plan/simulator.h"
 #include "plan/test_models.h"
 
 namespace lockstep::plan {
 namespace {
+
+using namespace lockstep::policy;  // the decisions under test
 
 TEST(PlanCompression, ParsesTheNamesAndRefusesOthers) {
   EXPECT_EQ(parse_compression("none").kind, CompressionKind::kNone);

@@ -4,6 +4,8 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/plan/cost.h"
+#include "lockstep/policy/hierarchical.h"
+#include "lockstep/policy/policies.h"
 
 namespace lockstep::plan {
 namespace {
@@ -179,6 +181,38 @@ TEST(PlanCost, MissingTransportIsAnErrorNamingTheFix) {
     EXPECT_NE(std::string(e.what()).find("lockstep bench fit --backend gloo"), std::string::npos)
         << e.what();
   }
+}
+
+// The hierarchical rule the transport and the planner share
+// (lockstep/policy/hierarchical.h): auto needs peers on both stages, 1 either.
+TEST(PlanCost, HierarchicalPathFollowsTheTransportsRule) {
+  using policy::HierarchicalMode;
+  EXPECT_TRUE(policy::hierarchical_taken(HierarchicalMode::kAuto, 2, 2));
+  EXPECT_FALSE(policy::hierarchical_taken(HierarchicalMode::kAuto, 2, 1));
+  EXPECT_FALSE(policy::hierarchical_taken(HierarchicalMode::kAuto, 1, 4));
+  EXPECT_TRUE(policy::hierarchical_taken(HierarchicalMode::kOn, 2, 1));
+  EXPECT_FALSE(policy::hierarchical_taken(HierarchicalMode::kOff, 4, 4));
+  EXPECT_EQ((Topology{.nodes = 2, .ranks_per_node = 2}).backend(), "hierarchical-gloo");
+  EXPECT_EQ((Topology{.nodes = 2, .ranks_per_node = 1}).backend(), "gloo");
+  EXPECT_EQ((Topology{.nodes = 2, .ranks_per_node = 1, .cross = "gloo", .hierarchical = "on"}).backend(),
+            "hierarchical-gloo");  // the runtime's spelling, which the planner refused as off
+  EXPECT_EQ((Topology{.nodes = 2, .ranks_per_node = 4, .cross = "mpi", .hierarchical = "0"}).backend(),
+            "mpi");
+  EXPECT_THROW((Topology{.nodes = 2, .ranks_per_node = 2, .cross = "gloo", .hierarchical = "yes"}).backend(),
+               InvalidArgument);
+  EXPECT_TRUE(policy::hierarchical_goes_flat(3, 4, false));   // fewer elements than local ranks
+  EXPECT_FALSE(policy::hierarchical_goes_flat(4, 4, false));
+  EXPECT_TRUE(policy::hierarchical_goes_flat(1 << 20, 4, true));  // integer average
+}
+
+// The header the engine lays out (Note [Negotiation]): 3 + 4 per rank + 1
+// per cached name; and the busBw convention for allreduce bytes.
+TEST(PlanCost, NegotiationHeaderAndAllreduceWireBytes) {
+  EXPECT_EQ(policy::negotiation_header_fields(1, 0), 7);
+  EXPECT_EQ(policy::negotiation_header_fields(4096, 10), 3 + 4 * 4096 + 10);
+  EXPECT_EQ(policy::allreduce_wire_bytes(1000, 1), 0);
+  EXPECT_EQ(policy::allreduce_wire_bytes(1000, 2), 1000);
+  EXPECT_EQ(policy::allreduce_wire_bytes(1000, 4), 1500);
 }
 
 }  // namespace

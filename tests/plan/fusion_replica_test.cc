@@ -1,4 +1,4 @@
-// The engine and the planner run one fusion rule (plan::fusion_batches);
+// The engine and the planner run one fusion rule (policy::fusion_batches);
 // this pins the engine's adapter (keys from dtype, op and scales; items that
 // cannot fuse) to the planner's direct use on random ready lists.
 #include <gtest/gtest.h>
@@ -10,6 +10,8 @@
 
 namespace lockstep::plan {
 namespace {
+
+using namespace lockstep::policy;  // the decisions under test
 
 TEST(PlanFusionReplica, EngineAndPlannerBatchAlike) {
   std::mt19937 rng(7);

@@ -11,10 +11,12 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/plan/layouts.h"
-#include "lockstep/plan/policies.h"
+#include "lockstep/policy/policies.h"
 
 namespace lockstep::plan {
 namespace {
+
+using namespace lockstep::policy;  // the decisions under test
 
 // One worker at 1 thread alone: every step 100 ms (30 forward, 60 backward,
 // 10 optimizer), 64 samples; one 1 KiB gradient ready `ready_ms` into

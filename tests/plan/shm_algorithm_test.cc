@@ -4,10 +4,12 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/plan/cost.h"
-#include "lockstep/plan/shm_algorithm.h"
+#include "lockstep/policy/shm_algorithm.h"
 
 namespace lockstep::plan {
 namespace {
+
+using namespace lockstep::policy;  // the decisions under test
 
 constexpr int64_t KiB = 1024, MiB = 1024 * 1024;
 

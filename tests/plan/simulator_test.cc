@@ -13,6 +13,9 @@
 namespace lockstep::plan {
 namespace {
 
+using policy::FusionItem;  // the rule the simulator shares with the engine
+using policy::fusion_batches;
+
 using testing::make_network;
 using testing::make_profile;
 
@@ -224,15 +227,17 @@ TEST(PlanSimulator, FusionPacksLikeTheEngine) {
 }
 
 TEST(PlanSimulator, OneCycleCostsTheHeaderAllreduceOfEveryRank) {
-  // Overlap off: one cycle, whose int32 header has 3 + 3 per rank + 1 per
-  // cached name fields (negotiator.cc), then one fused batch of both tensors.
+  // Overlap off: one cycle, whose int32 header has 3 + 4 per rank (blob
+  // length, joined, shutdown, blocked) + 1 per cached name fields, as
+  // negotiator.cc lays it out (the planner counted 3 per rank before
+  // policy::negotiation_header_fields), then one fused batch of both tensors.
   Profile p = make_profile(2, 4);
   NetworkModel m = make_network();
   Scenario s = scenario(1024, 4, "off");
   StepPrediction r = simulate(p, m, s);
   EXPECT_EQ(r.cycles, 1);
   EXPECT_EQ(r.collectives, 1);
-  const double header = 4.0 * (3 + 3 * 4096 + 2);
+  const double header = 4.0 * (3 + 4 * 4096 + 2);
   const double copies = (2 * 8 + 8) * m.host->copy_s_per_byte;  // in, out, 1/size pass
   const double want = m.host->cycle_overhead_s + allreduce_cost(m, s.topology, header, 4).cost.total() +
                       copies + allreduce_cost(m, s.topology, 8, 4).cost.total();

@@ -6,7 +6,7 @@
 // no gradient in the warm-up stay put after it, and elements with a tiny
 // one step no further than Adam's bound (Note [1-bit step bound]); the
 // bytes handed to the communicator per step are the closed form's
-// (lockstep/plan/compression.h), against 4L for the uncompressed steps, and
+// (lockstep/policy/compression.h), against 4L for the uncompressed steps, and
 // so are 1-bit LAMB's (onebit_lamb.h; its own tests in onebit_lamb_test.cc);
 // the planner's bytes for the same model equal the runtime's traffic
 // counters for none, PowerSGD, 1-bit, 1-bit Adam and 1-bit LAMB; bad
@@ -18,7 +18,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/comm/traffic.h"
 #include "lockstep/optim/lamb.h"
-#include "lockstep/plan/compression.h"
+#include "lockstep/policy/compression.h"
 #include "lockstep/torch/distributed_optimizer.h"
 #include "torch/helpers.h"
 #include "torch/onebit_warmup.h"
@@ -151,7 +151,7 @@ void check_planner_bytes_are_measured_bytes() {
   for (const std::string c : {"none", "powersgd:4", "onebit", "onebit-adam", "onebit-lamb"}) {
     const comm::Traffic m = step_traffic(c, 3);
     int64_t payload = 0, wire = 0;
-    for (const auto& k : plan::compressed_step(plan::parse_compression(c), wide_shapes(), 2)) {
+    for (const auto& k : policy::compressed_step(policy::parse_compression(c), wide_shapes(), 2)) {
       payload += k.payload_bytes;
       wire += k.wire_bytes;
     }
@@ -175,7 +175,7 @@ void check_planner_bytes_are_measured_bytes() {
         << c;
     const comm::Traffic frozen = step_traffic(c, 3);
     const double factor = 4.0 * static_cast<double>(values) /
-                          static_cast<double>(plan::onebit_payload_bytes(values, 2));
+                          static_cast<double>(policy::onebit_payload_bytes(values, 2));
     EXPECT_NEAR(static_cast<double>(warm.payload_bytes) / static_cast<double>(frozen.payload_bytes),
                 factor, 0.02 * factor) << c;
   }

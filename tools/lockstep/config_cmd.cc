@@ -11,7 +11,7 @@
 
 #include "lockstep/base/knobs.h"
 #include "lockstep/comm/transports.h"
-#include "lockstep/plan/shm_algorithm.h"
+#include "lockstep/policy/shm_algorithm.h"
 #include "tools/lockstep/commands.h"
 
 namespace lockstep::cli {
@@ -25,9 +25,9 @@ std::string built_backends() {
 }
 
 // The shm allreduce algorithm per size for `ranks` ranks, as the transport
-// would run it under the current knobs (plan::shm_allreduce_choice).
+// would run it under the current knobs (policy::shm_allreduce_choice).
 void print_shm_algorithms(const std::vector<int>& ranks, bool json) {
-  const plan::ShmPolicy policy = plan::ShmPolicy::from_knobs();
+  const policy::ShmPolicy policy = policy::ShmPolicy::from_knobs();
   const std::vector<int64_t> sizes = {64,        1 << 10,   4 << 10,  16 << 10, 64 << 10,
                                       256 << 10, 1 << 20,   4 << 20,  64 << 20};
   if (!json) {
@@ -41,7 +41,7 @@ void print_shm_algorithms(const std::vector<int>& ranks, bool json) {
   for (int n : ranks) {
     if (!json) fmt::print("{:>6}", n);
     for (int64_t b : sizes) {
-      std::string name = plan::shm_allreduce_choice(policy, n, b, 4).name();
+      std::string name = policy::shm_allreduce_choice(policy, n, b, 4).name();
       if (json)
         fmt::print("{}\n", nlohmann::json{{"shm_allreduce", name}, {"ranks", n}, {"bytes", b}}.dump());
       else

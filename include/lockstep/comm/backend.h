@@ -56,7 +56,7 @@ class Backend {
   virtual DeviceMemory* device_memory() { return nullptr; }
   // The algorithm an allreduce (`root_only`: a reduce) of `bytes` in
   // elements of `elem_bytes` runs here, as timelines and benchmarks name it
-  // (shm: plan::ShmChoice::name()); "" where the transport does not say.
+  // (shm: policy::ShmChoice::name()); "" where the transport does not say.
   // Thread-safe.
   virtual std::string allreduce_algorithm(size_t bytes, size_t elem_bytes, bool root_only) const {
     (void)bytes, (void)elem_bytes, (void)root_only;

@@ -53,7 +53,7 @@ uint64_t alltoallv(std::span<const size_t> send_bytes, int rank);
 // "two_level" (allreduce and reduce, plan/shm_algorithm.h), "broadcast",
 // "barrier"; cross_node_read_bytes is the part of read_bytes staged by ranks
 // of another node group (LOCKSTEP_SHM_NODES; 0 without groups). The closed forms
-// are plan::shm_allreduce_bytes and plan::shm_broadcast_bytes; tests compare
+// are policy::shm_allreduce_bytes and policy::shm_broadcast_bytes; tests compare
 // the two. Throws InvalidArgument for another name.
 struct SegmentTraffic {
   uint64_t calls = 0;

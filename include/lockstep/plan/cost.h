@@ -58,7 +58,7 @@ Coefficients recursive_doubling(int n, double bytes);
 Cost apply(const Coefficients& k, const AlphaBeta& ab, double gamma_s_per_byte);
 
 // The algorithm `transport` runs for one allreduce of `bytes` among n ranks
-// (shm: plan::shm_allreduce_choice with the model's knobs; gloo: always ring; mpi:
+// (shm: policy::shm_allreduce_choice with the model's knobs; gloo: always ring; mpi:
 // recursive doubling below 10,000 bytes, else ring; nccl: ring).
 std::string algorithm_for(const NetworkModel& model, std::string_view transport, int n,
                           double bytes);

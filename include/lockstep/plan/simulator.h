@@ -40,7 +40,7 @@
 
 #include "lockstep/plan/cost.h"
 #include "lockstep/plan/network.h"
-#include "lockstep/plan/policies.h"
+#include "lockstep/policy/policies.h"
 #include "lockstep/plan/profile.h"
 
 namespace lockstep::plan {

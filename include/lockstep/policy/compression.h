@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace lockstep::plan {
+namespace lockstep::policy {
 
 enum class CompressionKind {
   kNone,
@@ -92,4 +92,4 @@ double compression_pass_bytes(const CompressionSpec& spec,
 
 inline constexpr double kPowerSGDMinCompressionRate = 2.0;  // PowerSGDOptions' default
 
-}  // namespace lockstep::plan
+}  // namespace lockstep::policy

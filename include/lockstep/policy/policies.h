@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace lockstep::plan {
+namespace lockstep::policy {
 
 // Tensor fusion: items of the same key are packed, in ready order, into
 // batches of at most `threshold` bytes. An item larger than threshold /
@@ -49,4 +49,23 @@ inline bool overlap_pays(bool one_host, int worker_cpus, int intra_op_threads) {
   return !one_host || worker_cpus > intra_op_threads;
 }
 
-}  // namespace lockstep::plan
+// The engine's negotiation header, summed by one int32 allreduce per cycle
+// (Note [Negotiation] in src/engine/negotiator.cc): 3 coordinator fields
+// (fusion threshold, stall action, autotune), 4 per rank (blob length,
+// joined, shutdown, blocked) and one per response-cache slot. The engine
+// lays its fields out by these counts; the planner prices that allreduce.
+inline constexpr int64_t kNegotiationFixedFields = 3;
+inline constexpr int64_t kNegotiationFieldsPerRank = 4;
+inline constexpr int64_t negotiation_header_fields(int64_t ranks, int64_t cache_slots) {
+  return kNegotiationFixedFields + kNegotiationFieldsPerRank * ranks + cache_slots;
+}
+
+// What one rank sends in a bandwidth-optimal allreduce of `bytes` over
+// `ranks` ranks, 2B(n-1)/n (ring reduce-scatter + allgather; nccl-tests'
+// busBw convention, Note [Wire bytes] in src/comm/traffic.cc). The traffic
+// counters, the compressed steps' closed forms and the planner count it so.
+inline constexpr int64_t allreduce_wire_bytes(int64_t bytes, int ranks) {
+  return ranks <= 1 ? 0 : 2 * bytes * (ranks - 1) / ranks;
+}
+
+}  // namespace lockstep::policy

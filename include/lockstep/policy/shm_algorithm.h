@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <string>
 
-namespace lockstep::plan {
+namespace lockstep::policy {
 
 enum class ShmAlgorithm : uint8_t { kOneStep = 1, kTwoStep = 2, kTwoLevel = 3 };
 enum class ShmSync : uint8_t { kLinear = 1, kDissemination = 2 };
@@ -109,4 +109,4 @@ SegmentBytes shm_allreduce_bytes(ShmAlgorithm algorithm, int ranks, double bytes
                                  bool receives = true, int nodes = 1, int node = 0);
 SegmentBytes shm_broadcast_bytes(int ranks, bool root, double bytes);
 
-}  // namespace lockstep::plan
+}  // namespace lockstep::policy

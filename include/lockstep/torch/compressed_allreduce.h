@@ -12,7 +12,7 @@
 //
 // So a call sends 2(N−1) · (L/(8N) + 4) bytes per rank, where an fp32
 // allreduce sends 2(N−1)/N · 4L: about 32x less. The byte counts are
-// lockstep/plan/compression.h's (shared with the planner). On the wire a
+// lockstep/policy/compression.h's (shared with the planner). On the wire a
 // chunk is its signs packed 8 to a byte (pack_signs) followed by its f32
 // scale.
 //

@@ -123,7 +123,7 @@ struct DistributedOptimizerOptions {
 
 // Sets options.compression (and PowerSGD's rank) from a `--compression`
 // name: none, fp16, bf16, powersgd:R, onebit, onebit-adam or onebit-lamb (the
-// planner's names, lockstep/plan/compression.h). Throws InvalidArgument naming
+// planner's names, lockstep/policy/compression.h). Throws InvalidArgument naming
 // the text.
 void set_compression(DistributedOptimizerOptions& options, std::string_view name);
 

@@ -19,6 +19,7 @@
 #include "lockstep/base/error.h"
 #include "lockstep/base/host.h"
 #include "lockstep/base/log.h"
+#include "lockstep/policy/hierarchical.h"
 
 namespace lockstep::comm::hierarchical {
 namespace {
@@ -121,7 +122,9 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
     }
     layout = *derived;
   }
-  if (only_if_useful && (layout.local_size == 1 || layout.cross_size == 1)) return flat;
+  if (only_if_useful &&
+      !policy::hierarchical_taken(policy::HierarchicalMode::kAuto, layout.cross_size, layout.local_size))
+    return flat;
   std::string job = shared_job_id(*flat, world);
   WorldInfo host;
   host.rank = host.local_rank = layout.local_rank;
@@ -190,7 +193,8 @@ void HierarchicalBackend::allreduce(const void* send, void* recv, size_t count, 
                                     ReduceOp op) {
   size_t hosts_ranks = static_cast<size_t>(local_->size());
   bool int_average = op == ReduceOp::kAverage && !is_floating(dtype);
-  if (count < hosts_ranks || int_average) return flat_->allreduce(send, recv, count, dtype, op);
+  if (policy::hierarchical_goes_flat(count, local_->size(), int_average))
+    return flat_->allreduce(send, recv, count, dtype, op);
   size_t es = dtype_size(dtype);
   size_t block = (count + hosts_ranks - 1) / hosts_ranks;
   bool exact = block * hosts_ranks == count;

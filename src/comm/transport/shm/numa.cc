@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/base/cpu_topology.h"
-#include "lockstep/plan/shm_algorithm.h"
+#include "lockstep/policy/shm_algorithm.h"
 
 namespace lockstep::comm::shm {
 
@@ -62,9 +62,9 @@ int groups_from_nodes(std::span<const int> nodes, std::string* why) {
   }
   const bool equal = std::all_of(runs.begin(), runs.end(), [&](size_t n) { return n == runs[0]; });
   // Which group counts two_level can run is the planner's rule, asked once.
-  plan::ShmPolicy found;
+  policy::ShmPolicy found;
   found.nodes = static_cast<int>(runs.size());
-  if (!equal || plan::shm_node_groups(found, static_cast<int>(nodes.size())) == 1) {
+  if (!equal || policy::shm_node_groups(found, static_cast<int>(nodes.size())) == 1) {
     *why = fmt::format("the {} nodes do not hold equal numbers (at least 2) of ranks", runs.size());
     return 1;
   }

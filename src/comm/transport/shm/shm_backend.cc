@@ -20,7 +20,7 @@ namespace {
 
 ShmTuning tuning_from_knobs() {
   ShmTuning tuning;
-  tuning.policy = plan::ShmPolicy::from_knobs();
+  tuning.policy = policy::ShmPolicy::from_knobs();
   tuning.legacy = tuning.policy.algorithm == "legacy";
   tuning.stream_bytes =
       parse_bytes(knob_string("LOCKSTEP_SHM_STREAM_BYTES"), "LOCKSTEP_SHM_STREAM_BYTES");
@@ -31,7 +31,7 @@ ShmTuning tuning_from_knobs() {
 }
 
 // What every rank must agree on for the algorithms to match (FNV-1a).
-uint64_t policy_fingerprint(const plan::ShmPolicy& p) {
+uint64_t policy_fingerprint(const policy::ShmPolicy& p) {
   std::string text = fmt::format("{}|{}|{}|{}|{}|{}", p.algorithm, p.sync, p.small_bytes,
                                  p.chunk_bytes, p.host_cores, p.nodes);
   uint64_t h = 1469598103934665603ull;
@@ -56,11 +56,11 @@ std::string path_mismatch_message(const std::vector<kit::OpDesc>& all) {
 
 // LOCKSTEP_SHM_NODES for this communicator, once every rank has published
 // its node: auto becomes the groups the ranks' nodes form (numa.h), a number
-// that does not split the ranks becomes 1 (plan::shm_node_groups), either
+// that does not split the ranks becomes 1 (policy::shm_node_groups), either
 // with a debug line saying why the flat algorithms run.
-int resolve_nodes(const plan::ShmPolicy& policy, Segment& segment, int size) {
+int resolve_nodes(const policy::ShmPolicy& policy, Segment& segment, int size) {
   std::string why;
-  int groups = plan::shm_node_groups(policy, size);
+  int groups = policy::shm_node_groups(policy, size);
   if (policy.nodes == 0) {
     std::vector<int> nodes(size);
     for (int r = 0; r < size; ++r) nodes[r] = segment.rank_line(r).node;
@@ -109,8 +109,8 @@ ShmBackend::ShmBackend(const WorldInfo& world, std::unique_ptr<Segment> segment,
     : rank_(world.rank), size_(world.size), segment_(std::move(segment)),
       waiter_(segment_ ? std::optional<Waiter>(std::in_place, *segment_, rank_, size_, policy)
                        : std::nullopt),
-      inputs_(world.size), tuning_(tuning), sync_(plan::shm_sync_for(tuning.policy, size_)),
-      groups_(plan::shm_node_groups(tuning.policy, size_)), local_(size_ / groups_) {}
+      inputs_(world.size), tuning_(tuning), sync_(policy::shm_sync_for(tuning.policy, size_)),
+      groups_(policy::shm_node_groups(tuning.policy, size_)), local_(size_ / groups_) {}
 
 ShmBackend::~ShmBackend() {
   if (segment_) segment_->rank_line(rank_).state.store(kLeft);
@@ -159,7 +159,7 @@ void ShmBackend::wait_all() {
 // Note [Dissemination steps]
 // A linear step polls every peer's step counter: n-1 cache lines, each
 // written by another core, per step. From 5 ranks on, each with a core of
-// its own (plan::shm_sync_for), a step is a dissemination barrier over the
+// its own (policy::shm_sync_for), a step is a dissemination barrier over the
 // same counters instead: in round k a rank publishes its next count and
 // waits for rank - 2^k to reach it, so after ceil(log2 n) rounds it has
 // heard, through a chain of release/acquire pairs, from every rank, and
@@ -169,7 +169,7 @@ void ShmBackend::wait_all() {
 // stuck behind a slow peer waits on its partner, which waits on the slow
 // one: timeouts and warnings name the rank furthest behind (Waiter::behind).
 void ShmBackend::step() {
-  if (sync_ == plan::ShmSync::kLinear) {
+  if (sync_ == policy::ShmSync::kLinear) {
     arrive();
     wait_all();
     return;

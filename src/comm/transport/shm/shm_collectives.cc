@@ -24,8 +24,8 @@ void ShmBackend::allreduce(const void* send, void* recv, size_t count, DataType 
                            ReduceOp op) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
   size_t bytes = count * dtype_size(dtype);
-  const plan::ShmChoice choice = choose(bytes, dtype_size(dtype));
-  bool cma = choice.algorithm == plan::ShmAlgorithm::kTwoStep && wants_cma(bytes, -1);
+  const policy::ShmChoice choice = choose(bytes, dtype_size(dtype));
+  bool cma = choice.algorithm == policy::ShmAlgorithm::kTwoStep && wants_cma(bytes, -1);
   kit::OpDesc desc = kit::make_desc(kit::OpKind::kAllreduce, dtype, -1, count, op);
   // The path is part of the descriptor, so ranks configured differently
   // (LOCKSTEP_SHM_CMA*) fail the first step together instead of each
@@ -39,7 +39,7 @@ void ShmBackend::allreduce(const void* send, void* recv, size_t count, DataType 
 void ShmBackend::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                         int root) {
   if (size_ == 1) return copy_bytes(recv, send, count * dtype_size(dtype));
-  const plan::ShmChoice choice = for_reduce(choose(count * dtype_size(dtype), dtype_size(dtype)));
+  const policy::ShmChoice choice = for_reduce(choose(count * dtype_size(dtype), dtype_size(dtype)));
   begin(kit::make_desc(kit::OpKind::kReduce, dtype, root, count, op));
   allreduce_any(choice, send, recv, count, dtype, op, root);
 }
@@ -47,9 +47,9 @@ void ShmBackend::reduce(const void* send, void* recv, size_t count, DataType dty
 // The decision is a pure function of its arguments; the last one is kept,
 // since training and benchmarks repeat sizes and the latency path is a few
 // microseconds.
-plan::ShmChoice ShmBackend::choose(size_t bytes, size_t elem_bytes) {
+policy::ShmChoice ShmBackend::choose(size_t bytes, size_t elem_bytes) {
   if (bytes != chosen_for_[0] || elem_bytes != chosen_for_[1]) {
-    chosen_ = plan::shm_allreduce_choice(tuning_.policy, size_, static_cast<int64_t>(bytes),
+    chosen_ = policy::shm_allreduce_choice(tuning_.policy, size_, static_cast<int64_t>(bytes),
                                          static_cast<int>(elem_bytes));
     chosen_for_[0] = bytes;
     chosen_for_[1] = elem_bytes;
@@ -59,34 +59,34 @@ plan::ShmChoice ShmBackend::choose(size_t bytes, size_t elem_bytes) {
 
 // Two-level allreduces only (Note [Two-level allreduce]): a reduce moves
 // the same bytes through two_step.
-plan::ShmChoice ShmBackend::for_reduce(plan::ShmChoice choice) {
-  if (choice.algorithm == plan::ShmAlgorithm::kTwoLevel)
-    choice.algorithm = plan::ShmAlgorithm::kTwoStep;
+policy::ShmChoice ShmBackend::for_reduce(policy::ShmChoice choice) {
+  if (choice.algorithm == policy::ShmAlgorithm::kTwoLevel)
+    choice.algorithm = policy::ShmAlgorithm::kTwoStep;
   return choice;
 }
 
 std::string ShmBackend::allreduce_algorithm(size_t bytes, size_t elem_bytes,
                                             bool root_only) const {
   if (size_ < 2) return {};
-  const plan::ShmChoice c = plan::shm_allreduce_choice(
+  const policy::ShmChoice c = policy::shm_allreduce_choice(
       tuning_.policy, size_, static_cast<int64_t>(bytes), static_cast<int>(elem_bytes));
   return (root_only ? for_reduce(c) : c).name();
 }
 
-// After begin(): runs the algorithm plan::shm_allreduce_choice picked
+// After begin(): runs the algorithm policy::shm_allreduce_choice picked
 // (Note [One decision]) and books its segment traffic under its name.
-void ShmBackend::allreduce_any(const plan::ShmChoice& choice, const void* send, void* recv,
+void ShmBackend::allreduce_any(const policy::ShmChoice& choice, const void* send, void* recv,
                                size_t count, DataType dtype, ReduceOp op, int root) {
-  if (choice.algorithm == plan::ShmAlgorithm::kOneStep)
+  if (choice.algorithm == policy::ShmAlgorithm::kOneStep)
     allreduce_small(send, recv, count, dtype, op, root);
-  else if (choice.algorithm == plan::ShmAlgorithm::kTwoLevel)
+  else if (choice.algorithm == policy::ShmAlgorithm::kTwoLevel)
     allreduce_two_level(send, recv, count, dtype, op, static_cast<size_t>(choice.chunk_bytes));
   else if (!choice.pipelined)
     allreduce_large(send, recv, count, dtype, op, root, static_cast<size_t>(choice.chunk_bytes));
   else
     allreduce_pipelined(send, recv, count, dtype, op, root,
                         static_cast<size_t>(choice.chunk_bytes));
-  flush_traffic(plan::algorithm_name(choice.algorithm));
+  flush_traffic(policy::algorithm_name(choice.algorithm));
 }
 
 // One step: everyone publishes the whole message, everyone reduces it all.

@@ -13,14 +13,14 @@
 #include "comm/transport/shm/sync.h"
 #include "lockstep/comm/backend.h"
 #include "lockstep/comm/world.h"
-#include "lockstep/plan/shm_algorithm.h"
+#include "lockstep/policy/shm_algorithm.h"
 
 namespace lockstep::comm::shm {
 
 // Knobs that pick algorithms (LOCKSTEP_SHM_*; docs/shm.md). Which algorithm
-// runs is plan::shm_allreduce_choice's answer (Note [One decision]).
+// runs is policy::shm_allreduce_choice's answer (Note [One decision]).
 struct ShmTuning {
-  plan::ShmPolicy policy;
+  policy::ShmPolicy policy;
   bool legacy = false;       // policy.algorithm == "legacy", read per call
   size_t stream_bytes = 0;   // allreduce: non-temporal result stores at or above
   size_t cma_bytes = 0;      // allreduce of 2 ranks: single-copy path at or above
@@ -144,12 +144,12 @@ class ShmBackend final : public Backend {
   std::byte* slot(int r, int buffer) { return segment_->slot(r, buffer); }
 
   // Algorithms (shm_collectives.cc).
-  // plan::shm_allreduce_choice for this communicator, remembered for the
+  // policy::shm_allreduce_choice for this communicator, remembered for the
   // last (bytes, element size).
-  plan::ShmChoice choose(size_t bytes, size_t elem_bytes);
+  policy::ShmChoice choose(size_t bytes, size_t elem_bytes);
   // A reduce's: two_step where the allreduce would run two_level.
-  static plan::ShmChoice for_reduce(plan::ShmChoice choice);
-  void allreduce_any(const plan::ShmChoice& choice, const void* send, void* recv, size_t count,
+  static policy::ShmChoice for_reduce(policy::ShmChoice choice);
+  void allreduce_any(const policy::ShmChoice& choice, const void* send, void* recv, size_t count,
                      DataType dtype, ReduceOp op, int root);
   void allreduce_small(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                        int root);
@@ -187,10 +187,10 @@ class ShmBackend final : public Backend {
   std::optional<Waiter> waiter_;  // absent when size() == 1
   std::vector<const void*> inputs_;  // reduction operands, reused across calls
   ShmTuning tuning_;
-  plan::ShmSync sync_ = plan::ShmSync::kLinear;
-  plan::ShmChoice chosen_;
+  policy::ShmSync sync_ = policy::ShmSync::kLinear;
+  policy::ShmChoice chosen_;
   size_t chosen_for_[2] = {SIZE_MAX, 0};  // bytes, element size of chosen_
-  // Node groups of this communicator (plan::shm_node_groups of the policy
+  // Node groups of this communicator (policy::shm_node_groups of the policy
   // whose nodes make_backend resolved) and ranks per group: 1 and size_
   // when the ranks form none.
   int groups_ = 1;
