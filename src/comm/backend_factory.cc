@@ -46,8 +46,7 @@ std::string resolve_backend(std::string_view requested, const WorldInfo& world) 
   return std::string(find_or_throw(requested).name);
 }
 
-bool use_hierarchical(const WorldInfo& world) {
-  const policy::HierarchicalMode mode = policy::parse_hierarchical(knob_string("LOCKSTEP_HIERARCHICAL"));
+bool use_hierarchical(policy::HierarchicalMode mode, const WorldInfo& world) {
   // Ranks may disagree on their layout (uneven hosts: under mpirun each
   // derives the host count from its own host's size), so auto always takes
   // the hierarchical path, which allgathers the layout and asks
@@ -61,11 +60,10 @@ std::unique_ptr<Backend> make_backend(std::string_view requested, const WorldInf
                                       const std::string& tag) {
   const Transport& t =
       requested == "auto" ? choose_auto(world) : find_or_throw(requested);
-  if (t.cross_host() && world.size > 1 && use_hierarchical(world))
-    return hierarchical::make_backend(
-        world, tag, t,
-        policy::parse_hierarchical(knob_string("LOCKSTEP_HIERARCHICAL")) ==
-            policy::HierarchicalMode::kAuto);
+  if (!t.cross_host() || world.size <= 1) return t.make(world, tag);
+  const policy::HierarchicalMode mode = policy::parse_hierarchical(knob_string("LOCKSTEP_HIERARCHICAL"));
+  if (use_hierarchical(mode, world))
+    return hierarchical::make_backend(world, tag, t, mode == policy::HierarchicalMode::kAuto);
   return t.make(world, tag);
 }
 

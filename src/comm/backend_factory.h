@@ -21,6 +21,7 @@
 
 #include "lockstep/comm/backend.h"
 #include "lockstep/comm/world.h"
+#include "lockstep/policy/hierarchical.h"
 
 namespace lockstep::comm {
 
@@ -36,8 +37,9 @@ std::unique_ptr<Backend> make_backend(std::string_view requested, const WorldInf
 // hierarchical decision).
 std::string resolve_backend(std::string_view requested, const WorldInfo& world);
 
-// True when LOCKSTEP_HIERARCHICAL asks for the hierarchical allreduce in `world`.
-bool use_hierarchical(const WorldInfo& world);
+// True when LOCKSTEP_HIERARCHICAL's `mode` (parsed once by make_backend)
+// asks for the hierarchical allreduce in `world`.
+bool use_hierarchical(policy::HierarchicalMode mode, const WorldInfo& world);
 
 // The backend for a subset of `parent`'s ranks (ascending indices into
 // parent), as Communicator::split needs: the transport's make_subset (MPI can

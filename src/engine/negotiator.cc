@@ -15,10 +15,10 @@ namespace {
 constexpr size_t kThreshold = 0;
 constexpr size_t kStallAction = 1;
 constexpr size_t kAutotune = 2;
-constexpr size_t kFixed = 3;
-constexpr size_t kPerRank = 4;  // blob_len, joined, shutdown, blocked
-static_assert(kFixed == policy::kNegotiationFixedFields && kPerRank == policy::kNegotiationFieldsPerRank,
-              "the negotiation header's fields and policy::negotiation_header_fields must agree");
+constexpr size_t kFixed = policy::kNegotiationFixedFields;
+static_assert(kFixed == kAutotune + 1, "the coordinator fields come first");
+static_assert(policy::kNegotiationFieldsPerRank == 4,
+              "Layout has four fields per rank: blob_len, joined, shutdown, blocked");
 
 struct Layout {
   size_t n;
@@ -26,7 +26,7 @@ struct Layout {
   size_t joined(int r) const { return kFixed + n + r; }
   size_t shutdown(int r) const { return kFixed + 2 * n + r; }
   size_t blocked(int r) const { return kFixed + 3 * n + r; }
-  size_t slot(uint32_t s) const { return kFixed + kPerRank * n + s; }
+  size_t slot(uint32_t s) const { return kFixed + 4 * n + s; }
   size_t total(size_t slots) const {
     return static_cast<size_t>(policy::negotiation_header_fields(static_cast<int64_t>(n),
                                                                  static_cast<int64_t>(slots)));

@@ -237,11 +237,10 @@ std::optional<ModelParts> sliced_parts(const ::torch::nn::Module& module, const 
                                        const std::string& path) {
   auto partial = lt::partial_state_of(module);
   if (!partial) return std::nullopt;
-  if (partial->marked)
-    throw InvalidArgument(fmt::format(
-        "{} {}: module '{}' is one pipeline stage's (each rank trains only its stage's layers); "
-        "pass the Pipeline: {}", call, path, partial->name.empty() ? "(the model)" : partial->name,
-        partial->call));
+  // A marked module is refused with the torch layer's message (it names
+  // the owner's call); a mark is found before any PartialState layer.
+  if (partial->marked) lt::detail::require_whole_state(module, call, path);
+  LOCKSTEP_DCHECK(!partial->marked, "{} {}: a marked module passed require_whole_state", call, path);
   return model_parts(module);
 }
 

@@ -193,7 +193,7 @@ void HierarchicalBackend::allreduce(const void* send, void* recv, size_t count, 
                                     ReduceOp op) {
   size_t hosts_ranks = static_cast<size_t>(local_->size());
   bool int_average = op == ReduceOp::kAverage && !is_floating(dtype);
-  if (policy::hierarchical_goes_flat(count, local_->size(), int_average))
+  if (policy::hierarchical_goes_flat(count, static_cast<int>(hosts_ranks), int_average))
     return flat_->allreduce(send, recv, count, dtype, op);
   size_t es = dtype_size(dtype);
   size_t block = (count + hosts_ranks - 1) / hosts_ranks;
