@@ -3,11 +3,14 @@
 #include <cmath>
 #include <filesystem>
 
-#include "plan/json_fields.h"
+#include "lockstep/base/json_fields.h"
 
 namespace lockstep::plan {
 
-using detail::Fields;
+using lockstep::detail::Fields;
+using lockstep::detail::parse_text;
+using lockstep::detail::read_file;
+using lockstep::detail::write_file;
 using nlohmann::json;
 
 bool NetworkModel::has(std::string_view transport) const {
@@ -133,7 +136,7 @@ MeasuredPoint parse_point(const json& j, const std::string& where) {
 }  // namespace
 
 NetworkModel parse_network(std::string_view text, std::string_view source) {
-  json j = detail::parse_text(text, source);
+  json j = parse_text(text, source);
   Fields f(j, std::string(source));
   if (f.text("schema") != kNetworkSchema)
     throw InvalidArgument(fmt::format("{}: schema '{}' is not {} (a lockstep network model)",
@@ -203,11 +206,11 @@ std::string network_to_json(const NetworkModel& m) {
 }
 
 NetworkModel load_network(const std::string& path) {
-  return parse_network(detail::read_file(path, "network model"), path);
+  return parse_network(read_file(path, "network model"), path);
 }
 
 void save_network(const std::string& path, const NetworkModel& m) {
-  detail::write_file(path, network_to_json(m));
+  write_file(path, network_to_json(m));
 }
 
 NetworkModel resolve_network(const std::vector<std::string>& specs) {

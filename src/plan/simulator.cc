@@ -27,14 +27,11 @@ using policy::parse_compression;
 using policy::worker_cpus;
 
 bool overlap_for(const Scenario& s) {
-  if (s.overlap == "on") return true;
-  if (s.overlap == "off") return false;
-  if (s.overlap != "auto")
-    throw InvalidArgument(fmt::format("--overlap {}: use auto, on or off", s.overlap));
-  const bool one_host = s.topology.nodes == 1;
-  if (!one_host || s.cores_per_node <= 0) return true;
-  return overlap_pays(one_host, worker_cpus(s.cores_per_node, s.topology.ranks_per_node),
-                      s.threads_per_rank);  // torch's rule, too
+  const int cpus = s.cores_per_node > 0 ? worker_cpus(s.cores_per_node, s.topology.ranks_per_node)
+                                        : 0;  // unknown
+  return policy::choose_overlap(policy::parse_overlap(s.overlap, "--overlap"), s.topology.ranks(),
+                                s.topology.nodes == 1, cpus, s.threads_per_rank)
+      .overlap;  // torch's rule, too
 }
 
 namespace {
@@ -47,12 +44,14 @@ struct Grad {
   int key = 0;           // wire dtype
 };
 
-bool casts(const std::string& compression) { return compression == "fp16" || compression == "bf16"; }
+bool casts(const std::string& compression) {
+  return policy::casts_on_wire(parse_compression(compression).kind);
+}
 
 int wire_elem_bytes(const GradientTiming& g, const std::string& compression) {
-  const int elem = dtype_bytes(g.dtype);
-  const bool floating = g.dtype == "f32" || g.dtype == "f64";
-  return casts(compression) && floating ? 2 : elem;
+  const bool floating = g.dtype == "f16" || g.dtype == "bf16" || g.dtype == "f32" || g.dtype == "f64";
+  return policy::wire_element_bytes(parse_compression(compression).kind, dtype_bytes(g.dtype),
+                                    floating);
 }
 
 // The parameters' shapes for the compression closed forms; a gradient
@@ -78,9 +77,9 @@ class EngineModel {
     // The negotiation header's int32 fields (the engine lays them out by the same counts).
     header_bytes_ = 4.0 * double(policy::negotiation_header_fields(s.topology.ranks(),
                                                                    static_cast<int64_t>(names)));
-    // DistributedOptimizer averages with a 1/size postscale pass unless the
-    // wire is compressed (then it divides before the cast).
-    scale_pass_ = s.compression == "none";
+    // DistributedOptimizer averages (its default op) the way the policy says.
+    scale_pass_ = policy::scales_after_reduce(parse_compression(s.compression).kind,
+                                              /*average=*/true);
   }
 
   // One collective of a compressed step (compression.h), after its own

@@ -147,17 +147,14 @@ bool decide_overlap(Overlap requested, const Group& group) {
 }  // namespace
 
 detail::OverlapChoice detail::resolve_overlap(Overlap requested, int group_size) {
-  if (requested != Overlap::kAuto) return {requested == Overlap::kOn, requested == Overlap::kOn};
-  const std::string knob = knob_string("LOCKSTEP_OVERLAP");
-  if (knob != "auto" && knob != "on" && knob != "off" && !knob.empty())
-    throw InvalidArgument(fmt::format("LOCKSTEP_OVERLAP='{}' is not one of auto, on, off", knob));
-  if (knob == "on") return {true, true};
-  if (knob == "off" || group_size == 1) return {};
-  const bool one_host = local_size() == size();
-  const bool pays = overlap_pays(one_host, worker_cpu_count(local_size()), ::at::get_num_threads());
-  return {pays, false,
-          one_host ? (pays ? "a spare core" : "shared memory and no spare core")
-                   : "ranks on several hosts"};
+  // The option wins over the variable; either goes to the one rule.
+  const policy::OverlapMode mode =
+      requested == Overlap::kOn    ? policy::OverlapMode::kOn
+      : requested == Overlap::kOff ? policy::OverlapMode::kOff
+                                   : policy::parse_overlap(knob_string("LOCKSTEP_OVERLAP"),
+                                                           "LOCKSTEP_OVERLAP");
+  return policy::choose_overlap(mode, group_size, local_size() == size(),
+                                worker_cpu_count(local_size()), ::at::get_num_threads());
 }
 
 namespace {

@@ -105,6 +105,20 @@ void set_compression(DistributedOptimizerOptions& o, std::string_view name) {
 
 namespace lockstep::torch::detail {
 
+policy::CompressionKind compression_kind(Compression c) {
+  switch (c) {
+    case Compression::kNone: return policy::CompressionKind::kNone;
+    case Compression::kFp16: return policy::CompressionKind::kFp16;
+    case Compression::kBf16: return policy::CompressionKind::kBf16;
+    case Compression::kPowerSGD: return policy::CompressionKind::kPowerSGD;
+    case Compression::kOneBit: return policy::CompressionKind::kOneBit;
+    case Compression::kOneBitAdam: return policy::CompressionKind::kOneBitAdam;
+    case Compression::kOneBitLamb: return policy::CompressionKind::kOneBitLamb;
+  }
+  throw InvalidArgument(fmt::format("DistributedOptimizer: unknown compression {}",
+                                    static_cast<int>(c)));
+}
+
 std::string scheme_name(const DistributedOptimizerOptions& o) {
   if (!o.scheme.empty()) {
     if (o.adasum || o.compression != Compression::kNone)

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "lockstep/policy/compression.h"
 #include "lockstep/torch/distributed_optimizer.h"
 #include "lockstep/torch/gradient_scheme.h"
 
@@ -26,6 +27,10 @@ std::string scheme_name(const DistributedOptimizerOptions& options);
 // The scheme scheme_name(context.options) names, made by its factory.
 // InvalidArgument naming the registered names when there is none.
 std::unique_ptr<GradientScheme> make_gradient_scheme(const GradientSchemeContext& context);
+
+// A Compression as the policy layer names it (the inverse of
+// set_compression's mapping).
+policy::CompressionKind compression_kind(Compression compression);
 
 // The factories' shared refusal: `scheme` (a person's name for it, "1-bit
 // Adam") takes no gradient_predivide_factor.

@@ -4,7 +4,9 @@
 #include <string>
 #include <utility>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
+#include "lockstep/policy/compression.h"
 #include "torch/gradient_schemes.h"
 
 namespace lockstep::torch::detail {
@@ -25,6 +27,7 @@ void wait_ignoring_errors(TensorHandle& handle) noexcept {
 AllreduceScheme::AllreduceScheme(const DistributedOptimizerOptions& options, Compression cast,
                                  int gradients)
     : cast_(cast),
+      wire_kind_(compression_kind(cast)),
       average_(options.op == ReduceOp::kAverage),
       predivide_(options.gradient_predivide_factor),
       group_(options.group),
@@ -36,8 +39,14 @@ AllreduceScheme::AllreduceScheme(const DistributedOptimizerOptions& options, Com
   ::torch::Tensor& grad = dense_gradient(gradient);
   if (cast_ == Compression::kNone) return grad;
   ::torch::NoGradGuard no_grad;
-  // The whole divisor goes before the cast so the half-precision sum stays in range.
-  auto [wire, context] = Compressor::of(cast_).compress(average_ ? grad / group_.size() : grad);
+  // Averaged without a pass after the sum (policy::scales_after_reduce): the
+  // whole divisor goes before the cast so the half-precision sum stays in range.
+  const bool divide_first = average_ && !policy::scales_after_reduce(wire_kind_, average_);
+  auto [wire, context] = Compressor::of(cast_).compress(divide_first ? grad / group_.size() : grad);
+  LOCKSTEP_DCHECK_EQ(wire.element_size(),
+                     policy::wire_element_bytes(wire_kind_, static_cast<int>(grad.element_size()),
+                                                grad.is_floating_point()),
+                     "the cast's wire width is the one the planner prices");
   InFlight& f = in_flight_[gradient.index];
   f.wire = std::move(wire);
   f.wire_context = context;
@@ -45,8 +54,8 @@ AllreduceScheme::AllreduceScheme(const DistributedOptimizerOptions& options, Com
 }
 
 AllreduceOptions AllreduceScheme::wire_options() const {
-  // A cast gradient was divided before the cast (wire_tensor).
-  const bool scale = average_ && cast_ == Compression::kNone;
+  // Otherwise a cast gradient was divided before the cast (wire_tensor).
+  const bool scale = policy::scales_after_reduce(wire_kind_, average_);
   return {.op = ReduceOp::kSum,
           .prescale = scale ? 1.0 / predivide_ : 1.0,
           .postscale = scale ? predivide_ / group_.size() : 1.0,

@@ -10,6 +10,7 @@
 
 #include <vector>
 
+#include "lockstep/policy/compression.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/compression.h"
 #include "lockstep/torch/distributed_optimizer.h"
@@ -42,6 +43,7 @@ class AllreduceScheme : public GradientScheme {
   void finish(const Gradient& gradient);
 
   Compression cast_;
+  policy::CompressionKind wire_kind_;  // cast_ as the policy names it
   bool average_;
   double predivide_;
   Group group_;

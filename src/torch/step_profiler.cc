@@ -187,7 +187,7 @@ void StepProfiler::finish_locked() {
   }
   profile_.created = utc_now();
   try {
-    plan::save_profile(path_, profile_);
+    profile::save_profile(path_, profile_);
     log(LogLevel::kInfo, "profile: wrote {} steps ({} gradients) to {}", profile_.steps.size(),
         profile_.gradients.size(), path_);
   } catch (const std::exception& e) {

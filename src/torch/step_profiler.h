@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "lockstep/base/mutex.h"
-#include "lockstep/plan/profile.h"
+#include "lockstep/profile/profile.h"
 
 namespace lockstep::torch::detail {
 
@@ -51,7 +51,7 @@ class StepProfiler {
   std::atomic<bool> done_{false};
   std::atomic<const void*> owner_{nullptr};
   Mutex mu_;
-  plan::Profile profile_ LOCKSTEP_GUARDED_BY(mu_);
+  profile::Profile profile_ LOCKSTEP_GUARDED_BY(mu_);
   // Per gradient, per recorded step.
   std::vector<std::vector<double>> ready_ms_ LOCKSTEP_GUARDED_BY(mu_);
   std::vector<int64_t> ready_ns_ LOCKSTEP_GUARDED_BY(mu_);  // this step, 0 = not yet

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Fails when a layer includes a layer above it, or another layer's private
 # headers (docs/architecture.md):
-#   base < policy < rendezvous < comm < engine < torch < parallel;  optim, data stand on base
-#   (and LibTorch); summary on base + data; launcher on base + rendezvous; policy (the
-#   decisions runtime and planner share) on base alone; plan (the planner's model) on base
-#   and policy, above the runtime: only torch's step profiler uses it (its profile format);
-#   tools/examples on top.
+#   base < policy, profile < rendezvous < comm < engine < torch < parallel;  optim, data
+#   stand on base (and LibTorch); summary on base + data; launcher on base + rendezvous;
+#   policy (the decisions runtime and planner share) and profile (the step-profile format
+#   torch writes and the planner reads) on base alone; plan (the planner's model) on base,
+#   policy and profile, above the runtime: no runtime layer includes it; tools/examples on top.
 set -u
 root=$1
 status=0
@@ -27,8 +27,9 @@ check() {  # check <layer> <forbidden lockstep layers...> [-- notorch]
     echo "layer '$layer' must not depend on LibTorch"; status=1
   fi
 }
-check base policy plan rendezvous comm engine launcher torch parallel optim data notorch
-check policy plan rendezvous comm engine launcher torch parallel optim data summary notorch
+check base policy profile plan rendezvous comm engine launcher torch parallel optim data notorch
+check policy profile plan rendezvous comm engine launcher torch parallel optim data summary notorch
+check profile policy plan rendezvous comm engine launcher torch parallel optim data summary notorch
 check plan rendezvous comm engine launcher torch parallel optim data notorch
 check rendezvous plan comm engine launcher torch parallel optim data notorch
 check comm plan engine launcher torch parallel optim data notorch
@@ -37,8 +38,8 @@ check launcher plan engine torch parallel optim data notorch
 check optim plan comm engine launcher torch parallel data
 check data plan comm engine launcher torch parallel optim summary
 check summary plan comm engine launcher torch parallel optim notorch
-check torch launcher parallel
-check parallel launcher
+check torch plan launcher parallel
+check parallel plan launcher
 
 # A header under src/<layer>/ is private to its layer: another layer or a
 # tool that needs it includes its published form, lockstep/<layer>/...

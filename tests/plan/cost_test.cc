@@ -4,6 +4,7 @@
 
 #include "lockstep/base/error.h"
 #include "lockstep/plan/cost.h"
+#include "lockstep/policy/compression.h"
 #include "lockstep/policy/hierarchical.h"
 #include "lockstep/policy/policies.h"
 
@@ -213,6 +214,49 @@ TEST(PlanCost, NegotiationHeaderAndAllreduceWireBytes) {
   EXPECT_EQ(policy::allreduce_wire_bytes(1000, 1), 0);
   EXPECT_EQ(policy::allreduce_wire_bytes(1000, 2), 1000);
   EXPECT_EQ(policy::allreduce_wire_bytes(1000, 4), 1500);
+}
+
+// DistributedOptimizer's resolve_overlap and the planner's overlap_for end
+// in this one rule (issue 44).
+TEST(PlanCost, OverlapSettingResolvesByOneRule) {
+  using policy::OverlapMode;
+  EXPECT_EQ(policy::parse_overlap("", "--overlap"), OverlapMode::kAuto);
+  EXPECT_EQ(policy::parse_overlap("auto", "--overlap"), OverlapMode::kAuto);
+  EXPECT_EQ(policy::parse_overlap("on", "--overlap"), OverlapMode::kOn);
+  EXPECT_EQ(policy::parse_overlap("off", "LOCKSTEP_OVERLAP"), OverlapMode::kOff);
+  try {
+    policy::parse_overlap("sometimes", "LOCKSTEP_OVERLAP");
+    ADD_FAILURE() << "no throw";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "LOCKSTEP_OVERLAP='sometimes' is not one of auto, on, off");
+  }
+  auto choose = policy::choose_overlap;
+  EXPECT_TRUE(choose(OverlapMode::kOn, 1, true, 1, 1).overlap);
+  EXPECT_TRUE(choose(OverlapMode::kOn, 1, true, 1, 1).forced);
+  EXPECT_FALSE(choose(OverlapMode::kOff, 8, false, 8, 1).overlap);
+  EXPECT_FALSE(choose(OverlapMode::kAuto, 1, false, 8, 1).overlap);  // nothing to reduce
+  const policy::OverlapChoice busy = choose(OverlapMode::kAuto, 2, true, 1, 1);
+  EXPECT_FALSE(busy.overlap);
+  EXPECT_FALSE(busy.forced);
+  EXPECT_STREQ(busy.why, "shared memory and no spare core");
+  EXPECT_TRUE(choose(OverlapMode::kAuto, 2, true, 2, 1).overlap);   // a spare core
+  EXPECT_TRUE(choose(OverlapMode::kAuto, 2, false, 1, 1).overlap);  // across hosts
+  EXPECT_TRUE(choose(OverlapMode::kAuto, 2, true, 0, 4).overlap);   // cores unknown
+}
+
+// The fp16/bf16 wire width and the 1/size pass after an averaged sum, as
+// the torch allreduce scheme runs them and the simulator prices them.
+TEST(PlanCost, CastWireWidthAndScalePassAfterTheSum) {
+  using policy::CompressionKind;
+  EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kFp16, 4, true), 2);
+  EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kBf16, 8, true), 2);
+  EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kBf16, 2, true), 2);
+  EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kFp16, 4, false), 4);  // integers as they are
+  EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kNone, 8, true), 8);
+  EXPECT_TRUE(policy::scales_after_reduce(CompressionKind::kNone, true));
+  EXPECT_FALSE(policy::scales_after_reduce(CompressionKind::kFp16, true));  // divided before the cast
+  EXPECT_FALSE(policy::scales_after_reduce(CompressionKind::kBf16, true));
+  EXPECT_FALSE(policy::scales_after_reduce(CompressionKind::kNone, false));  // a sum
 }
 
 }  // namespace

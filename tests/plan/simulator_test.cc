@@ -253,6 +253,19 @@ TEST(PlanSimulator, CompressionHalvesTheWire) {
   EXPECT_NEAR(simulate(p, make_network(), s).beta_ms, none / 2, none * 1e-5);
 }
 
+// The 1/size pass after an averaged sum runs for an uncompressed gradient,
+// not for a cast one (divided before the cast): policy::scales_after_reduce,
+// which the torch allreduce scheme asks too. One gradient runs unfused, so
+// the pass is the step's only copy.
+TEST(PlanSimulator, ScalePassAfterTheSumFollowsThePolicy) {
+  Profile p = make_profile(1, 64 << 20);
+  Scenario s = scenario(16, 1, "off");
+  const NetworkModel m = make_network();
+  EXPECT_NEAR(simulate(p, m, s).copy_ms, double(64 << 20) * m.host->copy_s_per_byte * 1e3, 1e-9);
+  s.compression = "bf16";
+  EXPECT_DOUBLE_EQ(simulate(p, m, s).copy_ms, 0.0);
+}
+
 TEST(PlanSimulator, BadScenariosAreRejectedByName) {
   Profile p = make_profile();
   Scenario s = scenario(2);

@@ -6,10 +6,12 @@
 
 #include <vector>
 
+#include "lockstep/profile/stats.h"
+
 namespace lockstep::plan::detail {
 
-double median(std::vector<double> v);           // 0 for an empty vector
-double robust_sigma(const std::vector<double>& v);  // 1.4826 x median absolute deviation
+using profile::detail::median;        // 0 for an empty vector
+using profile::detail::robust_sigma;  // 1.4826 x median absolute deviation
 // E[max of n independent standard normal draws] (0 for n <= 1): how much
 // later than the average rank the slowest of n finishes, in sigmas.
 double expected_max_normal(int n);

@@ -90,6 +90,26 @@ std::vector<StepCollective> compressed_step(const CompressionSpec& spec,
 double compression_pass_bytes(const CompressionSpec& spec,
                               const std::vector<std::vector<int64_t>>& shapes);
 
+// fp16 and bf16 are casts of each gradient on the wire; the others replace
+// the allreduce (replaces_allreduce()) or send the gradient as it is.
+inline constexpr bool casts_on_wire(CompressionKind kind) {
+  return kind == CompressionKind::kFp16 || kind == CompressionKind::kBf16;
+}
+// Bytes per value of a gradient with `element_bytes` per value on the wire
+// of a per-gradient allreduce: a cast sends every floating gradient at 2
+// bytes (f64 and f32 are narrowed, f16/bf16 stay 2 bytes wide).
+inline constexpr int wire_element_bytes(CompressionKind kind, int element_bytes, bool floating) {
+  return casts_on_wire(kind) && floating ? 2 : element_bytes;
+}
+// Whether an averaged allreduce divides after the sum, as a 1/size
+// postscale pass over the result: yes for an uncompressed gradient; a cast
+// one is divided before the cast instead (so the half-precision sum stays in
+// range) and needs no pass after. The torch layer's allreduce scheme and the
+// planner's copy costs both ask this.
+inline constexpr bool scales_after_reduce(CompressionKind kind, bool average) {
+  return average && !casts_on_wire(kind);
+}
+
 inline constexpr double kPowerSGDMinCompressionRate = 2.0;  // PowerSGDOptions' default
 
 }  // namespace lockstep::policy

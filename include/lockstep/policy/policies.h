@@ -1,12 +1,14 @@
 // Runtime policies written once, for the runtime and the planner alike: the
 // engine's tensor-fusion rule (engine/fusion.h adapts its ready list to it)
-// and whether overlapping gradient allreduce with backward pays (torch's
-// placement and the planner's overlap_for both call it). Before issue 28 the
-// planner kept hand-written copies of both. Pure functions, thread-safe.
+// and whether overlapping gradient allreduce with backward pays, and what the
+// overlap setting resolves to (torch's resolve_overlap and the planner's
+// overlap_for both call it). Before issue 28 the planner kept hand-written
+// copies of these. Pure functions, thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace lockstep::policy {
@@ -48,6 +50,26 @@ inline int worker_cpus(int host_cpus, int workers) {
 inline bool overlap_pays(bool one_host, int worker_cpus, int intra_op_threads) {
   return !one_host || worker_cpus > intra_op_threads;
 }
+
+// The overlap setting (DistributedOptimizerOptions::overlap and
+// ShardedOptimizer's, LOCKSTEP_OVERLAP, a planner scenario's --overlap) and
+// what it resolves to. The torch layer's resolve_overlap and the planner's
+// overlap_for both end here, so what the planner predicts is what runs.
+enum class OverlapMode { kAuto, kOn, kOff };
+// "auto" (or empty), "on" or "off"; InvalidArgument naming `what` (the
+// variable or flag) and the accepted values for anything else.
+OverlapMode parse_overlap(std::string_view text, std::string_view what);
+
+struct OverlapChoice {
+  bool overlap = false;
+  bool forced = false;   // on was asked for (not chosen by auto)
+  const char* why = "";  // the auto rule that decided; "" when not auto
+};
+// on and off are taken as they are; auto is off for one rank (nothing to
+// reduce), else overlap_pays() for this placement, where worker_cpus <= 0
+// means unknown (a planner scenario without its host's cores) and pays.
+OverlapChoice choose_overlap(OverlapMode mode, int ranks, bool one_host, int worker_cpus,
+                             int intra_op_threads);
 
 // The engine's negotiation header, summed by one int32 allreduce per cycle
 // (Note [Negotiation] in src/engine/negotiator.cc): 3 coordinator fields

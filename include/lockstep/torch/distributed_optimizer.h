@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "lockstep/comm/types.h"
+#include "lockstep/policy/policies.h"
 #include "lockstep/torch/collectives.h"
 #include "lockstep/torch/gradient_scheme.h"
 #include "lockstep/torch/group.h"
@@ -68,21 +69,17 @@ enum class Compression {
 // all at once, fused, when step()/synchronize() is called. kAuto follows
 // LOCKSTEP_OVERLAP (auto|on|off); its auto is on across hosts or with a
 // spare core, off when shared memory would compete with backward for the
-// worker's only cores (see overlap_pays in placement.h).
+// worker's only cores (policy::choose_overlap, lockstep/policy/policies.h).
 enum class Overlap { kAuto, kOn, kOff };
 
 namespace detail {
 // How an Overlap request resolves, shared by every optimizer that overlaps
 // communication with compute: an explicit kOn/kOff wins, then
 // LOCKSTEP_OVERLAP (auto|on|off; anything else throws InvalidArgument),
-// then overlap_pays() for this placement. `forced` is true when the user
+// then policy::choose_overlap for this placement. `forced` is true when the user
 // asked for on (by option or variable); `why` names the auto rule that
 // decided ("" when not auto) for the caller's one-time log line.
-struct OverlapChoice {
-  bool overlap = false;
-  bool forced = false;
-  const char* why = "";
-};
+using OverlapChoice = policy::OverlapChoice;  // policy::choose_overlap decides
 OverlapChoice resolve_overlap(Overlap requested, int group_size);
 }  // namespace detail
 

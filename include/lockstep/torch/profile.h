@@ -5,7 +5,7 @@
 // LOCKSTEP_PROFILE_WARMUP steps, LOCKSTEP_PROFILE_STEPS steps: forward,
 // backward, synchronize and optimizer time, when each gradient became ready
 // in backward, and the samples each step consumed; then it writes FILE (a
-// lockstep.profile/1 JSON document, lockstep/plan/profile.h) once. Without
+// lockstep.profile/1 JSON document, lockstep/profile/profile.h) once. Without
 // the knob nothing is recorded and the hooks cost one pointer load each.
 //
 // Samples per step come from DistributedSampler::next_batch; a loop that

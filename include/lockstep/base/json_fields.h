@@ -1,6 +1,8 @@
-// Internal: strict JSON field access for the plan layer's file formats, so a
-// wrong or missing field is an InvalidArgument naming the file and the field
-// instead of nlohmann's generic type_error.
+// Internal (not a stable API): strict JSON field access for lockstep's JSON
+// file formats (the step profile, the planner's network files), so a wrong or
+// missing field is an InvalidArgument naming the file and the field instead
+// of nlohmann's generic type_error. Needs nlohmann_json, which lockstep's
+// package does not export: include it only from lockstep's own sources.
 #pragma once
 
 #include <fstream>
@@ -13,7 +15,7 @@
 
 #include "lockstep/base/error.h"
 
-namespace lockstep::plan::detail {
+namespace lockstep::detail {
 
 class Fields {
  public:
@@ -97,7 +99,7 @@ inline std::string read_file(const std::string& path, std::string_view what) {
 }
 
 inline void write_file(const std::string& path, const std::string& text) {
-  // Whole file or nothing: a reader never sees a half-written profile.
+  // Whole file or nothing: a reader never sees a half-written file.
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -108,4 +110,4 @@ inline void write_file(const std::string& path, const std::string& text) {
     throw Error(fmt::format("cannot rename '{}' to '{}'", tmp, path));
 }
 
-}  // namespace lockstep::plan::detail
+}  // namespace lockstep::detail

@@ -1,14 +1,17 @@
-#include "lockstep/plan/profile.h"
+#include "lockstep/profile/profile.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "lockstep/plan/stats.h"
-#include "plan/json_fields.h"
+#include "lockstep/base/json_fields.h"
+#include "lockstep/profile/stats.h"
 
-namespace lockstep::plan {
+namespace lockstep::profile {
 
-using detail::Fields;
+using lockstep::detail::Fields;
+using lockstep::detail::parse_text;
+using lockstep::detail::read_file;
+using lockstep::detail::write_file;
 using nlohmann::json;
 
 int dtype_bytes(std::string_view dtype) {
@@ -83,7 +86,7 @@ GradientTiming parse_gradient(const json& j, const std::string& where) {
 }  // namespace
 
 Profile parse_profile(std::string_view text, std::string_view source) {
-  json j = detail::parse_text(text, source);
+  json j = parse_text(text, source);
   Fields f(j, std::string(source));
   if (f.text("schema") != kProfileSchema)
     throw InvalidArgument(fmt::format("{}: schema '{}' is not {} (a lockstep profile)", source,
@@ -150,11 +153,11 @@ std::string profile_to_json(const Profile& p) {
 }
 
 Profile load_profile(const std::string& path) {
-  return parse_profile(detail::read_file(path, "profile"), path);
+  return parse_profile(read_file(path, "profile"), path);
 }
 
 void save_profile(const std::string& path, const Profile& profile) {
-  detail::write_file(path, profile_to_json(profile));
+  write_file(path, profile_to_json(profile));
 }
 
-}  // namespace lockstep::plan
+}  // namespace lockstep::profile
