@@ -256,6 +256,29 @@ Handle Engine::allgather_async(std::string name, const void* input, Shape shape,
   return impl_->submit(options.process_set, std::move(entries), std::move(options));
 }
 
+Handle Engine::grouped_allgather_async(const std::vector<std::string>& names,
+                                       const std::vector<const void*>& inputs,
+                                       const std::vector<Shape>& shapes,
+                                       const std::vector<DataType>& dtypes,
+                                       std::vector<Allocator> allocates, OpOptions options) {
+  std::vector<Entry> entries = detail::allocating_group(
+      Collective::kAllgather, "grouped_allgather", names, inputs, shapes, dtypes, allocates);
+  return impl_->submit(options.process_set, std::move(entries), std::move(options));
+}
+
+Handle Engine::grouped_reduce_scatter_async(const std::vector<std::string>& names,
+                                            const std::vector<const void*>& inputs,
+                                            const std::vector<Shape>& shapes,
+                                            const std::vector<DataType>& dtypes, ReduceOp op,
+                                            std::vector<Allocator> allocates,
+                                            OpOptions options) {
+  std::vector<Entry> entries = detail::allocating_group(Collective::kReduceScatter,
+                                                        "grouped_reduce_scatter", names, inputs,
+                                                        shapes, dtypes, allocates);
+  for (Entry& e : entries) e.request.op = op;
+  return impl_->submit(options.process_set, std::move(entries), std::move(options));
+}
+
 Handle Engine::broadcast_async(std::string name, void* buffer, Shape shape, DataType dtype,
                                int root, OpOptions options) {
   std::vector<Entry> entries;

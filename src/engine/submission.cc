@@ -49,6 +49,29 @@ Entry make_entry(Collective collective, std::string name, const void* input, voi
   return e;
 }
 
+// A grouped allgather's or reduce-scatter's members, one entry each, or
+// InvalidArgument when the lists differ in length.
+std::vector<Entry> allocating_group(Collective collective, const char* what,
+                                    const std::vector<std::string>& names,
+                                    const std::vector<const void*>& inputs,
+                                    const std::vector<Shape>& shapes,
+                                    const std::vector<DataType>& dtypes,
+                                    std::vector<Allocator>& allocates) {
+  const size_t n = names.size();
+  if (n == 0 || inputs.size() != n || shapes.size() != n || dtypes.size() != n ||
+      allocates.size() != n)
+    throw InvalidArgument(fmt::format(
+        "{}: {} names, {} inputs, {} shapes, {} dtypes and {} allocators: need the same non-zero "
+        "count of each", what, names.size(), inputs.size(), shapes.size(), dtypes.size(),
+        allocates.size()));
+  std::vector<Entry> entries;
+  for (size_t i = 0; i < n; ++i) {
+    entries.push_back(make_entry(collective, names[i], inputs[i], nullptr, shapes[i], dtypes[i]));
+    entries.back().allocate = std::move(allocates[i]);
+  }
+  return entries;
+}
+
 void validate(Entry& e, int set_size) {
   Request& r = e.request;
   if (r.name.empty()) fail(r, "the name is empty; every operation needs a name unique while pending");

@@ -13,6 +13,16 @@ namespace lockstep::engine::detail {
 Entry make_entry(Collective collective, std::string name, const void* input, void* output,
                  Shape shape, DataType dtype);
 
+// A grouped allgather's or reduce-scatter's members (`what` names the call
+// in errors), one entry each with its allocator; InvalidArgument when the
+// lists differ in length or are empty.
+std::vector<Entry> allocating_group(Collective collective, const char* what,
+                                    const std::vector<std::string>& names,
+                                    const std::vector<const void*>& inputs,
+                                    const std::vector<Shape>& shapes,
+                                    const std::vector<DataType>& dtypes,
+                                    std::vector<Allocator>& allocates);
+
 // Checks `entry` against a process set of `set_size` ranks; fills defaults
 // (alltoall's even splits).
 void validate(Entry& entry, int set_size);

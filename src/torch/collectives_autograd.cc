@@ -80,6 +80,14 @@ struct AllreduceFn : ::torch::autograd::Function<AllreduceFn> {
   }
 };
 
+// A grouped function's names, as backward names them.
+std::vector<std::string> saved_names(AutogradContext* ctx, const char* suffix = "") {
+  std::vector<std::string> names;
+  for (const c10::IValue& n : ctx->saved_data["names"].toListRef())
+    names.push_back(grad_name(n.toStringRef(), suffix));
+  return names;
+}
+
 struct GroupedAllreduceFn : ::torch::autograd::Function<GroupedAllreduceFn> {
   static variable_list forward(AutogradContext* ctx, at::TensorList tensors,
                                std::vector<std::string> names, AllreduceOptions options) {
@@ -90,10 +98,7 @@ struct GroupedAllreduceFn : ::torch::autograd::Function<GroupedAllreduceFn> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     AllreduceOptions o = allreduce_options(ctx);
     require_linear(o.op, "grouped_allreduce");
-    std::vector<std::string> names;
-    for (const c10::IValue& n : ctx->saved_data["names"].toListRef())
-      names.push_back(grad_name(n.toStringRef()));
-    variable_list out = grouped_allreduce(grads, std::move(names), o);
+    variable_list out = grouped_allreduce(grads, saved_names(ctx), o);
     out.resize(out.size() + 2);  // names, options
     return out;
   }
@@ -121,6 +126,66 @@ struct AllgatherFn : ::torch::autograd::Function<AllgatherFn> {
     int64_t index = (table.select(1, 0) == rank()).nonzero().item<int64_t>();
     int64_t offset = table.select(1, 1).narrow(0, 0, index).sum().item<int64_t>();
     return {summed.narrow(0, offset, rows).reshape(shape), Tensor(), Tensor()};
+  }
+};
+
+// Backward: one grouped allreduce-sum of the gradients, then each member's
+// own rows, found from one allgather of every member's row counts.
+struct GroupedAllgatherFn : ::torch::autograd::Function<GroupedAllgatherFn> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList tensors,
+                               std::vector<std::string> names, int process_set) {
+    ctx->saved_data["names"] = c10::List<std::string>(names);
+    ctx->saved_data["set"] = static_cast<int64_t>(process_set);
+    c10::List<std::vector<int64_t>> shapes;
+    for (const Tensor& t : tensors) shapes.push_back(t.sizes().vec());
+    ctx->saved_data["shapes"] = shapes;
+    return grouped_allgather_async(tensors.vec(), std::move(names), process_set).results();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    int set = static_cast<int>(ctx->saved_data["set"].toInt());
+    std::vector<std::vector<int64_t>> shapes;
+    for (const c10::IValue& s : ctx->saved_data["shapes"].toListRef())
+      shapes.push_back(s.toIntVector());
+    std::vector<int64_t> row{static_cast<int64_t>(rank())};
+    for (const auto& shape : shapes) row.push_back(shape.empty() ? 1 : shape[0]);
+    variable_list summed = grouped_allreduce(grads, saved_names(ctx),
+                                             {.op = ReduceOp::kSum, .process_set = set});
+    const auto width = static_cast<int64_t>(row.size());
+    Tensor table = allgather_async(::torch::tensor(row).view({1, width}),
+                                   saved_names(ctx, ".rows").front(), set).result();
+    int64_t index = (table.select(1, 0) == rank()).nonzero().item<int64_t>();
+    variable_list out;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor rows = table.select(1, static_cast<int64_t>(i) + 1);
+      int64_t offset = rows.narrow(0, 0, index).sum().item<int64_t>();
+      out.push_back(summed[i].narrow(0, offset, row[i + 1]).reshape(shapes[i]));
+    }
+    out.resize(out.size() + 2);  // names, process_set
+    return out;
+  }
+};
+
+// Backward: one grouped allgather of the gradients (/ set size for average).
+struct GroupedReduceScatterFn : ::torch::autograd::Function<GroupedReduceScatterFn> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList tensors,
+                               std::vector<std::string> names, ReduceScatterOptions options) {
+    ctx->saved_data["names"] = c10::List<std::string>(names);
+    ctx->saved_data["op"] = static_cast<int64_t>(options.op);
+    ctx->saved_data["set"] = static_cast<int64_t>(options.process_set);
+    return grouped_reduce_scatter_async(tensors.vec(), std::move(names), options).results();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto op = static_cast<ReduceOp>(ctx->saved_data["op"].toInt());
+    int set = static_cast<int>(ctx->saved_data["set"].toInt());
+    require_linear(op, "grouped_reduce_scatter");
+    std::vector<std::string> names = saved_names(ctx);
+    variable_list out = grouped_allgather_async(grads, names, set).results();
+    if (op == ReduceOp::kAverage) {
+      const int n = place_in_set(set, saved_names(ctx, ".place").front()).size;
+      for (Tensor& g : out) g.div_(n);
+    }
+    out.resize(out.size() + 2);  // names, options
+    return out;
   }
 };
 
@@ -215,6 +280,21 @@ std::vector<Tensor> grouped_allreduce(const std::vector<Tensor>& tensors,
 Tensor allgather(const Tensor& tensor, std::string name, int process_set) {
   if (records_graph(tensor)) return AllgatherFn::apply(tensor, std::move(name), process_set);
   return allgather_async(tensor, std::move(name), process_set).result();
+}
+
+std::vector<Tensor> grouped_allgather(const std::vector<Tensor>& tensors,
+                                      std::vector<std::string> names, int process_set) {
+  if (std::any_of(tensors.begin(), tensors.end(), records_graph))
+    return GroupedAllgatherFn::apply(at::TensorList(tensors), std::move(names), process_set);
+  return grouped_allgather_async(tensors, std::move(names), process_set).results();
+}
+
+std::vector<Tensor> grouped_reduce_scatter(const std::vector<Tensor>& tensors,
+                                           std::vector<std::string> names,
+                                           ReduceScatterOptions options) {
+  if (std::any_of(tensors.begin(), tensors.end(), records_graph))
+    return GroupedReduceScatterFn::apply(at::TensorList(tensors), std::move(names), options);
+  return grouped_reduce_scatter_async(tensors, std::move(names), options).results();
 }
 
 Tensor broadcast(const Tensor& tensor, int root, std::string name, int process_set) {

@@ -1,108 +1,113 @@
-// grouped_allgather, grouped_reduce_scatter and sparse_allreduce: Horovod's
-// list and sparse forms, built on the single-tensor collectives.
+// The grouped collectives (grouped_allreduce_async_, grouped_allgather_async,
+// grouped_reduce_scatter_async): a list of tensors submitted to the engine as
+// one group under one handle, whole or not at all.
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "lockstep/base/error.h"
+#include "lockstep/engine/engine.h"
 #include "lockstep/torch/collectives.h"
+#include "torch/collectives_seam.h"
 
 namespace lockstep::torch {
+
+using detail::check_group_lists;
+using detail::check_one_group;
+using detail::claim_group;
+using detail::ClaimedGroup;
+using detail::copy_back;
+using detail::eng;
+using detail::engine_input;
+using detail::holding;
+using detail::op_options_for;
+using detail::refuse_grad_leaf;
+using detail::run_each;
+using detail::shape_of;
+using detail::tensor_allocator;
+using detail::to_input_device;
+
 namespace {
 
-using ::torch::Tensor;
+// A grouped allgather's or reduce-scatter's engine inputs and result slots.
+struct AllocatingGroup {
+  std::vector<::torch::Tensor> inputs;
+  std::vector<const void*> pointers;
+  std::vector<engine::Shape> shapes;
+  std::vector<engine::DataType> dtypes;
+  std::vector<engine::Allocator> allocates;
+  std::vector<std::shared_ptr<::torch::Tensor>> results;
+  std::vector<std::function<void()>> finishes;
+};
 
-bool any_records_graph(const std::vector<Tensor>& tensors) {
-  return ::torch::GradMode::is_enabled() &&
-         std::any_of(tensors.begin(), tensors.end(),
-                     [](const Tensor& t) { return t.defined() && t.requires_grad(); });
-}
-
-void check_group(const std::vector<Tensor>& tensors, const std::vector<std::string>& names,
-                 const char* op) {
-  if (tensors.size() != names.size())
-    throw InvalidArgument(fmt::format("lockstep::torch::{}: {} tensors but {} names; give one "
-                                      "name per tensor", op, tensors.size(), names.size()));
-  if (tensors.empty()) throw InvalidArgument(fmt::format("lockstep::torch::{}: no tensors", op));
-}
-
-// Submits every tensor with `submit` before waiting on the first, so all of
-// them are in flight together (one negotiation cycle where the ranks agree).
-template <typename Submit>
-std::vector<Tensor> all_in_flight(const std::vector<Tensor>& tensors,
-                                  std::vector<std::string>& names, Submit submit) {
-  std::vector<TensorHandle> handles;
-  for (size_t i = 0; i < tensors.size(); ++i)
-    handles.push_back(submit(tensors[i], std::move(names[i])));
-  std::vector<Tensor> out;
-  for (auto& h : handles) out.push_back(h.result());
-  return out;
+AllocatingGroup allocating_group(const std::vector<::torch::Tensor>& tensors,
+                                 const std::vector<std::string>& names, const char* op,
+                                 bool scalars_as_rows) {
+  check_group_lists(tensors.size(), names.size(), op);
+  AllocatingGroup g;
+  for (const ::torch::Tensor& tensor : tensors) {
+    ::torch::Tensor input = engine_input(tensor, op);
+    if (scalars_as_rows && input.dim() == 0) input = input.reshape({1});
+    g.inputs.push_back(input);
+    g.pointers.push_back(input.data_ptr());
+    g.shapes.push_back(shape_of(input));
+    g.dtypes.push_back(to_comm_dtype(input.scalar_type()));
+    g.results.push_back(std::make_shared<::torch::Tensor>());
+    g.allocates.push_back(tensor_allocator(g.results.back(), input));
+    g.finishes.push_back(to_input_device(g.results.back(), tensor));
+  }
+  check_one_group(g.inputs, tensors, names, op, /*one_dtype=*/false);
+  return g;
 }
 
 }  // namespace
 
-std::vector<Tensor> grouped_allgather(const std::vector<Tensor>& tensors,
-                                      std::vector<std::string> names, int process_set) {
-  check_group(tensors, names, "grouped_allgather");
-  if (any_records_graph(tensors)) {
-    std::vector<Tensor> out;
-    for (size_t i = 0; i < tensors.size(); ++i)
-      out.push_back(allgather(tensors[i], std::move(names[i]), process_set));
-    return out;
+TensorHandle grouped_allreduce_async_(std::vector<::torch::Tensor>& tensors,
+                                      std::vector<std::string> names, AllreduceOptions options) {
+  check_group_lists(tensors.size(), names.size(), "grouped_allreduce_async_");
+  std::vector<::torch::Tensor> buffers;
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  std::vector<engine::Shape> shapes;
+  std::vector<std::function<void()>> copies;
+  std::vector<std::shared_ptr<::torch::Tensor>> results;
+  for (auto& tensor : tensors) {
+    refuse_grad_leaf(tensor, "grouped_allreduce");
+    buffers.push_back(engine_input(tensor, "grouped_allreduce"));
+    inputs.push_back(buffers.back().data_ptr());
+    outputs.push_back(buffers.back().data_ptr());
+    shapes.push_back(shape_of(buffers.back()));
+    copies.push_back(copy_back(tensor, buffers.back()));
+    results.push_back(std::make_shared<::torch::Tensor>(tensor));
   }
-  return all_in_flight(tensors, names, [&](const Tensor& t, std::string name) {
-    return allgather_async(t, std::move(name), process_set);
-  });
+  check_one_group(buffers, tensors, names, "grouped_allreduce_async_", /*one_dtype=*/true);
+  ClaimedGroup g = claim_group(std::move(names), "grouped_allreduce", options.process_set);
+  engine::Handle handle = eng().grouped_allreduce_async(
+      g.names, inputs, outputs, shapes, to_comm_dtype(buffers.front().scalar_type()), options.op,
+      options.prescale, options.postscale, op_options_for(buffers.front(), options.process_set));
+  return TensorHandle(std::move(handle), std::move(results), std::move(buffers),
+                      holding(run_each(std::move(copies)), std::move(g.leases)));
 }
 
-std::vector<Tensor> grouped_reduce_scatter(const std::vector<Tensor>& tensors,
-                                           std::vector<std::string> names,
-                                           ReduceScatterOptions options) {
-  check_group(tensors, names, "grouped_reduce_scatter");
-  if (any_records_graph(tensors)) {
-    std::vector<Tensor> out;
-    for (size_t i = 0; i < tensors.size(); ++i)
-      out.push_back(reduce_scatter(tensors[i], std::move(names[i]), options));
-    return out;
-  }
-  return all_in_flight(tensors, names, [&](const Tensor& t, std::string name) {
-    return reduce_scatter_async(t, std::move(name), options);
-  });
+TensorHandle grouped_allgather_async(const std::vector<::torch::Tensor>& tensors,
+                                     std::vector<std::string> names, int process_set) {
+  AllocatingGroup g = allocating_group(tensors, names, "grouped_allgather", true);
+  ClaimedGroup c = claim_group(std::move(names), "grouped_allgather", process_set);
+  engine::Handle handle = eng().grouped_allgather_async(
+      c.names, g.pointers, g.shapes, g.dtypes, std::move(g.allocates),
+      op_options_for(g.inputs.front(), process_set));
+  return TensorHandle(std::move(handle), std::move(g.results), std::move(g.inputs),
+                      holding(run_each(std::move(g.finishes)), std::move(c.leases)));
 }
 
-Tensor sparse_allreduce(const Tensor& tensor, std::string name, ReduceOp op, int process_set) {
-  if (!tensor.defined() || !tensor.is_sparse())
-    throw InvalidArgument(fmt::format(
-        "lockstep::torch::sparse_allreduce '{}': needs a sparse COO tensor; use allreduce for "
-        "dense ones", name));
-  if (op != ReduceOp::kSum && op != ReduceOp::kAverage)
-    throw InvalidArgument(fmt::format(
-        "lockstep::torch::sparse_allreduce '{}': only kSum and kAverage (an allgather of indices "
-        "and values cannot take a min, max or product)", name));
-  if (name.empty())
-    throw InvalidArgument("lockstep::torch::sparse_allreduce: needs a name (it runs two "
-                          "collectives, <name>.indices and <name>.values)");
-  Tensor t = tensor.detach();
-  // Allgather concatenates along dim 0: indices are [sparse_dim, nnz], so
-  // they travel transposed (nnz rows).
-  TensorHandle indices = allgather_async(t._indices().t().contiguous(), name + ".indices",
-                                         process_set);
-  TensorHandle values = allgather_async(t._values().contiguous(), name + ".values",
-                                        process_set);
-  Tensor all_values = values.result();
-  Tensor all_indices = indices.result().t();
-  if (op == ReduceOp::kAverage) {
-    // The set's size: the world's, or counted by a tiny allgather.
-    const int64_t members =
-        process_set == 0
-            ? size()
-            : allgather_async(::torch::ones({1}, ::torch::kInt64), name + ".members", process_set)
-                  .result()
-                  .numel();
-    all_values = all_values.is_floating_point() ? all_values / members
-                                                : all_values.div(members, "trunc");
-  }
-  return ::torch::sparse_coo_tensor(all_indices, all_values, t.sizes(), t.options());
+TensorHandle grouped_reduce_scatter_async(const std::vector<::torch::Tensor>& tensors,
+                                          std::vector<std::string> names,
+                                          ReduceScatterOptions options) {
+  AllocatingGroup g = allocating_group(tensors, names, "grouped_reduce_scatter", false);
+  ClaimedGroup c = claim_group(std::move(names), "grouped_reduce_scatter", options.process_set);
+  engine::Handle handle = eng().grouped_reduce_scatter_async(
+      c.names, g.pointers, g.shapes, g.dtypes, options.op, std::move(g.allocates),
+      op_options_for(g.inputs.front(), options.process_set));
+  return TensorHandle(std::move(handle), std::move(g.results), std::move(g.inputs),
+                      holding(run_each(std::move(g.finishes)), std::move(c.leases)));
 }
 
 }  // namespace lockstep::torch

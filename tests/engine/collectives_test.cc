@@ -264,5 +264,60 @@ TEST(EngineCollectives, GroupedAllreduceCallbacksAndBarrier) {
   expect_all_ok(results);
 }
 
+// Horovod's grouped_allgather / grouped_reducescatter: members of different
+// dtypes under one handle whose callback runs once; a group with an invalid
+// member, or lists of different lengths, throw on the submitting rank.
+TEST(EngineCollectives, GroupedAllgatherAndReduceScatterCompleteAsOne) {
+  auto results = run_engines(3, [](Engine& e) {
+    const int r = e.rank();
+    std::vector<int32_t> rows(2 * (r + 1), r), gathered_rows;
+    std::vector<double> one = {0.5 * r}, gathered_one;
+    std::atomic<int> called{0};
+    engine::OpOptions options;
+    options.on_done = [&](std::exception_ptr error) {
+      EXPECT_EQ(error, nullptr);
+      called.fetch_add(1);
+    };
+    engine::Handle g = e.grouped_allgather_async(
+        {"gag.rows", "gag.one"}, {rows.data(), one.data()}, {{r + 1, 2}, {1}},
+        {DataType::kInt32, DataType::kFloat64},
+        {vector_allocator(gathered_rows), vector_allocator(gathered_one)}, options);
+    std::vector<int64_t> rs7(7), out7;
+    std::vector<float> rs3(3, float(r + 1)), out3;
+    std::iota(rs7.begin(), rs7.end(), 0);
+    engine::Handle s = e.grouped_reduce_scatter_async(
+        {"grs.7", "grs.3"}, {rs7.data(), rs3.data()}, {{7}, {3}},
+        {DataType::kInt64, DataType::kFloat32}, ReduceOp::kSum,
+        {vector_allocator(out7), vector_allocator(out3)});
+    g.wait();
+    s.wait();
+    EXPECT_EQ(gathered_rows, (std::vector<int32_t>{0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2}));
+    EXPECT_EQ(gathered_one, (std::vector<double>{0.0, 0.5, 1.0}));
+    EXPECT_EQ(called.load(), 1);
+    std::vector<std::vector<int64_t>> want7 = {{0, 3, 6}, {9, 12}, {15, 18}};
+    EXPECT_EQ(out7, want7[r]);
+    EXPECT_EQ(out3, (std::vector<float>{6.0f}));
+    // Rank 1 alone: a negative dimension in the second member, a missing dtype.
+    if (r == 1) {
+      std::vector<float> x(2), y(2), got;
+      expect_throw_with<InvalidArgument>(
+          [&] {
+            e.grouped_allgather_async({"bad.0", "bad.1"}, {x.data(), y.data()}, {{2}, {-2}},
+                                      {DataType::kFloat32, DataType::kFloat32},
+                                      {vector_allocator(got), vector_allocator(got)});
+          },
+          {"negative dimension"});
+      expect_throw_with<InvalidArgument>(
+          [&] {
+            e.grouped_reduce_scatter_async({"bad.2"}, {x.data()}, {{2}}, {}, ReduceOp::kSum,
+                                           {vector_allocator(got)});
+          },
+          {"1 names, 1 inputs, 1 shapes, 0 dtypes and 1 allocators"});
+    }
+    e.barrier();
+  });
+  expect_all_ok(results);
+}
+
 }  // namespace
 }  // namespace lockstep::testing

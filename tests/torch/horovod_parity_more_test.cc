@@ -119,7 +119,7 @@ void alltoall_splits(bool with_grad) {
 }
 
 TEST(HorovodParityMore, AlltoallReturnsTheReceivedSplits) {
-  for (int n : {2, 3})
+  for (int n : {1, 2, 3})
     run_torch_workers(n, [] {
       alltoall_splits(false);
       alltoall_splits(true);
@@ -155,7 +155,9 @@ void grouped_allgather_matches_concatenation() {
   std::vector<Tensor> with_grad = grouped_allgather(mine, names);
   ::torch::stack({with_grad[0].sum(), with_grad[3].sum()}).sum().backward();
   EXPECT_TRUE(mine[0].grad().equal(::torch::full({rank() + 1, 3}, double(n))));
-  EXPECT_FALSE(mine[1].grad().defined());
+  // One autograd function for the group, as Horovod's: an unused member's
+  // gradient is zero (the gradient allreduce runs for the whole group).
+  EXPECT_TRUE(mine[1].grad().equal(::torch::zeros({rank() + 1, 3})));
 }
 
 Tensor scatter_input(int r, int k, int n) {
@@ -183,11 +185,66 @@ void grouped_reduce_scatter_matches_slices() {
   expect_invalid([&] { grouped_reduce_scatter(mine, {"only.one"}); }, "3 tensors but 1 names");
 }
 
+// One handle for the group (Horovod's grouped_allgather_async /
+// grouped_reducescatter_async), members of different dtypes, and the
+// reduce-scatter's gradient: the allgather of the output's gradient.
+void grouped_async_forms_complete_as_one() {
+  const int n = size();
+  std::vector<Tensor> mine = {gather_input(rank(), 0), gather_input(rank(), 1).to(::torch::kInt16)};
+  TensorHandle gathered = grouped_allgather_async(mine, {"gaa.f32", "gaa.i16"});
+  std::vector<Tensor> got = gathered.results();
+  ASSERT_EQ(got.size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    std::vector<Tensor> parts;
+    for (int r = 0; r < n; ++r) parts.push_back(gather_input(r, k).to(mine[k].scalar_type()));
+    EXPECT_TRUE(got[k].equal(::torch::cat(parts))) << k << "\n" << got[k];
+  }
+  EXPECT_FALSE(gathered.result().defined());  // a group's results are results()
+
+  std::vector<Tensor> scatter = {scatter_input(rank(), 0, n), scatter_input(rank(), 1, n)};
+  std::vector<Tensor> sums =
+      grouped_reduce_scatter_async(scatter, {"grsa.0", "grsa.1"}, {.op = ReduceOp::kSum}).results();
+  for (int k = 0; k < 2; ++k) {
+    Tensor total = ::torch::zeros({4 * n, 2});
+    for (int r = 0; r < n; ++r) total += scatter_input(r, k, n);
+    EXPECT_TRUE(sums[k].equal(total.narrow(0, 4 * rank(), 4))) << k;
+  }
+  // d(sum of (rank + 1) * output_k)/d input_k = rank r's weight on rows of r.
+  for (Tensor& t : scatter) t.requires_grad_();
+  std::vector<Tensor> outs = grouped_reduce_scatter(scatter, {"grsg.0", "grsg.1"});
+  ((outs[0] + 2 * outs[1]) * double(rank() + 1)).sum().backward();
+  Tensor weights = ::torch::arange(1, n + 1, ::torch::kFloat32).repeat_interleave(4).view({4 * n, 1});
+  EXPECT_TRUE(::torch::allclose(scatter[0].grad(), (weights / n).expand({4 * n, 2})))
+      << scatter[0].grad();
+  EXPECT_TRUE(::torch::allclose(scatter[1].grad(), (2 * weights / n).expand({4 * n, 2})))
+      << scatter[1].grad();
+}
+
+// A group is submitted whole or not at all: a member invalid on rank 0
+// alone (undefined) leaves nothing of the group pending there. Before, its
+// valid first member was already submitted on rank 0 only and stayed
+// pending, which remove_process_set then refused on every rank.
+void an_invalid_member_submits_nothing() {
+  if (size() < 2) return;  // needs a set of two ranks
+  const int set = add_process_set({0, 1});
+  if (rank() == 0)
+    expect_invalid([&] { grouped_allgather({::torch::ones({2}), Tensor()}, {"gx.0", "gx.1"}, set); },
+                   "undefined tensor");
+  if (rank() == 1) {
+    Tensor a = ::torch::ones({8});
+    expect_invalid([&] { grouped_reduce_scatter({a, a}, {"gy", "gy"}, {.process_set = set}); },
+                   "already pending");
+  }
+  EXPECT_NO_THROW(remove_process_set(set));
+}
+
 TEST(HorovodParityMore, GroupedAllgatherAndReduceScatter) {
-  for (int n : {2, 3})
+  for (int n : {1, 2, 3})
     run_torch_workers(n, [] {
       grouped_allgather_matches_concatenation();
       grouped_reduce_scatter_matches_slices();
+      grouped_async_forms_complete_as_one();
+      an_invalid_member_submits_nothing();
     });
 }
 
@@ -220,7 +277,7 @@ void sparse_allreduce_matches_dense() {
 }
 
 TEST(HorovodParityMore, SparseAllreduceGathersIndicesAndValues) {
-  for (int n : {2, 3}) run_torch_workers(n, sparse_allreduce_matches_dense);
+  for (int n : {1, 2, 3}) run_torch_workers(n, sparse_allreduce_matches_dense);
 }
 
 // ---- a sparse embedding's gradient through DistributedOptimizer

@@ -78,7 +78,7 @@ void int16_data_movement() {
 }
 
 TEST(HorovodParity, Int16ThroughEveryCollective) {
-  for (int n : {2, 3})
+  for (int n : {1, 2, 3})
     run_torch_workers(n, [] {
       int16_reductions();
       int16_data_movement();
@@ -203,7 +203,7 @@ void reduce_scatter_grads() {
 }
 
 TEST(HorovodParity, GradientsThroughEveryCollectiveMatchHorovodsTests) {
-  for (int n : {2, 3})
+  for (int n : {1, 2, 3})
     run_torch_workers(n, [] {
       allreduce_grads();
       grouped_allreduce_grads();

@@ -109,6 +109,15 @@ class Engine {
   // differ per rank); the output is obtained from `allocate`.
   Handle allgather_async(std::string name, const void* input, Shape shape, DataType dtype,
                          Allocator allocate, OpOptions options = {});
+  // Several allgathers submitted and negotiated as one group (queued
+  // together, announced in one cycle, one handle completing when the last
+  // does), as Horovod's grouped_allgather: one dtype and allocator per
+  // member. Nothing is queued when any member is invalid.
+  Handle grouped_allgather_async(const std::vector<std::string>& names,
+                                 const std::vector<const void*>& inputs,
+                                 const std::vector<Shape>& shapes,
+                                 const std::vector<DataType>& dtypes,
+                                 std::vector<Allocator> allocates, OpOptions options = {});
   // In place: buffer holds the root's data afterwards on every rank. root is
   // a rank of the process set (its index in the set's rank list).
   Handle broadcast_async(std::string name, void* buffer, Shape shape, DataType dtype, int root,
@@ -120,6 +129,13 @@ class Engine {
   // dimension (the first dim % size ranks get one extra row).
   Handle reduce_scatter_async(std::string name, const void* input, Shape shape, DataType dtype,
                               ReduceOp op, Allocator allocate, OpOptions options = {});
+  // Several reduce-scatters as one group, as grouped_allgather_async; one op.
+  Handle grouped_reduce_scatter_async(const std::vector<std::string>& names,
+                                      const std::vector<const void*>& inputs,
+                                      const std::vector<Shape>& shapes,
+                                      const std::vector<DataType>& dtypes,
+                                      ReduceOp op, std::vector<Allocator> allocates,
+                                      OpOptions options = {});
   [[deprecated("renamed reduce_scatter_async (one spelling across layers)")]]
   Handle reducescatter_async(std::string name, const void* input, Shape shape, DataType dtype,
                              ReduceOp op, Allocator allocate, OpOptions options = {}) {

@@ -72,6 +72,9 @@ class TensorHandle {
   // (copies results back into non-contiguous outputs, decompresses...).
   TensorHandle(engine::Handle handle, std::shared_ptr<::torch::Tensor> result,
                std::vector<::torch::Tensor> keep_alive, std::function<void()> finish = {});
+  // A group's handle: `results` in the group's order (result() is undefined).
+  TensorHandle(engine::Handle handle, std::vector<std::shared_ptr<::torch::Tensor>> results,
+               std::vector<::torch::Tensor> keep_alive, std::function<void()> finish = {});
 
   bool valid() const { return handle_.valid(); }
   bool poll() const;
@@ -79,6 +82,10 @@ class TensorHandle {
   void wait();
   // wait(), then the result tensor.
   ::torch::Tensor result();
+  // wait(), then a group's results in order (the grouped operations: for
+  // grouped_allreduce_async_ the tensors themselves); for a single
+  // operation, a one-element list holding result().
+  std::vector<::torch::Tensor> results();
   // wait(), then, for an alltoall, how many dim-0 rows came from each member
   // of the set (empty for other operations).
   std::vector<int64_t> received_splits();
@@ -86,6 +93,7 @@ class TensorHandle {
  private:
   engine::Handle handle_;
   std::shared_ptr<::torch::Tensor> result_;
+  std::vector<std::shared_ptr<::torch::Tensor>> results_;  // a group's, else empty
   std::vector<::torch::Tensor> keep_alive_;
   std::function<void()> finish_;
   bool finished_ = false;
@@ -107,8 +115,9 @@ TensorHandle allreduce_async(const ::torch::Tensor& tensor, std::string name = {
 TensorHandle allreduce_async_(::torch::Tensor& tensor, std::string name = {},
                               AllreduceOptions options = {});
 void allreduce_(::torch::Tensor& tensor, std::string name = {}, AllreduceOptions options = {});
-// In place on several tensors of one dtype, negotiated and fused as one group
-// (one handle; result() is undefined, the tensors hold the results).
+// In place on several tensors of one dtype and device, negotiated and fused
+// as one group (one handle; result() is undefined, the tensors hold the
+// results, and results() returns them).
 TensorHandle grouped_allreduce_async_(std::vector<::torch::Tensor>& tensors,
                                       std::vector<std::string> names,
                                       AllreduceOptions options = {});
@@ -176,15 +185,23 @@ TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string nam
 TensorHandle reduce_scatter_into_async(const ::torch::Tensor& tensor, ::torch::Tensor output,
                                        std::string name = {}, ReduceScatterOptions options = {});
 
-// Horovod's grouped_allgather / grouped_reducescatter: every tensor of the
-// list is submitted before the first is waited on (one name each, so the
-// engine negotiates and fuses them in the same cycles); returns the results
-// in order. Each is differentiable as its single-tensor form. Unlike
-// grouped_allreduce the engine does not negotiate them atomically as one
-// group: each name is matched across ranks on its own.
+// Horovod's grouped_allgather / grouped_reducescatter: the tensors (one
+// name each, one device; dtypes may differ) are submitted to the engine as one group,
+// as grouped_allreduce is: announced in one negotiation cycle, completing
+// together under one handle whose results() are the per-tensor results in
+// order (each as its single-tensor form would return it). The synchronous
+// forms return those results and are differentiable (backward: one grouped
+// allreduce of the gradients, resp. one grouped allgather). A member that is
+// invalid on this rank (undefined, sparse, a duplicate or pending name)
+// throws InvalidArgument before any member is submitted.
+TensorHandle grouped_allgather_async(const std::vector<::torch::Tensor>& tensors,
+                                     std::vector<std::string> names, int process_set = 0);
 std::vector<::torch::Tensor> grouped_allgather(const std::vector<::torch::Tensor>& tensors,
                                                std::vector<std::string> names,
                                                int process_set = 0);
+TensorHandle grouped_reduce_scatter_async(const std::vector<::torch::Tensor>& tensors,
+                                          std::vector<std::string> names,
+                                          ReduceScatterOptions options = {});
 std::vector<::torch::Tensor> grouped_reduce_scatter(const std::vector<::torch::Tensor>& tensors,
                                                     std::vector<std::string> names,
                                                     ReduceScatterOptions options = {});
