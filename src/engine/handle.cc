@@ -9,6 +9,7 @@ namespace detail {
 void OpState::complete_one(std::exception_ptr e) {
   Callback callback;
   std::exception_ptr final_error;
+  std::vector<std::shared_ptr<void>> released;
   {
     MutexLock lock(mu);
     if (done || remaining == 0) return;
@@ -16,9 +17,13 @@ void OpState::complete_one(std::exception_ptr e) {
     if (--remaining > 0) return;
     final_error = error;
     callback = std::move(on_done);
+    retired = true;
+    released.swap(retained);
   }
-  // The callback runs before waiters wake, so a returned wait() implies it ran.
+  // The callback runs before waiters wake, so a returned wait() implies it ran;
+  // so is what a dropped owner retained released (a name it held is free again).
   if (callback) callback(final_error);
+  released.clear();
   {
     MutexLock lock(mu);
     done = true;
@@ -56,6 +61,13 @@ bool Handle::wait_for(std::chrono::milliseconds timeout) const {
     if (!lock.wait_until(s.cv, deadline) && !s.done) return false;
   if (s.error) std::rethrow_exception(s.error);
   return true;
+}
+
+void Handle::retain_until_done(std::shared_ptr<void> resources) const {
+  const auto& s = state();
+  MutexLock lock(s.mu);
+  if (!s.retired) s.retained.push_back(std::move(resources));
+  // else: released here, once the lock is gone (resources' destructor runs last)
 }
 
 const Shape& Handle::output_shape() const { return state().output_shape; }

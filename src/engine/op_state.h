@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <exception>
 #include <memory>
+#include <vector>
 
 #include "engine/request.h"
 #include "engine/wait_tracker.h"
@@ -33,6 +34,10 @@ struct OpState {
   std::exception_ptr error LOCKSTEP_GUARDED_BY(mu);
   int remaining LOCKSTEP_GUARDED_BY(mu);
   Callback on_done LOCKSTEP_GUARDED_BY(mu);
+  // Handle::retain_until_done's resources; released once the last member
+  // completed (`retired` from then on: later ones are released at once).
+  mutable std::vector<std::shared_ptr<void>> retained LOCKSTEP_GUARDED_BY(mu);
+  bool retired LOCKSTEP_GUARDED_BY(mu) = false;
   // Results; written by the background thread before completion.
   Shape output_shape;
   std::vector<int64_t> received_splits;

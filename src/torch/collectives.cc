@@ -47,6 +47,35 @@ TensorHandle::TensorHandle(engine::Handle handle,
       keep_alive_(std::move(keep_alive)),
       finish_(std::move(finish)) {}
 
+// Note [Dropped handles]
+// The engine holds raw pointers into the tensors the handle keeps alive
+// (a private copy for the out-of-place forms, staged host buffers) and the
+// handle holds the names it claimed (Note [Names pending until waited]). A
+// handle dropped before wait() hands all of it to the operation, released
+// when the engine completes it, so a program that never waits frees nothing
+// under the engine; its name stays taken until then.
+TensorHandle::~TensorHandle() {
+  if (finished_ || !handle_.valid()) return;
+  struct Held {
+    std::shared_ptr<::torch::Tensor> result;
+    std::vector<std::shared_ptr<::torch::Tensor>> results;
+    std::vector<::torch::Tensor> keep_alive;
+    std::function<void()> finish;  // holds the names' leases
+  };
+  handle_.retain_until_done(std::make_shared<Held>(
+      Held{std::move(result_), std::move(results_), std::move(keep_alive_), std::move(finish_)}));
+}
+
+TensorHandle& TensorHandle::operator=(TensorHandle other) noexcept {
+  std::swap(handle_, other.handle_);
+  std::swap(result_, other.result_);
+  std::swap(results_, other.results_);
+  std::swap(keep_alive_, other.keep_alive_);
+  std::swap(finish_, other.finish_);
+  std::swap(finished_, other.finished_);
+  return *this;  // `other`, holding what was here, retains it if it was not waited on
+}
+
 bool TensorHandle::poll() const { return handle_.poll(); }
 
 void TensorHandle::wait() {

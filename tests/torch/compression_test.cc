@@ -10,6 +10,7 @@
 namespace lockstep::torch {
 namespace {
 
+using ::torch::Tensor;
 using testing::make_mlp;
 using testing::run_torch_workers;
 
@@ -26,6 +27,21 @@ TEST(Compressor, RoundTripsWithinTheWireTypesPrecision) {
     EXPECT_LE(((back - x).abs() / x.abs().clamp_min(1e-3)).max().item<double>(), tol);
   }
   EXPECT_THROW(Compressor::of(Compression::kPowerSGD), InvalidArgument);
+}
+
+// Horovod's test_compression_fp16: integer tensors are not compressed (a
+// half cast would turn 70000 into -2147483648 on the way back).
+TEST(Compressor, LeavesIntegerTensorsAsTheyAre) {
+  for (Compression c : {Compression::kFp16, Compression::kBf16})
+    for (auto dtype : {::torch::kUInt8, ::torch::kInt8, ::torch::kInt16, ::torch::kInt32,
+                       ::torch::kInt64}) {
+      Tensor x = ::torch::full({3}, dtype == ::torch::kUInt8 || dtype == ::torch::kInt8 ? 100 : 30000,
+                               dtype);
+      if (dtype == ::torch::kInt32 || dtype == ::torch::kInt64) x.fill_(70000);
+      auto [sent, ctx] = Compressor::of(c).compress(x);
+      EXPECT_EQ(sent.scalar_type(), dtype);
+      EXPECT_TRUE(Compressor::of(c).decompress(sent, ctx).equal(x)) << c10::toString(dtype);
+    }
 }
 
 // What the optimizer reduces equals compress(grad / size), lt::allreduce

@@ -287,6 +287,37 @@ TEST(HorovodParity, ASecondPendingCollectiveWithTheSameNameIsRefused) {
   });
 }
 
+// Horovod's duplicate-name tests drop their first handle: a handle dropped
+// before wait() leaves its tensors (the private copy the engine reads and
+// writes) and its name with the operation until it finishes. Before, the
+// copy was freed under the engine (heap corruption: "double free" or a
+// SIGSEGV within 200 drops) and the name at once.
+TEST(HorovodParity, ADroppedHandleKeepsItsTensorsAndNameUntilTheOperationEnds) {
+  run_torch_workers(2, [] {
+    for (int i = 0; i < 200; ++i)
+      allreduce_async(::torch::ones({17, 17, 17}), fmt::format("dropped.{}", i));
+    if (rank() == 0) {  // rank 1 holds back, so this cannot finish yet
+      allreduce_async(::torch::ones({4}), "held");
+      expect_invalid([&] { allreduce_async(::torch::ones({4}), "held"); },
+                     "a collective named 'held' is already pending on rank 0");
+    }
+    barrier();
+    Tensor in_place = ::torch::ones({8});
+    allreduce_async_(in_place, "dropped.in_place", {.op = ReduceOp::kSum});
+    if (rank() == 1) allreduce(::torch::ones({4}), "held");  // rank 0's dropped one completes
+    barrier();
+    // Finished, so the name is free again and the in-place result has landed.
+    EXPECT_TRUE(allreduce(::torch::ones({4}), "held", {.op = ReduceOp::kSum})
+                    .equal(::torch::full({4}, 2.0f)));
+    EXPECT_TRUE(in_place.equal(::torch::full({8}, 2.0f))) << in_place;
+    // Assigning over an unwaited handle drops it the same way.
+    TensorHandle h = allreduce_async(::torch::ones({64}), "assigned.0");
+    h = allreduce_async(::torch::ones({64}), "assigned.1");
+    EXPECT_TRUE(h.result().equal(::torch::full({64}, 1.0f)));  // average
+    barrier();
+  });
+}
+
 // The engine's own check: a name twice in one submission used to orphan the
 // first entry, which waited forever with no watchdog to name it.
 TEST(HorovodParity, EngineRefusesANameTwiceInOneGroup) {

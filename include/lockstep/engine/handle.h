@@ -39,6 +39,13 @@ class Handle {
   // join: the last rank to join; add_process_set: the new set's id.
   int value() const;
 
+  // Keeps `resources` (memory the operation reads or writes, names it holds)
+  // alive until the operation has finished, then releases them on the thread
+  // that completes it, before any waiter wakes; at once when it already
+  // finished. For an owner that goes away without waiting (a dropped
+  // lockstep::torch::TensorHandle): the engine holds only raw pointers.
+  void retain_until_done(std::shared_ptr<void> resources) const;
+
  private:
   const detail::OpState& state() const;
   std::shared_ptr<detail::OpState> state_;

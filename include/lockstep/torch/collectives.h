@@ -22,8 +22,9 @@
 // forms are not differentiable; the in-place forms refuse a leaf that
 // requires grad while grad mode is on (as PyTorch does).
 //
-// Async calls return a TensorHandle that keeps its tensors alive; the input
-// must not be modified until wait() returns. Errors (PeerFailure,
+// Async calls return a TensorHandle that keeps its tensors alive (dropped
+// unwaited, until the operation finishes); the input must not be modified
+// until wait() returns. Errors (PeerFailure,
 // MismatchError, TimeoutError...) surface from wait().
 #pragma once
 
@@ -75,6 +76,14 @@ class TensorHandle {
   // A group's handle: `results` in the group's order (result() is undefined).
   TensorHandle(engine::Handle handle, std::vector<std::shared_ptr<::torch::Tensor>> results,
                std::vector<::torch::Tensor> keep_alive, std::function<void()> finish = {});
+  // Dropped (or assigned over) before wait(): the tensors the engine reads
+  // and writes and the names the operation holds stay alive until the
+  // operation finishes (Horovod keeps them until synchronize); its result and
+  // any error are discarded, and `finish` does not run. Never blocks.
+  ~TensorHandle();
+  TensorHandle(const TensorHandle&) = default;
+  TensorHandle(TensorHandle&&) noexcept = default;
+  TensorHandle& operator=(TensorHandle other) noexcept;
 
   bool valid() const { return handle_.valid(); }
   bool poll() const;

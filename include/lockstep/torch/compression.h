@@ -42,8 +42,11 @@ class Compressor {
     }
   }
 
+  // Floating tensors only: an integer tensor goes as it is (Horovod's
+  // Compression.fp16 likewise), never through a lossy half cast.
   std::pair<::torch::Tensor, Context> compress(const ::torch::Tensor& t) const {
-    if (!wire_.has_value() || t.scalar_type() == *wire_) return {t, {t.scalar_type()}};
+    if (!wire_.has_value() || !t.is_floating_point() || t.scalar_type() == *wire_)
+      return {t, {t.scalar_type()}};
     return {t.to(*wire_), {t.scalar_type()}};
   }
   ::torch::Tensor decompress(const ::torch::Tensor& t, const Context& ctx) const {
