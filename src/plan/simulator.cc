@@ -44,14 +44,9 @@ struct Grad {
   int key = 0;           // wire dtype
 };
 
-bool casts(const std::string& compression) {
-  return policy::casts_on_wire(parse_compression(compression).kind);
-}
-
-int wire_elem_bytes(const GradientTiming& g, const std::string& compression) {
+int wire_elem_bytes(const GradientTiming& g, CompressionKind kind) {
   const bool floating = g.dtype == "f16" || g.dtype == "bf16" || g.dtype == "f32" || g.dtype == "f64";
-  return policy::wire_element_bytes(parse_compression(compression).kind, dtype_bytes(g.dtype),
-                                    floating);
+  return policy::wire_element_bytes(kind, dtype_bytes(g.dtype), floating);
 }
 
 // The parameters' shapes for the compression closed forms; a gradient
@@ -253,10 +248,11 @@ struct Submissions {
 Submissions submissions(const Profile& profile, const NetworkModel& m, const Scenario& s,
                         double slowdown) {
   Submissions out;
-  const bool compress = casts(s.compression);
+  const CompressionKind kind = parse_compression(s.compression).kind;  // once, not per gradient
+  const bool compress = policy::casts_on_wire(kind);
   for (size_t i = 0; i < profile.gradients.size(); ++i) {
     const auto& g = profile.gradients[i];
-    const int elem = wire_elem_bytes(g, s.compression);
+    const int elem = wire_elem_bytes(g, kind);
     const int64_t count = g.bytes / dtype_bytes(g.dtype);
     out.grads.push_back({i, g.ready_ms * slowdown, count * elem, elem, elem});
     const double cast = compress ? g.bytes * m.host->copy_s_per_byte * 1e3 : 0;

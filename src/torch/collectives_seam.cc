@@ -33,8 +33,10 @@ std::string auto_name(std::string name, const char* op) {
 // transport may or may not have happened when the caller submits the name
 // again: ranks would then accept different numbers of submissions and the
 // job end in a misleading shutdown error. Here a name stays taken from
-// submission until its handle is waited on (or destroyed), which every rank
-// decides alike, so a repeat is refused deterministically by name and rank.
+// submission until its handle is waited on, which every rank decides alike,
+// so a repeat is refused deterministically by name and rank. A handle
+// dropped unwaited keeps it until its operation finishes (Note [Dropped
+// handles] in collectives.cc).
 Mutex lease_mutex;
 std::set<std::pair<int, std::string>> leased_names LOCKSTEP_GUARDED_BY(lease_mutex);
 
