@@ -251,6 +251,48 @@ TEST(SourceCorruptHdf5, ChunkStoredSizeBeyondTheFileIsRefusedAtOpen) {
       << error;
 }
 
+// CI's fuzzer find: labels never written read as the fill value, and a fill
+// message shorter than the dtype (4 bytes for int64 here, crafted from an
+// h5py file) made libhdf5 read past its own buffer. Refused at open.
+TEST(SourceCorruptHdf5, FillValueShorterThanTheDtypeIsRefusedAtOpen) {
+  std::string h5 = std::string(LOCKSTEP_HDF5_CORPUS) + "/short-fill-value.h5";
+  std::string error = open_error({{h5}});
+  EXPECT_NE(error.find(h5), std::string::npos) << error;
+  EXPECT_NE(error.find("dataset '/labels' promises 64 bytes but the file stores 0: it was "
+                       "created but never (fully) written"),
+            std::string::npos)
+      << error;
+}
+
+TEST_F(SourceTest, Hdf5LabelsNeverWrittenAreRefusedNotReadAsTheFillValue) {
+  std::string h5 = dir_ / "no-labels.h5";
+  write_reference(fmt::format("h5 {} {} {} --count 10 --unwritten-labels", h5, kImages, kLabels));
+  std::string error = open_error({{h5}});
+  EXPECT_NE(error.find("dataset '/labels' promises 40 bytes but the file stores 0"),
+            std::string::npos)
+      << error;
+}
+
+TEST_F(SourceTest, Hdf5ChunksNeverWrittenAreRefused) {
+  std::string h5 = dir_ / "part.h5";
+  // 10 rows in chunks of 2, the first 5 written: chunks 0-2 stored, 3-4 not.
+  write_reference(
+      fmt::format("h5 {} {} {} --count 10 --chunk 2 --written-rows 5", h5, kImages, kLabels));
+  std::string error = open_error({{h5}});
+  EXPECT_NE(error.find("dataset '/images' stores 3 of the 5 chunks its shape needs"),
+            std::string::npos)
+      << error;
+}
+
+TEST_F(SourceTest, Hdf5ExternalStorageIsRefused) {
+  std::string h5 = dir_ / "external.h5";
+  write_reference(fmt::format("h5 {} {} {} --count 10 --external-images {}", h5, kImages,
+                              kLabels, std::string(dir_ / "pixels.raw")));
+  std::string error = open_error({{h5}});
+  EXPECT_NE(error.find("dataset '/images' keeps its data in external files"), std::string::npos)
+      << error;
+}
+
 TEST_F(SourceTest, Hdf5TruncatedFileIsAnErrorNamingIt) {
   ConvertResult h5 = convert_idx(kImages, kLabels, {dir_.str(), "cut", 1, {}, SourceFormat::kHdf5});
   std::string bytes = testing::read_file(h5.index_path);

@@ -70,6 +70,12 @@ def main():
     p.add_argument("--image-dtype", default="")
     p.add_argument("--empty-chunk-rows", type=int, default=0,
                    help="images left unwritten, chunked by this many rows (a chunk shape test)")
+    p.add_argument("--unwritten-labels", action="store_true",
+                   help="the label dataset created with a fill value and never written")
+    p.add_argument("--written-rows", type=int, default=0,
+                   help="images chunked by --chunk rows, only the first this many written")
+    p.add_argument("--external-images", default="",
+                   help="images stored in this external raw file")
     a = p.parse_args()
     images, labels = read_idx(a.images), read_idx(a.labels)
     if a.count:
@@ -81,14 +87,24 @@ def main():
             if a.image_dtype:
                 data = images.astype(a.image_dtype)
             kw = {"chunks": (a.chunk,) + data.shape[1:]} if a.chunk else {}
-            if a.empty_chunk_rows:
+            if a.written_rows:
+                d = f.create_dataset(a.images_name, shape=data.shape, dtype=data.dtype,
+                                     chunks=(a.chunk,) + data.shape[1:])
+                d[:a.written_rows] = data[:a.written_rows]
+            elif a.external_images:
+                f.create_dataset(a.images_name, data=data,
+                                 external=[(a.external_images, 0, data.nbytes)])
+            elif a.empty_chunk_rows:
                 f.create_dataset(a.images_name, shape=data.shape, dtype=data.dtype,
                                  maxshape=(None,) + data.shape[1:],
                                  chunks=(a.empty_chunk_rows,) + data.shape[1:])
             else:
                 f.create_dataset(a.images_name, data=data, **kw)
             n = len(labels) if a.labels_count < 0 else a.labels_count
-            f.create_dataset(a.labels_name, data=labels[:n].astype(np.int32))
+            if a.unwritten_labels:
+                f.create_dataset(a.labels_name, shape=(n,), dtype=np.int32, fillvalue=3)
+            else:
+                f.create_dataset(a.labels_name, data=labels[:n].astype(np.int32))
     else:
         import lmdb
         env = lmdb.open(a.out, map_size=1 << 30)

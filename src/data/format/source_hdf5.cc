@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "data/format/hdf5_checks.h"
 #include "data/format/hdf5_util.h"
 #include "lockstep/base/error.h"
 #include "data/format/source_formats.h"
@@ -101,8 +102,9 @@ void check_types(Hdf5File& f, const SourceSpec& spec) {
     fail(f.path, fmt::format("dataset '{}' has unsupported dtype {}: images must be uint8 "
                              "(scaled to [0, 1]) or float32/float64 (used as they are)",
                              spec.images_dataset, type_name(image_type.get())));
-  if (H5Tget_class(label_type.get()) != H5T_INTEGER)
-    fail(f.path, fmt::format("dataset '{}' has unsupported dtype {}: labels must be integers",
+  if (H5Tget_class(label_type.get()) != H5T_INTEGER || H5Tget_size(label_type.get()) > 8)
+    fail(f.path, fmt::format("dataset '{}' has unsupported dtype {}: labels must be integers "
+                             "of at most 64 bits",
                              spec.labels_dataset, type_name(label_type.get())));
 }
 
@@ -127,60 +129,16 @@ void check_shapes(Hdf5File& f, const SourceSpec& spec) {
 }
 
 // A corrupt header can claim any extent; refuse what no image is before a
-// read allocates it, and a contiguous dataset the file cannot hold.
+// read allocates it (the storage itself: Note [HDF5 storage checks]).
 constexpr size_t kMaxItemBytes = size_t{256} << 20;
 
-// libhdf5 allocates a whole chunk to read any row of it, so a corrupt (or
-// fuzzed) chunk shape of 4 GiB becomes a 4 GiB calloc inside H5Dread. Real
-// data sets chunk at kilobytes to megabytes; refuse chunks past the limit.
-constexpr hsize_t kMaxChunkBytes = hsize_t{256} << 20;
-
-void check_chunk(const Hdf5File& f, hid_t dataset, const std::string& name) {
-  Id plist(H5Dget_create_plist(dataset), H5Pclose);
-  if (H5Pget_layout(plist.get()) != H5D_CHUNKED) return;
-  hsize_t chunk[H5S_MAX_RANK] = {};
-  int rank = H5Pget_chunk(plist.get(), H5S_MAX_RANK, chunk);
-  Id type(H5Dget_type(dataset), H5Tclose);
-  hsize_t bytes = H5Tget_size(type.get());
-  for (int d = 0; d < rank && bytes <= kMaxChunkBytes; ++d) bytes *= chunk[d];
-  if (rank <= 0 || bytes > kMaxChunkBytes)
-    fail(f.path, fmt::format("dataset '{}' has chunks of more than 256 MiB (or an unreadable "
-                             "chunk shape): the file is corrupt, or rechunk it smaller (for "
-                             "example `h5repack -l {}:CHUNK=64x...`)",
-                             name, name));
-}
-
-// A corrupt chunk index can give one chunk a stored size of gigabytes, and
-// libhdf5 allocates a chunk's stored size to read it (the fuzzer's second
-// find: a 3.5 GB malloc for a 32-byte chunk). No dataset stored in the file
-// can take more bytes than the file has.
-void check_stored_size(const Hdf5File& f, hid_t dataset, const std::string& name) {
-  hsize_t file_bytes = 0;
-  if (H5Fget_filesize(f.file.get(), &file_bytes) < 0) return;
-  hsize_t stored = H5Dget_storage_size(dataset);
-  if (stored > file_bytes)
-    fail(f.path, fmt::format("dataset '{}' claims {} stored bytes in a file of {}: its chunk "
-                             "index is corrupt; rewrite the file from a good copy",
-                             name, stored, file_bytes));
-}
-
 void check_extent(const Hdf5File& f, const SourceSpec& spec) {
-  check_stored_size(f, f.images.get(), spec.images_dataset);
-  check_stored_size(f, f.labels.get(), spec.labels_dataset);
   if (f.item_bytes() == 0 || f.item_bytes() > kMaxItemBytes)
     fail(f.path, fmt::format("dataset '{}' claims images of {} bytes each; more than 256 MiB "
                              "(or empty) means a corrupt file or images that need tiling",
                              spec.images_dataset, f.item_bytes()));
-  check_chunk(f, f.images.get(), spec.images_dataset);
-  check_chunk(f, f.labels.get(), spec.labels_dataset);
-  Id plist(H5Dget_create_plist(f.images.get()), H5Pclose);
-  if (H5Pget_layout(plist.get()) != H5D_CONTIGUOUS) return;
-  hsize_t stored = H5Dget_storage_size(f.images.get());
-  hsize_t promised = f.dims[0] * f.item_bytes();
-  if (stored < promised)
-    fail(f.path, fmt::format("dataset '{}' promises {} bytes but the file stores {}: the file "
-                             "is truncated or corrupt",
-                             spec.images_dataset, promised, stored));
+  hdf5::check_storage(f.path, f.file.get(), f.images.get(), spec.images_dataset);
+  hdf5::check_storage(f.path, f.file.get(), f.labels.get(), spec.labels_dataset);
 }
 
 hsize_t chunk_rows_of(hid_t dataset) {
