@@ -48,6 +48,19 @@ TEST(SourceCorruptHdf5, FillValueShorterThanTheDtypeIsRefusedAtOpen) {
       << error;
 }
 
+// A fuzzer find: a 2 KB file whose root group's local heap claims 1.4 GB.
+// libhdf5 allocates that much to read it (a lazy mmap that the failed read
+// never touches), and the open is an Error naming the file as corrupt, not
+// a missing dataset (scripts/fuzz.sh says what the allocation cost under
+// ASan).
+TEST(SourceCorruptHdf5, HugeLocalHeapIsAnErrorNamingTheFileCorrupt) {
+  std::string h5 = std::string(LOCKSTEP_HDF5_CORPUS) + "/huge-local-heap.h5";
+  std::string error = corrupt_open_error({{h5}});
+  EXPECT_NE(error.find(h5 + ": cannot look up the image dataset '/images'"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("the file is corrupt"), std::string::npos) << error;
+}
+
 // Note [HDF5 probe]: a symbol table whose local heap is corrupt (a fuzzer
 // find) makes libhdf5 1.10 read through NULL in H5G__stab_lookup. The probe
 // process dies of it, the open is an Error naming the file, and a SIGSEGV

@@ -58,7 +58,12 @@ std::string datasets_in(hid_t file) {
 }
 
 Id open_dataset(const Hdf5File& f, const std::string& name, const char* role) {
-  if (H5Lexists(f.file.get(), name.c_str(), H5P_DEFAULT) <= 0) {
+  htri_t exists = H5Lexists(f.file.get(), name.c_str(), H5P_DEFAULT);
+  if (exists < 0)  // not "absent": the group's own metadata is unreadable
+    fail(f.path, fmt::format("cannot look up the {} dataset '{}' ({}): the file is corrupt; "
+                             "rewrite it from a good copy",
+                             role, name, hdf5::last_error()));
+  if (exists == 0) {
     H5Eclear2(H5E_DEFAULT);
     fail(f.path, fmt::format("no {} dataset '{}' ({}); name it with --{}-dataset", role, name,
                              datasets_in(f.file.get()), role == std::string("image") ? "images" : "labels"));
