@@ -114,7 +114,8 @@ std::map<std::string, std::string> parse_metadata(const Json& value) {
   return metadata;
 }
 
-// Note [Header scan]: the header is read by a SAX handler that builds one
+// Note [Header scan]
+// The header is read by a SAX handler that builds one
 // tensor's small JSON value at a time, checks it (parse_entry) and drops it,
 // so a hostile 100 MB header costs its entries, not a JSON tree of it. The
 // handler also refuses duplicate keys, which nlohmann's DOM keeps silently

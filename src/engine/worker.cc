@@ -70,7 +70,8 @@ void ProcessSetWorker::submit(std::vector<Entry> entries) {
     if (!fatal) {
       if (stop_requested_ || exited_)
         throw InvalidArgument(fmt::format("engine: process set {} is shut down", id_));
-      // Note [A name twice in one submission]: the worker keys pending
+      // Note [A name twice in one submission]
+      // The worker keys pending
       // operations by name, so a repeat inside one group would orphan the
       // first entry: every rank announces the name once, it completes once,
       // and the orphan waits forever with nothing missing for the stall or

@@ -109,7 +109,8 @@ Tensor run_segment(const SegmentForward& forward, const Tensor& input) {
   return out;
 }
 
-// Note [Checkpoint function]: inputs are (input, parameters...), so the
+// Note [Checkpoint function]
+// Inputs are (input, parameters...), so the
 // node exists and parameters get gradients even when `input` needs none.
 // Only these references are saved: no activation of the segment survives
 // its forward.

@@ -1,5 +1,5 @@
 // The routed load of a tensor- or pipeline-parallel model's checkpoint
-// directory, the pair of Note [Routed saves of model parts]: the ranks
+// directory, the pair of Note [Routed saves of model parts]. The ranks
 // all-gather descriptions only (names, whole shapes, slices, param groups),
 // check the manifest against the whole model they describe, and each rank
 // reads from the files just the runs of its own slices (a slice along dim d

@@ -4,7 +4,7 @@
 // Note [Routed checkpoint saves]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The files are the same as a data-parallel save of the same model writes
-// (Note [Checkpoint directory layout]: whole tensors under state_dict names,
+// (whole tensors under state_dict names, Note [Checkpoint directory layout],
 // assigned to ranks by bytes), so any world size and strategy reads them.
 // What differs is how each tensor reaches the rank that writes it:
 //  1. the ranks of a shard group exchange a description of the optimizer

@@ -140,7 +140,7 @@ struct FullyShardedModel::Impl {
   std::optional<std::string> explain_storage_error(const std::string& what,
                                                    const std::string& where,
                                                    const std::string& advice) const;
-  // fully_sharded.cc, Note [Reads outside the units]: while the model lives,
+  // While the model lives (Note [Reads outside the units], fully_sharded.cc),
   // an uncaught LibTorch error that explain_storage_error recognizes ends
   // the process as lockstep's uncaught InvalidArgument.
   void watch_uncaught();

@@ -157,7 +157,7 @@ std::vector<Description> describe_all(const ModelParts& parts,
   return all;
 }
 
-// Note [Whole-model view]: single-process order, consistent descriptions.
+// Single-process order, consistent descriptions (Note [Whole-model view]).
 std::vector<Whole> whole_list(const std::vector<Description>& all, bool buffers) {
   std::vector<const Piece*> pieces;
   for (const Description& d : all)

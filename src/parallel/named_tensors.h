@@ -91,7 +91,7 @@ struct Whole {
   int64_t group = -1, dim = 0, dtype = 0;
   std::vector<const Piece*> slices{};  // by begin
 };
-// Note [Whole-model view]: single-process order; throws lockstep::Error
+// Single-process order (Note [Whole-model view]); throws lockstep::Error
 // when the ranks disagree on a tensor or its slices do not cover it.
 std::vector<Whole> whole_list(const std::vector<Description>& all, bool buffers);
 inline bool is_sliced(const Whole& w) { return w.slices.front()->length >= 0; }

@@ -29,8 +29,8 @@ struct DistributedOptimizer::Slot : Gradient {
   uintptr_t pre_hook_key = 0;
   int passes = 0;          // gradient-ready events in this step
   bool submitted = false;  // the scheme started reducing it (gradient_ready() said so)
-  // Note [Gradients after step()]: true from step() until the gradient is
-  // seen cleared; `seen` is the gradient as step() (or the last firing) left it.
+  // True from step() until the gradient is seen cleared; `seen` is the
+  // gradient as step() (or the last firing) left it. Note [Gradients after step()]
   bool after_step = false;
   const void* seen_impl = nullptr;
   int64_t seen_version = 0;

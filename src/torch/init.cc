@@ -20,7 +20,7 @@
 namespace lockstep::torch {
 namespace {
 
-// Note [Which way a CUDA tensor travels]: the decision, once per process.
+// The decision, once per process (Note [Which way a CUDA tensor travels]).
 void start_device_communicator(const Placement& placed) {
   engine::Engine& e = engine::global();
   if (e.has_device_communicator()) return;

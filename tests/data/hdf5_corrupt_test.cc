@@ -61,8 +61,8 @@ TEST(SourceCorruptHdf5, HugeLocalHeapIsAnErrorNamingTheFileCorrupt) {
   EXPECT_NE(error.find("the file is corrupt"), std::string::npos) << error;
 }
 
-// Note [HDF5 probe]: a symbol table whose local heap is corrupt (a fuzzer
-// find) makes libhdf5 1.10 read through NULL in H5G__stab_lookup. The probe
+// Note [HDF5 probe] at work: a symbol table whose local heap is corrupt (a
+// fuzzer find) makes libhdf5 1.10 read through NULL in H5G__stab_lookup. The probe
 // process dies of it, the open is an Error naming the file, and a SIGSEGV
 // handler of the program (a crash reporter) never runs for it: the probe
 // resets the handlers before it touches the file.

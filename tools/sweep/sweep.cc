@@ -147,7 +147,7 @@ class Sweep {
                                                             : nullptr;
   }
 
-  // Note [Sweep loop]: ended trials keep their result, interrupted ones are
+  // Ended trials keep their result (Note [Sweep loop]), interrupted ones are
   // pending again (attempt counts on); ASHA's rungs get back the records of
   // ended trials only, since an interrupted trial reports its rungs again.
   void replay() {

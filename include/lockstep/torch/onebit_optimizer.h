@@ -24,7 +24,8 @@ class OneBitOptimizer {
   virtual void step() = 0;
 };
 
-// Note [1-bit step bound]: Adam's per-element step lr·m̂/(√v̂ + ε) never
+// Note [1-bit step bound]
+// Adam's per-element step lr·m̂/(√v̂ + ε) never
 // exceeds lr·max(1, (1 − β1)/√(1 − β2)) (Kingma & Ba 2015, section 2.1:
 // "the effective step size ... is bounded"), because m and v follow the
 // same gradients. In the compression stage they do not: m is the compressed
