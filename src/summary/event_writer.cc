@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/host.h"
 #include "lockstep/data/record_io.h"
@@ -87,6 +88,10 @@ void EventWriter::write(int64_t step, const Summary& summary, double wall_time) 
 void EventWriter::append_event(const std::string& event) {
   std::string frame;
   data::append_frame(frame, event);
+  // The frame reads back as the event (TFRecord framing: lengths and CRCs).
+  LOCKSTEP_DCHECK(data::parse_frame({reinterpret_cast<const uint8_t*>(frame.data()), frame.size()})
+                          .payload == event,
+                  "TensorBoard events: a frame of {} bytes reads back as its event", frame.size());
   const ssize_t n = ::write(fd_, frame.data(), frame.size());
   if (n != static_cast<ssize_t>(frame.size()))
     throw Error(fmt::format("TensorBoard events: short write to {}: {}", path_,

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/policy/compression.h"
 #include "lockstep/torch/collectives.h"
@@ -68,21 +69,35 @@ Tensor CompressedAllreduce::mean(const Tensor& values) {
 Tensor CompressedAllreduce::padded_mean(const Tensor& x) {
   const int n = group_.size();
   const int64_t chunk = x.numel() / n;
+  // One row per rank, [chunk/8 sign bytes | f32 scale], is the wire size
+  // the planner prices (policy::onebit_payload_bytes); checked where the rows
+  // are built and again on each rank's received rows.
+  const int64_t row_bytes = chunk / 8 + kScaleBytes;
+  LOCKSTEP_DCHECK_EQ(chunk * n, x.numel(), "1-bit: the padded length is one chunk per rank");
+  LOCKSTEP_DCHECK_EQ(chunk % 8, 0, "1-bit: a chunk packs whole bytes of signs");
   const Tensor scale = rms(x);
   worker_error_ = x - scale * x.sign().add(x.eq(0).to(x.dtype()));  // sign(0) counts as +1
   // Row j: chunk j of this rank's signs and its scale, for rank j.
   std::vector<Tensor> rows;
-  for (int j = 0; j < n; ++j) rows.push_back(encode(x.narrow(0, j * chunk, chunk), scale));
+  for (int j = 0; j < n; ++j) {
+    rows.push_back(encode(x.narrow(0, j * chunk, chunk), scale));
+    LOCKSTEP_DCHECK_EQ(rows.back().numel(), row_bytes, "1-bit: row for rank {} on send", j);
+  }
   const Tensor received =
       alltoall(::torch::stack(rows), {}, name_ + ".chunks", group_.id());
+  LOCKSTEP_DCHECK(received.dim() == 2 && received.size(0) == n && received.size(1) == row_bytes,
+                  "1-bit: {} rows of {} bytes received, one per rank", n, row_bytes);
   Tensor y = ::torch::zeros({chunk}, x.options());
   for (int i = 0; i < n; ++i) y += decode(received[i], x.scalar_type());
   y = y / n;
   if (server_error_.defined()) y += server_error_;
   const Tensor server_row = encode(y, rms(y));
+  LOCKSTEP_DCHECK_EQ(server_row.numel(), row_bytes, "1-bit: this rank's server row on send");
   server_error_ = y - decode(server_row, x.scalar_type());
   const Tensor gathered =
       allgather(server_row.unsqueeze(0), name_ + ".mean", group_.id());
+  LOCKSTEP_DCHECK(gathered.dim() == 2 && gathered.size(0) == n && gathered.size(1) == row_bytes,
+                  "1-bit: {} server rows of {} bytes gathered, one per rank", n, row_bytes);
   std::vector<Tensor> chunks;
   for (int j = 0; j < n; ++j) chunks.push_back(decode(gathered[j], x.scalar_type()));
   return ::torch::cat(chunks);

@@ -20,6 +20,7 @@
 #include "torch/cpu_load.h"
 #include "torch/device.h"
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/cpu_topology.h"
 #include "lockstep/base/error.h"
 #include "lockstep/base/knobs.h"
@@ -117,7 +118,12 @@ Placement plan_placement(int local_rank, int local_size, const std::vector<int>&
   } else if (bind) {
     p.cpus.push_back(cpus[local_rank % cores]);  // oversubscribed: round robin
   }
+  LOCKSTEP_DCHECK(!bind || !fits || (local_rank + 1) * share <= static_cast<int>(cpus.size()),
+                  "placement: local rank {}'s {} cores lie inside the {} placed", local_rank, share,
+                  cpus.size());
   std::sort(p.cpus.begin(), p.cpus.end());  // for people reading describe()
+  LOCKSTEP_DCHECK(std::adjacent_find(p.cpus.begin(), p.cpus.end()) == p.cpus.end(),
+                  "placement: a worker's cpus are distinct");
   return p;
 }
 
@@ -155,11 +161,15 @@ void bind_other_threads(const cpu_set_t& set) {
 }  // namespace
 
 void apply_placement(const Placement& p) {
+  LOCKSTEP_DCHECK_LE(1, p.intra_op_threads, "placement: a worker runs one intra-op thread or more");
   at::set_num_threads(p.intra_op_threads);
   if (p.cpus.empty()) return;
   cpu_set_t set;
   CPU_ZERO(&set);
-  for (int c : p.cpus) CPU_SET(c, &set);
+  for (int c : p.cpus) {
+    LOCKSTEP_DCHECK(c >= 0 && c < CPU_SETSIZE, "placement: cpu {} fits a cpu_set_t", c);
+    CPU_SET(c, &set);
+  }
   std::vector<int> before = placement_cpus();
   if (sched_setaffinity(0, sizeof(set), &set) != 0) {
     log(LogLevel::kWarning, "could not bind to cpus {}: {}", fmt::join(p.cpus, ","),

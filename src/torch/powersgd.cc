@@ -5,6 +5,7 @@
 #include <span>
 #include <utility>
 
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/policy/compression.h"
 #include "lockstep/torch/collectives.h"
@@ -115,6 +116,10 @@ void PowerSGD::reduce(const std::vector<Tensor>& grads, const std::vector<std::s
                  .to(grads[i].device());
     }
     ps.push_back(m.matmul(st.q));
+    // P is [n, r] and (below) Q is [m, r] of policy::powersgd_matrix: the
+    // shapes the planner prices, checked before each allreduce and after.
+    LOCKSTEP_DCHECK(ps.back().size(0) == s.n && ps.back().size(1) == s.r,
+                    "PowerSGD: P of {} is [{}, {}] before its allreduce", names[i], s.n, s.r);
     first.push_back(ps.back());
     first_names.push_back(prefix_ + "." + names[i] + ".p");
     matrices.push_back(m);
@@ -132,11 +137,16 @@ void PowerSGD::reduce(const std::vector<Tensor>& grads, const std::vector<std::s
   for (size_t k = 0; k < matrices.size(); ++k) {
     orthonormalize_columns_(ps[k]);
     qs.push_back(matrices[k].t().matmul(ps[k]));
+    LOCKSTEP_DCHECK(qs.back().size(0) == matrices[k].size(1) && qs.back().size(1) == ps[k].size(1),
+                    "PowerSGD: Q of matrix {} is [m, r] before its allreduce", k);
   }
   for (size_t i = 0; i < grads.size(); ++i)
     if (compressed(grads[i])) q_names.push_back(prefix_ + "." + names[i] + ".q");
   allreduce_all(qs, q_names, op);
   for (size_t k = 0; k < matrices.size(); ++k) {
+    LOCKSTEP_DCHECK_EQ(ps[k].numel() + qs[k].numel(),
+                       powersgd_wire_elements(targets[k].sizes(), options_),
+                       "PowerSGD: P and Q after their allreduces are what the planner prices");
     Tensor approx = ps[k].matmul(qs[k].t());
     states[k]->error = matrices[k] - approx;
     states[k]->q = qs[k];
