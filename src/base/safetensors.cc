@@ -115,9 +115,9 @@ std::map<std::string, std::string> parse_metadata(const Json& value) {
 }
 
 // Note [Header scan]
-// The header is read by a SAX handler that builds one
-// tensor's small JSON value at a time, checks it (parse_entry) and drops it,
-// so a hostile 100 MB header costs its entries, not a JSON tree of it. The
+// The header is read by a SAX handler that builds one tensor's small JSON
+// value at a time, checks it (parse_entry) and drops it, so a hostile 100 MB
+// header costs its entries, not a JSON tree of it. The
 // handler also refuses duplicate keys, which nlohmann's DOM keeps silently
 // (two tensors of one name would load whichever it kept) and its parser
 // callback could see only by rescanning the parent after every object:

@@ -71,11 +71,11 @@ void ProcessSetWorker::submit(std::vector<Entry> entries) {
       if (stop_requested_ || exited_)
         throw InvalidArgument(fmt::format("engine: process set {} is shut down", id_));
       // Note [A name twice in one submission]
-      // The worker keys pending
-      // operations by name, so a repeat inside one group would orphan the
-      // first entry: every rank announces the name once, it completes once,
-      // and the orphan waits forever with nothing missing for the stall or
-      // deadlock watchdogs to name. Refused here with the others.
+      // The worker keys pending operations by name, so a repeat inside one
+      // group would orphan the first entry: every rank announces the name
+      // once, it completes once, and the orphan waits forever with nothing
+      // missing for the stall or deadlock watchdogs to name. Refused here
+      // with the others.
       std::unordered_set<std::string_view> batch;
       for (const Entry& e : entries) {
         const Request& r = e.request;

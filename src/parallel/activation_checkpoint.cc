@@ -110,8 +110,8 @@ Tensor run_segment(const SegmentForward& forward, const Tensor& input) {
 }
 
 // Note [Checkpoint function]
-// Inputs are (input, parameters...), so the
-// node exists and parameters get gradients even when `input` needs none.
+// Inputs are (input, parameters...), so the node exists and parameters get
+// gradients even when `input` needs none.
 // Only these references are saved: no activation of the segment survives
 // its forward.
 struct CheckpointFunction : ::torch::autograd::Function<CheckpointFunction> {

@@ -113,14 +113,14 @@ Placement plan_placement(int local_rank, int local_size, const std::vector<int>&
   p.intra_op_threads = intra_op_threads > 0 ? intra_op_threads : share;
   const bool fits = local_size <= cores;
   const bool bind = bind_to == BindTo::kCore || (bind_to == BindTo::kAuto && fits && local_size > 1);
+  LOCKSTEP_DCHECK(!bind || !fits || (local_rank + 1) * share <= static_cast<int>(cpus.size()),
+                  "placement: local rank {}'s {} cores lie inside the {} placed", local_rank, share,
+                  cpus.size());
   if (bind && fits) {
     for (int i = 0; i < share; ++i) p.cpus.push_back(cpus[local_rank * share + i]);
   } else if (bind) {
     p.cpus.push_back(cpus[local_rank % cores]);  // oversubscribed: round robin
   }
-  LOCKSTEP_DCHECK(!bind || !fits || (local_rank + 1) * share <= static_cast<int>(cpus.size()),
-                  "placement: local rank {}'s {} cores lie inside the {} placed", local_rank, share,
-                  cpus.size());
   std::sort(p.cpus.begin(), p.cpus.end());  // for people reading describe()
   LOCKSTEP_DCHECK(std::adjacent_find(p.cpus.begin(), p.cpus.end()) == p.cpus.end(),
                   "placement: a worker's cpus are distinct");

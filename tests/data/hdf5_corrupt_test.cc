@@ -48,6 +48,19 @@ TEST(SourceCorruptHdf5, FillValueShorterThanTheDtypeIsRefusedAtOpen) {
       << error;
 }
 
+// A fuzzer find (after the fill-value fix): the chunk index of unfiltered
+// int64 labels gives their second chunk 1 stored byte; libhdf5 read it into
+// a buffer of that size and copied a whole 32-byte chunk out of it.
+TEST(SourceCorruptHdf5, UnfilteredChunkShorterThanAChunkIsRefusedAtOpen) {
+  std::string h5 = std::string(LOCKSTEP_HDF5_CORPUS) + "/short-chunk.h5";
+  std::string error = corrupt_open_error({{h5}});
+  EXPECT_NE(error.find(h5), std::string::npos) << error;
+  EXPECT_NE(error.find("dataset '/labels' stores 1 bytes for the chunk at element 4, where an "
+                       "uncompressed chunk holds 32: its chunk index is corrupt"),
+            std::string::npos)
+      << error;
+}
+
 // A fuzzer find: a 2 KB file whose root group's local heap claims 1.4 GB.
 // libhdf5 allocates that much to read it (a lazy mmap that the failed read
 // never touches), and the open is an Error naming the file as corrupt, not

@@ -3,14 +3,15 @@
 #include <fmt/format.h>
 
 #include "data/format/hdf5_util.h"
-#include "lockstep/base/error.h"
 
 // Note [HDF5 storage checks]
 // libhdf5 1.10 trusts a dataset's header where a read is concerned, and the
 // fuzzer (fuzz/hdf5_fuzz.cc) keeps finding what that costs:
 //  - a chunk shape of 4 GiB: libhdf5 callocs a whole chunk to read one row;
 //  - a chunk index giving a 32-byte chunk a stored size of 3.5 GB: it
-//    mallocs a chunk's stored size to read it;
+//    mallocs a chunk's stored size to read it; and one giving a chunk of an
+//    unfiltered dataset fewer bytes than a chunk holds: it copies a whole
+//    chunk out of the smaller buffer;
 //  - a dataset never (fully) written: rows without storage read as the fill
 //    value, and libhdf5 copies the dataset type's size from a fill buffer of
 //    the size the fill message claims, so a fill message shorter than the
@@ -26,10 +27,6 @@
 
 namespace lockstep::data::hdf5 {
 namespace {
-
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw Error(fmt::format("{}: {}", path, what));
-}
 
 // libhdf5 allocates a whole chunk to read any row of it. Real data sets
 // chunk at kilobytes to megabytes; refuse chunks past the limit.
@@ -85,22 +82,67 @@ void check_stored_size(const std::string& path, hid_t file, hid_t dataset,
                            name, stored, file_bytes));
 }
 
-// Returns the number of chunks the dataset's extent needs.
-hsize_t check_chunk(const std::string& path, hid_t plist, hid_t dataset, const std::string& name,
-                    const Shape& shape) {
-  hsize_t chunk[H5S_MAX_RANK] = {};
-  int rank = H5Pget_chunk(plist, H5S_MAX_RANK, chunk);
+struct ChunkGrid {
+  int rank = 0;
+  hsize_t dims[H5S_MAX_RANK] = {};  // of one chunk
+  hsize_t bytes = 0;                // of one chunk, unfiltered
+  hsize_t count = 1;                // chunks the dataset's extent needs
+};
+
+ChunkGrid check_chunk(const std::string& path, hid_t plist, hid_t dataset,
+                      const std::string& name, const Shape& shape) {
+  ChunkGrid g;
+  g.rank = H5Pget_chunk(plist, H5S_MAX_RANK, g.dims);
   Id type(H5Dget_type(dataset), H5Tclose);
-  hsize_t bytes = H5Tget_size(type.get());
-  for (int d = 0; d < rank && bytes <= kMaxChunkBytes; ++d) bytes *= chunk[d];
-  if (rank <= 0 || rank != shape.rank || bytes == 0 || bytes > kMaxChunkBytes)
+  g.bytes = H5Tget_size(type.get());
+  for (int d = 0; d < g.rank && g.bytes <= kMaxChunkBytes; ++d) g.bytes *= g.dims[d];
+  if (g.rank <= 0 || g.rank != shape.rank || g.bytes == 0 || g.bytes > kMaxChunkBytes)
     fail(path, fmt::format("dataset '{}' has chunks of more than 256 MiB (or an unreadable "
                            "chunk shape): the file is corrupt, or rechunk it smaller (for "
                            "example `h5repack -l {}:CHUNK=64x...`)",
                            name, name));
-  hsize_t needed = 1;
-  for (int d = 0; d < rank; ++d) needed = times(needed, shape.dims[d] / chunk[d] + (shape.dims[d] % chunk[d] != 0));
-  return needed;
+  for (int d = 0; d < g.rank; ++d)
+    g.count = times(g.count, shape.dims[d] / g.dims[d] + (shape.dims[d] % g.dims[d] != 0));
+  return g;
+}
+
+// Every chunk of the grid must be stored and, without filters, hold exactly
+// one chunk's bytes: libhdf5 reads a chunk's stored size and then copies a
+// whole chunk out of it (the fuzzer's fourth find: a 9-byte chunk of int64
+// labels, copied as 32). Looked up chunk by chunk (O(log n) each), after
+// H5Dget_num_chunks bounded the grid by what the file holds.
+void check_chunks_written(const std::string& path, hid_t plist, hid_t dataset,
+                          const std::string& name, const Shape& shape, const char* advice) {
+  const ChunkGrid g = check_chunk(path, plist, dataset, name, shape);
+  Id space(H5Dget_space(dataset), H5Sclose);
+  hsize_t stored = 0;
+  if (H5Dget_num_chunks(dataset, space.get(), &stored) < 0 || stored < g.count)
+    fail(path, fmt::format("dataset '{}' stores {} of the {} chunks its shape needs: {}", name,
+                           stored, g.count, advice));
+  const bool filtered = H5Pget_nfilters(plist) > 0;  // compressed chunks have any size
+  hsize_t at[H5S_MAX_RANK] = {};                      // the chunk's first element
+  for (hsize_t i = 0; i < g.count; ++i) {
+    // The index entry's own size, which the read trusts (H5Dget_chunk_storage_size
+    // reports a whole chunk for every stored chunk of an unfiltered dataset).
+    unsigned filter_mask = 0;
+    haddr_t address = HADDR_UNDEF;
+    hsize_t bytes = 0;
+    if (H5Dget_chunk_info_by_coord(dataset, at, &filter_mask, &address, &bytes) < 0 ||
+        address == HADDR_UNDEF || bytes == 0)
+      fail(path, fmt::format("dataset '{}' has no stored chunk at element {} ({} chunks "
+                             "listed): {}",
+                             name, at[0], stored, advice));
+    if (!filtered && bytes != g.bytes)
+      fail(path, fmt::format("dataset '{}' stores {} bytes for the chunk at element {}, where "
+                             "an uncompressed chunk holds {}: its chunk index is corrupt; "
+                             "rewrite the file from a good copy",
+                             name, bytes, at[0], g.bytes));
+    for (int d = g.rank - 1; d >= 0; --d) {  // the next chunk, last dimension fastest
+      at[d] += g.dims[d];
+      if (at[d] < shape.dims[d]) break;
+      at[d] = 0;
+    }
+  }
 }
 
 void check_written(const std::string& path, hid_t plist, hid_t dataset, const std::string& name,
@@ -108,15 +150,8 @@ void check_written(const std::string& path, hid_t plist, hid_t dataset, const st
   const char* advice = "it was created but never (fully) written, or the file is truncated or "
                        "corrupt; unwritten rows would read as the fill value: write the data "
                        "set again";
-  if (H5Pget_layout(plist) == H5D_CHUNKED) {
-    hsize_t needed = check_chunk(path, plist, dataset, name, shape);
-    Id space(H5Dget_space(dataset), H5Sclose);
-    hsize_t stored = 0;
-    if (H5Dget_num_chunks(dataset, space.get(), &stored) < 0 || stored < needed)
-      fail(path, fmt::format("dataset '{}' stores {} of the {} chunks its shape needs: {}", name,
-                             stored, needed, advice));
-    return;
-  }
+  if (H5Pget_layout(plist) == H5D_CHUNKED)
+    return check_chunks_written(path, plist, dataset, name, shape, advice);
   Id type(H5Dget_type(dataset), H5Tclose);
   hsize_t promised = times(shape.points(), H5Tget_size(type.get()));
   hsize_t stored = H5Dget_storage_size(dataset);

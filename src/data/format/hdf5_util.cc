@@ -2,6 +2,10 @@
 
 #include <mutex>
 
+#include <fmt/format.h>
+
+#include "lockstep/base/error.h"
+
 namespace lockstep::data::hdf5 {
 namespace {
 
@@ -16,6 +20,10 @@ herr_t collect(unsigned n, const H5E_error2_t* err, void* out) {
 }
 
 }  // namespace
+
+void fail(const std::string& path, const std::string& what) {
+  throw Error(fmt::format("{}: {}", path, what));
+}
 
 Mutex& library_mutex() {
   static Mutex mu;

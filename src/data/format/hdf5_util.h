@@ -48,6 +48,9 @@ class Id {
 // inside the library holding its internal lock.
 Mutex& library_mutex();
 
+// Throws lockstep::Error "<path>: <what>": every HDF5 refusal names the file.
+[[noreturn]] void fail(const std::string& path, const std::string& what);
+
 // Turns off HDF5's printing of error stacks to stderr (once per process);
 // errors are reported through last_error() in our own messages instead.
 void silence_errors();
