@@ -76,9 +76,9 @@ void Access::after_load(FullyShardedModel& fsdp) {
     auto& unit = m.units[u];
     if (unit.params.empty()) continue;
     if (unit.device_shard.defined()) unit.device_shard.copy_(unit.shard);
-    if (!unit.gathered) continue;  // gathers the new values when it next runs
-    unit.gathered = false;  // the root unit and kept ones: the new values now
-    m.gather(u, /*wait=*/true);
+    // A released unit gathers the new values when it next runs; the root
+    // unit and kept ones take them now.
+    if (unit.residence != FullyShardedModel::Impl::Residence::released) m.refresh(u);
   }
 }
 

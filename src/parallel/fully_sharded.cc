@@ -24,9 +24,9 @@
 // release and UnitBoundary, in the order the model's forward calls them;
 // prefetch follows the order recorded on the first forward, call by call
 // (next_call), and is waited for when the calling unit leaves. The root unit
-// (parameters outside every unit) is `keep`: never released, its gradient
-// taken from AccumulateGrad's .grad when it is sent, its buffer all-gathered
-// again at the end of step().
+// (parameters outside every unit) is always Residence::kept: never released,
+// its gradient taken from AccumulateGrad's .grad when it is sent, its buffer
+// all-gathered again at the end of step() (refresh).
 // Every rank issues the same collectives in the same order: forward gathers
 // in unit order, backward gathers and reduce-scatters in reverse, and step()
 // sends (zeros) for any unit whose backward did not run, so a rank whose loss
@@ -100,13 +100,13 @@ void wait_unit_collective(lt::TensorHandle& handle) {
 
 void FullyShardedModel::Impl::gather(int u, bool wait) {
   Unit& unit = units[u];
-  if (unit.gathered) return;
+  if (unit.residence != Residence::released) return;
   if (!unit.gathering.valid()) {
     allocate_storage(unit.full);
     if (n == 1) {
       ::torch::NoGradGuard no_grad;
       unit.full.copy_(compute_shard(unit));
-      unit.gathered = true;
+      unit.residence = Residence::gathered;
       return;
     }
     unit.gathering = lt::allgather_into_async(compute_shard(unit), unit.full,
@@ -116,15 +116,24 @@ void FullyShardedModel::Impl::gather(int u, bool wait) {
   if (!wait) return;
   wait_unit_collective(unit.gathering);
   unit.gathering = {};
-  unit.gathered = true;
+  unit.residence = Residence::gathered;
+}
+
+void FullyShardedModel::Impl::refresh(int u) {
+  Unit& unit = units[u];
+  const Residence was = unit.residence;
+  LOCKSTEP_DCHECK(was != Residence::released, "unit {} refreshed while released", u);
+  unit.residence = Residence::released;  // for gather(); full keeps its memory (allocate_storage)
+  gather(u, true);
+  unit.residence = was;
 }
 
 void FullyShardedModel::Impl::release(int u) {
   Unit& unit = units[u];
-  if (unit.keep || !unit.gathered) return;
+  if (unit.residence != Residence::gathered) return;
   LOCKSTEP_DCHECK(!unit.gathering.valid(), "unit {} released with its all-gather in flight", u);
   release_storage(unit.full);
-  unit.gathered = false;
+  unit.residence = Residence::released;
 }
 
 // The next unit (direction +1) or previous one (-1) that has parameters; -1 if none.
@@ -176,7 +185,8 @@ void FullyShardedModel::Impl::enter(int u) {
   if (!order_frozen) order.push_back(u);
   gather(u, true);
   const int next = pass_open ? -1 : next_call(u);
-  if (options->prefetch && next >= 0 && !units[next].gathered) {
+  if (options->prefetch && next >= 0 &&
+      units[next].residence == Residence::released) {
     gather(next, false);
     prefetching = next;
   }

@@ -191,7 +191,8 @@ static void shard_unit(FullyShardedModel::Impl& m, int u) {
   }
   unit.full = m.compute == m.dtype ? whole : whole.to(m.compute);
   m.bind_views(u);
-  unit.gathered = true;
+  unit.residence = unit.root ? FullyShardedModel::Impl::Residence::kept
+                             : FullyShardedModel::Impl::Residence::gathered;
   m.release(u);
 }
 

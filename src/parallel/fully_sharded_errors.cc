@@ -41,7 +41,7 @@ std::optional<std::string> FullyShardedModel::Impl::explain_storage_error(
   const int64_t numel = numel_in_message(what);
   std::vector<std::string> released, matching;
   for (size_t p = 0; p < params.size(); ++p) {
-    if (units[unit_of[p]].gathered) continue;
+    if (units[unit_of[p]].residence != Residence::released) continue;
     const std::string name = fmt::format("{} (unit {})", names[p], units[unit_of[p]].label);
     released.push_back(name);
     if (params[p].numel() == numel) matching.push_back(name);

@@ -27,6 +27,14 @@ void validate_common_options(const FullyShardedOptions& options);
 void wait_unit_collective(lockstep::torch::TensorHandle& handle);
 
 struct FullyShardedModel::Impl {
+  // Where a unit's parameter values are (Note [FSDP units]); one state, so
+  // that "pinned but released" cannot be written down.
+  enum class Residence {
+    released,  // full has no memory: reading a parameter is an error
+    gathered,  // full holds this step's values until release() (its forward or backward)
+    kept,      // gathered and pinned, release() leaves it: the root unit always, the
+               // others from gather_full() to release_full()
+  };
   struct Unit {
     int first_layer = 0, end_layer = 0;  // [first, end) of the Sequential
     std::string label;                   // for errors: "layers 0..1", a module's path
@@ -41,11 +49,12 @@ struct FullyShardedModel::Impl {
     ::torch::Tensor grad_shard;          // this rank's averaged gradient segment, summed over passes
     ::torch::Tensor incoming;            // this pass's segment while its reduce-scatter runs
     ::torch::Tensor host_grad;           // offload: grad_shard in host memory
-    lockstep::torch::TensorHandle gathering, reducing;
-    bool gathered = false;  // full holds this step's values
-    bool keep = false;      // gather_full(): stays gathered until release_full()
-    int ready = 0;          // parameters whose gradient is complete this backward pass
-    bool sent = false;      // the gradient reduce-scatter started this backward pass
+    lockstep::torch::TensorHandle gathering, reducing;  // gathering: full's all-gather in flight
+    Residence residence = Residence::released;
+    int ready = 0;      // parameters whose gradient is complete this backward pass
+    bool sent = false;  // the gradient reduce-scatter started this backward pass (the
+                        // gradient's state, apart from residence: a kept unit is sent and
+                        // stays gathered)
   };
 
   const FullyShardedOptions* options = nullptr;
@@ -92,7 +101,13 @@ struct FullyShardedModel::Impl {
     return compute != dtype && x.is_floating_point() ? x.to(dtype) : x;
   }
   // fully_sharded.cc
+  // gather: a released unit's values into full (wait: landed before it
+  // returns); gathered or kept units are left as they are. refresh: a
+  // gathered or kept unit's values gathered again (after step() or a
+  // load), its residence unchanged.
+  // release: a gathered unit's memory dropped; a kept one stays.
   void gather(int unit, bool wait);
+  void refresh(int unit);
   void release(int unit);
   void begin_backward(int unit);
   void bind_views(int unit);  // parameters := views of the unit's full buffer

@@ -61,8 +61,7 @@ static void keep_root_values(FullyShardedModel::Impl& m, int u) {
     if (p.data_ptr() != slot.data_ptr()) slot.copy_(p.detach().reshape({-1}));
   }
   m.bind_views(u);
-  unit.gathered = true;
-  unit.keep = true;
+  unit.residence = FullyShardedModel::Impl::Residence::kept;
 }
 
 // The parameters back as views of their units' (released) buffers; a
@@ -76,8 +75,7 @@ static void leave_full_view(FullyShardedModel::Impl& m) {
       continue;
     }
     m.bind_views(u);  // the values in full are stale until the next gather
-    unit.gathered = true;
-    unit.keep = false;
+    unit.residence = FullyShardedModel::Impl::Residence::gathered;
     m.release(u);
   }
   if (m.compute != m.dtype) m.register_hooks();

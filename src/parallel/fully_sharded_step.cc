@@ -56,7 +56,7 @@ void FullyShardedModel::step(::torch::optim::Optimizer& optimizer) {
   // last backward) would keep this step's values, and its all-gather may
   // still read the segment the optimizer is about to change.
   for (int u = 0; u < static_cast<int>(m.units.size()); ++u) {
-    if (m.units[u].keep) continue;
+    if (m.units[u].residence == FullyShardedModel::Impl::Residence::kept) continue;
     if (m.units[u].gathering.valid()) m.gather(u, true);
     m.release(u);
   }
@@ -82,10 +82,7 @@ void FullyShardedModel::step(::torch::optim::Optimizer& optimizer) {
   // The root, and units kept whole by gather_full(), stay gathered: the
   // updated values now (a kept unit's forward does not gather again).
   for (int u = 0; u < static_cast<int>(m.units.size()); ++u)
-    if (m.units[u].root || (m.units[u].keep && !m.units[u].params.empty())) {
-      m.units[u].gathered = false;
-      m.gather(u, true);
-    }
+    if (m.units[u].residence == FullyShardedModel::Impl::Residence::kept) m.refresh(u);
 }
 
 void FullyShardedModel::zero_grad() {
@@ -111,14 +108,15 @@ void FullyShardedModel::gather_full() {
   for (int u = 0; u < static_cast<int>(impl_->units.size()); ++u) {
     if (impl_->units[u].params.empty()) continue;
     impl_->gather(u, true);
-    impl_->units[u].keep = true;
+    impl_->units[u].residence = Impl::Residence::kept;
   }
 }
 
 void FullyShardedModel::release_full() {
   for (int u = 0; u < static_cast<int>(impl_->units.size()); ++u) {
-    if (impl_->units[u].root) continue;  // always gathered
-    impl_->units[u].keep = false;
+    // The root is always gathered; a unit without parameters has no buffer.
+    if (impl_->units[u].root || impl_->units[u].params.empty()) continue;
+    impl_->units[u].residence = Impl::Residence::gathered;
     impl_->release(u);
   }
 }

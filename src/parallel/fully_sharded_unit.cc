@@ -154,7 +154,8 @@ static std::string plan_module_units(FullyShardedModel::Impl& m, ::torch::nn::Mo
       m.units.emplace_back();
       m.units[root].label = "root";
       m.units[root].tag = fmt::format("{}:root", root);
-      m.units[root].root = m.units[root].keep = true;
+      m.units[root].root = true;
+      m.units[root].residence = FullyShardedModel::Impl::Residence::kept;
     }
     m.add_parameter(it == owner.end() ? root : it->second, item.key(), item.value(), description);
   }
