@@ -4,6 +4,17 @@
 // ncclSend/ncclRecv, which NCCL runs concurrently as one operation. A
 // rank's own block never goes through NCCL (a device-to-device copy on the
 // stream). Zero counts enqueue nothing: every rank knows them.
+//
+// Note [NCCL block tally]
+// The collectives built of several NCCL calls check their counts in pairs
+// (docs/errors.md, "Invariant checks"): before enqueueing, what the layers
+// above promise (one count per rank, a root and peers among the ranks, this
+// rank's own block the same size on both sides of an alltoall); after the
+// group, that the blocks enqueued plus the local copy add up to the buffers
+// the argument checks sized: every element this rank sends is sent once,
+// every element of its receive buffer written once. A block skipped or sent
+// twice (a wrong condition in a loop) would otherwise leave stale memory in
+// a result, or hang a peer that waits for a message never enqueued.
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -11,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "comm/transport/nccl/nccl_comm.h"
+#include "lockstep/base/check.h"
 #include "lockstep/base/error.h"
 #include "lockstep/comm/half.h"
 
@@ -33,6 +45,11 @@ std::vector<size_t> offsets(std::span<const size_t> counts) {
 size_t total(std::span<const size_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), size_t{0});
 }
+
+// Elements enqueued (or copied locally) per side, Note [NCCL block tally].
+struct Tally {
+  size_t sent = 0, received = 0;
+};
 
 // NCCL's in-place forms need the input at this rank's block of the output;
 // any other overlap would read blocks already overwritten.
@@ -108,6 +125,7 @@ void NcclBackend::allreduce_scaled(const void* send, void* recv, size_t count, D
 
 void NcclBackend::broadcast(void* buffer, size_t count, DataType dtype, int root) {
   DeviceGuard guard(device_);
+  LOCKSTEP_DCHECK(root >= 0 && root < size_, "nccl broadcast: root {} of {} ranks", root, size_);
   check_device_buffer(buffer, count * dtype_size(dtype), device_, "broadcast", "data");
   begin(kit::make_desc(kit::OpKind::kBroadcast, dtype, root, count));
   if (count == 0) return;
@@ -126,6 +144,7 @@ void NcclBackend::broadcast(void* buffer, size_t count, DataType dtype, int root
 void NcclBackend::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                          int root) {
   DeviceGuard guard(device_);
+  LOCKSTEP_DCHECK(root >= 0 && root < size_, "nccl reduce: root {} of {} ranks", root, size_);
   const size_t bytes = count * dtype_size(dtype);
   check_device_buffer(send, bytes, device_, "reduce", "send");
   if (rank_ == root) check_device_buffer(recv, bytes, device_, "reduce", "recv");
@@ -164,6 +183,8 @@ void NcclBackend::reduce_scatter(const void* send, void* recv, size_t count, Dat
 void NcclBackend::allgatherv(const void* send, void* recv, std::span<const size_t> counts,
                              DataType dtype) {
   DeviceGuard guard(device_);
+  LOCKSTEP_DCHECK_EQ(counts.size(), static_cast<size_t>(size_),
+                     "nccl allgather: one count per rank");
   const size_t esize = dtype_size(dtype);
   const std::vector<size_t> off = offsets(counts);
   check_device_buffer(send, counts[rank_] * esize, device_, "allgather", "send");
@@ -174,8 +195,10 @@ void NcclBackend::allgatherv(const void* send, void* recv, std::span<const size_
   if (total(counts) == 0) return;
   ncclComm_t comm = watchdog_->comm();
   const ncclDataType_t type = to_nccl(dtype);
+  Tally tally;
   if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; })) {
     enqueued("allgather", ncclAllGather(send, recv, counts[0], type, comm, stream_));
+    tally.received = counts[0] * size_;
   } else {
     // One broadcast per rank, rooted there, all in one group.
     enqueued("allgather", grouped([&](auto keep) {
@@ -183,15 +206,19 @@ void NcclBackend::allgatherv(const void* send, void* recv, std::span<const size_
         if (counts[r] == 0) continue;
         void* block = at(recv, off[r], esize);
         keep(ncclBroadcast(r == rank_ ? send : block, block, counts[r], type, r, comm, stream_));
+        tally.received += counts[r];
       }
     }));
   }
+  LOCKSTEP_DCHECK_EQ(tally.received, total(counts), "nccl allgather: every block received once");
   finish();
 }
 
 void NcclBackend::gatherv(const void* send, void* recv, std::span<const size_t> counts,
                           DataType dtype, int root) {
   DeviceGuard guard(device_);
+  LOCKSTEP_DCHECK_EQ(counts.size(), static_cast<size_t>(size_), "nccl gather: one count per rank");
+  LOCKSTEP_DCHECK(root >= 0 && root < size_, "nccl gather: root {} of {} ranks", root, size_);
   const size_t esize = dtype_size(dtype);
   const std::vector<size_t> off = offsets(counts);
   check_device_buffer(send, counts[rank_] * esize, device_, "gather", "send");
@@ -200,21 +227,32 @@ void NcclBackend::gatherv(const void* send, void* recv, std::span<const size_t> 
   if (total(counts) == 0) return;
   ncclComm_t comm = watchdog_->comm();
   const ncclDataType_t type = to_nccl(dtype);
-  if (rank_ == root) local_copy(at(recv, off[root], esize), send, counts[root] * esize);
+  Tally tally;
+  if (rank_ == root) {
+    local_copy(at(recv, off[root], esize), send, counts[root] * esize);
+    tally.sent = tally.received = counts[root];
+  }
   enqueued("gather", grouped([&](auto keep) {
     if (rank_ != root) {
       if (counts[rank_] > 0) keep(ncclSend(send, counts[rank_], type, root, comm, stream_));
+      tally.sent = counts[rank_];
       return;
     }
     for (int r = 0; r < size_; ++r)
-      if (r != root && counts[r] > 0)
+      if (r != root && counts[r] > 0) {
         keep(ncclRecv(at(recv, off[r], esize), counts[r], type, r, comm, stream_));
+        tally.received += counts[r];
+      }
   }));
+  LOCKSTEP_DCHECK_EQ(tally.sent, counts[rank_], "nccl gather: this rank's block sent once");
+  LOCKSTEP_DCHECK_EQ(tally.received, rank_ == root ? total(counts) : 0,
+                     "nccl gather: the root receives every block once");
   finish();
 }
 
 void NcclBackend::scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
   DeviceGuard guard(device_);
+  LOCKSTEP_DCHECK(root >= 0 && root < size_, "nccl scatter: root {} of {} ranks", root, size_);
   const size_t esize = dtype_size(dtype);
   if (rank_ == root) check_device_buffer(send, count * size_ * esize, device_, "scatter", "send");
   check_device_buffer(recv, count * esize, device_, "scatter", "recv");
@@ -222,21 +260,39 @@ void NcclBackend::scatter(const void* send, void* recv, size_t count, DataType d
   if (count == 0) return;
   ncclComm_t comm = watchdog_->comm();
   const ncclDataType_t type = to_nccl(dtype);
-  if (rank_ == root) local_copy(recv, at(send, count * root, esize), count * esize);
+  Tally tally;
+  if (rank_ == root) {
+    local_copy(recv, at(send, count * root, esize), count * esize);
+    tally.sent = tally.received = count;
+  }
   enqueued("scatter", grouped([&](auto keep) {
     if (rank_ != root) {
       keep(ncclRecv(recv, count, type, root, comm, stream_));
+      tally.received = count;
       return;
     }
     for (int r = 0; r < size_; ++r)
-      if (r != root) keep(ncclSend(at(send, count * r, esize), count, type, r, comm, stream_));
+      if (r != root) {
+        keep(ncclSend(at(send, count * r, esize), count, type, r, comm, stream_));
+        tally.sent += count;
+      }
   }));
+  LOCKSTEP_DCHECK_EQ(tally.received, count, "nccl scatter: this rank's block received once");
+  LOCKSTEP_DCHECK_EQ(tally.sent, rank_ == root ? count * size_ : 0,
+                     "nccl scatter: the root sends every block once");
   finish();
 }
 
 void NcclBackend::alltoallv(const void* send, std::span<const size_t> send_counts, void* recv,
                             std::span<const size_t> recv_counts, DataType dtype) {
   DeviceGuard guard(device_);
+  LOCKSTEP_DCHECK(send_counts.size() == static_cast<size_t>(size_) &&
+                      recv_counts.size() == static_cast<size_t>(size_),
+                  "nccl alltoall: {} send and {} receive counts for {} ranks",
+                  send_counts.size(), recv_counts.size(), size_);
+  // The own block is one local copy: what this rank sends itself is what it receives.
+  LOCKSTEP_DCHECK_EQ(send_counts[rank_], recv_counts[rank_],
+                     "nccl alltoall: this rank's own block");
   const size_t esize = dtype_size(dtype);
   const std::vector<size_t> soff = offsets(send_counts), roff = offsets(recv_counts);
   check_device_buffer(send, total(send_counts) * esize, device_, "alltoall", "send");
@@ -246,21 +302,32 @@ void NcclBackend::alltoallv(const void* send, std::span<const size_t> send_count
   const ncclDataType_t type = to_nccl(dtype);
   local_copy(at(recv, roff[rank_], esize), at(send, soff[rank_], esize),
              recv_counts[rank_] * esize);
+  Tally tally{.sent = send_counts[rank_], .received = recv_counts[rank_]};
   enqueued("alltoall", grouped([&](auto keep) {
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      if (send_counts[r] > 0)
+      if (send_counts[r] > 0) {
         keep(ncclSend(at(send, soff[r], esize), send_counts[r], type, r, comm, stream_));
-      if (recv_counts[r] > 0)
+        tally.sent += send_counts[r];
+      }
+      if (recv_counts[r] > 0) {
         keep(ncclRecv(at(recv, roff[r], esize), recv_counts[r], type, r, comm, stream_));
+        tally.received += recv_counts[r];
+      }
     }
   }));
+  LOCKSTEP_DCHECK_EQ(tally.sent, total(send_counts), "nccl alltoall: every block sent once");
+  LOCKSTEP_DCHECK_EQ(tally.received, total(recv_counts),
+                     "nccl alltoall: every block received once");
   finish();
 }
 
 // Tags are not carried by NCCL: messages between a pair match in order.
-void NcclBackend::send(const void* buffer, size_t count, DataType dtype, int peer, int tag) {
+void NcclBackend::send(const void* buffer, size_t count, DataType dtype, int peer,
+                       int /*tag*/) {
   DeviceGuard guard(device_);
+  LOCKSTEP_DCHECK(peer >= 0 && peer < size_ && peer != rank_, "nccl send: peer {} of {} ranks",
+                  peer, size_);
   check_device_buffer(buffer, count * dtype_size(dtype), device_, "send", "data");
   watchdog_->check_usable();
   if (count == 0) return;
@@ -270,8 +337,10 @@ void NcclBackend::send(const void* buffer, size_t count, DataType dtype, int pee
   finish();
 }
 
-void NcclBackend::recv(void* buffer, size_t count, DataType dtype, int peer, int tag) {
+void NcclBackend::recv(void* buffer, size_t count, DataType dtype, int peer, int /*tag*/) {
   DeviceGuard guard(device_);
+  LOCKSTEP_DCHECK(peer >= 0 && peer < size_ && peer != rank_, "nccl recv: peer {} of {} ranks",
+                  peer, size_);
   check_device_buffer(buffer, count * dtype_size(dtype), device_, "recv", "data");
   watchdog_->check_usable();
   if (count == 0) return;
