@@ -64,17 +64,22 @@ struct Subject {
 
 Subject make_subject(const std::string& model, int mb) {
   if (model == "fashion-cnn") {
-    lockstep::examples::FashionCnn cnn(
-        lockstep::examples::FashionCnnOptions{.channels1 = 32, .channels2 = 64, .make_norm = {},
-                                              .pool_first = true});
-    return {cnn.ptr(), [cnn]() mutable { return cnn->forward(::torch::randn({4, 1, 28, 28})).sum(); },
+    lockstep::examples::FashionCnn cnn(lockstep::examples::FashionCnnOptions{
+        .channels1 = 32, .channels2 = 64, .make_norm = {}, .pool_first = true});
+    return {cnn.ptr(),
+            [cnn]() mutable {
+              return cnn->forward(::torch::randn({4, 1, 28, 28})).sum();
+            },
             "the main job's FashionCnn (32/64 channels)"};
   }
   // Layers of 1024 x 1024 floats (4 MiB each) up to --mb MB of parameters.
   ::torch::nn::Sequential seq;
   const int layers = std::max(1, static_cast<int>(mb * 1e6 / (1024.0 * 1024 * 4)));
   for (int l = 0; l < layers; ++l) seq->push_back(::torch::nn::Linear(1024, 1024));
-  return {seq.ptr(), [seq]() mutable { return seq->forward(::torch::randn({4, 1024})).sum(); },
+  return {seq.ptr(),
+          [seq]() mutable {
+            return seq->forward(::torch::randn({4, 1024})).sum();
+          },
           fmt::format("{} Linear(1024, 1024) layers", layers)};
 }
 
@@ -94,10 +99,14 @@ int main(int argc, char** argv) {
   std::string dir = (fs::temp_directory_path() / "lockstep-checkpoint-bench").string();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--mb") mb = std::atoi(argv[i + 1]);
-    else if (flag == "--rounds") rounds = std::atoi(argv[i + 1]);
-    else if (flag == "--dir") dir = argv[i + 1];
-    else if (flag == "--model") model_name = argv[i + 1];
+    if (flag == "--mb")
+      mb = std::atoi(argv[i + 1]);
+    else if (flag == "--rounds")
+      rounds = std::atoi(argv[i + 1]);
+    else if (flag == "--dir")
+      dir = argv[i + 1];
+    else if (flag == "--model")
+      model_name = argv[i + 1];
   }
   if (model_name != "linear" && model_name != "fashion-cnn") {
     fmt::print(stderr, "lockstep-checkpoint-bench: --model {}: give linear or fashion-cnn\n",
@@ -143,15 +152,20 @@ int main(int argc, char** argv) {
   }
   if (rank == 0) {
     const double bytes = checkpoint_bytes(model);
-    fmt::print("checkpoint of {:.3f} MB ({} + Adam), {} rank(s), {} rounds, medians:\n", bytes / 1e6,
-               subject.what, size, rounds);
+    fmt::print("checkpoint of {:.3f} MB ({} + Adam), {} rank(s), {} rounds, medians:\n",
+               bytes / 1e6, subject.what, size, rounds);
     fmt::print("  {:<14} {:>10} {:>9}\n", "variant", "seconds", "GB/s");
     for (const char* v : {"rank-0 file", "sharded sync", "async pause", "async total"}) {
       const double m = median(times[v]);
       fmt::print("  {:<14} {:>10.5f} {:>9.2f}\n", v, m, bytes / m / 1e9);
-      fmt::print("{}\n", nlohmann::json{{"bench", "checkpoint"}, {"model", model_name}, {"variant", v},
-                                        {"ranks", size}, {"bytes", bytes}, {"median_s", m},
-                                        {"rounds_s", times[v]}}.dump());
+      fmt::print("{}\n", nlohmann::json{{"bench", "checkpoint"},
+                                        {"model", model_name},
+                                        {"variant", v},
+                                        {"ranks", size},
+                                        {"bytes", bytes},
+                                        {"median_s", m},
+                                        {"rounds_s", times[v]}}
+                             .dump());
     }
     const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> ratios = {
         {"sharded sync / rank-0 file", {"sharded sync", "rank-0 file"}},
@@ -160,8 +174,12 @@ int main(int argc, char** argv) {
     for (const auto& [label, ab] : ratios) {
       const double ratio = median(times[ab.first]) / median(times[ab.second]);
       fmt::print("  {:<28} {:.3f}x\n", label, ratio);
-      fmt::print("{}\n", nlohmann::json{{"bench", "checkpoint"}, {"model", model_name}, {"ratio", label},
-                                        {"ranks", size}, {"value", ratio}}.dump());
+      fmt::print("{}\n", nlohmann::json{{"bench", "checkpoint"},
+                                        {"model", model_name},
+                                        {"ratio", label},
+                                        {"ranks", size},
+                                        {"value", ratio}}
+                             .dump());
     }
     fs::remove_all(root);
   }

@@ -25,8 +25,7 @@
 namespace {
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void pin(int cpu) {
@@ -54,8 +53,10 @@ int main(int argc, char** argv) {
   int repeats = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--max-bytes") max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--repeats") repeats = std::atoi(argv[i + 1]);
+    if (a == "--max-bytes")
+      max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--repeats")
+      repeats = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "lockstep-cma-cost: unknown argument %s (--max-bytes N, --repeats N)\n",
                    argv[i]);
@@ -64,8 +65,8 @@ int main(int argc, char** argv) {
   }
   // The child's private buffer (read by CMA), a shared copy of it (read by
   // memcpy) and a flag telling the child to exit.
-  auto* shared = static_cast<std::byte*>(mmap(nullptr, max_bytes + 4096, PROT_READ | PROT_WRITE,
-                                              MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* shared = static_cast<std::byte*>(
+      mmap(nullptr, max_bytes + 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   auto* src = static_cast<std::byte*>(std::aligned_alloc(4096, max_bytes));
   auto* dst = static_cast<std::byte*>(std::aligned_alloc(4096, max_bytes));
   if (shared == MAP_FAILED || !src || !dst) {
@@ -104,9 +105,10 @@ int main(int argc, char** argv) {
     }
     std::printf("%10zu %10.3f %10.3f %10.2f %10.2f\n", b, cma * 1e6, cpy * 1e6, b / cma / 1e9,
                 b / cpy / 1e9);
-    std::printf("{\"bytes\":%zu,\"cma_us\":%.3f,\"memcpy_us\":%.3f,\"cma_gbps\":%.3f,"
-                "\"memcpy_gbps\":%.3f}\n",
-                b, cma * 1e6, cpy * 1e6, b / cma / 1e9, b / cpy / 1e9);
+    std::printf(
+        "{\"bytes\":%zu,\"cma_us\":%.3f,\"memcpy_us\":%.3f,\"cma_gbps\":%.3f,"
+        "\"memcpy_gbps\":%.3f}\n",
+        b, cma * 1e6, cpy * 1e6, b / cma / 1e9, b / cpy / 1e9);
   }
   done->store(2);
   waitpid(child, nullptr, 0);

@@ -59,7 +59,8 @@ Options parse(int argc, char** argv) {
     } else if (k == "--seconds") {
       o.seconds = std::atof(v.c_str());
     } else {
-      std::fprintf(stderr, "compare_mpi: unknown option %s (--sizes A:B --rounds R --seconds S "
+      std::fprintf(stderr,
+                   "compare_mpi: unknown option %s (--sizes A:B --rounds R --seconds S "
                    "--rewrite 0|1 --barrier 0|1)\n",
                    k.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
@@ -127,15 +128,19 @@ int main(int argc, char** argv) {
   auto shm = comm::Communicator::create(lockstep_world(rank, size), "shm");
   const double bus = size > 1 ? 2.0 * (size - 1) / size : 1.0;
   if (rank == 0)
-    std::printf("# allreduce f32 sum, %d ranks, %d interleaved rounds, medians; busbw in GB/s; ratio: median of the rounds' lockstep/mpi busbw\n"
-                "%10s %12s %12s %10s %10s %9s %11s %10s %9s\n",
-                size, o.rounds, "bytes", "lockstep us", "mpi us", "lockstep", "mpi", "ratio",
-                "rounds", "bound", "of bound");
+    std::printf(
+        "# allreduce f32 sum, %d ranks, %d interleaved rounds, medians; busbw in GB/s; ratio: median of the rounds' lockstep/mpi busbw\n"
+        "%10s %12s %12s %10s %10s %9s %11s %10s %9s\n",
+        size, o.rounds, "bytes", "lockstep us", "mpi us", "lockstep", "mpi", "ratio", "rounds",
+        "bound", "of bound");
   bool all_ok = true;
   for (size_t bytes = std::max<size_t>(o.lo, 4); bytes <= o.hi; bytes *= 2) {
     const size_t count = bytes / 4;
     Buffers b{std::vector<float>(count), std::vector<float>(count), rank, o.rewrite};
-    auto ls = [&] { shm->allreduce(b.in.data(), b.out.data(), count, comm::DataType::kFloat32, comm::ReduceOp::kSum); };
+    auto ls = [&] {
+      shm->allreduce(b.in.data(), b.out.data(), count, comm::DataType::kFloat32,
+                     comm::ReduceOp::kSum);
+    };
     auto mpi = [&] {
       MPI_Allreduce(b.in.data(), b.out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                     MPI_COMM_WORLD);
@@ -182,12 +187,13 @@ int main(int argc, char** argv) {
       std::printf("%10zu %12.2f %12.2f %10.3f %10.3f %9.2f %5.2f-%-5.2f %10.3f %8.0f%%%s\n", bytes,
                   l_us, m_us, l_bw, m_bw, ratio, *rmin, *rmax, bound, 100 * l_bw / bound,
                   bad ? "  WRONG" : "");
-      std::printf("{\"bytes\":%zu,\"lockstep_median_us\":%.3f,\"mpi_median_us\":%.3f,"
-                   "\"lockstep_busbw_gbps\":%.4f,\"mpi_busbw_gbps\":%.4f,\"busbw_ratio\":%.4f,"
-                   "\"busbw_ratio_min\":%.4f,\"busbw_ratio_max\":%.4f,"
-                   "\"bound_busbw_gbps\":%.4f,\"share_of_bound\":%.4f,\"check\":%s}\n",
-                   bytes, l_us, m_us, l_bw, m_bw, ratio, *rmin, *rmax, bound, l_bw / bound,
-                   bad ? "false" : "true");
+      std::printf(
+          "{\"bytes\":%zu,\"lockstep_median_us\":%.3f,\"mpi_median_us\":%.3f,"
+          "\"lockstep_busbw_gbps\":%.4f,\"mpi_busbw_gbps\":%.4f,\"busbw_ratio\":%.4f,"
+          "\"busbw_ratio_min\":%.4f,\"busbw_ratio_max\":%.4f,"
+          "\"bound_busbw_gbps\":%.4f,\"share_of_bound\":%.4f,\"check\":%s}\n",
+          bytes, l_us, m_us, l_bw, m_bw, ratio, *rmin, *rmax, bound, l_bw / bound,
+          bad ? "false" : "true");
       std::fflush(stdout);
     }
   }

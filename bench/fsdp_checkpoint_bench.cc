@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   fsdp.forward(::torch::randn({4, width})).sum().backward();
   fsdp.step(adam);  // the moments exist
   const fs::path root = fs::temp_directory_path() / fmt::format("lockstep-fsdp-ckpt-bench-{}",
-                                                                 lt::rank() == 0 ? ::getpid() : 0);
+                                                                lt::rank() == 0 ? ::getpid() : 0);
   std::string dir = root.string();
   dir = lt::broadcast_bytes(dir, 0, "bench.dir");
   std::map<std::string, std::vector<Sample>> samples;
@@ -125,8 +125,9 @@ int main(int argc, char** argv) {
       for (const Sample& s : samples[v]) x.push_back(memory ? s.peak_mb : s.seconds);
       return median(x);
     };
-    fmt::print("\nFSDP checkpoint-directory save, {} MB of parameters (+ Adam), {} ranks, {} rounds\n",
-               layers * 4, lt::size(), rounds);
+    fmt::print(
+        "\nFSDP checkpoint-directory save, {} MB of parameters (+ Adam), {} ranks, {} rounds\n",
+        layers * 4, lt::size(), rounds);
     fmt::print("| variant | seconds | peak growth (MB, max rank) |\n|---|---|---|\n");
     for (const std::string& v : order)
       fmt::print("| {} | {:.3f} | {:.1f} |\n", v, med(v, false), med(v, true));
@@ -134,12 +135,17 @@ int main(int argc, char** argv) {
     const double m = med("routed", true) / std::max(1e-9, med("full view", true));
     fmt::print("routed / full view: time {:.2f}x, peak memory growth {:.2f}x\n", t, m);
     for (const std::string& v : order)
-      fmt::print("{}\n", nlohmann::json{{"bench", "fsdp_checkpoint"}, {"variant", v},
-                                       {"ranks", lt::size()}, {"mb", layers * 4},
-                                       {"seconds", med(v, false)}, {"peak_mb", med(v, true)}}
+      fmt::print("{}\n", nlohmann::json{{"bench", "fsdp_checkpoint"},
+                                        {"variant", v},
+                                        {"ranks", lt::size()},
+                                        {"mb", layers * 4},
+                                        {"seconds", med(v, false)},
+                                        {"peak_mb", med(v, true)}}
                              .dump());
-    fmt::print("{}\n", nlohmann::json{{"bench", "fsdp_checkpoint"}, {"ratio", "routed/full view"},
-                                     {"time", t}, {"peak_memory", m}}
+    fmt::print("{}\n", nlohmann::json{{"bench", "fsdp_checkpoint"},
+                                      {"ratio", "routed/full view"},
+                                      {"time", t},
+                                      {"peak_memory", m}}
                            .dump());
   }
   lt::shutdown();

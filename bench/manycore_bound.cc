@@ -36,8 +36,9 @@ int main(int argc, char** argv) {
           std::memcpy(dst.data(), src.data(), bytes);
           sync.arrive_and_wait();
           if (t == 0)
-            per_round[r] = std::chrono::duration<double, std::micro>(
-                               std::chrono::steady_clock::now() - start).count();
+            per_round[r] =
+                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                    .count();
         }
       });
     for (auto& th : threads) th.join();

@@ -25,9 +25,16 @@ namespace lt = lockstep::torch;
 constexpr int64_t kBatch = 128, kMicro = 8;
 
 struct Net : nn::Module {
-  nn::Sequential body{nn::Conv2d(nn::Conv2dOptions(1, 16, 3).padding(1)), nn::BatchNorm2d(16),
-                      nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(16 * 14 * 14, 64),
-                      nn::BatchNorm1d(64), nn::ReLU(), nn::Dropout(0.25), nn::Linear(64, 10)};
+  nn::Sequential body{nn::Conv2d(nn::Conv2dOptions(1, 16, 3).padding(1)),
+                      nn::BatchNorm2d(16),
+                      nn::ReLU(),
+                      nn::MaxPool2d(2),
+                      nn::Flatten(),
+                      nn::Linear(16 * 14 * 14, 64),
+                      nn::BatchNorm1d(64),
+                      nn::ReLU(),
+                      nn::Dropout(0.25),
+                      nn::Linear(64, 10)};
   Net() { register_module("body", body); }
 };
 
@@ -87,7 +94,8 @@ void print_hash(Net& net, torch::optim::Optimizer& opt, lt::SameBitsStep& driver
       auto y = torch::randint(10, {m}, gen, torch::kLong);
       return nn::functional::cross_entropy(net.body->forward(x), y);
     });
-  if (lt::rank() == 0) fmt::print("np {} state hash: {}\n", lt::size(), lt::state_hash_hex(net, opt));
+  if (lt::rank() == 0)
+    fmt::print("np {} state hash: {}\n", lt::size(), lt::state_hash_hex(net, opt));
 }
 
 }  // namespace
@@ -120,8 +128,8 @@ int main(int argc, char** argv) {
   }
   std::sort(ratios.begin(), ratios.end());
   if (lt::rank() == 0)
-    fmt::print("np {}: median ratio same-bits/default {:.2f}; bytes per step default {} same-bits {}\n",
-               lt::size(), ratios[ratios.size() / 2], wire_bytes(net, false),
-               wire_bytes(net, true));
+    fmt::print(
+        "np {}: median ratio same-bits/default {:.2f}; bytes per step default {} same-bits {}\n",
+        lt::size(), ratios[ratios.size() / 2], wire_bytes(net, false), wire_bytes(net, true));
   lt::shutdown();
 }

@@ -23,8 +23,8 @@ namespace {
 const std::string& scratch_path() {
   static const std::string path = [] {
     const char* dir = std::getenv("TMPDIR");
-    return std::string(dir ? dir : "/tmp") + "/lockstep-fuzz-hdf5-" +
-           std::to_string(::getpid()) + ".h5";
+    return std::string(dir ? dir : "/tmp") + "/lockstep-fuzz-hdf5-" + std::to_string(::getpid()) +
+           ".h5";
   }();
   return path;
 }

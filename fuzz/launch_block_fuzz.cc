@@ -13,8 +13,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     lockstep::launcher::launch_block_size(bytes);
     auto block = lockstep::launcher::decode_launch_block(bytes);
     // What decodes must re-encode to a block that decodes the same.
-    auto again = lockstep::launcher::decode_launch_block(lockstep::launcher::encode_launch_block(block));
-    if (again.argv != block.argv || again.env != block.env || again.host != block.host) __builtin_trap();
+    auto again =
+        lockstep::launcher::decode_launch_block(lockstep::launcher::encode_launch_block(block));
+    if (again.argv != block.argv || again.env != block.env || again.host != block.host)
+      __builtin_trap();
   } catch (const lockstep::Error&) {
   }
   return 0;

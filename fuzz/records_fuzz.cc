@@ -35,6 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   ::close(fd);
   std::string error;
-  lockstep::data::parse_example(std::string_view(reinterpret_cast<const char*>(data), size), &error);
+  lockstep::data::parse_example(std::string_view(reinterpret_cast<const char*>(data), size),
+                                &error);
   return 0;
 }

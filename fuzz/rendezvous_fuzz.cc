@@ -54,7 +54,8 @@ std::string payload_of(const uint8_t* data, size_t size, const std::string& nonc
 // Sends, then drains replies briefly (WAITs may park the connection).
 void exchange(const uint8_t* data, size_t size) {
   auto deadline = lockstep::net::Clock::now() + std::chrono::seconds(2);
-  lockstep::net::Fd fd = lockstep::net::connect_tcp(lockstep::net::parse_address(server().address()), deadline);
+  lockstep::net::Fd fd =
+      lockstep::net::connect_tcp(lockstep::net::parse_address(server().address()), deadline);
   std::string hello(rz::wire::kHelloBytes, '\0');
   if (!lockstep::net::read_exact(fd.get(), hello.data(), hello.size(), deadline, "hello")) return;
   auto nonce = rz::wire::parse_hello(hello);

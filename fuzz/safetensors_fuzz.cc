@@ -40,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string again = lockstep::serialize_safetensors(views, header.metadata);
   const auto* again_data = reinterpret_cast<const uint8_t*>(again.data());
   SafetensorsHeader back = lockstep::parse_safetensors_header(again_data, again.size());
-  if (back.metadata != header.metadata || back.entries.size() != header.entries.size()) __builtin_trap();
+  if (back.metadata != header.metadata || back.entries.size() != header.entries.size())
+    __builtin_trap();
   if (back.data_start % 8 != 0) __builtin_trap();
   for (size_t i = 0; i < back.entries.size(); ++i) {
     const auto &a = header.entries[i], &b = back.entries[i];

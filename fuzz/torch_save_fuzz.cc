@@ -63,7 +63,8 @@ void check_pickle(const uint8_t* data, size_t size) {
         std::string_view(reinterpret_cast<const char*>(data), size), what);
     std::set<std::string> names;
     for (const auto& t : tensors) {
-      if (!names.insert(t.name).second || t.storage_key.empty() || t.sizes.size() > 64) __builtin_trap();
+      if (!names.insert(t.name).second || t.storage_key.empty() || t.sizes.size() > 64)
+        __builtin_trap();
       if (!inside_storage(t)) __builtin_trap();
     }
   } catch (const lockstep::Error&) {

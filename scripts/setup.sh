@@ -38,6 +38,7 @@ PACKAGES=(
   libhdf5-dev liblmdb-dev python3-h5py python3-lmdb
   dataset-fashion-mnist
   iproute2 clang libclang-rt-14-dev
+  clang-format-14  # the house format's check (tests/package/format_test.sh)
   chromium  # lockstep report --png/--check and its test (headless)
   python3-torch  # the PyTorch peers in bench/ (bench/peer, bench/cnn_sgd.py)
   slurmctld slurmd slurm-client munge  # the Slurm test starts a single-node Slurm

@@ -35,8 +35,10 @@ namespace {
 
 struct NetImpl : torch::nn::Module {
   NetImpl()
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)))),
+      : conv1(register_module("conv1",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)))),
+        conv2(register_module("conv2",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)))),
         fc1(register_module("fc1", torch::nn::Linear(64 * 7 * 7, 64))),
         fc2(register_module("fc2", torch::nn::Linear(64, 10))) {}
 
@@ -71,13 +73,20 @@ Args parse(int argc, char** argv) {
       continue;
     }
     long v = std::strtol(argv[i + 1], nullptr, 10);
-    if (k == "--threads") a.threads = static_cast<int>(v);
-    else if (k == "--batch-size") a.batch = v;
-    else if (k == "--samples") a.samples = v;
-    else if (k == "--warmup-steps") a.warmup = static_cast<int>(v);
-    else if (k == "--window-steps") a.window = static_cast<int>(v);
-    else if (k == "--windows") a.windows = static_cast<int>(v);
-    else if (k == "--anatomy") a.anatomy = v != 0;
+    if (k == "--threads")
+      a.threads = static_cast<int>(v);
+    else if (k == "--batch-size")
+      a.batch = v;
+    else if (k == "--samples")
+      a.samples = v;
+    else if (k == "--warmup-steps")
+      a.warmup = static_cast<int>(v);
+    else if (k == "--window-steps")
+      a.window = static_cast<int>(v);
+    else if (k == "--windows")
+      a.windows = static_cast<int>(v);
+    else if (k == "--anatomy")
+      a.anatomy = v != 0;
     else {
       std::fprintf(stderr, "cnn_sgd: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -152,7 +161,8 @@ std::string fmt_anatomy(int rank, const std::vector<std::array<double, N>>& step
     for (const auto& s : steps) v.push_back(s[i]);
     auto [mean, p90] = stats(v);
     char buf[128];
-    std::snprintf(buf, sizeof buf, ",\"%s_ms\":%.3f,\"%s_p90_ms\":%.3f", names[i], mean, names[i], p90);
+    std::snprintf(buf, sizeof buf, ",\"%s_ms\":%.3f,\"%s_p90_ms\":%.3f", names[i], mean, names[i],
+                  p90);
     out += buf;
   }
   for (const auto& s : steps) compute.push_back(s[0] + s[1] + s[2] + s[4]);
@@ -212,7 +222,8 @@ int main(int argc, char** argv) {
       t[5] = Clock::now();
       if (a.anatomy) {
         std::array<double, kPhases> d;
-        for (int i = 0; i < kPhases; ++i) d[i] = std::chrono::duration<double>(t[i + 1] - t[i]).count();
+        for (int i = 0; i < kPhases; ++i)
+          d[i] = std::chrono::duration<double>(t[i + 1] - t[i]).count();
         phases.push_back(d);
         if (!a.trace.empty()) stamps.push_back(t);
       }
@@ -228,10 +239,11 @@ int main(int argc, char** argv) {
   std::sort(seconds.begin(), seconds.end());
   double median = seconds[seconds.size() / 2];
   if (rank == 0)
-    std::printf("{\"program\":\"cnn_sgd\",\"workers\":%d,\"threads\":%d,\"samples_per_s\":%.1f,"
-                "\"step_ms\":%.3f}\n",
-                size, torch::get_num_threads(), a.window * a.batch * size / median,
-                1e3 * median / a.window);
+    std::printf(
+        "{\"program\":\"cnn_sgd\",\"workers\":%d,\"threads\":%d,\"samples_per_s\":%.1f,"
+        "\"step_ms\":%.3f}\n",
+        size, torch::get_num_threads(), a.window * a.batch * size / median,
+        1e3 * median / a.window);
   if (a.anatomy) {
     // Timed windows only: drop the warm-up steps.
     phases.erase(phases.begin(), phases.begin() + a.warmup);
@@ -245,7 +257,10 @@ int main(int argc, char** argv) {
     FILE* f = std::fopen((a.trace + "." + std::to_string(rank)).c_str(), "w");
     for (const auto& t : stamps) {
       for (const auto& x : t)
-        std::fprintf(f, "%lld ", static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(x.time_since_epoch()).count()));
+        std::fprintf(f, "%lld ",
+                     static_cast<long long>(
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(x.time_since_epoch())
+                             .count()));
       std::fprintf(f, "\n");
     }
     std::fclose(f);

@@ -29,12 +29,16 @@ struct FashionCnnOptions {
 class FashionCnnImpl : public ::torch::nn::Module {
  public:
   explicit FashionCnnImpl(FashionCnnOptions options = {})
-      : conv1(register_module("conv1", ::torch::nn::Conv2d(::torch::nn::Conv2dOptions(
-                                                1, options.channels1, 3).padding(1).bias(false)))),
+      : conv1(register_module(
+            "conv1",
+            ::torch::nn::Conv2d(
+                ::torch::nn::Conv2dOptions(1, options.channels1, 3).padding(1).bias(false)))),
         bn1(make_norm(options, options.channels1)),
-        conv2(register_module("conv2", ::torch::nn::Conv2d(::torch::nn::Conv2dOptions(
-                                                options.channels1, options.channels2, 3)
-                                                .padding(1).bias(false)))),
+        conv2(register_module(
+            "conv2",
+            ::torch::nn::Conv2d(::torch::nn::Conv2dOptions(options.channels1, options.channels2, 3)
+                                    .padding(1)
+                                    .bias(false)))),
         bn2(make_norm(options, options.channels2)),
         fc(register_module("fc", ::torch::nn::Linear(options.channels2 * 7 * 7, 10))),
         pool_first_(options.pool_first) {
@@ -57,8 +61,7 @@ class FashionCnnImpl : public ::torch::nn::Module {
  private:
   ::torch::Tensor block(::torch::nn::Conv2d& conv, ::torch::nn::AnyModule& norm,
                         const ::torch::Tensor& x) {
-    if (pool_first_)
-      return norm.forward(::torch::max_pool2d(conv->forward(x), 2)).relu_();
+    if (pool_first_) return norm.forward(::torch::max_pool2d(conv->forward(x), 2)).relu_();
     return ::torch::max_pool2d(::torch::relu(norm.forward(conv->forward(x))), 2);
   }
 

@@ -23,8 +23,10 @@ FashionSplit from_idx(const std::string& dir, const std::string& split, FashionL
   report.source = "idx";
   report.expected = static_cast<uint64_t>(n);
   FashionSplit out;
-  out.images = normalised(::torch::from_blob(raw.images.bytes.data(), {n, 1, 28, 28}, ::torch::kUInt8));
-  out.labels = ::torch::from_blob(raw.labels.bytes.data(), {n}, ::torch::kUInt8).to(::torch::kInt64);
+  out.images =
+      normalised(::torch::from_blob(raw.images.bytes.data(), {n, 1, 28, 28}, ::torch::kUInt8));
+  out.labels =
+      ::torch::from_blob(raw.labels.bytes.data(), {n}, ::torch::kUInt8).to(::torch::kInt64);
   return out;
 }
 
@@ -37,18 +39,18 @@ FashionSplit from_source(const data::SourceSpec& spec, const FashionLoadOptions&
   decode.mean = {static_cast<float>(kFashionMean)};
   decode.stddev = {static_cast<float>(kFashionStd)};
   data::Loader loader = data::LoaderBuilder(index_path)
-                                .source(spec)
-                                .rank(0, 1)
-                                .seed(0)
-                                .assignment(data::Assignment::kPartition, data::Remainder::kDrop)
-                                .batch(4096)
-                                .interleave(1)
-                                .shuffle(0)
-                                .threads(2)
-                                .prefetch(2)
-                                .bad_data(options.bad_data)
-                                .decode(decode)
-                                .build();
+                            .source(spec)
+                            .rank(0, 1)
+                            .seed(0)
+                            .assignment(data::Assignment::kPartition, data::Remainder::kDrop)
+                            .batch(4096)
+                            .interleave(1)
+                            .shuffle(0)
+                            .threads(2)
+                            .prefetch(2)
+                            .bad_data(options.bad_data)
+                            .decode(decode)
+                            .build();
   report.source = data::format_name(loader.source().format());
   report.expected = loader.records_per_epoch();
   std::vector<::torch::Tensor> images, labels;
@@ -56,19 +58,21 @@ FashionSplit from_source(const data::SourceSpec& spec, const FashionLoadOptions&
   while (auto batch = loader.next()) {
     if (batch->size() == 0) continue;
     if (batch->shape != std::vector<int64_t>{static_cast<int64_t>(batch->size()), 1, 28, 28})
-      throw Error(fmt::format("{}: records decode to shape [{}], not 1x28x28 Fashion-MNIST "
-                              "images; write them with `lockstep convert idx`",
-                              index_path, fmt::join(batch->shape, ", ")));
+      throw Error(
+          fmt::format("{}: records decode to shape [{}], not 1x28x28 Fashion-MNIST "
+                      "images; write them with `lockstep convert idx`",
+                      index_path, fmt::join(batch->shape, ", ")));
     auto n = static_cast<int64_t>(batch->size());
-    images.push_back(::torch::from_blob(batch->data.data(), {n, 1, 28, 28}, ::torch::kFloat32).clone());
+    images.push_back(
+        ::torch::from_blob(batch->data.data(), {n, 1, 28, 28}, ::torch::kFloat32).clone());
     labels.push_back(::torch::from_blob(batch->labels.data(), {n}, ::torch::kInt64).clone());
   }
   data::SkipReport skips = loader.skip_report();
   report.skipped = skips.skipped;
   report.first_reasons = skips.first_reasons;
   if (images.empty())
-    throw Error(fmt::format("{}: no readable records (the index lists {})", index_path,
-                            report.expected));
+    throw Error(
+        fmt::format("{}: no readable records (the index lists {})", index_path, report.expected));
   return {::torch::cat(images), ::torch::cat(labels)};
 }
 

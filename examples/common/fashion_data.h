@@ -37,9 +37,9 @@ struct FashionLoadOptions {
 
 // What load_fashion_split read, for the caller to report.
 struct FashionLoadReport {
-  std::string source;     // "idx", "records", "hdf5" or "lmdb"
-  uint64_t expected = 0;  // records the index (or IDX header) lists
-  uint64_t skipped = 0;   // bad records dropped under kSkip
+  std::string source;                      // "idx", "records", "hdf5" or "lmdb"
+  uint64_t expected = 0;                   // records the index (or IDX header) lists
+  uint64_t skipped = 0;                    // bad records dropped under kSkip
   std::vector<std::string> first_reasons;  // of the skipped records
 };
 

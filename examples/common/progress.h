@@ -15,8 +15,12 @@ namespace lockstep::examples {
 class ProgressBar {
  public:
   ProgressBar(std::string title, int64_t total_steps, bool enabled)
-      : title_(std::move(title)), total_(total_steps), enabled_(enabled),
-        tty_(isatty(STDERR_FILENO) != 0), start_(Clock::now()), last_draw_(start_) {}
+      : title_(std::move(title)),
+        total_(total_steps),
+        enabled_(enabled),
+        tty_(isatty(STDERR_FILENO) != 0),
+        start_(Clock::now()),
+        last_draw_(start_) {}
 
   // After each step: running means of the epoch so far, samples this rank's
   // job processed (all ranks) since the epoch began.

@@ -47,8 +47,8 @@ class RunDir {
     run["kind"] = kind;
     run["program"] = argc > 0 ? argv[0] : "";
     run["argv"] = std::vector<std::string>(argv, argv + argc);
-    run["started"] = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
+    run["started"] =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     write_file("run.json", run.dump(2) + "\n");
   }
 

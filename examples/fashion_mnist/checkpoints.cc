@@ -23,7 +23,8 @@ JobCheckpoints::JobCheckpoints(const Options& options, bool elastic) : o_(option
   if (enabled() && sharded() && elastic)
     throw InvalidArgument(fmt::format(
         "--checkpoint-format {} is not supported in elastic jobs (lockstep run --min-np): every "
-        "rank of a fixed world writes its share; use --checkpoint-format file", o_.checkpoint_format));
+        "rank of a fixed world writes its share; use --checkpoint-format file",
+        o_.checkpoint_format));
 }
 
 lp::CheckpointWriter& JobCheckpoints::writer() {
@@ -56,7 +57,8 @@ void JobCheckpoints::write_averages(int64_t step, const std::string& bytes) cons
   for (const auto& item : fs::directory_iterator(dir)) {
     const std::string name = item.path().filename().string();
     int64_t n = 0;
-    if (std::sscanf(name.c_str(), "step-%" SCNd64 ".pt", &n) == 1 && name == fmt::format("step-{}.pt", n))
+    if (std::sscanf(name.c_str(), "step-%" SCNd64 ".pt", &n) == 1 &&
+        name == fmt::format("step-{}.pt", n))
       steps.emplace_back(n, item.path());
   }
   std::sort(steps.begin(), steps.end());
@@ -77,7 +79,8 @@ std::optional<std::string> JobCheckpoints::load_averages(int64_t step) const {
   return bytes.str();
 }
 
-void JobCheckpoints::save(const ::torch::nn::Module& model, const ::torch::optim::Optimizer& optimizer,
+void JobCheckpoints::save(const ::torch::nn::Module& model,
+                          const ::torch::optim::Optimizer& optimizer,
                           const lt::TrainingProgress& progress,
                           const std::function<std::string()>& make_averages) {
   if (!enabled()) return;
@@ -105,8 +108,8 @@ void JobCheckpoints::save(const ::torch::nn::Module& model, const ::torch::optim
   }
   const std::chrono::duration<double, std::milli> paused = std::chrono::steady_clock::now() - start;
   if (lt::rank() == 0)
-    fmt::print(stderr, "checkpoint {} ({}, step {}): training paused {:.1f} ms\n", o_.checkpoint_dir,
-               o_.checkpoint_format, progress.step, paused.count());
+    fmt::print(stderr, "checkpoint {} ({}, step {}): training paused {:.1f} ms\n",
+               o_.checkpoint_dir, o_.checkpoint_format, progress.step, paused.count());
 }
 
 bool JobCheckpoints::load(::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer,

@@ -74,8 +74,8 @@ class JobCheckpoints {
 
   const Options& o_;
   std::unique_ptr<lockstep::parallel::CheckpointWriter> writer_;  // made at the first save
-  std::thread averages_thread_;          // async: the averages write in flight
-  std::exception_ptr averages_error_;    // its error, set before averages_done_
+  std::thread averages_thread_;        // async: the averages write in flight
+  std::exception_ptr averages_error_;  // its error, set before averages_done_
   std::atomic<bool> averages_done_{false};
 };
 

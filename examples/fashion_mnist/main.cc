@@ -46,9 +46,10 @@ ex::FashionSplit load(const ex::Options& o, const std::string& split, int64_t li
 void train_default(const ex::Options& o, ex::FashionSplit train, ex::FashionSplit test,
                    const ::torch::Device& device) {
   if (lt::rank() == 0)
-    fmt::print(stderr, "lockstep-fashion-mnist: {} worker(s) x batch {}, {} training samples, "
-               "{} intra-op thread(s) each, on {}\n", lt::size(), o.batch_size, train.size(),
-               ::torch::get_num_threads(), device.str());
+    fmt::print(stderr,
+               "lockstep-fashion-mnist: {} worker(s) x batch {}, {} training samples, "
+               "{} intra-op thread(s) each, on {}\n",
+               lt::size(), o.batch_size, train.size(), ::torch::get_num_threads(), device.str());
   ex::Trainer trainer(o, std::move(train), std::move(test));
   trainer.maybe_init_from();
   trainer.maybe_resume();
@@ -58,11 +59,12 @@ void train_default(const ex::Options& o, ex::FashionSplit train, ex::FashionSpli
 
 void train_same_bits(const ex::Options& o, ex::FashionSplit train, ex::FashionSplit test) {
   if (lt::rank() == 0)
-    fmt::print(stderr, "lockstep-fashion-mnist: same bits: global batch {} = {} micro-batches of "
+    fmt::print(stderr,
+               "lockstep-fashion-mnist: same bits: global batch {} = {} micro-batches of "
                "{}, {} worker(s) (-np {} give the same bits), {} training samples, 1 intra-op "
-               "thread each\n", o.global_batch, o.micro_batches, o.global_batch / o.micro_batches,
-               lt::size(), fmt::join(lt::same_bits_world_sizes(o.micro_batches), ", "),
-               train.size());
+               "thread each\n",
+               o.global_batch, o.micro_batches, o.global_batch / o.micro_batches, lt::size(),
+               fmt::join(lt::same_bits_world_sizes(o.micro_batches), ", "), train.size());
   ex::SameBitsTrainer trainer(o, std::move(train), std::move(test));
   trainer.maybe_init_from();
   trainer.maybe_resume();
@@ -102,9 +104,10 @@ int run(ex::Options o, const std::string& run_dir, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   ex::process_start();  // pins the wall-time origin
-  CLI::App app{"Data-parallel Fashion-MNIST training (run it with: lockstep run -np 2 "
-               "lockstep-fashion-mnist)",
-               "lockstep-fashion-mnist"};
+  CLI::App app{
+      "Data-parallel Fashion-MNIST training (run it with: lockstep run -np 2 "
+      "lockstep-fashion-mnist)",
+      "lockstep-fashion-mnist"};
   ex::Options options;
   ex::add_options(app, options);
   std::string run_dir;

@@ -32,13 +32,13 @@ struct Options {
   // none | powersgd:R | onebit | onebit-adam | onebit-lamb (precision.h)
   std::string compression = "none";
   int64_t compression_warmup = 100;  // uncompressed steps first
-  bool pool_first = true;      // conv-pool-BN-ReLU blocks
-  bool channels_last = true;   // NHWC activations
+  bool pool_first = true;            // conv-pool-BN-ReLU blocks
+  bool channels_last = true;         // NHWC activations
   double label_smoothing = 0;
-  double flip = 0.5;           // probability of a horizontal flip per training sample
-  std::string tta = "flip";    // test-time augmentation: none|flip
-  double ema = 0.99;           // evaluate an EMA of the weights with this decay (0: off)
-  int64_t lookahead = 0;       // Lookahead every k steps (0: off)
+  double flip = 0.5;         // probability of a horizontal flip per training sample
+  std::string tta = "flip";  // test-time augmentation: none|flip
+  double ema = 0.99;         // evaluate an EMA of the weights with this decay (0: off)
+  int64_t lookahead = 0;     // Lookahead every k steps (0: off)
   double lookahead_alpha = 0.5;
   // Evaluation and time to accuracy
   double target_accuracy = 0;  // 0: train all epochs
@@ -56,13 +56,13 @@ struct Options {
   std::string checkpoint_dir;
   std::string checkpoint_format = "file";  // file | sharded | async (checkpoints.h)
   bool resume = false;
-  std::string init_from;    // weights loaded before training (state_dict.h's formats)
-  std::string export_path;  // the evaluated weights written at the end (.safetensors, .pt)
+  std::string init_from;      // weights loaded before training (state_dict.h's formats)
+  std::string export_path;    // the evaluated weights written at the end (.safetensors, .pt)
   int64_t commit_every = 10;  // elastic: steps between in-memory commits
   // Telemetry (telemetry.h)
-  std::string tensorboard;   // event files' folder; --run-dir fills it in
-  int64_t log_every = 10;    // steps between per-step rows (0: none)
-  bool log_ranks = false;    // per-rank scalars too
+  std::string tensorboard;  // event files' folder; --run-dir fills it in
+  int64_t log_every = 10;   // steps between per-step rows (0: none)
+  bool log_ranks = false;   // per-rank scalars too
   // Testing
   std::string sample_log;   // append "epoch index" per committed sample to FILE.<worker>
   std::string inject_kill;  // "WORKER:STEP": that worker SIGKILLs itself

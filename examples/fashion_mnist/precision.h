@@ -42,11 +42,14 @@ inline void add_compression_flags(CLI::App& app, std::string& compression, int64
         }
         return "";
       })
-      ->capture_default_str()->group("Recipe");
+      ->capture_default_str()
+      ->group("Recipe");
   app.add_option("--compression-warmup", warmup,
                  "optimizer steps of uncompressed allreduce before --compression starts (1-bit "
                  "Adam and LAMB: their variance freezes then; at least 1)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str()->group("Recipe");
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Recipe");
 }
 
 // One training step's precision machinery.
@@ -64,8 +67,10 @@ class StepPrecision {
     if (precision_ == torch::Precision::kFp16) options.compression = torch::Compression::kFp16;
     if (compression_ == "none") return options;
     if (precision_ == torch::Precision::kFp16)
-      throw InvalidArgument("--precision fp16 sends fp16 gradients; it does not combine with "
-                            "--compression " + compression_);
+      throw InvalidArgument(
+          "--precision fp16 sends fp16 gradients; it does not combine with "
+          "--compression " +
+          compression_);
     torch::set_compression(options, compression_);
     options.powersgd.warmup_steps = warmup_;
     options.onebit.warmup_steps = warmup_;

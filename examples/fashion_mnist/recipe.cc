@@ -35,7 +35,8 @@ std::string describe_recipe(const Options& o) {
   if (o.pool_first) parts.push_back("pool-first");
   if (o.channels_last) parts.push_back("channels-last");
   if (o.schedule == "one-cycle") parts.push_back("one-cycle");
-  if (o.label_smoothing > 0) parts.push_back(fmt::format("label smoothing {:g}", o.label_smoothing));
+  if (o.label_smoothing > 0)
+    parts.push_back(fmt::format("label smoothing {:g}", o.label_smoothing));
   if (o.flip > 0) parts.push_back(fmt::format("flip {:g}", o.flip));
   if (o.tta != "none") parts.push_back("tta " + o.tta);
   if (o.ema > 0) parts.push_back(fmt::format("ema {:g}", o.ema));
@@ -68,9 +69,9 @@ double one_cycle_lr(const Options& o, double peak, double total_epochs, int64_t 
   const auto samples = [train_size](double epochs) {
     return static_cast<int64_t>(std::llround(epochs * static_cast<double>(train_size)));
   };
-  const auto schedule = optim::one_cycle(
-      peak, std::max<int64_t>(1, samples(total_epochs)),
-      {.pct_start = std::min(1.0, o.warmup_epochs / total_epochs)});
+  const auto schedule =
+      optim::one_cycle(peak, std::max<int64_t>(1, samples(total_epochs)),
+                       {.pct_start = std::min(1.0, o.warmup_epochs / total_epochs)});
   return schedule->lr_at(samples(t));
 }
 
@@ -92,7 +93,8 @@ double lr_at(const Options& o, double peak, double total_epochs, int64_t train_s
 
 ::torch::Tensor loss(const Options& o, const ::torch::Tensor& logits, const ::torch::Tensor& y) {
   namespace F = ::torch::nn::functional;
-  return F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().label_smoothing(o.label_smoothing));
+  return F::cross_entropy(logits, y,
+                          F::CrossEntropyFuncOptions().label_smoothing(o.label_smoothing));
 }
 
 ::torch::Tensor eval_logits(const Options& o, FashionCnn& model, const ::torch::Tensor& x) {

@@ -35,9 +35,10 @@ void refuse_elastic() {
   // A re-formation restores state through ElasticState, which this loop
   // does not keep (docs/same-bits.md: the library-level elastic test).
   if (lockstep::engine::elastic_enabled())
-    throw InvalidArgument("--same-bits does not run in elastic jobs (lockstep run --min-np); "
-                          "start it with a fixed -np, and --resume from --checkpoint-dir at "
-                          "another -np instead");
+    throw InvalidArgument(
+        "--same-bits does not run in elastic jobs (lockstep run --min-np); "
+        "start it with a fixed -np, and --resume from --checkpoint-dir at "
+        "another -np instead");
 }
 
 }  // namespace
@@ -45,11 +46,14 @@ void refuse_elastic() {
 namespace sbt = same_bits_trainer_impl;
 
 SameBitsTrainer::SameBitsTrainer(const Options& options, FashionSplit train, FashionSplit test)
-    : o_(options), train_(std::move(train)), test_(std::move(test)),
+    : o_(options),
+      train_(std::move(train)),
+      test_(std::move(test)),
       model_((sbt::refuse_elastic(), make_model(o_, /*rank=*/0))),  // the same weights everywhere
       optimizer_(make_optimizer(o_, model_)),
       order_({.dataset_size = train_.size(), .rank = 0, .size = 1, .seed = o_.seed}),
-      evals_(o_.eval_interval(), 0), telemetry_(o_),
+      evals_(o_.eval_interval(), 0),
+      telemetry_(o_),
       checkpoints_(o_, /*elastic=*/false) {
   lt::SameBitsOptions same;
   same.micro_batches = o_.micro_batches;
@@ -62,9 +66,10 @@ SameBitsTrainer::SameBitsTrainer(const Options& options, FashionSplit train, Fas
   }
   steps_per_epoch_ = train_.size() / o_.global_batch;
   if (steps_per_epoch_ == 0)
-    throw InvalidArgument(fmt::format("--global-batch {} is larger than the {} training samples; "
-                                      "give a smaller one",
-                                      o_.global_batch, train_.size()));
+    throw InvalidArgument(
+        fmt::format("--global-batch {} is larger than the {} training samples; "
+                    "give a smaller one",
+                    o_.global_batch, train_.size()));
   total_epochs_ = o_.epochs;
   if (o_.max_steps > 0)
     total_epochs_ = std::min<double>(
@@ -132,11 +137,13 @@ void SameBitsTrainer::train_epoch(int64_t epoch) {
     loss_sum += loss;
     ++steps;
     bar.update(in_epoch + 1, loss_sum / static_cast<double>(steps),
-               seen_ > 0 ? correct_ / seen_ : 0,
-               static_cast<double>(steps * o_.global_batch));
+               seen_ > 0 ? correct_ / seen_ : 0, static_cast<double>(steps * o_.global_batch));
     telemetry_.after_step(
-        {.step = driver_->steps_done(), .epochs_done = epochs_done(), .loss = loss,
-         .samples = o_.global_batch / lt::size(), .lr = lr,
+        {.step = driver_->steps_done(),
+         .epochs_done = epochs_done(),
+         .loss = loss,
+         .samples = o_.global_batch / lt::size(),
+         .lr = lr,
          .step_s = std::chrono::duration<double>(Clock::now() - step_start).count(),
          .wait_s = 0},
         [this] { return gradient_norm(*model_); });
@@ -148,12 +155,13 @@ void SameBitsTrainer::train_epoch(int64_t epoch) {
 
 // The samples of micro-batch `micro`: positions step_in_epoch * G + index * m
 // .. + m of the epoch's global order, whichever rank runs it.
-::torch::Tensor SameBitsTrainer::micro_batch_loss(const lt::MicroBatch& micro, int64_t step_in_epoch) {
+::torch::Tensor SameBitsTrainer::micro_batch_loss(const lt::MicroBatch& micro,
+                                                  int64_t step_in_epoch) {
   const int64_t m = o_.global_batch / o_.micro_batches;
   const int64_t first = step_in_epoch * o_.global_batch + micro.index * m;
-  auto index = ::torch::tensor(std::vector<int64_t>(order_.indices().begin() + first,
-                                                    order_.indices().begin() + first + m),
-                               ::torch::kInt64);
+  auto index = ::torch::tensor(
+      std::vector<int64_t>(order_.indices().begin() + first, order_.indices().begin() + first + m),
+      ::torch::kInt64);
   auto x = random_flip(input(o_, train_.images.index_select(0, index)), o_.flip);
   auto y = train_.labels.index_select(0, index);
   auto logits = model_->forward(x);
@@ -167,9 +175,8 @@ void SameBitsTrainer::evaluate_now(bool mid_epoch) {
   {
     std::optional<optim::WeightEma::Applied> averaged;
     if (ema_) averaged.emplace(ema_->apply_to(*model_));
-    last_accuracy_ = evaluate(*model_, [this](const ::torch::Tensor& x) {
-      return eval_logits(o_, model_, x);
-    }, test_);
+    last_accuracy_ = evaluate(
+        *model_, [this](const ::torch::Tensor& x) { return eval_logits(o_, model_, x); }, test_);
   }
   evals_.record(epochs_done(), last_accuracy_, clock_);
   telemetry_.evaluated(driver_->steps_done(), epochs_done(), last_accuracy_);
@@ -194,15 +201,23 @@ void SameBitsTrainer::end_epoch(int64_t epoch, int64_t steps, double loss_sum, d
              "| {:.1f} s\n",
              epoch + 1, o_.epochs, loss, 100 * train_accuracy, 100 * last_accuracy_,
              seconds > 0 ? samples / seconds : 0, elapsed);
-  nlohmann::json line = {{"epoch", epoch + 1}, {"step", driver_->steps_done()},
-                         {"epochs_done", epochs_done()}, {"train_loss", loss},
-                         {"train_accuracy", train_accuracy}, {"test_accuracy", last_accuracy_},
+  nlohmann::json line = {{"epoch", epoch + 1},
+                         {"step", driver_->steps_done()},
+                         {"epochs_done", epochs_done()},
+                         {"train_loss", loss},
+                         {"train_accuracy", train_accuracy},
+                         {"test_accuracy", last_accuracy_},
                          {"samples_per_s", seconds > 0 ? samples / seconds : 0},
-                         {"epoch_seconds", seconds}, {"train_s", clock_.seconds()},
-                         {"elapsed_s", elapsed}, {"workers", lt::size()},
-                         {"same_bits", true}, {"global_batch", o_.global_batch},
-                         {"micro_batches", o_.micro_batches}, {"lr", peak_lr_},
-                         {"precision", o_.precision}, {"compression", o_.compression}};
+                         {"epoch_seconds", seconds},
+                         {"train_s", clock_.seconds()},
+                         {"elapsed_s", elapsed},
+                         {"workers", lt::size()},
+                         {"same_bits", true},
+                         {"global_batch", o_.global_batch},
+                         {"micro_batches", o_.micro_batches},
+                         {"lr", peak_lr_},
+                         {"precision", o_.precision},
+                         {"compression", o_.compression}};
   telemetry_.epoch_ended(driver_->steps_done(), line);
   if (!o_.metrics.empty()) std::ofstream(o_.metrics, std::ios::app) << line.dump() << "\n";
 }
@@ -221,9 +236,10 @@ std::string SameBitsTrainer::finish() {
                            "same_bits.state_hash");
   for (int64_t r = 0; r < all.numel(); ++r)
     if (static_cast<uint64_t>(all[r].item<int64_t>()) != mine)
-      throw Error(fmt::format("--same-bits: rank {} holds another state than rank {} "
-                              "({:016x} vs {:016x}); please report this",
-                              r, lt::rank(), static_cast<uint64_t>(all[r].item<int64_t>()), mine));
+      throw Error(
+          fmt::format("--same-bits: rank {} holds another state than rank {} "
+                      "({:016x} vs {:016x}); please report this",
+                      r, lt::rank(), static_cast<uint64_t>(all[r].item<int64_t>()), mine));
   return fmt::format("{:016x}", mine);
 }
 

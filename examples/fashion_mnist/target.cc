@@ -26,7 +26,8 @@ std::optional<double> seconds_since_exec() {
   timespec now{};
   if (fields.fail() || clock_gettime(CLOCK_BOOTTIME, &now) != 0) return std::nullopt;
   const double started = std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
-  const double elapsed = static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec) - started;
+  const double elapsed =
+      static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec) - started;
   if (elapsed < 0 || elapsed > 3600) return std::nullopt;
   return elapsed;
 }

@@ -29,7 +29,9 @@ std::string command_line() {
 std::string config_text(const Options& o) {
   std::ostringstream s;
   s << "    " << command_line() << "\n\n| setting | value |\n|---|---|\n";
-  auto row = [&](const char* name, const auto& value) { s << "| " << name << " | " << value << " |\n"; };
+  auto row = [&](const char* name, const auto& value) {
+    s << "| " << name << " | " << value << " |\n";
+  };
   row("workers", lt::size());
   row("batch per worker", o.batch_size);
   row("epochs", o.epochs);
@@ -59,14 +61,18 @@ double gradient_norm(const ::torch::nn::Module& model) {
 void add_telemetry_options(CLI::App& app, Options& o) {
   const char* g = "Telemetry";
   app.add_option("--tensorboard", o.tensorboard,
-                 "write TensorBoard event files into DIR (--run-dir DIR: there)")->group(g);
+                 "write TensorBoard event files into DIR (--run-dir DIR: there)")
+      ->group(g);
   app.add_option("--log-every", o.log_every,
                  "every N optimizer steps, a per-step row in --metrics and TensorBoard scalars "
                  "(0: per epoch only)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str()->group(g);
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group(g);
   app.add_flag("--log-ranks", o.log_ranks,
                "also every rank's step time, communication wait and loss (rank_K/ tags; one "
-               "small allreduce per logged step)")->group(g);
+               "small allreduce per logged step)")
+      ->group(g);
 }
 
 Telemetry::Telemetry(const Options& o) : o_(o), every_(o.log_every) {
@@ -106,7 +112,9 @@ nlohmann::json Telemetry::gather_ranks(double step_ms, double wait_share, double
   const auto all = lt::sum_across_ranks(mine, "telemetry.ranks");
   nlohmann::json ranks = nlohmann::json::array();
   for (size_t r = 0; r < static_cast<size_t>(n); ++r)
-    ranks.push_back({{"rank", r}, {"step_ms", all[3 * r]}, {"comm_wait_share", all[3 * r + 1]},
+    ranks.push_back({{"rank", r},
+                     {"step_ms", all[3 * r]},
+                     {"comm_wait_share", all[3 * r + 1]},
                      {"loss", all[3 * r + 2]}});
   return ranks;
 }
@@ -115,11 +123,16 @@ void Telemetry::write_row(const StepSample& s, double grad_norm, const nlohmann:
   const double step_ms = 1e3 * step_s_ / static_cast<double>(steps_);
   const double samples_per_s =
       step_s_ > 0 ? static_cast<double>(samples_) * lt::size() / step_s_ : 0;
-  nlohmann::json row = {{"kind", "step"}, {"step", s.step}, {"epochs_done", s.epochs_done},
-                        {"loss", loss_sum_ / static_cast<double>(samples_)}, {"lr", s.lr},
-                        {"samples_per_s", samples_per_s}, {"step_ms", step_ms},
+  nlohmann::json row = {{"kind", "step"},
+                        {"step", s.step},
+                        {"epochs_done", s.epochs_done},
+                        {"loss", loss_sum_ / static_cast<double>(samples_)},
+                        {"lr", s.lr},
+                        {"samples_per_s", samples_per_s},
+                        {"step_ms", step_ms},
                         {"comm_wait_share", step_s_ > 0 ? wait_s_ / step_s_ : 0},
-                        {"grad_norm", grad_norm}, {"workers", lt::size()}};
+                        {"grad_norm", grad_norm},
+                        {"workers", lt::size()}};
   if (!ranks.is_null()) row["ranks"] = ranks;
   if (!o_.metrics.empty()) RunDir::append_line(o_.metrics, row);
   auto* e = events();
@@ -136,7 +149,8 @@ void Telemetry::write_row(const StepSample& s, double grad_norm, const nlohmann:
 
 void Telemetry::evaluated(int64_t step, double epochs_done, double accuracy) {
   if (auto* e = events())
-    e->write(step, summary::Summary().scalar("test/accuracy", accuracy)
+    e->write(step, summary::Summary()
+                       .scalar("test/accuracy", accuracy)
                        .scalar("test/epochs_done", epochs_done));
 }
 
@@ -145,7 +159,8 @@ void Telemetry::epoch_ended(int64_t step, const nlohmann::json& line) {
   if (!e) return;
   summary::Summary sum;
   for (const char* k : {"train_loss", "train_accuracy", "samples_per_s", "epoch_seconds", "lr"})
-    if (line.contains(k) && line[k].is_number()) sum.scalar(fmt::format("epoch/{}", k), line[k].get<double>());
+    if (line.contains(k) && line[k].is_number())
+      sum.scalar(fmt::format("epoch/{}", k), line[k].get<double>());
   sum.scalar("epoch/epoch", line.value("epoch", 0));
   e->write(step, sum);
 }

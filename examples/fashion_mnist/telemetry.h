@@ -32,13 +32,13 @@ double gradient_norm(const ::torch::nn::Module& model);
 
 // One optimizer step as the training loop saw it.
 struct StepSample {
-  int64_t step = 0;         // global step count after this step
-  double epochs_done = 0;   // fractional epochs after it
-  double loss = 0;          // this rank's batch loss
-  int64_t samples = 0;      // this rank's batch size
-  double lr = 0;            // the learning rate the step used
-  double step_s = 0;        // wall time of the whole step
-  double wait_s = 0;        // of which in the optimizer step (gradient allreduce wait + update)
+  int64_t step = 0;        // global step count after this step
+  double epochs_done = 0;  // fractional epochs after it
+  double loss = 0;         // this rank's batch loss
+  int64_t samples = 0;     // this rank's batch size
+  double lr = 0;           // the learning rate the step used
+  double step_s = 0;       // wall time of the whole step
+  double wait_s = 0;       // of which in the optimizer step (gradient allreduce wait + update)
 };
 
 class Telemetry {

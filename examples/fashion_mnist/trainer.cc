@@ -44,24 +44,30 @@ std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const Options& o, Fash
   if (o.optimizer == "lamb")  // lockstep's LAMB (docs/optim.md), for --compression onebit-lamb
     return std::make_unique<lockstep::optim::Lamb>(model->parameters(),
                                                    lockstep::optim::LambOptions(o.lr));
-  return std::make_unique<::torch::optim::Adam>(model->parameters(), ::torch::optim::AdamOptions(o.lr));
+  return std::make_unique<::torch::optim::Adam>(model->parameters(),
+                                                ::torch::optim::AdamOptions(o.lr));
 }
 
 Trainer::Trainer(const Options& options, FashionSplit train, FashionSplit test)
-    : o_(options), train_(std::move(train)), test_(std::move(test)),
-      model_(make_model(o_, lt::rank())), optimizer_(make_optimizer(o_, model_)),
+    : o_(options),
+      train_(std::move(train)),
+      test_(std::move(test)),
+      model_(make_model(o_, lt::rank())),
+      optimizer_(make_optimizer(o_, model_)),
       precision_(o_.precision, o_.compression, o_.compression_warmup),
       distributed_(*optimizer_, *model_, precision_.optimizer_options()),
-      sampler_({.dataset_size = train_.size(), .rank = lt::rank(), .size = lt::size(),
-                .seed = o_.seed}),
+      sampler_(
+          {.dataset_size = train_.size(), .rank = lt::rank(), .size = lt::size(), .seed = o_.seed}),
       state_(*model_, *optimizer_, &sampler_, &distributed_),
       elastic_(lockstep::engine::elastic_enabled()),
-      evals_(o_.eval_interval(), o_.target_accuracy), telemetry_(o_) {
+      evals_(o_.eval_interval(), o_.target_accuracy),
+      telemetry_(o_) {
   // Lookahead's slow weights are not part of the elastic commit, so a worker
   // that joins or a rollback would leave ranks with different ones.
   if (elastic_ && o_.lookahead > 0)
-    throw InvalidArgument("--lookahead is not supported in elastic jobs (lockstep run --min-np); "
-                          "use --ema, which only affects evaluation");
+    throw InvalidArgument(
+        "--lookahead is not supported in elastic jobs (lockstep run --min-np); "
+        "use --ema, which only affects evaluation");
   total_epochs_ = o_.epochs;
   if (o_.max_steps > 0)
     total_epochs_ = std::min<double>(
@@ -205,7 +211,9 @@ void Trainer::step(const std::vector<int64_t>& batch, double& loss_sum, double& 
   loss_sum += batch_loss * n;
   correct += logits.argmax(1).eq(y).sum().item<double>();
   using seconds = std::chrono::duration<double>;
-  telemetry_.after_step({.step = state_.step, .epochs_done = epochs_done(), .loss = batch_loss,
+  telemetry_.after_step({.step = state_.step,
+                         .epochs_done = epochs_done(),
+                         .loss = batch_loss,
                          .samples = static_cast<int64_t>(batch.size()),
                          .lr = optimizer_->param_groups()[0].options().get_lr(),
                          .step_s = seconds(Clock::now() - start).count(),
@@ -219,9 +227,8 @@ bool Trainer::evaluate_now(bool mid_epoch) {
   {
     std::optional<optim::WeightEma::Applied> averaged;
     if (ema_) averaged.emplace(ema_->apply_to(*model_));
-    last_accuracy_ = evaluate(*model_, [this](const ::torch::Tensor& x) {
-      return eval_logits(o_, model_, x);
-    }, test_);
+    last_accuracy_ = evaluate(
+        *model_, [this](const ::torch::Tensor& x) { return eval_logits(o_, model_, x); }, test_);
   }
   const bool reached = evals_.record(epochs, last_accuracy_, clock_);
   telemetry_.evaluated(state_.step, epochs, last_accuracy_);
@@ -241,13 +248,20 @@ void Trainer::report_epoch(int64_t epoch, const EpochStats& s, double test_accur
              "| {:.1f} s\n",
              epoch + 1, o_.epochs, s.loss, 100 * s.accuracy, 100 * test_accuracy, s.samples_per_s,
              elapsed);
-  nlohmann::json line = {{"epoch", epoch + 1}, {"step", state_.step},
-                         {"epochs_done", epochs_done()}, {"train_loss", s.loss},
-                         {"train_accuracy", s.accuracy}, {"test_accuracy", test_accuracy},
-                         {"samples_per_s", s.samples_per_s}, {"epoch_seconds", s.seconds},
-                         {"train_s", clock_.seconds()}, {"elapsed_s", elapsed},
-                         {"workers", lt::size()}, {"batch_size", o_.batch_size},
-                         {"lr", peak_lr_}, {"reformations", state_.reformations()},
+  nlohmann::json line = {{"epoch", epoch + 1},
+                         {"step", state_.step},
+                         {"epochs_done", epochs_done()},
+                         {"train_loss", s.loss},
+                         {"train_accuracy", s.accuracy},
+                         {"test_accuracy", test_accuracy},
+                         {"samples_per_s", s.samples_per_s},
+                         {"epoch_seconds", s.seconds},
+                         {"train_s", clock_.seconds()},
+                         {"elapsed_s", elapsed},
+                         {"workers", lt::size()},
+                         {"batch_size", o_.batch_size},
+                         {"lr", peak_lr_},
+                         {"reformations", state_.reformations()},
                          {"precision", o_.precision},
                          {"compression", o_.compression},
                          {"skipped_steps", precision_.scaler().skipped_steps()}};
@@ -263,14 +277,16 @@ void Trainer::report_epoch(int64_t epoch, const EpochStats& s, double test_accur
 void Trainer::report_target_line() {
   if (lt::rank() != 0 || o_.metrics.empty() || !evals_.has_target()) return;
   const auto& r = evals_.result();
-  nlohmann::json line = {{"epoch", state_.epoch}, {"test_accuracy", last_accuracy_},
+  nlohmann::json line = {{"epoch", state_.epoch},
+                         {"test_accuracy", last_accuracy_},
                          {"target_accuracy", evals_.target()},
                          {"target_reached", r.has_value()},
                          {"time_to_target_s", r ? nlohmann::json(r->training_s) : nullptr},
                          {"wall_to_target_s", r ? nlohmann::json(r->wall_s) : nullptr},
                          {"epochs_to_target", r ? nlohmann::json(r->epochs) : nullptr},
                          {"best_test_accuracy", evals_.best_accuracy()},
-                         {"workers", lt::size()}, {"seed", o_.seed}};
+                         {"workers", lt::size()},
+                         {"seed", o_.seed}};
   std::ofstream(o_.metrics, std::ios::app) << line.dump() << "\n";
 }
 
@@ -314,8 +330,10 @@ void Trainer::load_averages(int64_t step) {
   const auto bytes = checkpoints_.load_averages(step);
   if (!bytes) {
     if (lt::rank() == 0)
-      fmt::print(stderr, "no averaged weights saved with step {} in {}: --ema/--lookahead start "
-                         "afresh from the resumed weights\n", step, o_.checkpoint_dir);
+      fmt::print(stderr,
+                 "no averaged weights saved with step {} in {}: --ema/--lookahead start "
+                 "afresh from the resumed weights\n",
+                 step, o_.checkpoint_dir);
     return;
   }
   ::torch::serialize::InputArchive archive;
@@ -339,8 +357,6 @@ double Trainer::epochs_done() const {
          static_cast<double>(sampler_.global_position()) / static_cast<double>(train_.size());
 }
 
-bool Trainer::done() const {
-  return reached_ || (o_.max_steps > 0 && state_.step >= o_.max_steps);
-}
+bool Trainer::done() const { return reached_ || (o_.max_steps > 0 && state_.step >= o_.max_steps); }
 
 }  // namespace lockstep::examples

@@ -129,8 +129,9 @@ int run(const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"A GAN on a 2-D Gaussian mixture with two DistributedOptimizers (run it with: "
-               "lockstep run -np 2 lockstep-gan --overlap on)"};
+  CLI::App app{
+      "A GAN on a 2-D Gaussian mixture with two DistributedOptimizers (run it with: "
+      "lockstep run -np 2 lockstep-gan --overlap on)"};
   Flags f;
   app.add_option("--steps", f.steps, "training steps (one D and one G update each)")
       ->capture_default_str();

@@ -54,8 +54,13 @@ Outcome train(const Flags& f, const lab::Data& data, const std::string& method, 
   lab::Params p{f.start_w, f.start_b};
   double seconds = 0;
   auto record = [&](int64_t s) {
-    dir.append("lab.jsonl", {{"type", "step"}, {"method", method}, {"step", s}, {"time_s", seconds},
-                             {"loss", lab::loss(data, p)}, {"w", p.w}, {"b", p.b}});
+    dir.append("lab.jsonl", {{"type", "step"},
+                             {"method", method},
+                             {"step", s},
+                             {"time_s", seconds},
+                             {"loss", lab::loss(data, p)},
+                             {"w", p.w},
+                             {"b", p.b}});
   };
   record(0);
   int64_t s = 0;
@@ -73,7 +78,8 @@ Outcome train(const Flags& f, const lab::Data& data, const std::string& method, 
 
 void write_surface(const Flags& f, const lab::Data& data, const lockstep::examples::RunDir& dir) {
   const int n = 41;
-  const double span = std::max({std::abs(f.start_w - f.true_w), std::abs(f.start_b - f.true_b), 1.0}) * 1.3;
+  const double span =
+      std::max({std::abs(f.start_w - f.true_w), std::abs(f.start_b - f.true_b), 1.0}) * 1.3;
   std::vector<double> ws, bs;
   for (int i = 0; i < n; ++i) ws.push_back(f.true_w - span + 2 * span * i / (n - 1));
   for (int i = 0; i < n; ++i) bs.push_back(f.true_b - span + 2 * span * i / (n - 1));
@@ -103,9 +109,14 @@ int run(const Flags& f, int argc, char** argv) {
   for (const auto& o : out) {
     fmt::print("{:<18} {:>7} {:>11.5f} {:>9.4f} {:>9.4f} {:>10.3f}\n", o.method, o.steps,
                o.final_loss, o.p.w, o.p.b, o.seconds * 1e3);
-    dir.append("lab.jsonl", {{"type", "result"}, {"method", o.method}, {"steps", o.steps},
-                             {"loss", o.final_loss}, {"w", o.p.w}, {"b", o.p.b},
-                             {"seconds", o.seconds}, {"optimum_loss", lab::loss(data, best)}});
+    dir.append("lab.jsonl", {{"type", "result"},
+                             {"method", o.method},
+                             {"steps", o.steps},
+                             {"loss", o.final_loss},
+                             {"w", o.p.w},
+                             {"b", o.p.b},
+                             {"seconds", o.seconds},
+                             {"optimum_loss", lab::loss(data, best)}});
   }
   if (dir.enabled()) fmt::print("plot: lockstep report {} -o report.html\n", dir.dir());
   return 0;
@@ -117,13 +128,15 @@ int main(int argc, char** argv) {
   CLI::App app{"Lab: gradient descent vs SGD vs mini-batch SGD on linear regression"};
   Flags f;
   app.add_option("--samples", f.samples, "data points")->capture_default_str();
-  app.add_option("--epochs", f.epochs, "passes over the data, the same for every method")->capture_default_str();
+  app.add_option("--epochs", f.epochs, "passes over the data, the same for every method")
+      ->capture_default_str();
   app.add_option("--lr", f.lr, "learning rate, the same for every method")->capture_default_str();
   app.add_option("--batch-size", f.batch_size, "mini-batch size")->capture_default_str();
   app.add_option("--noise", f.noise, "standard deviation of the noise on y")->capture_default_str();
   app.add_option("--seed", f.seed)->capture_default_str();
   app.add_option("--points", f.points, "recorded points per method")->capture_default_str();
-  app.add_option("--run-dir", f.run_dir, "write run.json and lab.jsonl there for `lockstep report`");
+  app.add_option("--run-dir", f.run_dir,
+                 "write run.json and lab.jsonl there for `lockstep report`");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f, argc, argv);

@@ -96,22 +96,24 @@ std::pair<double, bool> peak_lr(const Flags& f, const std::string& rule, int64_t
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Flags& f, const std::string& rule,
                                                         FashionCnn& model) {
   if (rule == "lars-warmup")
-    return std::make_unique<lo::Lars>(
-        model->parameters(),
-        lo::LarsOptions(f.lars_lr).momentum(0.9).weight_decay(f.weight_decay).trust_coefficient(0.02));
+    return std::make_unique<lo::Lars>(model->parameters(), lo::LarsOptions(f.lars_lr)
+                                                               .momentum(0.9)
+                                                               .weight_decay(f.weight_decay)
+                                                               .trust_coefficient(0.02));
   if (rule == "lamb-warmup")
     return std::make_unique<lo::Lamb>(model->parameters(),
                                       lo::LambOptions(f.lamb_lr).weight_decay(f.weight_decay));
   return std::make_unique<torch::optim::SGD>(
-      model->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9).weight_decay(f.weight_decay));
+      model->parameters(),
+      torch::optim::SGDOptions(f.lr).momentum(0.9).weight_decay(f.weight_decay));
 }
 
 // Warm-up (linear from the base rate, Goyal et al.) then cosine to 0.
 lo::Schedule make_schedule(const Flags& f, const std::string& rule, int64_t batch,
                            int64_t steps_per_epoch, int64_t total) {
   auto [peak, warm] = peak_lr(f, rule, batch);
-  const int64_t warmup = warm ? std::max<int64_t>(1, std::llround(f.warmup_epochs * steps_per_epoch))
-                              : 0;
+  const int64_t warmup =
+      warm ? std::max<int64_t>(1, std::llround(f.warmup_epochs * steps_per_epoch)) : 0;
   if (warmup == 0 || warmup >= total) return lo::cosine_decay(peak, total);
   return lo::warmup(peak / ratio(f, batch), warmup, lo::cosine_decay(peak, total - warmup));
 }
@@ -148,15 +150,15 @@ double global_step(FashionCnn& model, torch::optim::Optimizer& opt, const Fashio
   return loss_sum / static_cast<double>(batch);
 }
 
-Result run_one(const Flags& f, const FashionSplit& train, const FashionSplit& test,
-               int64_t batch, const std::string& rule, uint64_t seed) {
+Result run_one(const Flags& f, const FashionSplit& train, const FashionSplit& test, int64_t batch,
+               const std::string& rule, uint64_t seed) {
   torch::manual_seed(seed);  // same initialisation for every cell of a seed
   FashionCnn model(lockstep::examples::FashionCnnOptions{f.channels1, f.channels2, {}});
   auto opt = make_optimizer(f, rule, model);
   const int64_t steps_per_epoch = train.size() / batch;  // drop the ragged tail
   if (steps_per_epoch == 0)
-    throw lockstep::InvalidArgument(fmt::format("batch {} exceeds the {} training samples", batch,
-                                                train.size()));
+    throw lockstep::InvalidArgument(
+        fmt::format("batch {} exceeds the {} training samples", batch, train.size()));
   const int64_t total = steps_per_epoch * f.epochs;
   auto schedule = make_schedule(f, rule, batch, steps_per_epoch, total);
   auto shuffle = at::detail::createCPUGenerator(seed);
@@ -177,8 +179,11 @@ Result run_one(const Flags& f, const FashionSplit& train, const FashionSplit& te
 }
 
 void add_flags(CLI::App& app, Flags& f) {
-  app.add_option("--epochs", f.epochs, "epochs per run (same for every batch)")->capture_default_str();
-  app.add_option("--batches", f.batches, "global batch sizes")->delimiter(',')->capture_default_str();
+  app.add_option("--epochs", f.epochs, "epochs per run (same for every batch)")
+      ->capture_default_str();
+  app.add_option("--batches", f.batches, "global batch sizes")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--rules", f.rules, "none,linear,linear-warmup,lars-warmup,lamb-warmup")
       ->delimiter(',')
       ->check(CLI::IsMember({"none", "linear", "linear-warmup", "lars-warmup", "lamb-warmup"}))
@@ -199,14 +204,17 @@ void add_flags(CLI::App& app, Flags& f) {
       ->capture_default_str();
   app.add_option("--threads", f.threads, "torch intra-op threads")->capture_default_str();
   app.add_option("--seeds", f.seeds, "one run per seed for every cell (init and shuffling)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--data", f.data, "Fashion-MNIST folder")->capture_default_str();
   app.add_option("--json", f.json, "also append the JSON lines to FILE");
   app.add_option("--run-dir", f.run_dir,
                  "write run.json and results.jsonl there for `lockstep report`; cells already "
                  "in results.jsonl are not run again (resume)");
-  app.add_option("--shard", f.shard, "I/N: run only cells I, I+N, I+2N... (processes sharing a "
-                 "--run-dir)")->capture_default_str();
+  app.add_option("--shard", f.shard,
+                 "I/N: run only cells I, I+N, I+2N... (processes sharing a "
+                 "--run-dir)")
+      ->capture_default_str();
   app.add_option("--channels1", f.channels1)->capture_default_str();
   app.add_option("--channels2", f.channels2)->capture_default_str();
 }
@@ -246,10 +254,11 @@ std::pair<int, int> parse_shard(const std::string& text) {
 }
 
 nlohmann::json to_json(const Result& r, const Flags& f, int64_t train_samples) {
-  return {{"batch", r.batch},         {"rule", r.rule},   {"seed", r.seed},
-          {"accuracy", r.accuracy},   {"loss", r.final_loss}, {"steps", r.steps},
-          {"peak_lr", r.peak_lr},     {"seconds", r.seconds}, {"epochs", f.epochs},
-          {"train_samples", train_samples}};
+  return {{"batch", r.batch},     {"rule", r.rule},
+          {"seed", r.seed},       {"accuracy", r.accuracy},
+          {"loss", r.final_loss}, {"steps", r.steps},
+          {"peak_lr", r.peak_lr}, {"seconds", r.seconds},
+          {"epochs", f.epochs},   {"train_samples", train_samples}};
 }
 
 // Results of an earlier start with the same budget; a different budget in
@@ -261,8 +270,9 @@ std::vector<Result> load_done(const lockstep::examples::RunDir& dir, const Flags
     if (j.value("epochs", -1) != f.epochs || j.value("train_samples", int64_t{-1}) != train_samples)
       throw lockstep::InvalidArgument(fmt::format(
           "--run-dir {} holds results for {} epochs on {} samples, not {} on {}; use another "
-          "directory", dir.dir(), j.value("epochs", -1), j.value("train_samples", int64_t{-1}),
-          f.epochs, train_samples));
+          "directory",
+          dir.dir(), j.value("epochs", -1), j.value("train_samples", int64_t{-1}), f.epochs,
+          train_samples));
     done.push_back({j.at("batch").get<int64_t>(), j.at("rule").get<std::string>(),
                     j.at("seed").get<uint64_t>(), j.at("accuracy").get<double>(),
                     j.value("loss", 0.0), j.value("seconds", 0.0), j.value("peak_lr", 0.0),
@@ -339,9 +349,9 @@ int run(Flags f, int argc, char** argv) {
   torch::set_num_threads(f.threads);
   FashionSplit train = lockstep::examples::load_fashion_split(f.data, "train", f.train_subset);
   FashionSplit test = lockstep::examples::load_fashion_split(f.data, "t10k", f.test_subset);
-  lockstep::examples::RunDir dir(f.run_dir, "large-batch", argc, argv,
-                                 {{"epochs", f.epochs}, {"train_samples", train.size()},
-                                  {"test_samples", test.size()}});
+  lockstep::examples::RunDir dir(
+      f.run_dir, "large-batch", argc, argv,
+      {{"epochs", f.epochs}, {"train_samples", train.size()}, {"test_samples", test.size()}});
   std::vector<Result> results = load_done(dir, f, train.size());
   std::ofstream json_file;
   if (!f.json.empty()) json_file.open(f.json, std::ios::app);

@@ -46,24 +46,30 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--mesh", f.s.mesh,
                  "tensor/pipeline: e.g. data=2,tensor=2 (default: the whole job on one dimension)");
   app.add_option("--micro-batches", f.s.micro_batches, "pipeline: micro-batches per step")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--schedule", f.s.schedule, "pipeline: gpipe|1f1b")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
+      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+      ->capture_default_str();
   app.add_option("--partition", f.s.partition,
                  "pipeline: layers per stage, e.g. 7,7 (default: balanced by parameter count)")
       ->delimiter(',');
   app.add_option("--zero-stage", f.s.zero_stage, "zero: 1 or 2")
-      ->check(CLI::IsMember({1, 2}))->capture_default_str();
+      ->check(CLI::IsMember({1, 2}))
+      ->capture_default_str();
   app.add_option("--fsdp-unit", f.s.fsdp_unit,
                  "fsdp: consecutive layers per flat-parameter unit (gathered together)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--servers", f.s.servers,
                  "ps: colocated servers among the workers (0: all; dedicated ones come from "
-                 "`lockstep run --servers K`)")->capture_default_str();
+                 "`lockstep run --servers K`)")
+      ->capture_default_str();
   app.add_option("--lr", f.s.lr, "Adam learning rate (scaled by sqrt of the data replicas)")
       ->capture_default_str();
   app.add_option("--batch-size", f.s.batch_size, "samples per data replica per step")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--compression", f.s.compression,
                  "data: gradients on the wire as none|fp16|bf16|powersgd:R|onebit|onebit-adam|"
                  "onebit-lamb (1-bit Adam, or 1-bit LAMB with LAMB instead of Adam: momenta "
@@ -71,7 +77,8 @@ void add_flags(CLI::App& app, Flags& f) {
       ->capture_default_str();
   app.add_option("--checkpoint-activations", f.s.checkpoint_activations,
                  "recompute activations in backward, in segments of K layers (0: off; not tensor)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str();
   app.add_option("--data", f.data, "Fashion-MNIST folder (IDX files or record shards)")
       ->capture_default_str();
@@ -120,8 +127,8 @@ struct Totals {
 };
 
 Totals train(lockstep::examples::Strategy& s, const Flags& f, const FashionSplit& train_set) {
-  lt::DistributedSampler sampler({.dataset_size = train_set.size(), .rank = s.data_rank,
-                                  .size = s.data_size, .seed = 42});
+  lt::DistributedSampler sampler(
+      {.dataset_size = train_set.size(), .rank = s.data_rank, .size = s.data_size, .seed = 42});
   Totals t;
   const auto traffic0 = lockstep::comm::traffic();
   const auto start = std::chrono::steady_clock::now();
@@ -175,9 +182,10 @@ int run(const Flags& f) {
   auto& st = *strategy;
   const lt::Group workers = st.workers;
   if (lt::rank() == 0)
-    fmt::print(stderr, "lockstep-parallelism: --strategy {} on {} worker(s), {} data replica(s) x "
-               "batch {}, {} training samples\n", f.s.strategy, workers.size(), st.data_size,
-               f.s.batch_size, train_set.size());
+    fmt::print(stderr,
+               "lockstep-parallelism: --strategy {} on {} worker(s), {} data replica(s) x "
+               "batch {}, {} training samples\n",
+               f.s.strategy, workers.size(), st.data_size, f.s.batch_size, train_set.size());
   Totals t = train(st, f, train_set);
   const double accuracy = evaluate(st, test_set);
   st.finish();
@@ -185,13 +193,15 @@ int run(const Flags& f) {
   const double sent = t.steps > 0 ? static_cast<double>(t.traffic.wire_bytes) / t.steps : 0;
   const double closed = st.closed_form_bytes_per_step(f.s.batch_size);
   const double idle = t.idle_count > 0 ? t.idle_sum / t.idle_count : 0;
-  fmt::print(stderr, "rank {}: parameters {:.2f} MB, optimizer state {:.2f} MB, peak activations "
-             "{:.2f} MB, sent {:.1f} KB/step (closed form {:.1f}){}\n", lt::rank(),
-             st.param_bytes() / 1e6, st.optimizer_state_bytes() / 1e6,
+  fmt::print(stderr,
+             "rank {}: parameters {:.2f} MB, optimizer state {:.2f} MB, peak activations "
+             "{:.2f} MB, sent {:.1f} KB/step (closed form {:.1f}){}\n",
+             lt::rank(), st.param_bytes() / 1e6, st.optimizer_state_bytes() / 1e6,
              st.peak_activation_bytes / 1e6, sent / 1e3, closed / 1e3,
              t.idle_count > 0 ? fmt::format(", idle {:.1f}% of the step", 100 * idle) : "");
   const int w = workers.size();
-  auto sums = workers_sum({sent, closed, idle, t.idle_count > 0 ? 1.0 : 0.0}, workers, "report.sum");
+  auto sums =
+      workers_sum({sent, closed, idle, t.idle_count > 0 ? 1.0 : 0.0}, workers, "report.sum");
   const double params_max = workers_max(static_cast<double>(st.param_bytes()), workers, "report.p");
   const double state_max =
       workers_max(static_cast<double>(st.optimizer_state_bytes()), workers, "report.o");
@@ -203,17 +213,26 @@ int run(const Flags& f) {
     fmt::print(stderr, "test accuracy {:.2f}% | {:.0f} samples/s | {} steps in {:.1f} s\n",
                100 * accuracy, samples_per_s, t.steps, t.seconds);
     if (f.json) {
-      nlohmann::json line = {
-          {"strategy", f.s.strategy}, {"np", lt::size()}, {"workers", w},
-          {"compression", f.s.compression}, {"checkpoint_activations", f.s.checkpoint_activations},
-          {"servers", lp::dedicated_servers()}, {"mesh", f.s.mesh},
-          {"data_replicas", st.data_size}, {"batch_per_replica", f.s.batch_size},
-          {"epochs", f.epochs}, {"steps", t.steps}, {"train_seconds", t.seconds},
-          {"test_acc", accuracy}, {"samples_per_s", samples_per_s},
-          {"param_bytes_per_rank", params_max}, {"optimizer_state_bytes_per_rank", state_max},
-          {"activation_bytes_per_rank", act_max}, {"bytes_sent_per_step", sums[0] / w},
-          {"bytes_sent_per_step_max", sent_max},
-          {"bytes_sent_per_step_closed_form", sums[1] / w}};
+      nlohmann::json line = {{"strategy", f.s.strategy},
+                             {"np", lt::size()},
+                             {"workers", w},
+                             {"compression", f.s.compression},
+                             {"checkpoint_activations", f.s.checkpoint_activations},
+                             {"servers", lp::dedicated_servers()},
+                             {"mesh", f.s.mesh},
+                             {"data_replicas", st.data_size},
+                             {"batch_per_replica", f.s.batch_size},
+                             {"epochs", f.epochs},
+                             {"steps", t.steps},
+                             {"train_seconds", t.seconds},
+                             {"test_acc", accuracy},
+                             {"samples_per_s", samples_per_s},
+                             {"param_bytes_per_rank", params_max},
+                             {"optimizer_state_bytes_per_rank", state_max},
+                             {"activation_bytes_per_rank", act_max},
+                             {"bytes_sent_per_step", sums[0] / w},
+                             {"bytes_sent_per_step_max", sent_max},
+                             {"bytes_sent_per_step_closed_form", sums[1] / w}};
       if (f.s.strategy == "pipeline") {
         const int p = w / st.data_size, m = f.s.micro_batches;
         line["micro_batches"] = m;
@@ -236,8 +255,9 @@ int run(const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"One model, every parallel strategy (run it with: lockstep run -np 2 "
-               "lockstep-parallelism --strategy tensor)"};
+  CLI::App app{
+      "One model, every parallel strategy (run it with: lockstep run -np 2 "
+      "lockstep-parallelism --strategy tensor)"};
   Flags flags;
   add_flags(app, flags);
   CLI11_PARSE(app, argc, argv);

@@ -50,7 +50,7 @@ inline ::torch::nn::Sequential make_dense_net(const NetShape& s = {}) {
 // The same network with the head sharded over `group`: from the same seed,
 // its shards are slices of make_dense_net's matrices.
 inline ::torch::nn::Sequential make_tensor_net(const lockstep::torch::Group& group,
-                                             const NetShape& s = {}) {
+                                               const NetShape& s = {}) {
   namespace nn = ::torch::nn;
   namespace lp = lockstep::parallel;
   auto column = [&](int64_t in, int64_t out, const char* name) {

@@ -220,8 +220,10 @@ class ParameterServerStrategy : public Replicated {
     const auto servers = ps_.server_ranks();
     double elements = 0;
     for (size_t k = 0; k < servers.size(); ++k) {
-      if (servers[k] != lt::rank()) elements += 1 + static_cast<double>(ps_.shard_elements(static_cast<int>(k)));
-      else elements += static_cast<double>(ps_.shard_elements(static_cast<int>(k))) * (data_size - 1);
+      if (servers[k] != lt::rank())
+        elements += 1 + static_cast<double>(ps_.shard_elements(static_cast<int>(k)));
+      else
+        elements += static_cast<double>(ps_.shard_elements(static_cast<int>(k))) * (data_size - 1);
     }
     return elements * 4;
   }
@@ -252,7 +254,8 @@ class Tensorwise : public Strategy {
     net_ = make_tensor_net(mesh_.group("tensor"));
     params_ = net_->parameters();
     optimizer_ = std::make_unique<::torch::optim::Adam>(params_, ::torch::optim::AdamOptions(f.lr));
-    dist_.emplace(*optimizer_, *net_, lt::DistributedOptimizerOptions{.group = mesh_.group("data")});
+    dist_.emplace(*optimizer_, *net_,
+                  lt::DistributedOptimizerOptions{.group = mesh_.group("data")});
     data_rank = mesh_.coordinate("data");
     data_size = mesh_.size("data");
   }
@@ -303,7 +306,8 @@ class Pipelined : public Strategy {
     dist_->zero_grad();
     const double loss = pipe_->train_step(x, y, loss_of);
     dist_->step();
-    peak_activation_bytes = std::max(peak_activation_bytes, pipe_->last_step().peak_activation_bytes);
+    peak_activation_bytes =
+        std::max(peak_activation_bytes, pipe_->last_step().peak_activation_bytes);
     if (!pipe_->is_last()) return std::nullopt;
     return loss;
   }
@@ -312,7 +316,9 @@ class Pipelined : public Strategy {
     if (!pipe_->is_last()) return std::nullopt;
     return out;
   }
-  std::optional<double> idle_fraction() const override { return pipe_->last_step().idle_fraction(); }
+  std::optional<double> idle_fraction() const override {
+    return pipe_->last_step().idle_fraction();
+  }
   double closed_form_bytes_per_step(int64_t batch) const override {
     auto [first, count] = pipe_->layers_of(pipe_->stage());
     double features = 0;
@@ -342,9 +348,7 @@ class Pipelined : public Strategy {
 
 int64_t Strategy::param_bytes() const { return total_bytes(params_); }
 
-int64_t Strategy::optimizer_state_bytes() const {
-  return lp::optimizer_state_bytes(*optimizer_);
-}
+int64_t Strategy::optimizer_state_bytes() const { return lp::optimizer_state_bytes(*optimizer_); }
 
 int data_replicas(const StrategyFlags& f) {
   if (f.strategy == "ps") return lt::size() - lp::dedicated_servers();
@@ -357,7 +361,8 @@ int data_replicas(const StrategyFlags& f) {
 
 std::unique_ptr<Strategy> make_strategy(const StrategyFlags& f) {
   if (f.compression != "none" && f.strategy != "data")
-    throw InvalidArgument(fmt::format("--compression applies to --strategy data, not {}", f.strategy));
+    throw InvalidArgument(
+        fmt::format("--compression applies to --strategy data, not {}", f.strategy));
   // A tensor-parallel forward communicates: a replay would repeat its allreduces.
   if (f.checkpoint_activations > 0 && f.strategy == "tensor")
     throw InvalidArgument("--checkpoint-activations: not with --strategy tensor");
@@ -367,8 +372,8 @@ std::unique_ptr<Strategy> make_strategy(const StrategyFlags& f) {
   if (f.strategy == "ps") return std::make_unique<ParameterServerStrategy>(f);
   if (f.strategy == "tensor") return std::make_unique<Tensorwise>(f);
   if (f.strategy == "pipeline") return std::make_unique<Pipelined>(f);
-  throw InvalidArgument(fmt::format("--strategy {} is not one of data, tensor, pipeline, zero, fsdp, ps",
-                                    f.strategy));
+  throw InvalidArgument(fmt::format(
+      "--strategy {} is not one of data, tensor, pipeline, zero, fsdp, ps", f.strategy));
 }
 
 }  // namespace lockstep::examples

@@ -19,15 +19,15 @@ struct StrategyFlags {
   std::string mesh;               // e.g. data=2,tensor=2 (tensor/pipeline)
   int micro_batches = 4;
   std::string schedule = "1f1b";
-  std::vector<int> partition;     // pipeline: layers per stage (empty: by parameter count)
+  std::vector<int> partition;  // pipeline: layers per stage (empty: by parameter count)
   int zero_stage = 2;
-  int fsdp_unit = 2;              // fsdp: consecutive layers per flat-parameter unit
-  int servers = 0;                // ps: colocated servers (0: every worker)
+  int fsdp_unit = 2;  // fsdp: consecutive layers per flat-parameter unit
+  int servers = 0;    // ps: colocated servers (0: every worker)
   double lr = 1e-3;
-  int64_t batch_size = 64;        // per data-parallel replica
+  int64_t batch_size = 64;  // per data-parallel replica
   // data: none|fp16|bf16|powersgd:R|onebit|onebit-adam|onebit-lamb
   std::string compression = "none";
-  int checkpoint_activations = 0;    // layers per checkpointed segment (0: off; not tensor)
+  int checkpoint_activations = 0;  // layers per checkpointed segment (0: off; not tensor)
 };
 
 class Strategy {

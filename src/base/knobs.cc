@@ -17,7 +17,8 @@ namespace {
 // Keep sorted by layer, then name. Defaults are justified in docs/knobs.md.
 constexpr std::array kKnobs = {
     // --- base / all layers
-    Knob{"LOCKSTEP_LOG_LEVEL", "warning", "what lockstep logs to stderr", "error|warning|info|debug"},
+    Knob{"LOCKSTEP_LOG_LEVEL", "warning", "what lockstep logs to stderr",
+         "error|warning|info|debug"},
     // --- job identity, set by `lockstep run` (or read from mpirun/srun)
     Knob{"LOCKSTEP_RANK", "0", "this worker's global rank", "", kLauncher},
     Knob{"LOCKSTEP_SIZE", "1", "number of workers in the job", "", kLauncher},
@@ -47,8 +48,9 @@ constexpr std::array kKnobs = {
          "ZeRO's parameter all-gather to the next forward (on); auto = on across hosts or with "
          "a spare core",
          "auto|on|off"},
-    Knob{"LOCKSTEP_SERVERS", "0",
-         "dedicated parameter-server ranks (the last K of the job); set by lockstep run --servers K"},
+    Knob{
+        "LOCKSTEP_SERVERS", "0",
+        "dedicated parameter-server ranks (the last K of the job); set by lockstep run --servers K"},
     Knob{"LOCKSTEP_BIND_TO", "auto", "CPU affinity per worker, applied by the torch layer",
          "core|none|auto"},
     Knob{"LOCKSTEP_DEVICE", "auto",
@@ -114,9 +116,10 @@ constexpr std::array kKnobs = {
          "auto|linear|dissemination"},
     Knob{"LOCKSTEP_SHM_STREAM_BYTES", "8MiB",
          "allreduce messages at least this large write results with non-temporal stores"},
-    Knob{"LOCKSTEP_SPIN_US", "auto",
-         "microseconds a wait busy-polls before giving up the core (shm, mpi); auto = 50, or 0 when "
-         "this host runs more ranks than cores"},
+    Knob{
+        "LOCKSTEP_SPIN_US", "auto",
+        "microseconds a wait busy-polls before giving up the core (shm, mpi); auto = 50, or 0 when "
+        "this host runs more ranks than cores"},
     Knob{"LOCKSTEP_IDLE_SPIN_US", "auto",
          "microseconds a shm wait keeps busy-polling, past LOCKSTEP_SPIN_US, while the engine's "
          "caller is blocked on the result (its core is idle otherwise); auto = 40 x "
@@ -173,8 +176,8 @@ std::string_view trim(std::string_view s) {
 std::span<const Knob> all_knobs() { return kKnobs; }
 
 const Knob& knob(std::string_view name) {
-  auto it = std::find_if(kKnobs.begin(), kKnobs.end(),
-                         [&](const Knob& k) { return k.name == name; });
+  auto it =
+      std::find_if(kKnobs.begin(), kKnobs.end(), [&](const Knob& k) { return k.name == name; });
   if (it == kKnobs.end())
     throw InvalidArgument(fmt::format("unknown knob {}{}: declare it in src/base/knobs.cc", name,
                                       did_you_mean(name)));
@@ -194,7 +197,8 @@ std::vector<std::string> knob_choices(const Knob& k) {
 
 std::string knob_string(std::string_view name, KnobRead from) {
   const Knob& k = knob(name);
-  const char* env = from == KnobRead::kEnvironment ? std::getenv(std::string(name).c_str()) : nullptr;
+  const char* env =
+      from == KnobRead::kEnvironment ? std::getenv(std::string(name).c_str()) : nullptr;
   return env ? std::string(env) : std::string(k.default_value);
 }
 
@@ -251,12 +255,17 @@ uint64_t parse_bytes(std::string_view text, std::string_view what) {
   std::string unit(trim(std::string_view(ptr, v.data() + v.size() - ptr)));
   for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   uint64_t scale = 0;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "k" || unit == "kb" || unit == "kib") scale = 1ull << 10;
-  else if (unit == "m" || unit == "mb" || unit == "mib") scale = 1ull << 20;
-  else if (unit == "g" || unit == "gb" || unit == "gib") scale = 1ull << 30;
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib")
+    scale = 1ull << 10;
+  else if (unit == "m" || unit == "mb" || unit == "mib")
+    scale = 1ull << 20;
+  else if (unit == "g" || unit == "gb" || unit == "gib")
+    scale = 1ull << 30;
   if (scale == 0)
-    throw InvalidArgument(fmt::format("{}: unknown unit in '{}' (use B, KiB, MiB, GiB)", what, text));
+    throw InvalidArgument(
+        fmt::format("{}: unknown unit in '{}' (use B, KiB, MiB, GiB)", what, text));
   return number * scale;
 }
 

@@ -65,7 +65,8 @@ const Json& field(const Json& entry, const std::string& name, const char* key) {
 
 uint64_t unsigned_value(const Json& v, const std::string& name, const char* what) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer()) bad(fmt::format("tensor {}: negative {} {}", quote_name(name), what, v.dump()));
+  if (v.is_number_integer())
+    bad(fmt::format("tensor {}: negative {} {}", quote_name(name), what, v.dump()));
   bad(fmt::format("tensor {}: {} {} is not an integer", quote_name(name), what, v.dump()));
 }
 
@@ -87,7 +88,8 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& value) {
                     quote_name(name), value.type_name()));
   SafetensorsEntry entry{.name = name};
   const Json& dtype = field(value, name, "dtype");
-  if (!dtype.is_string()) bad(fmt::format("tensor {}: \"dtype\" is not a string", quote_name(name)));
+  if (!dtype.is_string())
+    bad(fmt::format("tensor {}: \"dtype\" is not a string", quote_name(name)));
   auto found = safetensors_dtype_from_name(dtype.get_ref<const std::string&>());
   if (!found)
     bad(fmt::format("tensor {}: dtype {} is not supported (lockstep reads {})", quote_name(name),
@@ -156,9 +158,12 @@ class HeaderScan final : public nlohmann::json_sax<Json> {
  private:
   // A scalar: a top-level tensor's whole value, or a part of the one open.
   bool value(Json v) {
-    if (depth_ == 0) bad(fmt::format("the header is a JSON {}, not an object of tensors", v.type_name()));
-    if (depth_ == 1) finish(v);
-    else add(std::move(v));
+    if (depth_ == 0)
+      bad(fmt::format("the header is a JSON {}, not an object of tensors", v.type_name()));
+    if (depth_ == 1)
+      finish(v);
+    else
+      add(std::move(v));
     return true;
   }
   bool open(Json container) {
@@ -185,25 +190,29 @@ class HeaderScan final : public nlohmann::json_sax<Json> {
     return &parent.back();
   }
   void finish(const Json& v) {
-    if (name_ == "__metadata__") out.metadata = parse_metadata(v);
-    else out.entries.push_back(parse_entry(name_, v));
+    if (name_ == "__metadata__")
+      out.metadata = parse_metadata(v);
+    else
+      out.entries.push_back(parse_entry(name_, v));
   }
 
-  int depth_ = 0;                              // open containers
-  std::vector<std::set<std::string>> keys_;    // keys seen, per open object
-  std::string name_, key_;                     // the tensor's name, the open object's key
-  Json current_;                               // the open tensor's value
-  std::vector<Json*> path_;                    // its open containers, innermost last
+  int depth_ = 0;                            // open containers
+  std::vector<std::set<std::string>> keys_;  // keys seen, per open object
+  std::string name_, key_;                   // the tensor's name, the open object's key
+  Json current_;                             // the open tensor's value
+  std::vector<Json*> path_;                  // its open containers, innermost last
 };
 
 void check_span(const SafetensorsEntry& e, uint64_t data_bytes) {
   if (e.end < e.begin)
-    bad(fmt::format("tensor {}: data_offsets end {} < begin {}", quote_name(e.name), e.end, e.begin));
+    bad(fmt::format("tensor {}: data_offsets end {} < begin {}", quote_name(e.name), e.end,
+                    e.begin));
   if (e.end > data_bytes)
     bad(fmt::format("tensor {}: data_offsets [{}, {}) run past the {} data bytes of the file",
                     quote_name(e.name), e.begin, e.end, data_bytes));
   auto need = safetensors_span_bytes(e.dtype, e.shape);
-  if (!need) bad(fmt::format("tensor {}: shape {} overflows", quote_name(e.name), shape_text(e.shape)));
+  if (!need)
+    bad(fmt::format("tensor {}: shape {} overflows", quote_name(e.name), shape_text(e.shape)));
   if (*need != e.end - e.begin)
     bad(fmt::format("tensor {}: data_offsets [{}, {}) hold {} bytes, but shape {} of {} needs {}",
                     quote_name(e.name), e.begin, e.end, e.end - e.begin, shape_text(e.shape),
@@ -215,7 +224,8 @@ void check_coverage(const std::vector<SafetensorsEntry>& entries, uint64_t data_
   std::vector<size_t> order(entries.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::pair(entries[a].begin, entries[a].end) < std::pair(entries[b].begin, entries[b].end);
+    return std::pair(entries[a].begin, entries[a].end) <
+           std::pair(entries[b].begin, entries[b].end);
   });
   uint64_t at = 0;
   const SafetensorsEntry* previous = nullptr;
@@ -231,7 +241,8 @@ void check_coverage(const std::vector<SafetensorsEntry>& entries, uint64_t data_
     previous = &e;
   }
   if (at != data_bytes)
-    bad(fmt::format("data bytes [{}, {}) after the last tensor belong to no tensor", at, data_bytes));
+    bad(fmt::format("data bytes [{}, {}) after the last tensor belong to no tensor", at,
+                    data_bytes));
 }
 
 }  // namespace
@@ -256,7 +267,8 @@ std::optional<uint64_t> safetensors_span_bytes(SafetensorsDtype dtype,
                                                const std::vector<int64_t>& shape) {
   uint64_t bytes = safetensors_dtype_size(dtype);
   for (int64_t d : shape) {
-    if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) return std::nullopt;
+    if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+      return std::nullopt;
   }
   return bytes;
 }
@@ -280,7 +292,8 @@ uint64_t safetensors_header_length(const uint8_t* first8, uint64_t file_size) {
     bad(fmt::format("the file has {} bytes, fewer than the 8 of the header length", file_size));
   uint64_t n = read_le64(first8);
   if (n > kSafetensorsMaxHeaderBytes)
-    bad(fmt::format("header length {} is over the limit of {} bytes", n, kSafetensorsMaxHeaderBytes));
+    bad(fmt::format("header length {} is over the limit of {} bytes", n,
+                    kSafetensorsMaxHeaderBytes));
   if (n > file_size - 8)
     bad(fmt::format("header length {} runs past the end of the file ({} bytes)", n, file_size));
   return n;
@@ -331,10 +344,13 @@ void read_all_at(int fd, void* data, uint64_t size, uint64_t offset, const std::
   while (done < size) {
     ssize_t n = ::pread(fd, p + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(fmt::format("safetensors: cannot read {}: {}", path, std::strerror(errno)));
+    if (n < 0)
+      throw Error(fmt::format("safetensors: cannot read {}: {}", path, std::strerror(errno)));
     if (n == 0)
-      throw Error(fmt::format("safetensors: {} ended at byte {} while reading {} bytes at {} (was "
-                              "it truncated while being read?)", path, offset + done, size, offset));
+      throw Error(
+          fmt::format("safetensors: {} ended at byte {} while reading {} bytes at {} (was "
+                      "it truncated while being read?)",
+                      path, offset + done, size, offset));
     done += static_cast<uint64_t>(n);
   }
 }

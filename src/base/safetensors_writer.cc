@@ -32,7 +32,8 @@ void check_names(const std::vector<SafetensorsEntry>& entries) {
   std::set<std::string_view> seen;
   for (const SafetensorsEntry& e : entries) {
     if (e.name == "__metadata__")
-      refuse("a tensor is named '__metadata__', the key the format reserves for metadata; rename it");
+      refuse(
+          "a tensor is named '__metadata__', the key the format reserves for metadata; rename it");
     if (!seen.insert(e.name).second)
       refuse(fmt::format("two tensors are named {}; names must be unique", quote_name(e.name)));
   }
@@ -78,7 +79,8 @@ void check_view(const SafetensorsView& view, const SafetensorsEntry& entry) {
     refuse(fmt::format("tensor {} has {} bytes of data, but shape {} of {} needs {}",
                        quote_name(view.name), view.bytes, shape_text(view.shape),
                        safetensors_dtype_name(view.dtype), need));
-  if (need > 0 && view.data == nullptr) refuse(fmt::format("tensor {} has no data", quote_name(view.name)));
+  if (need > 0 && view.data == nullptr)
+    refuse(fmt::format("tensor {} has no data", quote_name(view.name)));
 }
 
 }  // namespace
@@ -97,15 +99,19 @@ SafetensorsLayout plan_safetensors(const std::vector<SafetensorsEntry>& entries,
   for (size_t i : layout.data_order) {
     SafetensorsEntry& e = layout.entries[i];
     auto bytes = safetensors_span_bytes(e.dtype, e.shape);
-    if (!bytes) refuse(fmt::format("tensor {} has a negative or overflowing shape {}", quote_name(e.name), shape_text(e.shape)));
+    if (!bytes)
+      refuse(fmt::format("tensor {} has a negative or overflowing shape {}", quote_name(e.name),
+                         shape_text(e.shape)));
     e.begin = at;
     if (__builtin_add_overflow(at, *bytes, &at)) refuse("the tensors' bytes overflow 64 bits");
     e.end = at;
   }
   std::string header = dump_header(layout.entries, metadata);
   if (header.size() > kSafetensorsMaxHeaderBytes)
-    refuse(fmt::format("the header would have {} bytes, over the {} readers accept; split the tensors "
-                       "into shards", header.size(), kSafetensorsMaxHeaderBytes));
+    refuse(
+        fmt::format("the header would have {} bytes, over the {} readers accept; split the tensors "
+                    "into shards",
+                    header.size(), kSafetensorsMaxHeaderBytes));
   layout.prefix = le64(header.size()) + header;
   layout.file_size = layout.prefix.size() + at;
   return layout;
@@ -138,8 +144,10 @@ void write_all_to_fd(int fd, const void* data, size_t size, const std::string& p
     ssize_t n = ::write(fd, p + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0)
-      throw Error(fmt::format("safetensors: cannot write {}: {} (check the directory is writable and "
-                              "has space)", path, std::strerror(errno)));
+      throw Error(
+          fmt::format("safetensors: cannot write {}: {} (check the directory is writable and "
+                      "has space)",
+                      path, std::strerror(errno)));
     done += static_cast<size_t>(n);
   }
 }

@@ -32,7 +32,8 @@ std::vector<std::string_view> top_level_items(std::string_view text) {
 }
 
 int parse_number(std::string_view digits, std::string_view text) {
-  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos)
+  if (digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string_view::npos)
     malformed("Slurm host list", text, fmt::format("'{}' is not a number", digits));
   return std::stoi(std::string(digits));
 }
@@ -45,7 +46,8 @@ std::vector<std::string> expand_ranges(std::string_view ranges, std::string_view
     std::string_view lo = part.substr(0, dash);
     std::string_view hi = dash == std::string_view::npos ? lo : part.substr(dash + 1);
     const int a = parse_number(lo, text), b = parse_number(hi, text);
-    if (b < a || b - a > 100000) malformed("Slurm host list", text, fmt::format("range '{}'", part));
+    if (b < a || b - a > 100000)
+      malformed("Slurm host list", text, fmt::format("range '{}'", part));
     for (int n = a; n <= b; ++n) out.push_back(fmt::format("{:0{}}", n, lo.size()));
   }
   return out;
@@ -96,7 +98,8 @@ std::vector<int> expand_counts(std::string_view text) {
         malformed("Slurm task counts", text, fmt::format("'{}'", item));
       repeat = std::stoi(std::string(times));
     }
-    if (count.empty() || count.size() > 6 || count.find_first_not_of("0123456789") != std::string_view::npos)
+    if (count.empty() || count.size() > 6 ||
+        count.find_first_not_of("0123456789") != std::string_view::npos)
       malformed("Slurm task counts", text, fmt::format("'{}'", item));
     out.insert(out.end(), repeat, std::stoi(std::string(count)));
   }
@@ -113,7 +116,8 @@ std::optional<Allocation> current_allocation() {
   auto counts = env("SLURM_TASKS_PER_NODE");
   if (!counts) counts = env("SLURM_JOB_CPUS_PER_NODE");
   if (!counts)
-    throw InvalidArgument("Slurm allocation without SLURM_TASKS_PER_NODE or SLURM_JOB_CPUS_PER_NODE");
+    throw InvalidArgument(
+        "Slurm allocation without SLURM_TASKS_PER_NODE or SLURM_JOB_CPUS_PER_NODE");
   a.slots = expand_counts(*counts);
   if (a.slots.size() != a.hosts.size())
     throw InvalidArgument(fmt::format(

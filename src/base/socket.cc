@@ -28,8 +28,9 @@ sockaddr_in to_sockaddr(const HostPort& where) {
   addr.sin_port = htons(where.port);
   std::string host = where.host == "localhost" ? "127.0.0.1" : where.host;
   if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
-    throw InvalidArgument(fmt::format(
-        "rendezvous: '{}' is not an IPv4 address; use a dotted quad such as 127.0.0.1", where.host));
+    throw InvalidArgument(
+        fmt::format("rendezvous: '{}' is not an IPv4 address; use a dotted quad such as 127.0.0.1",
+                    where.host));
   return addr;
 }
 
@@ -40,8 +41,10 @@ void wait_for(int fd, short events, Clock::time_point deadline, std::string_view
     int rc = ::poll(&p, 1, poll_timeout_ms(deadline));
     if (rc > 0) return;
     if (rc == 0)
-      throw TimeoutError(fmt::format("rendezvous: timed out {}; is the launcher still running?", what));
-    if (errno != EINTR) throw Error(fmt::format("rendezvous: poll failed {}: {}", what, std::strerror(errno)));
+      throw TimeoutError(
+          fmt::format("rendezvous: timed out {}; is the launcher still running?", what));
+    if (errno != EINTR)
+      throw Error(fmt::format("rendezvous: poll failed {}: {}", what, std::strerror(errno)));
   }
 }
 
@@ -56,7 +59,8 @@ HostPort parse_address(std::string_view address) {
   std::string_view port = address.substr(colon + 1);
   auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), out.port);
   if (ec != std::errc() || ptr != port.data() + port.size() || out.port == 0)
-    throw InvalidArgument(fmt::format("rendezvous: address '{}' has no valid port (1-65535)", address));
+    throw InvalidArgument(
+        fmt::format("rendezvous: address '{}' has no valid port (1-65535)", address));
   return out;
 }
 
@@ -123,8 +127,10 @@ int connect_once(int fd, const sockaddr_in& addr, Clock::time_point deadline) {
       pollfd p{fd, POLLOUT, 0};
       int ready = ::poll(&p, 1, poll_timeout_ms(deadline));
       socklen_t len = sizeof err;
-      if (ready <= 0) err = ETIMEDOUT;
-      else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (ready <= 0)
+        err = ETIMEDOUT;
+      else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
     }
   }
   ::fcntl(fd, F_SETFL, flags);
@@ -201,7 +207,8 @@ bool read_exact(int fd, char* out, size_t n, Clock::time_point deadline, std::st
 }
 
 int poll_timeout_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   if (left <= 0) return 0;
   // Round up so we do not spin on sub-millisecond remainders.
   return left >= INT_MAX ? INT_MAX : static_cast<int>(left) + 1;
@@ -228,6 +235,5 @@ std::string source_address_towards(const std::string& host) {
   ::freeaddrinfo(found);
   return result;
 }
-
 
 }  // namespace lockstep::net

@@ -16,7 +16,8 @@ const Transport& find_or_throw(std::string_view name) {
   throw InvalidArgument(fmt::format(
       "LOCKSTEP_BACKEND='{}' is not a transport of this build (available: {}); mpi, gloo "
       "and nccl are built when their libraries are found (-DLOCKSTEP_WITH_MPI=ON / "
-      "-DLOCKSTEP_WITH_GLOO=ON / -DLOCKSTEP_WITH_CUDA=ON)", name, available_backends()));
+      "-DLOCKSTEP_WITH_GLOO=ON / -DLOCKSTEP_WITH_CUDA=ON)",
+      name, available_backends()));
 }
 
 const Transport& choose_auto(const WorldInfo& world) {
@@ -58,10 +59,10 @@ bool use_hierarchical(policy::HierarchicalMode mode, const WorldInfo& world) {
 
 std::unique_ptr<Backend> make_backend(std::string_view requested, const WorldInfo& world,
                                       const std::string& tag) {
-  const Transport& t =
-      requested == "auto" ? choose_auto(world) : find_or_throw(requested);
+  const Transport& t = requested == "auto" ? choose_auto(world) : find_or_throw(requested);
   if (!t.cross_host() || world.size <= 1) return t.make(world, tag);
-  const policy::HierarchicalMode mode = policy::parse_hierarchical(knob_string("LOCKSTEP_HIERARCHICAL"));
+  const policy::HierarchicalMode mode =
+      policy::parse_hierarchical(knob_string("LOCKSTEP_HIERARCHICAL"));
   if (use_hierarchical(mode, world))
     return hierarchical::make_backend(world, tag, t, mode == policy::HierarchicalMode::kAuto);
   return t.make(world, tag);

@@ -42,14 +42,16 @@ void check_peer(const char* op, int peer, int rank, int size) {
   if (peer < 0 || peer >= size)
     throw InvalidArgument(fmt::format("{}: peer rank {} is out of range [0, {})", op, peer, size));
   if (peer == rank)
-    throw InvalidArgument(fmt::format("{}: peer rank {} is this rank; send/recv need a distinct "
-                                      "peer", op, peer));
+    throw InvalidArgument(
+        fmt::format("{}: peer rank {} is this rank; send/recv need a distinct "
+                    "peer",
+                    op, peer));
 }
 
 void check_counts(const char* op, const char* which, std::span<const size_t> counts, int size) {
   if (counts.size() != static_cast<size_t>(size))
-    throw InvalidArgument(fmt::format("{}: {} has {} entries but the communicator has {} ranks",
-                                      op, which, counts.size(), size));
+    throw InvalidArgument(fmt::format("{}: {} has {} entries but the communicator has {} ranks", op,
+                                      which, counts.size(), size));
 }
 
 size_t sum(std::span<const size_t> counts) {
@@ -76,8 +78,8 @@ std::unique_ptr<Communicator> Communicator::create(const WorldInfo& world,
   set_log_rank(world.size > 1 ? world.rank : -1);
   auto impl = make_backend(backend, world, "w");
   if (world.rank == 0)
-    log(LogLevel::kInfo, "backend {} (requested {}), {} ranks on {} host(s)", impl->name(),
-        backend, world.size, world.cross_size);
+    log(LogLevel::kInfo, "backend {} (requested {}), {} ranks on {} host(s)", impl->name(), backend,
+        world.size, world.cross_size);
   return std::make_unique<Communicator>(world, std::move(impl));
 }
 
@@ -207,9 +209,9 @@ void Communicator::alltoallv(const void* send, std::span<const size_t> send_coun
   check_buffer("alltoall", "send", send, sum(send_counts));
   check_buffer("alltoall", "recv", recv, sum(recv_counts));
   if (send_counts[rank()] != recv_counts[rank()])
-    throw InvalidArgument(fmt::format(
-        "alltoall: this rank sends itself {} elements but expects {} from itself",
-        send_counts[rank()], recv_counts[rank()]));
+    throw InvalidArgument(
+        fmt::format("alltoall: this rank sends itself {} elements but expects {} from itself",
+                    send_counts[rank()], recv_counts[rank()]));
   if (send == recv && sum(send_counts) > 0)
     throw InvalidArgument("alltoall: send and recv must not be the same buffer");
   const auto blocks = in_bytes(send_counts, dtype);
@@ -242,7 +244,8 @@ std::unique_ptr<Communicator> Communicator::split(std::span<const int> ranks,
   if (ranks.empty()) throw InvalidArgument("split: the rank list is empty");
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= size())
-      throw InvalidArgument(fmt::format("split: rank {} is out of range [0, {})", ranks[i], size()));
+      throw InvalidArgument(
+          fmt::format("split: rank {} is out of range [0, {})", ranks[i], size()));
     if (i > 0 && ranks[i] <= ranks[i - 1])
       throw InvalidArgument("split: ranks must be ascending and distinct");
   }

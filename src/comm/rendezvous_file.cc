@@ -22,9 +22,10 @@ void write_rendezvous_file(const std::string& path, const RendezvousFile& note,
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
-    throw Error(fmt::format("{}: cannot create {}: {} (set LOCKSTEP_RENDEZVOUS_DIR to a "
-                            "directory every host of the job can read and write)",
-                            who, tmp, std::strerror(errno)));
+    throw Error(
+        fmt::format("{}: cannot create {}: {} (set LOCKSTEP_RENDEZVOUS_DIR to a "
+                    "directory every host of the job can read and write)",
+                    who, tmp, std::strerror(errno)));
   bool ok = ::fchmod(fd, 0600) == 0 &&
             ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
             ::fsync(fd) == 0;
@@ -39,9 +40,10 @@ std::optional<RendezvousFile> read_rendezvous_file(const std::string& path, std:
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;
   if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
-    throw Error(fmt::format("{}: refusing {}: it must belong to this user and be readable by "
-                            "nobody else (mode 0600), but has owner {} and mode {:o}",
-                            who, path, st.st_uid, st.st_mode & 0777));
+    throw Error(
+        fmt::format("{}: refusing {}: it must belong to this user and be readable by "
+                    "nobody else (mode 0600), but has owner {} and mode {:o}",
+                    who, path, st.st_uid, st.st_mode & 0777));
   std::ifstream in(path);
   std::string magic;
   RendezvousFile note;

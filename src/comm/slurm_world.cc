@@ -90,8 +90,8 @@ void serve(WorldInfo& w, const std::string& file) {
 // Waits for task 0's file; refuses one that others could have read or written.
 void join(WorldInfo& w, const std::string& file) {
   using Clock = std::chrono::steady_clock;
-  const auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(knob_double("LOCKSTEP_TIMEOUT") * 1000));
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(knob_double("LOCKSTEP_TIMEOUT") * 1000));
   const auto deadline = Clock::now() + timeout;
   std::optional<RendezvousFile> note;
   while (!(note = read_rendezvous_file(file, "srun rendezvous"))) {
@@ -117,8 +117,9 @@ void rendezvous_through_file(WorldInfo& w, const std::string& job, const std::st
 #else
 
 void rendezvous_through_file(WorldInfo&, const std::string&, const std::string&) {
-  throw InvalidArgument("srun job step across nodes: this lockstep was built without the "
-                        "rendezvous store (gloo); start the job with `lockstep run` instead");
+  throw InvalidArgument(
+      "srun job step across nodes: this lockstep was built without the "
+      "rendezvous store (gloo); start the job with `lockstep run` instead");
 }
 
 #endif

@@ -59,9 +59,9 @@ WorldInfo identity() {
 #ifdef LOCKSTEP_HAVE_RENDEZVOUS
 
 struct Place {
-  std::string master;   // MASTER_ADDR as given
-  std::string ip;       // resolved, IPv4
-  uint16_t port = 0;    // the store's port
+  std::string master;  // MASTER_ADDR as given
+  std::string ip;      // resolved, IPv4
+  uint16_t port = 0;   // the store's port
   std::string address() const { return fmt::format("{}:{}", ip, port); }
 };
 
@@ -71,8 +71,10 @@ std::string resolve_ipv4(const std::string& host) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0 || !found)
-    throw InvalidArgument(fmt::format("torchrun's environment: MASTER_ADDR='{}' does not resolve "
-                                      "to an IPv4 address ({})", host, ::gai_strerror(rc)));
+    throw InvalidArgument(
+        fmt::format("torchrun's environment: MASTER_ADDR='{}' does not resolve "
+                    "to an IPv4 address ({})",
+                    host, ::gai_strerror(rc)));
   char text[INET_ADDRSTRLEN] = {};
   ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text,
               sizeof text);
@@ -88,12 +90,13 @@ Place place() {
     throw InvalidArgument(fmt::format(
         "torchrun's environment says WORLD_SIZE={} but MASTER_ADDR or MASTER_PORT is not set, so "
         "this worker cannot find the others; set both (rank 0's host and a free port) on every "
-        "worker, or start the job with `lockstep run`", env_text("WORLD_SIZE")));
+        "worker, or start the job with `lockstep run`",
+        env_text("WORLD_SIZE")));
   // torchrun's static rendezvous keeps its own store on MASTER_PORT.
   const int shift = env_text("TORCHELASTIC_USE_AGENT_STORE") == "True" ? 1 : 0;
   if (*port + shift < 1 || *port + shift > 65535)
-    throw InvalidArgument(fmt::format("torchrun's environment: MASTER_PORT={} is not a port",
-                                      *port));
+    throw InvalidArgument(
+        fmt::format("torchrun's environment: MASTER_PORT={} is not a port", *port));
   p.port = static_cast<uint16_t>(*port + shift);
   p.ip = resolve_ipv4(p.master);
   return p;
@@ -134,8 +137,9 @@ void serve_store(WorldInfo& w, const Place& p) {
 rendezvous::StoreClient connect_to(const std::string& address, const std::string& secret_hex,
                                    Clock::time_point deadline) {
   rendezvous::StoreClient::Options options;
-  options.connect_timeout = std::max(std::chrono::milliseconds(1),
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  options.connect_timeout =
+      std::max(std::chrono::milliseconds(1),
+               std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   return rendezvous::StoreClient(address, rendezvous::decode_secret_hex(secret_hex), options);
 }
 
@@ -225,18 +229,21 @@ void wait_for_all(rendezvous::StoreClient& store, const WorldInfo& w, Clock::tim
 void check_in(rendezvous::StoreClient& store, WorldInfo& w, Clock::time_point deadline,
               double timeout_s) {
   if (w.rank == 0)
-    store.set("torchrun/job", fmt::format("{} torchrun{}", w.size,
-                                          rendezvous::random_secret_hex().substr(0, 16)));
+    store.set("torchrun/job",
+              fmt::format("{} torchrun{}", w.size, rendezvous::random_secret_hex().substr(0, 16)));
   if (store.add(fmt::format("torchrun/claim/{}", w.rank), 1) > 1)
-    throw InvalidArgument(fmt::format("{} at {}: two workers have RANK={}; give each worker its "
-                                      "own RANK in 0..{}", kWho, w.rendezvous, w.rank, w.size - 1));
+    throw InvalidArgument(
+        fmt::format("{} at {}: two workers have RANK={}; give each worker its "
+                    "own RANK in 0..{}",
+                    kWho, w.rendezvous, w.rank, w.size - 1));
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   const std::string job = store.get("torchrun/job", std::max(ms, std::chrono::milliseconds(1)));
   const auto space = job.find(' ');
   if (job.substr(0, space) != std::to_string(w.size))
-    throw InvalidArgument(fmt::format("{} at {}: rank 0 has WORLD_SIZE={} but rank {} has "
-                                      "WORLD_SIZE={}; give every worker the same WORLD_SIZE",
-                                      kWho, w.rendezvous, job.substr(0, space), w.rank, w.size));
+    throw InvalidArgument(
+        fmt::format("{} at {}: rank 0 has WORLD_SIZE={} but rank {} has "
+                    "WORLD_SIZE={}; give every worker the same WORLD_SIZE",
+                    kWho, w.rendezvous, job.substr(0, space), w.rank, w.size));
   w.job_id = job.substr(space + 1);
   store.set(fmt::format("torchrun/arrived/{}", w.rank), "1");
   store.add("torchrun/arrivals", 1);
@@ -245,8 +252,8 @@ void check_in(rendezvous::StoreClient& store, WorldInfo& w, Clock::time_point de
 
 void rendezvous_with_others(WorldInfo& w) {
   const double timeout_s = knob_double("LOCKSTEP_TIMEOUT");
-  const auto deadline = Clock::now() + std::chrono::milliseconds(
-                                           static_cast<int64_t>(timeout_s * 1000));
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   const Place p = place();
   if (w.rank == 0) serve_store(w, p);
   try {
@@ -255,9 +262,11 @@ void rendezvous_with_others(WorldInfo& w) {
     check_in(store, w, deadline, timeout_s);
   } catch (const Error& e) {
     if (std::string_view(e.what()).starts_with(kWho)) throw;  // says it all already
-    const std::string why = fmt::format("{} at {} (rank {}): {}; is rank 0 running with the same "
-                                        "MASTER_ADDR and MASTER_PORT? If it failed or gave up, its "
-                                        "output says why", kWho, p.address(), w.rank, e.what());
+    const std::string why = fmt::format(
+        "{} at {} (rank {}): {}; is rank 0 running with the same "
+        "MASTER_ADDR and MASTER_PORT? If it failed or gave up, its "
+        "output says why",
+        kWho, p.address(), w.rank, e.what());
     if (dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError(why);
     throw Error(why);
   }
@@ -269,7 +278,8 @@ void rendezvous_with_others(WorldInfo& w) {
   throw InvalidArgument(fmt::format(
       "torchrun's environment says WORLD_SIZE={}, but this lockstep was built without the "
       "rendezvous store (gloo) the workers need to find each other; build with gloo or start the "
-      "job with `lockstep run`", w.size));
+      "job with `lockstep run`",
+      w.size));
 }
 
 #endif

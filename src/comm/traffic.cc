@@ -15,8 +15,8 @@ std::atomic<uint64_t> g_calls{0};
 std::atomic<uint64_t> g_payload{0};
 std::atomic<uint64_t> g_wire{0};
 
-constexpr std::array<std::string_view, 5> kSegmentAlgorithms = {
-    "one_step", "two_step", "two_level", "broadcast", "barrier"};
+constexpr std::array<std::string_view, 5> kSegmentAlgorithms = {"one_step", "two_step", "two_level",
+                                                                "broadcast", "barrier"};
 struct SegmentCounters {
   std::atomic<uint64_t> calls{0}, read{0}, written{0}, cross{0};
 };

@@ -58,7 +58,8 @@ std::optional<WorldInfo> from_mpi_env() {
   // rank within the host); with by-slot placement hosts hold consecutive ranks.
   w.cross_size = std::max(1, w.size / std::max(1, w.local_size));
   w.cross_rank = w.rank / std::max(1, w.local_size);
-  if (const char* job = std::getenv("OMPI_MCA_ess_base_jobid")) w.job_id = fmt::format("mpi{}", job);
+  if (const char* job = std::getenv("OMPI_MCA_ess_base_jobid"))
+    w.job_id = fmt::format("mpi{}", job);
   return w;
 }
 

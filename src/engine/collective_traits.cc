@@ -8,6 +8,8 @@ namespace lockstep::engine::detail {
 namespace {
 
 // Rows in enum order (checked below); a new collective is one more row.
+// The format is off for the table: it is read by its columns.
+// clang-format off
 constexpr auto kTraits = std::to_array<CollectiveTraits>({
     // collective                 name              data   reduce scale  root   dim0   alloc  fuse   cache  joined
     {Collective::kAllreduce,      "allreduce",      true,  true,  true,  false, false, false, true,  true,  true},
@@ -21,6 +23,7 @@ constexpr auto kTraits = std::to_array<CollectiveTraits>({
     {Collective::kJoin,           "join",           false, false, false, false, false, false, false, false, true},
     {Collective::kAddProcessSet,  "add_process_set", false, false, false, false, false, false, false, false, false},
 });
+// clang-format on
 
 constexpr bool in_enum_order() {
   for (size_t i = 0; i < kTraits.size(); ++i)

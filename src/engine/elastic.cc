@@ -77,8 +77,9 @@ ElasticWorld world_of(int generation, const Assignment& a) {
 ElasticWorld wait_for_world(int min_generation, std::chrono::milliseconds timeout) {
   const std::string id = worker_id();
   if (id.empty())
-    throw InvalidArgument("elastic: LOCKSTEP_WORKER_ID is not set; start elastic jobs with "
-                          "lockstep run --min-np/--max-np");
+    throw InvalidArgument(
+        "elastic: LOCKSTEP_WORKER_ID is not set; start elastic jobs with "
+        "lockstep run --min-np/--max-np");
   const auto deadline = Clock::now() + timeout;
   int joining = -1;
   Assignment assignment;
@@ -93,7 +94,8 @@ ElasticWorld wait_for_world(int min_generation, std::chrono::milliseconds timeou
       if (!exists(key))
         throw RemovedFromWorld(fmt::format(
             "elastic: worker {} is not a member of generation {}: the launcher removed it from "
-            "the job (its host is no longer offered by the discovery script)", id, *latest));
+            "the job (its host is no longer offered by the discovery script)",
+            id, *latest));
       assignment = Assignment::decode(store().get(key, std::chrono::seconds(5)));
       joining = *latest;
       store().set(ready_key(joining, assignment.rank), id);

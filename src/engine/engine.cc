@@ -44,18 +44,20 @@ struct Engine::Impl {
           !detail::traits(r.collective).carries_data)
         throw InvalidArgument(fmt::format(
             "{} '{}': collective {} moves no data and has no CUDA path; submit it with host "
-            "memory", collective_name(r.collective), r.name, static_cast<int>(r.collective)));
+            "memory",
+            collective_name(r.collective), r.name, static_cast<int>(r.collective)));
       if ((r.prescale != 1.0 || r.postscale != 1.0) && r.op != comm::ReduceOp::kSum &&
           r.op != comm::ReduceOp::kAverage)
         throw InvalidArgument(fmt::format(
             "{} '{}': scale factors with op {} are not supported on CUDA buffers (sum and "
-            "average take them)", collective_name(r.collective), r.name,
-            comm::reduce_op_name(r.op)));
+            "average take them)",
+            collective_name(r.collective), r.name, comm::reduce_op_name(r.op)));
     }
     if (set != 0)
       throw InvalidArgument(fmt::format(
           "engine: CUDA buffers travel in the global process set only (this one is in set {}); "
-          "stage them through host memory (LOCKSTEP_DEVICE_BACKEND=host)", set));
+          "stage them through host memory (LOCKSTEP_DEVICE_BACKEND=host)",
+          set));
     if (!ctx.device_comm.load())
       throw InvalidArgument(
           "engine: a CUDA buffer was submitted but no device communicator is set "
@@ -69,9 +71,9 @@ struct Engine::Impl {
     auto it = workers.find(set);
     if (it != workers.end()) return it->second;
     if (set_ranks.count(set))
-      throw InvalidArgument(fmt::format(
-          "engine: rank {} is not a member of process set {} (ranks {})", world.rank, set,
-          fmt::join(set_ranks[set], ",")));
+      throw InvalidArgument(
+          fmt::format("engine: rank {} is not a member of process set {} (ranks {})", world.rank,
+                      set, fmt::join(set_ranks[set], ",")));
     if (removed.count(set))
       throw InvalidArgument(fmt::format(
           "engine: process set {} was removed (remove_process_set); add a new one", set));
@@ -158,8 +160,8 @@ Engine::Engine(std::unique_ptr<comm::Communicator> comm, EngineConfig config)
     if (first != static_sets.end() - 1)
       throw InvalidArgument(fmt::format(
           "EngineConfig::process_sets: sets {} and {} both have ranks {}; list each set once "
-          "(process sets are identified by their ranks)", first - static_sets.begin() + 1,
-          static_sets.size(), fmt::join(static_sets.back(), ",")));
+          "(process sets are identified by their ranks)",
+          first - static_sets.begin() + 1, static_sets.size(), fmt::join(static_sets.back(), ",")));
   }
   for (const auto& ranks : static_sets) impl_->add_set(ranks, *comm);
   auto global_worker = std::make_shared<ProcessSetWorker>(0, all, std::move(comm), impl_->ctx);
@@ -193,7 +195,8 @@ void Engine::set_device_communicator(std::unique_ptr<comm::Communicator> comm) {
   if (comm->memory() != comm::MemoryKind::kCuda || !comm->device_memory())
     throw InvalidArgument(fmt::format(
         "engine: the device communicator's backend '{}' moves host memory; give it a device "
-        "backend (nccl)", comm->backend_name()));
+        "backend (nccl)",
+        comm->backend_name()));
   MutexLock lock(impl_->mu);
   if (impl_->device_comm) throw InvalidArgument("engine: the device communicator is already set");
   impl_->device_comm = std::move(comm);
@@ -237,8 +240,8 @@ Handle Engine::grouped_allreduce_async(const std::vector<std::string>& names,
         names.size(), inputs.size(), outputs.size(), shapes.size()));
   std::vector<Entry> entries;
   for (size_t i = 0; i < n; ++i) {
-    entries.push_back(
-        detail::make_entry(Collective::kAllreduce, names[i], inputs[i], outputs[i], shapes[i], dtype));
+    entries.push_back(detail::make_entry(Collective::kAllreduce, names[i], inputs[i], outputs[i],
+                                         shapes[i], dtype));
     auto& r = entries.back().request;
     r.op = op;
     r.prescale = prescale;
@@ -261,8 +264,8 @@ Handle Engine::grouped_allgather_async(const std::vector<std::string>& names,
                                        const std::vector<Shape>& shapes,
                                        const std::vector<DataType>& dtypes,
                                        std::vector<Allocator> allocates, OpOptions options) {
-  std::vector<Entry> entries = detail::allocating_group(
-      Collective::kAllgather, "grouped_allgather", names, inputs, shapes, dtypes, allocates);
+  std::vector<Entry> entries = detail::allocating_group(Collective::kAllgather, "grouped_allgather",
+                                                        names, inputs, shapes, dtypes, allocates);
   return impl_->submit(options.process_set, std::move(entries), std::move(options));
 }
 
@@ -270,11 +273,10 @@ Handle Engine::grouped_reduce_scatter_async(const std::vector<std::string>& name
                                             const std::vector<const void*>& inputs,
                                             const std::vector<Shape>& shapes,
                                             const std::vector<DataType>& dtypes, ReduceOp op,
-                                            std::vector<Allocator> allocates,
-                                            OpOptions options) {
-  std::vector<Entry> entries = detail::allocating_group(Collective::kReduceScatter,
-                                                        "grouped_reduce_scatter", names, inputs,
-                                                        shapes, dtypes, allocates);
+                                            std::vector<Allocator> allocates, OpOptions options) {
+  std::vector<Entry> entries =
+      detail::allocating_group(Collective::kReduceScatter, "grouped_reduce_scatter", names, inputs,
+                               shapes, dtypes, allocates);
   for (Entry& e : entries) e.request.op = op;
   return impl_->submit(options.process_set, std::move(entries), std::move(options));
 }
@@ -289,8 +291,7 @@ Handle Engine::broadcast_async(std::string name, void* buffer, Shape shape, Data
 }
 
 Handle Engine::alltoall_async(std::string name, const void* input, Shape shape, DataType dtype,
-                              std::vector<int64_t> splits, Allocator allocate,
-                              OpOptions options) {
+                              std::vector<int64_t> splits, Allocator allocate, OpOptions options) {
   std::vector<Entry> entries;
   entries.push_back(detail::make_entry(Collective::kAlltoall, std::move(name), input, nullptr,
                                        std::move(shape), dtype));
@@ -303,8 +304,8 @@ Handle Engine::reduce_scatter_async(std::string name, const void* input, Shape s
                                     DataType dtype, ReduceOp op, Allocator allocate,
                                     OpOptions options) {
   std::vector<Entry> entries;
-  entries.push_back(detail::make_entry(Collective::kReduceScatter, std::move(name), input,
-                                       nullptr, std::move(shape), dtype));
+  entries.push_back(detail::make_entry(Collective::kReduceScatter, std::move(name), input, nullptr,
+                                       std::move(shape), dtype));
   entries.back().request.op = op;
   entries.back().allocate = std::move(allocate);
   return impl_->submit(options.process_set, std::move(entries), std::move(options));
@@ -375,7 +376,8 @@ void Engine::remove_process_set(int id) {
   if (!busy.empty())
     throw InvalidArgument(fmt::format(
         "remove_process_set({}): operations of the set have not completed ({}{}); wait for "
-        "their handles on every rank before removing it", id, fmt::join(busy, ", "),
+        "their handles on every rank before removing it",
+        id, fmt::join(busy, ", "),
         mine.empty() ? "" : fmt::format("; here: '{}'", fmt::join(mine, "', '"))));
   if (w) {  // every member stops its worker; the first announcement ends the set for all
     w->request_stop();

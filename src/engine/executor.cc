@@ -69,7 +69,7 @@ size_t Executor::run_body(const Target& target, const Batch& batch, const CycleR
     case Collective::kAlltoall: return alltoall(target, first, entries[i0], errors[i0]);
     case Collective::kReduceScatter: return reduce_scatter(target, first, entries[i0], errors[i0]);
     case Collective::kBarrier:
-    case Collective::kJoin: return 0;  // no data: negotiation already synchronized every rank
+    case Collective::kJoin: return 0;        // no data: negotiation already synchronized every rank
     case Collective::kAddProcessSet: break;  // the worker runs it (never batched here)
   }
   // Every rank has the same batch (negotiated): its entries fail alike.
@@ -84,12 +84,14 @@ size_t Executor::run_body(const Target& target, const Batch& batch, const CycleR
 }
 
 Target Executor::host_target() {
-  return {.comm = comm_,
-          .device = false,
-          .allocate = [this](Entry* e, const Shape& shape, DataType dtype,
-                             std::exception_ptr& error) { return allocate(e, shape, dtype, error); },
-          .scratch = [this](size_t bytes) { return scratch(bytes); },
-          .copy = [](void* dst, const void* src, size_t bytes) {
+  return {
+      .comm = comm_,
+      .device = false,
+      .allocate = [this](Entry* e, const Shape& shape, DataType dtype,
+                         std::exception_ptr& error) { return allocate(e, shape, dtype, error); },
+      .scratch = [this](size_t bytes) { return scratch(bytes); },
+      .copy =
+          [](void* dst, const void* src, size_t bytes) {
             if (bytes > 0) std::memcpy(dst, src, bytes);
           }};
 }
@@ -125,8 +127,10 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
   if (!batch.fused() && entries[batch.items.front()]) {
     Entry* e = entries[batch.items.front()];
     buffer = static_cast<std::byte*>(e->output);
-    if (req.prescale == 1.0) source = e->input;
-    else copy_scaled(e->input, buffer, total, req.dtype, req.prescale);
+    if (req.prescale == 1.0)
+      source = e->input;
+    else
+      copy_scaled(e->input, buffer, total, req.dtype, req.prescale);
   } else {
     if (fusion_.size() < batch.bytes) fusion_.resize(batch.bytes);
     buffer = fusion_.data();
@@ -134,8 +138,10 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
     for (size_t i : batch.items) {
       size_t count = cycle.ready[i].request.bytes() / esize;
       LOCKSTEP_DCHECK_LE(offset + count * esize, batch.bytes, "fusion buffer: item {} overruns", i);
-      if (Entry* e = entries[i]) copy_scaled(e->input, buffer + offset, count, req.dtype, req.prescale);
-      else fill_neutral(buffer + offset, count, req.dtype, req.op);
+      if (Entry* e = entries[i])
+        copy_scaled(e->input, buffer + offset, count, req.dtype, req.prescale);
+      else
+        fill_neutral(buffer + offset, count, req.dtype, req.op);
       offset += count * esize;
     }
     LOCKSTEP_DCHECK_EQ(offset, batch.bytes);  // fusion.cc sized the batch from the same items
@@ -147,7 +153,8 @@ size_t Executor::allreduce(const Batch& batch, const CycleResult& cycle,
   // and unfused batches still compute every element the same way.
   if (req.op == ReduceOp::kAverage && req.postscale == 1.0 && cycle.num_joined == 0) {
     comm_.allreduce(source, buffer, total, req.dtype, ReduceOp::kAverage);
-  } else if (req.op == ReduceOp::kAverage && cycle.num_joined > 0 && !comm::is_floating(req.dtype)) {
+  } else if (req.op == ReduceOp::kAverage && cycle.num_joined > 0 &&
+             !comm::is_floating(req.dtype)) {
     // Replicated choice too (num_joined, dtype): see widen_to_i64.
     wide_.resize(total);
     widen_to_i64(source, total, req.dtype, wide_.data());

@@ -74,8 +74,7 @@ class Executor {
   // The one dispatch of both paths: the collective's body on `target`.
   // Throws lockstep::Error for a collective without a body.
   size_t run_body(const Target& target, const Batch& batch, const CycleResult& cycle,
-                  std::span<Entry* const> entries, std::span<std::exception_ptr> errors,
-                  Times& t);
+                  std::span<Entry* const> entries, std::span<std::exception_ptr> errors, Times& t);
   Target host_target();
   size_t allreduce(const Batch& batch, const CycleResult& cycle, std::span<Entry* const> entries,
                    Times& t);

@@ -65,14 +65,15 @@ void* Executor::device_allocate(comm::Communicator& dev, Entry* entry, const Sha
 
 Target Executor::device_target(comm::Communicator& dev) {
   comm::DeviceMemory& mem = memory_of(dev);
-  return {.comm = dev,
-          .device = true,
-          .allocate = [this, &dev](Entry* e, const Shape& shape, DataType dtype,
-                                   std::exception_ptr& error) {
+  return {
+      .comm = dev,
+      .device = true,
+      .allocate =
+          [this, &dev](Entry* e, const Shape& shape, DataType dtype, std::exception_ptr& error) {
             return device_allocate(dev, e, shape, dtype, error);
           },
-          .scratch = [this, &dev](size_t bytes) { return device_buffer(dev, bytes); },
-          .copy = [&mem](void* dst, const void* src, size_t bytes) { mem.copy(dst, src, bytes); }};
+      .scratch = [this, &dev](size_t bytes) { return device_buffer(dev, bytes); },
+      .copy = [&mem](void* dst, const void* src, size_t bytes) { mem.copy(dst, src, bytes); }};
 }
 
 void Executor::release_device() noexcept {
@@ -105,8 +106,7 @@ size_t Executor::run_on_device(const Batch& batch, const CycleResult& cycle,
   if (!dev || cycle.num_joined > 0) {
     // Every rank sees the same: fail these entries alike and move nothing.
     auto error = std::make_exception_ptr(InvalidArgument(fmt::format(
-        "{} '{}': CUDA buffers {}", collective_name(first.request.collective),
-        first.request.name,
+        "{} '{}': CUDA buffers {}", collective_name(first.request.collective), first.request.name,
         dev ? "cannot run while ranks have joined (join() needs host tensors)"
             : "need a device communicator (Engine::set_device_communicator)")));
     for (size_t i : batch.items)
@@ -126,7 +126,7 @@ size_t Executor::run_on_device(const Batch& batch, const CycleResult& cycle,
     t.copied_in = t.start;
     device_mark(mem);  // the collective done; nothing to unpack
   }
-  device_mark(mem);  // the end (an allreduce's unpacking copies done)
+  device_mark(mem);   // the end (an allreduce's unpacking copies done)
   mem.synchronize();  // the one host wait of the batch (Note [Device batches])
   device_temps_.clear();
   t.reduced = t.copied_out = Clock::now();
@@ -168,8 +168,10 @@ size_t Executor::device_allreduce(comm::Communicator& dev, const Batch& batch,
   if (req.op == ReduceOp::kAverage) factor /= dev.size();
   const bool scaled = req.prescale != 1.0 || req.postscale != 1.0;
   auto reduce = [&](const void* in, void* out) {
-    if (scaled) mem.allreduce_scaled(in, out, total, req.dtype, factor);
-    else dev.allreduce(in, out, total, req.dtype, req.op);
+    if (scaled)
+      mem.allreduce_scaled(in, out, total, req.dtype, factor);
+    else
+      dev.allreduce(in, out, total, req.dtype, req.op);
   };
   if (!batch.fused()) {
     Entry* e = entries[batch.items.front()];

@@ -79,9 +79,8 @@ nlohmann::json record_json(const FlightRecord& r) {
 std::string describe(const FlightRecord& r, int64_t now_us) {
   std::string seq = r.seq >= 0 ? fmt::format("#{}", r.seq) : "#?";
   int64_t since = r.finished_us ? r.finished_us : r.submitted_us;
-  return fmt::format("{} {} '{}' {} B {} {}{}", seq, collective_name(r.collective), r.name,
-                     r.bytes, flight_state_name(r.state),
-                     r.finished_us ? "" : "for ",
+  return fmt::format("{} {} '{}' {} B {} {}{}", seq, collective_name(r.collective), r.name, r.bytes,
+                     flight_state_name(r.state), r.finished_us ? "" : "for ",
                      r.finished_us ? fmt::format("{:.1f} s ago", (now_us - since) / 1e6)
                                    : fmt::format("{:.1f} s", (now_us - since) / 1e6));
 }
@@ -242,8 +241,10 @@ std::string FlightRecorder::dump(std::string_view reason, bool failure) {
   if (!path.empty() && std::rename(tmp.c_str(), path.c_str()) != 0) path.clear();
   if (path.empty()) {
     std::remove(tmp.c_str());
-    log(LogLevel::kError, "flight recorder: cannot write a dump in {} (set LOCKSTEP_FLIGHT_DIR "
-        "to a writable folder)", identity_.dir);
+    log(LogLevel::kError,
+        "flight recorder: cannot write a dump in {} (set LOCKSTEP_FLIGHT_DIR "
+        "to a writable folder)",
+        identity_.dir);
   }
   MutexLock lock(mu_);
   log(failure ? LogLevel::kError : LogLevel::kWarning, "{}", summary(path, reason));

@@ -18,8 +18,8 @@
 // Dumps (`<dir>/rank<R>.json`, written to a temporary file and renamed) are
 // taken on every failure the engine sees (a dead peer, a transport timeout,
 // an abort by another rank, a mismatch, a stall timeout, a deadlock; in an
-// elastic job not a dead peer or abort, see worker.cc) and on SIGUSR1; each also logs a short summary naming the file. At most
-// kMaxDumps per process, and never twice for the same reason.
+// elastic job not a dead peer or abort, see worker.cc) and on SIGUSR1; each also logs a short
+// summary naming the file. At most kMaxDumps per process, and never twice for the same reason.
 //
 // Cost: one uncontended mutex per state change (four per operation) and a
 // few dozen bytes per record; nothing is written until a dump.
@@ -44,9 +44,9 @@ enum class FlightState : uint8_t { kSubmitted, kNegotiated, kRunning, kDone, kFa
 std::string_view flight_state_name(FlightState state);
 
 struct FlightRecord {
-  uint64_t id = 0;           // this rank's submission counter (0: empty slot)
-  int set = 0;               // process set id
-  int64_t seq = -1;          // position in the set's negotiated order; -1 before
+  uint64_t id = 0;   // this rank's submission counter (0: empty slot)
+  int set = 0;       // process set id
+  int64_t seq = -1;  // position in the set's negotiated order; -1 before
   Collective collective = Collective::kAllreduce;
   std::string name;
   DataType dtype = DataType::kFloat32;

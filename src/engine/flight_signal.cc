@@ -54,7 +54,8 @@ void install_handler_once() {
     struct sigaction current {};
     ::sigaction(SIGUSR1, nullptr, &current);
     if (current.sa_handler != SIG_DFL || (current.sa_flags & SA_SIGINFO)) {
-      log(LogLevel::kInfo, "flight recorder: SIGUSR1 has a handler already; dumps happen on "
+      log(LogLevel::kInfo,
+          "flight recorder: SIGUSR1 has a handler already; dumps happen on "
           "failures only");
       return;
     }
@@ -64,8 +65,10 @@ void install_handler_once() {
       char buf[64];
       for (;;) {
         ssize_t n = ::read(g_pipe[0], buf, sizeof buf);
-        if (n > 0) registry().dump_all();
-        else if (n < 0 && errno != EINTR) return;
+        if (n > 0)
+          registry().dump_all();
+        else if (n < 0 && errno != EINTR)
+          return;
       }
     }).detach();
     struct sigaction action {};
@@ -80,9 +83,9 @@ void install_handler_once() {
 
 std::shared_ptr<FlightRecorder> make_flight_recorder(const EngineConfig& config,
                                                      const comm::WorldInfo& world) {
-  FlightIdentity identity{world.rank, world.size, world.job_id,
-                          config.flight_dir.empty() ? default_flight_dir(world.job_id)
-                                                    : config.flight_dir};
+  FlightIdentity identity{
+      world.rank, world.size, world.job_id,
+      config.flight_dir.empty() ? default_flight_dir(world.job_id) : config.flight_dir};
   auto recorder = std::make_shared<FlightRecorder>(config.flight_recorder, std::move(identity));
   if (!recorder->enabled()) return recorder;
   install_handler_once();

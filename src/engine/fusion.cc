@@ -43,11 +43,10 @@ std::vector<Batch> plan_batches(const std::vector<ReadyItem>& ready, size_t thre
       for (size_t m = 0; m < members.size(); ++m) {
         // One fused buffer holds one (dtype, op, scale) key, members in the
         // agreed order: the executor lays them out by these indices.
-        LOCKSTEP_DCHECK(items[members[m]].fusible &&
-                            items[members[m]].key == items[members.front()].key &&
-                            (m == 0 || members[m] > members[m - 1]),
-                        "fusion: ready item {} breaks the key or the order of its batch",
-                        members[m]);
+        LOCKSTEP_DCHECK(
+            items[members[m]].fusible && items[members[m]].key == items[members.front()].key &&
+                (m == 0 || members[m] > members[m - 1]),
+            "fusion: ready item {} breaks the key or the order of its batch", members[m]);
         batch.bytes += static_cast<size_t>(items[members[m]].bytes);
       }
     batch.items = std::move(members);

@@ -28,8 +28,8 @@ struct Layout {
   size_t blocked(int r) const { return kFixed + 3 * n + r; }
   size_t slot(uint32_t s) const { return kFixed + 4 * n + s; }
   size_t total(size_t slots) const {
-    return static_cast<size_t>(policy::negotiation_header_fields(static_cast<int64_t>(n),
-                                                                 static_cast<int64_t>(slots)));
+    return static_cast<size_t>(
+        policy::negotiation_header_fields(static_cast<int64_t>(n), static_cast<int64_t>(slots)));
   }
 };
 
@@ -99,8 +99,9 @@ void decode_header(const std::vector<int32_t>& header, const Layout& layout, int
     LOCKSTEP_DCHECK(header[layout.joined(r)] == 0 || header[layout.joined(r)] == 1,
                     "negotiation header: rank {}'s joined flag sums to {}", r,
                     header[layout.joined(r)]);
-    LOCKSTEP_DCHECK(header[layout.blob_len(r)] >= 0, "negotiation header: rank {}'s blob is {} bytes",
-                    r, header[layout.blob_len(r)]);
+    LOCKSTEP_DCHECK(header[layout.blob_len(r)] >= 0,
+                    "negotiation header: rank {}'s blob is {} bytes", r,
+                    header[layout.blob_len(r)]);
     out.joined[r] = header[layout.joined(r)] != 0;
     out.blocked[r] = header[layout.blocked(r)] != 0;
     out.num_joined += out.joined[r];

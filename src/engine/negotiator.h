@@ -85,16 +85,16 @@ struct CycleResult {
   std::vector<uint8_t> joined;   // by set rank
   std::vector<uint8_t> blocked;  // by set rank (Offer::blocked)
   int num_joined = 0;
-  std::vector<int> shutdown_ranks;           // set ranks asking to shut down
-  std::optional<int> join_completed_last;    // set rank of the last to join
+  std::vector<int> shutdown_ranks;         // set ranks asking to shut down
+  std::optional<int> join_completed_last;  // set rank of the last to join
   size_t fusion_threshold = 0;
   bool autotune_converged = false;
   // Something changed: a name ran or was announced, a join completed. Ranks
   // that keep cycling without progress back off (Note [Negotiation]).
   bool progressed = false;
-  bool announced = false;  // some rank announced a request (not just stall-report slots)
-  std::vector<PartialItem> partial;          // after this cycle
-  bool stall_report = false;                 // `partial` has full `have` lists
+  bool announced = false;            // some rank announced a request (not just stall-report slots)
+  std::vector<PartialItem> partial;  // after this cycle
+  bool stall_report = false;         // `partial` has full `have` lists
   StallAction stall_action = StallAction::kNone;  // when stall_report
 };
 

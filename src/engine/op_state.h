@@ -55,8 +55,8 @@ struct Entry {
   Allocator allocate;
   std::shared_ptr<OpState> state;
   Clock::time_point submitted;
-  Clock::time_point ready;  // when negotiation found it ready everywhere
-  uint64_t flight_id = 0;   // its FlightRecorder record
+  Clock::time_point ready;            // when negotiation found it ready everywhere
+  uint64_t flight_id = 0;             // its FlightRecorder record
   std::shared_ptr<void> ready_event;  // OpOptions::ready_event (kCuda inputs)
 };
 

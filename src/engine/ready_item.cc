@@ -16,8 +16,10 @@ std::string describe_disagreement(const std::vector<std::optional<Request>>& per
     if (!per_rank[r]) continue;
     std::string value = field_value(*per_rank[r], field);
     auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == value; });
-    if (it == groups.end()) groups.push_back({value, {global_ranks[r]}});
-    else it->second.push_back(global_ranks[r]);
+    if (it == groups.end())
+      groups.push_back({value, {global_ranks[r]}});
+    else
+      it->second.push_back(global_ranks[r]);
   }
   std::string out = field;
   for (size_t g = 0; g < groups.size(); ++g)
@@ -39,7 +41,8 @@ std::string join_error(const Request& first, const std::vector<uint8_t>& joined,
       "{} '{}' cannot run while {} {} joined: {}", collective_name(first.collective), first.name,
       format_ranks(joined_ranks), joined_ranks.size() == 1 ? "has" : "have",
       root_joined ? fmt::format("its root (rank {}) has joined; broadcast from a rank that has "
-                                "not joined, or before join()", global_ranks[first.root])
+                                "not joined, or before join()",
+                                global_ranks[first.root])
                   : "only allreduce, broadcast (from a root that has not joined) and barrier "
                     "accept joined ranks; run it before join() on every rank, or in a process "
                     "set without the joined ranks");

@@ -18,7 +18,7 @@ struct ReadyItem {
   Request request;                // the first non-joined rank's
   std::vector<Request> per_rank;  // by set rank; a joined rank's is a copy of `request`
   ItemError error_kind = ItemError::kNone;
-  std::string error;              // names the tensor, the field and the ranks
+  std::string error;  // names the tensor, the field and the ranks
 };
 
 // per_rank[r] is empty exactly for joined ranks. global_ranks maps set ranks

@@ -118,8 +118,7 @@ std::string first_mismatch(const Request& a, const Request& b) {
   const CollectiveTraits& t = traits(a.collective);
   if (t.reduces && a.op != b.op) return "op";
   if (t.has_root && a.root != b.root) return "root";
-  if (t.scales && (a.prescale != b.prescale || a.postscale != b.postscale))
-    return "scale factors";
+  if (t.scales && (a.prescale != b.prescale || a.postscale != b.postscale)) return "scale factors";
   if (a.collective == Collective::kAddProcessSet && a.ranks != b.ranks) return "ranks";
   if (t.first_dim_varies) {
     if (a.shape.size() != b.shape.size() || a.shape.empty() ||
@@ -137,7 +136,8 @@ std::string field_value(const Request& r, const std::string& field) {
   if (field == "memory") return r.memory == comm::MemoryKind::kCuda ? "cuda" : "host";
   if (field == "op") return std::string(comm::reduce_op_name(r.op));
   if (field == "root") return fmt::format("{}", r.root);
-  if (field == "scale factors") return fmt::format("prescale {} postscale {}", r.prescale, r.postscale);
+  if (field == "scale factors")
+    return fmt::format("prescale {} postscale {}", r.prescale, r.postscale);
   if (field == "ranks") return fmt::format("[{}]", fmt::join(r.ranks, ","));
   if (field == "shape") {
     if (traits(r.collective).first_dim_varies && !r.shape.empty()) {

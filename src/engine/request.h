@@ -19,8 +19,8 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   Shape shape;
-  std::vector<int64_t> splits;  // alltoall only
-  std::vector<int32_t> ranks;   // add_process_set only
+  std::vector<int64_t> splits;                        // alltoall only
+  std::vector<int32_t> ranks;                         // add_process_set only
   comm::MemoryKind memory = comm::MemoryKind::kHost;  // where the buffers live
 
   size_t bytes() const;  // of the input

@@ -30,8 +30,9 @@ StallAction StallInspector::observe(const CycleResult& result, Clock::time_point
   first_seen_ = std::move(still);
   if (first_seen_.empty()) report_interval_s_ = warning_s_;  // the next stall starts afresh
   if (requested_ || first_seen_.empty()) return StallAction::kNone;
-  auto oldest = std::min_element(first_seen_.begin(), first_seen_.end(),
-                                 [](auto& a, auto& b) { return a.second < b.second; })->second;
+  auto oldest = std::min_element(first_seen_.begin(), first_seen_.end(), [](auto& a, auto& b) {
+                  return a.second < b.second;
+                })->second;
   double age = seconds(now - oldest);
   if (timeout_s_ > 0 && age >= timeout_s_) {
     requested_ = true;
@@ -60,8 +61,10 @@ std::vector<StallGroup> group_stall(const CycleResult& result, std::span<const i
     StallGroup g;
     for (size_t r = 0; r < global_ranks.size(); ++r) {
       bool has = std::find(p.have.begin(), p.have.end(), static_cast<int>(r)) != p.have.end();
-      if (has) g.have.push_back(global_ranks[r]);
-      else if (!result.joined[r]) g.missing.push_back(global_ranks[r]);
+      if (has)
+        g.have.push_back(global_ranks[r]);
+      else if (!result.joined[r])
+        g.missing.push_back(global_ranks[r]);
     }
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const StallGroup& o) { return o.have == g.have; });

@@ -62,8 +62,8 @@ std::vector<Entry> allocating_group(Collective collective, const char* what,
       allocates.size() != n)
     throw InvalidArgument(fmt::format(
         "{}: {} names, {} inputs, {} shapes, {} dtypes and {} allocators: need the same non-zero "
-        "count of each", what, names.size(), inputs.size(), shapes.size(), dtypes.size(),
-        allocates.size()));
+        "count of each",
+        what, names.size(), inputs.size(), shapes.size(), dtypes.size(), allocates.size()));
   std::vector<Entry> entries;
   for (size_t i = 0; i < n; ++i) {
     entries.push_back(make_entry(collective, names[i], inputs[i], nullptr, shapes[i], dtypes[i]));
@@ -74,7 +74,8 @@ std::vector<Entry> allocating_group(Collective collective, const char* what,
 
 void validate(Entry& e, int set_size) {
   Request& r = e.request;
-  if (r.name.empty()) fail(r, "the name is empty; every operation needs a name unique while pending");
+  if (r.name.empty())
+    fail(r, "the name is empty; every operation needs a name unique while pending");
   if (!comm::is_valid(r.dtype)) fail(r, fmt::format("unknown dtype {}", static_cast<int>(r.dtype)));
   if (!comm::is_valid(r.op)) fail(r, fmt::format("unknown reduce op {}", static_cast<int>(r.op)));
   for (int64_t d : r.shape)
@@ -94,7 +95,8 @@ void validate(Entry& e, int set_size) {
                         comm::dtype_name(r.dtype), comm::dtype_name(r.dtype)));
   if (t.has_root && (r.root < 0 || r.root >= set_size))
     fail(r, fmt::format("root {} is out of range [0, {}) (a root is a rank within the process "
-                        "set, not a global rank)", r.root, set_size));
+                        "set, not a global rank)",
+                        r.root, set_size));
   if (t.allocates_output) {
     if (r.shape.empty()) fail(r, "needs at least one dimension (the one split or gathered)");
     if (!e.allocate) fail(r, "needs an allocator for its output");
@@ -106,7 +108,8 @@ std::vector<int> checked_set_ranks(std::vector<int> ranks, int world_size) {
   std::sort(ranks.begin(), ranks.end());
   if (ranks.empty()) throw InvalidArgument("process set: the rank list is empty");
   if (std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end())
-    throw InvalidArgument(fmt::format("process set: rank listed twice in [{}]", fmt::join(ranks, ",")));
+    throw InvalidArgument(
+        fmt::format("process set: rank listed twice in [{}]", fmt::join(ranks, ",")));
   if (ranks.front() < 0 || ranks.back() >= world_size)
     throw InvalidArgument(fmt::format("process set: ranks [{}] must lie in [0, {})",
                                       fmt::join(ranks, ","), world_size));

@@ -48,7 +48,8 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
   stop_locked();
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
-    throw InvalidArgument(fmt::format("timeline: cannot open '{}': {}", path, std::strerror(errno)));
+    throw InvalidArgument(
+        fmt::format("timeline: cannot open '{}': {}", path, std::strerror(errno)));
   write_all(fd, "[\n");
   {
     MutexLock lock(mu_);
@@ -86,10 +87,10 @@ void Timeline::stop_locked() {
     dropped = dropped_;
     queue_.clear();  // raced in after the writer's last drain; the file is closing
   }
-  write_all(fd, fmt::format(
-                    R"({{"name":"timeline_end","ph":"M","pid":0,"args":{{"dropped_events":{}}}}})"
-                    "\n]\n",
-                    dropped));
+  write_all(
+      fd, fmt::format(R"({{"name":"timeline_end","ph":"M","pid":0,"args":{{"dropped_events":{}}}}})"
+                      "\n]\n",
+                      dropped));
   ::close(fd);
 }
 

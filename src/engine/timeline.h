@@ -29,7 +29,13 @@
 namespace lockstep::engine::detail {
 
 enum class Phase : uint8_t {
-  kNegotiate, kWaitForData, kFuseCopyIn, kCollective, kCopyOut, kMarker, kCycleStart
+  kNegotiate,
+  kWaitForData,
+  kFuseCopyIn,
+  kCollective,
+  kCopyOut,
+  kMarker,
+  kCycleStart
 };
 const char* phase_name(Phase phase);
 

@@ -12,8 +12,8 @@
 namespace lockstep::engine::detail {
 
 struct WaitTracker {
-  std::atomic<int> waiting{0};            // threads inside Handle::wait()/wait_for()
-  std::atomic<uint64_t> submissions{0};   // operations submitted so far, any set
+  std::atomic<int> waiting{0};           // threads inside Handle::wait()/wait_for()
+  std::atomic<uint64_t> submissions{0};  // operations submitted so far, any set
 };
 
 // Counts the calling thread as waiting for its lifetime.

@@ -34,8 +34,7 @@ bool elastic_routine(std::exception_ptr error) {
 }  // namespace
 
 ProcessSetWorker::ProcessSetWorker(int id, std::vector<int> global_ranks,
-                                   std::unique_ptr<comm::Communicator> comm,
-                                   EngineContext& context)
+                                   std::unique_ptr<comm::Communicator> comm, EngineContext& context)
     : id_(id),
       ranks_(std::move(global_ranks)),
       comm_(std::move(comm)),
@@ -80,8 +79,8 @@ void ProcessSetWorker::submit(std::vector<Entry> entries) {
       for (const Entry& e : entries) {
         const Request& r = e.request;
         const bool repeat = r.collective != Collective::kJoin && !batch.insert(r.name).second;
-        if (repeat || (r.collective == Collective::kJoin ? join_pending_
-                                                          : active_names_.count(r.name) > 0))
+        if (repeat ||
+            (r.collective == Collective::kJoin ? join_pending_ : active_names_.count(r.name) > 0))
           throw InvalidArgument(fmt::format(
               "{} '{}': a collective named '{}' is already pending on rank {} (process set {}){}; "
               "wait for it before submitting the name again, or give each operation its own name",
@@ -93,8 +92,10 @@ void ProcessSetWorker::submit(std::vector<Entry> entries) {
               collective_name(r.collective), r.name));
       }
       for (Entry& e : entries) {
-        if (e.request.collective == Collective::kJoin) join_pending_ = true;
-        else active_names_.insert(e.request.name);
+        if (e.request.collective == Collective::kJoin)
+          join_pending_ = true;
+        else
+          active_names_.insert(e.request.name);
         incoming_.push_back(std::move(e));
       }
     }
@@ -193,15 +194,18 @@ void ProcessSetWorker::run_loop() {
         return;
       }
       process(result);
-      backoff_ = result.progressed ? std::chrono::microseconds(0)
-                                   : std::clamp(2 * backoff_, std::chrono::microseconds(kMinBackoff),
-                                                std::chrono::microseconds(kMaxBackoff));
+      backoff_ = result.progressed
+                     ? std::chrono::microseconds(0)
+                     : std::clamp(2 * backoff_, std::chrono::microseconds(kMinBackoff),
+                                  std::chrono::microseconds(kMaxBackoff));
     } catch (...) {
       std::exception_ptr error = translate(std::current_exception());
       ctx_.set_fatal(error);
       if (elastic_routine(ctx_.fatal_error()))
-        log(LogLevel::kWarning, "engine: process set {}: {} (elastic job: re-forming, no flight "
-            "recorder dump)", id_, error_message(ctx_.fatal_error()));
+        log(LogLevel::kWarning,
+            "engine: process set {}: {} (elastic job: re-forming, no flight "
+            "recorder dump)",
+            id_, error_message(ctx_.fatal_error()));
       else
         dump_flight(error_message(ctx_.fatal_error()));
       fail_everything(ctx_.fatal_error());
@@ -236,8 +240,8 @@ Offer ProcessSetWorker::build_offer() {
   }
   offer.joined = join_.has_value() && pending_.empty();
   if (set_rank_ == 0) {
-    offer.fusion_threshold = static_cast<int64_t>(
-        autotune_ ? autotune_->threshold() : ctx_.requested_threshold.load());
+    offer.fusion_threshold =
+        static_cast<int64_t>(autotune_ ? autotune_->threshold() : ctx_.requested_threshold.load());
     offer.autotune_converged = autotune_ && autotune_->converged();
     offer.stall_action = next_stall_action_;
     next_stall_action_ = StallAction::kNone;
@@ -254,8 +258,10 @@ void ProcessSetWorker::finish(Entry& entry, std::exception_ptr error) {
   {
     // Release the name first: a caller woken by the handle may resubmit it.
     MutexLock lock(mu_);
-    if (entry.request.collective == Collective::kJoin) join_pending_ = false;
-    else active_names_.erase(entry.request.name);
+    if (entry.request.collective == Collective::kJoin)
+      join_pending_ = false;
+    else
+      active_names_.erase(entry.request.name);
   }
   ctx_.flight->finished(entry.flight_id, error);
   entry.state->complete_one(error);
@@ -288,7 +294,8 @@ std::exception_ptr ProcessSetWorker::translate(std::exception_ptr error) const {
   } catch (const PeerFailure& e) {
     int global = e.rank() >= 0 && e.rank() < set_size() ? ranks_[e.rank()] : -1;
     return std::make_exception_ptr(PeerFailure(
-        global, fmt::format("{} (process set {}: that is rank {} of the job)", e.what(), id_, global)));
+        global,
+        fmt::format("{} (process set {}: that is rank {} of the job)", e.what(), id_, global)));
   } catch (...) {
     return error;
   }

@@ -34,8 +34,8 @@ namespace lockstep::engine::detail {
 class ProcessSetWorker {
  public:
   // global_ranks: the set's members (ascending job ranks); comm: over them.
-  ProcessSetWorker(int id, std::vector<int> global_ranks,
-                   std::unique_ptr<comm::Communicator> comm, EngineContext& context);
+  ProcessSetWorker(int id, std::vector<int> global_ranks, std::unique_ptr<comm::Communicator> comm,
+                   EngineContext& context);
   ~ProcessSetWorker();
 
   int id() const { return id_; }

@@ -104,9 +104,9 @@ void ProcessSetWorker::handle_stall(const CycleResult& result) {
       dump_flight("deadlock: " + what);  // first, so it shows them pending
       fail_pending(std::make_exception_ptr(DeadlockError(message)));
     } else if (result.stall_action == StallAction::kAbort) {
-      auto error = std::make_exception_ptr(TimeoutError(fmt::format(
-          "engine: stall timeout (LOCKSTEP_STALL_TIMEOUT={} s) in process set {}: {}",
-          ctx_.config.stall_timeout_s, id_, what)));
+      auto error = std::make_exception_ptr(TimeoutError(
+          fmt::format("engine: stall timeout (LOCKSTEP_STALL_TIMEOUT={} s) in process set {}: {}",
+                      ctx_.config.stall_timeout_s, id_, what)));
       if (set_rank_ == 0) log(LogLevel::kError, "engine: failing stalled operations: {}", what);
       dump_flight("stall timeout: " + what);
       fail_pending(error);

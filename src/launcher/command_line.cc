@@ -44,7 +44,8 @@ CommandLine split_command_line(const std::vector<std::string>& args,
     std::string flag = normalise(arg);
     out.flags.push_back(flag);
     ++i;
-    if (!value_attached(arg) && takes_value(flag) && i < args.size()) out.flags.push_back(args[i++]);
+    if (!value_attached(arg) && takes_value(flag) && i < args.size())
+      out.flags.push_back(args[i++]);
   }
   out.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   return out;

@@ -154,7 +154,8 @@ std::optional<std::string> run_script(const std::string& script, ElasticControll
   if (status != 0) {
     std::string line = fmt::format(
         "lockstep run: host discovery script '{}' failed (status {}); keeping the current "
-        "hosts. Its output: {}\n", script, status, out.substr(0, 500));
+        "hosts. Its output: {}\n",
+        script, status, out.substr(0, 500));
     if (controller.first_time(line)) {
       [[maybe_unused]] auto w = ::write(STDERR_FILENO, line.data(), line.size());
     }

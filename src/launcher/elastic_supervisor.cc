@@ -27,10 +27,12 @@ bool is_program_bug(const std::string& note, int exit_code) {
   return exit_code == kUncaughtErrorExitCode && note.starts_with("MismatchError:");
 }
 
-ElasticSupervisor::ElasticSupervisor(const ElasticOptions& options,
-                                     rendezvous::StoreClient& store, Deadlines& deadlines,
-                                     bool multi_host)
-    : options_(options), store_(store), deadlines_(deadlines), multi_host_(multi_host),
+ElasticSupervisor::ElasticSupervisor(const ElasticOptions& options, rendezvous::StoreClient& store,
+                                     Deadlines& deadlines, bool multi_host)
+    : options_(options),
+      store_(store),
+      deadlines_(deadlines),
+      multi_host_(multi_host),
       controller_(options) {}
 
 void ElasticSupervisor::start(const std::vector<Placement>& placements) {
@@ -79,9 +81,10 @@ int ElasticSupervisor::on_program_bug(const Worker& w, const std::string& how) {
   say("{} (pid {}) {}", rank_label(w, multi_host_), w.pid, how);
   last_failure_code_ = exit_code_of(w.wait_status);
   deadlines_.disarm(Deadline::kReform);
-  return stop("a MismatchError is a bug in the program (its ranks disagree about a collective), "
-              "not a lost host: every generation would repeat it, so the job stops without "
-              "re-forming; fix the program");
+  return stop(
+      "a MismatchError is a bug in the program (its ranks disagree about a collective), "
+      "not a lost host: every generation would repeat it, so the job stops without "
+      "re-forming; fix the program");
 }
 
 void ElasticSupervisor::on_success(const Worker& w) {
@@ -92,7 +95,7 @@ void ElasticSupervisor::on_success(const Worker& w) {
   // rule changes nothing the user can see.
   if (!options_.discovery_script.empty())
     say("{} (pid {}) finished; the job is ending: no worker is started or re-formed from now on",
-      rank_label(w, multi_host_), w.pid);
+        rank_label(w, multi_host_), w.pid);
 }
 
 ElasticSupervisor::Decision ElasticSupervisor::poll(std::vector<Worker>& workers,
@@ -153,9 +156,10 @@ bool ElasticSupervisor::scale_down(std::vector<Worker>& workers,
   if (leaving.empty()) return false;
   const int staying = static_cast<int>(running.size() - leaving.size());
   if (staying < options_.min_np) {
-    std::string note = fmt::format("the discovery script offers room for only {} of the {} "
-                                   "running worker(s); keeping them all (--min-np {})",
-                                   staying, running.size(), options_.min_np);
+    std::string note = fmt::format(
+        "the discovery script offers room for only {} of the {} "
+        "running worker(s); keeping them all (--min-np {})",
+        staying, running.size(), options_.min_np);
     if (controller_.first_time(note)) say("{}", note);
     return false;
   }
@@ -213,7 +217,8 @@ std::vector<Placement> ElasticSupervisor::scale_up(std::vector<Worker>& workers)
   // The generation names the new workers before they start.
   std::vector<ElasticMember> newcomers;
   for (const auto& host : hosts)
-    newcomers.push_back({elastic_id(static_cast<int>(workers.size() + newcomers.size())), host, {}});
+    newcomers.push_back(
+        {elastic_id(static_cast<int>(workers.size() + newcomers.size())), host, {}});
   controller_.count_reformation();
   publish_generation(workers, newcomers);
   std::vector<Placement> places;

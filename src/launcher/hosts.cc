@@ -24,8 +24,10 @@ namespace lockstep::launcher {
 namespace {
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -50,12 +52,13 @@ bool valid_host_name(std::string_view host) {
 HostSlots host_entry(std::string_view host, std::string_view slots_text, const std::string& where) {
   HostSlots h{is_local_host(host) ? host_name() : std::string(host), 1};
   if (!valid_host_name(host))
-    throw InvalidArgument(fmt::format("{}: '{}' is not a host name (letters, digits, '.', '-', "
-                                      "'_', '@' only)", where, host));
-  if (!slots_text.empty() && !parse_slots(slots_text, h.slots))
     throw InvalidArgument(
-        fmt::format("{}: slots of host '{}' must be a positive integer, got '{}'", where, host,
-                    slots_text));
+        fmt::format("{}: '{}' is not a host name (letters, digits, '.', '-', "
+                    "'_', '@' only)",
+                    where, host));
+  if (!slots_text.empty() && !parse_slots(slots_text, h.slots))
+    throw InvalidArgument(fmt::format("{}: slots of host '{}' must be a positive integer, got '{}'",
+                                      where, host, slots_text));
   return h;
 }
 
@@ -105,7 +108,8 @@ std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_vi
     hosts.push_back(host_entry(host, slots, where));
   }
   if (hosts.empty())
-    throw InvalidArgument(fmt::format("hostfile {} lists no hosts ('HOST slots=N' lines)", file_name));
+    throw InvalidArgument(
+        fmt::format("hostfile {} lists no hosts ('HOST slots=N' lines)", file_name));
   return hosts;
 }
 
@@ -123,8 +127,10 @@ std::vector<HostSlots> merge_duplicates(const std::vector<HostSlots>& hosts) {
   for (const auto& h : hosts) {
     auto it = std::find_if(merged.begin(), merged.end(),
                            [&](const HostSlots& m) { return m.host == h.host; });
-    if (it == merged.end()) merged.push_back(h);
-    else it->slots += h.slots;
+    if (it == merged.end())
+      merged.push_back(h);
+    else
+      it->slots += h.slots;
   }
   return merged;
 }
@@ -159,8 +165,8 @@ std::vector<Placement> place_ranks(const std::vector<HostSlots>& listed, int num
 std::string choose_rendezvous_host(const std::string& requested,
                                    const std::vector<Placement>& placements) {
   if (!requested.empty()) return requested;
-  bool all_local = std::all_of(placements.begin(), placements.end(),
-                               [](const Placement& p) { return p.local; });
+  bool all_local =
+      std::all_of(placements.begin(), placements.end(), [](const Placement& p) { return p.local; });
   if (all_local) return "127.0.0.1";
   for (const auto& p : placements) {
     if (p.local) continue;

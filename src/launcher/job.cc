@@ -31,14 +31,17 @@ std::string new_job_id() {
   return id;
 }
 
-std::vector<std::pair<std::string, std::string>> worker_environment(
-    const LaunchSpec& spec, const JobIdentity& job, int rank, const Placement& where) {
+std::vector<std::pair<std::string, std::string>> worker_environment(const LaunchSpec& spec,
+                                                                    const JobIdentity& job,
+                                                                    int rank,
+                                                                    const Placement& where) {
   std::map<std::string, std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string entry(*e);
     auto eq = entry.find('=');
     if (eq == std::string::npos) continue;
-    if (where.local || entry.starts_with("LOCKSTEP_")) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    if (where.local || entry.starts_with("LOCKSTEP_"))
+      env[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   for (const auto& [name, value] : spec.env) env[name] = value;
   env["LOCKSTEP_RANK"] = std::to_string(rank);
@@ -54,7 +57,8 @@ std::vector<std::pair<std::string, std::string>> worker_environment(
   return {env.begin(), env.end()};
 }
 
-std::vector<std::string> as_env_strings(const std::vector<std::pair<std::string, std::string>>& env) {
+std::vector<std::string> as_env_strings(
+    const std::vector<std::pair<std::string, std::string>>& env) {
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [name, value] : env) out.push_back(name + "=" + value);

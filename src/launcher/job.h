@@ -22,9 +22,12 @@ struct JobIdentity {
 // A worker's environment: the launcher's own (only its LOCKSTEP_* variables
 // for a remote worker, whose host supplies the rest), then spec.env, then the
 // worker's identity (which always wins).
-std::vector<std::pair<std::string, std::string>> worker_environment(
-    const LaunchSpec& spec, const JobIdentity& job, int rank, const Placement& where);
-std::vector<std::string> as_env_strings(const std::vector<std::pair<std::string, std::string>>& env);
+std::vector<std::pair<std::string, std::string>> worker_environment(const LaunchSpec& spec,
+                                                                    const JobIdentity& job,
+                                                                    int rank,
+                                                                    const Placement& where);
+std::vector<std::string> as_env_strings(
+    const std::vector<std::pair<std::string, std::string>>& env);
 
 // Unlinks every /dev/shm entry whose name starts with "lockstep-<job_id>";
 // returns how many were removed.

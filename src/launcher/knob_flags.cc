@@ -34,8 +34,10 @@ const std::vector<KnobFlag>& knob_flags() {
     };
     for (const auto& f : table)
       if (!find_knob(f.knob))
-        throw Error(fmt::format("lockstep run: flag {} maps to undeclared knob {}; declare it in "
-                                "src/base/knobs.cc", f.flag, f.knob));
+        throw Error(
+            fmt::format("lockstep run: flag {} maps to undeclared knob {}; declare it in "
+                        "src/base/knobs.cc",
+                        f.flag, f.knob));
     return table;
   }();
   return flags;

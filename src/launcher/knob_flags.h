@@ -11,8 +11,8 @@
 namespace lockstep::launcher {
 
 struct KnobFlag {
-  std::string_view flag;     // e.g. "--backend"
-  std::string_view knob;     // e.g. "LOCKSTEP_BACKEND"; its choices come from the knob table
+  std::string_view flag;  // e.g. "--backend"
+  std::string_view knob;  // e.g. "LOCKSTEP_BACKEND"; its choices come from the knob table
   std::string_view value_name;
   bool positive_number = false;  // seconds: a number > 0
   bool count_or_auto = false;    // a whole number >= 1, or "auto"

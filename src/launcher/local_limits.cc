@@ -44,7 +44,8 @@ void check_open_files(int total_workers) {
 void check_processes(int local_workers) {
   rlimit procs{};
   if (::geteuid() == 0 || ::getrlimit(RLIMIT_NPROC, &procs) != 0) return;
-  if (procs.rlim_cur == RLIM_INFINITY || procs.rlim_cur > static_cast<rlim_t>(local_workers)) return;
+  if (procs.rlim_cur == RLIM_INFINITY || procs.rlim_cur > static_cast<rlim_t>(local_workers))
+    return;
   throw InvalidArgument(fmt::format(
       "-np {}: this user may run only {} processes (ulimit -u); raise the limit or lower -np",
       local_workers, procs.rlim_cur));

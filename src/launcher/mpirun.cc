@@ -50,8 +50,9 @@ std::vector<std::string> mpirun_command(const LaunchSpec& spec, bool as_root) {
   }
   if (spec.remote_exec != LaunchSpec{}.remote_exec) {
     if (spec.remote_exec.find("{host}") != std::string::npos)
-      throw InvalidArgument("--backend mpi: mpirun's remote agent takes the host as its first "
-                            "argument; a --remote-exec with {host} cannot be passed to it");
+      throw InvalidArgument(
+          "--backend mpi: mpirun's remote agent takes the host as its first "
+          "argument; a --remote-exec with {host} cannot be passed to it");
     argv.insert(argv.end(), {"--mca", "plm_rsh_agent", spec.remote_exec});
   }
   for (const auto& name : exported_names(spec)) argv.insert(argv.end(), {"-x", name});
@@ -62,11 +63,14 @@ std::vector<std::string> mpirun_command(const LaunchSpec& spec, bool as_root) {
 int exec_mpirun(const LaunchSpec& spec) {
   std::vector<std::string> argv = mpirun_command(spec, ::geteuid() == 0);
   if (resolve_program("mpirun").empty()) {
-    std::fprintf(stderr, "lockstep run: --backend mpi needs Open MPI's mpirun, which is not on "
-                         "PATH (Debian: apt-get install openmpi-bin)\n");
+    std::fprintf(stderr,
+                 "lockstep run: --backend mpi needs Open MPI's mpirun, which is not on "
+                 "PATH (Debian: apt-get install openmpi-bin)\n");
     return 127;
   }
-  if (spec.verbose) std::fprintf(stderr, "lockstep run: exec %s\n", fmt::format("{}", fmt::join(argv, " ")).c_str());
+  if (spec.verbose)
+    std::fprintf(stderr, "lockstep run: exec %s\n",
+                 fmt::format("{}", fmt::join(argv, " ")).c_str());
   std::vector<char*> raw;
   for (auto& a : argv) raw.push_back(a.data());
   raw.push_back(nullptr);

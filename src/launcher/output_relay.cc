@@ -11,9 +11,12 @@ namespace lockstep::launcher {
 void write_fully(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
     ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n > 0) bytes.remove_prefix(static_cast<size_t>(n));
-    else if (n < 0 && errno == EINTR) continue;
-    else return;
+    if (n > 0)
+      bytes.remove_prefix(static_cast<size_t>(n));
+    else if (n < 0 && errno == EINTR)
+      continue;
+    else
+      return;
   }
 }
 

@@ -32,7 +32,8 @@ class Reader {
     size_t length = 0;
     auto [end, ec] = std::from_chars(rest_.data() + space + 1, rest_.data() + nl, length);
     if (ec != std::errc() || end != rest_.data() + nl || length > kMaxBlockBytes)
-      throw Error(fmt::format("lockstep remote-worker: bad length in launch block record '{}'", kind));
+      throw Error(
+          fmt::format("lockstep remote-worker: bad length in launch block record '{}'", kind));
     if (rest_.size() < nl + 1 + length + 1 || rest_[nl + 1 + length] != '\n')
       throw Error(fmt::format("lockstep remote-worker: truncated launch block record '{}'", kind));
     value = rest_.substr(nl + 1, length);
@@ -48,7 +49,8 @@ int to_int(std::string_view kind, std::string_view text) {
   int v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size())
-    throw Error(fmt::format("lockstep remote-worker: launch block field '{}' is not an integer", kind));
+    throw Error(
+        fmt::format("lockstep remote-worker: launch block field '{}' is not an integer", kind));
   return v;
 }
 
@@ -95,8 +97,9 @@ std::string encode_launch_block(const LaunchBlock& block) {
 
 size_t launch_block_size(std::string_view prefix) {
   if (!kMagic.starts_with(prefix.substr(0, kMagic.size())))
-    throw Error("lockstep remote-worker: stdin does not start with a launch block; this command "
-                "is started by 'lockstep run', not by hand");
+    throw Error(
+        "lockstep remote-worker: stdin does not start with a launch block; this command "
+        "is started by 'lockstep run', not by hand");
   auto nl = prefix.find('\n', kMagic.size());
   if (prefix.size() < kMagic.size() || nl == std::string_view::npos) return 0;
   size_t body = 0;
@@ -115,20 +118,28 @@ LaunchBlock decode_launch_block(std::string_view bytes) {
   std::string_view kind, value;
   size_t records = 0;
   while (reader.next(kind, value)) {
-    if (++records > kMaxRecords) throw Error("lockstep remote-worker: too many launch block records");
-    if (kind == "host") block.host = value;
-    else if (kind == "rank") block.rank = to_int(kind, value);
-    else if (kind == "cwd") block.cwd = value;
-    else if (kind == "start-timeout") block.start_timeout = std::chrono::seconds(to_int(kind, value));
-    else if (kind == "arg") block.argv.emplace_back(value);
+    if (++records > kMaxRecords)
+      throw Error("lockstep remote-worker: too many launch block records");
+    if (kind == "host")
+      block.host = value;
+    else if (kind == "rank")
+      block.rank = to_int(kind, value);
+    else if (kind == "cwd")
+      block.cwd = value;
+    else if (kind == "start-timeout")
+      block.start_timeout = std::chrono::seconds(to_int(kind, value));
+    else if (kind == "arg")
+      block.argv.emplace_back(value);
     else if (kind == "env") {
       auto eq = value.find('=');
       if (eq == 0 || eq == std::string_view::npos)
         throw Error("lockstep remote-worker: launch block env record is not NAME=VALUE");
       block.env.emplace_back(value.substr(0, eq), value.substr(eq + 1));
     } else {
-      throw Error(fmt::format("lockstep remote-worker: unknown launch block record '{}' (is the "
-                              "lockstep on this host the same version as the launcher's?)", kind));
+      throw Error(
+          fmt::format("lockstep remote-worker: unknown launch block record '{}' (is the "
+                      "lockstep on this host the same version as the launcher's?)",
+                      kind));
     }
   }
   if (block.argv.empty()) throw Error("lockstep remote-worker: launch block has no program");
@@ -139,8 +150,9 @@ std::vector<std::string> remote_command(std::string_view remote_exec, std::strin
                                         const std::string& lockstep_path) {
   std::vector<std::string> words = split_words(remote_exec);
   if (words.empty())
-    throw InvalidArgument("--remote-exec is empty; e.g. 'ssh -o BatchMode=yes' or "
-                          "'ip netns exec {host}'");
+    throw InvalidArgument(
+        "--remote-exec is empty; e.g. 'ssh -o BatchMode=yes' or "
+        "'ip netns exec {host}'");
   bool substituted = false;
   for (auto& w : words)
     for (size_t at; (at = w.find("{host}")) != std::string::npos; substituted = true)
@@ -149,7 +161,8 @@ std::vector<std::string> remote_command(std::string_view remote_exec, std::strin
   if (lockstep_path.find_first_of(" \t\n'\"\\$`;&|<>*?()[]{}!~#") != std::string::npos)
     throw InvalidArgument(fmt::format(
         "the lockstep binary's path '{}' has characters a remote shell would interpret; install "
-        "lockstep under a plain path to run on several hosts", lockstep_path));
+        "lockstep under a plain path to run on several hosts",
+        lockstep_path));
   words.push_back(lockstep_path);
   words.emplace_back("remote-worker");
   return words;

@@ -51,7 +51,8 @@ std::string read_block() {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     pollfd p{STDIN_FILENO, POLLIN, 0};
     if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0)
-      throw Error("no launch block on stdin within 60 s; this command is started by 'lockstep run'");
+      throw Error(
+          "no launch block on stdin within 60 s; this command is started by 'lockstep run'");
     char buf[4096];
     ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -125,8 +126,8 @@ int exit_status_of(const LaunchBlock& block, pid_t pid, int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   int sig = WTERMSIG(status);
   const char* abbrev = sigabbrev_np(sig);
-  remote_say("rank {} on host {}: the worker (pid {}) was killed by signal {} (SIG{})",
-             block.rank, block.host, pid, sig, abbrev ? abbrev : "?");
+  remote_say("rank {} on host {}: the worker (pid {}) was killed by signal {} (SIG{})", block.rank,
+             block.host, pid, sig, abbrev ? abbrev : "?");
   return 128 + sig;
 }
 
@@ -140,7 +141,8 @@ int supervise(const LaunchBlock& block, pid_t pid, int signal_fd) {
     int timeout = -1;
     if (kill_at)
       timeout = static_cast<int>(std::max<int64_t>(
-          0, std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at - Clock::now()).count()));
+          0,
+          std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at - Clock::now()).count()));
     ::poll(fds, 2, timeout);
     if (fds[1].revents) {
       char buf[256];

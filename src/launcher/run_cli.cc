@@ -42,15 +42,18 @@ std::pair<std::string, std::string> parse_env_flag(const std::string& text) {
   if (name.empty() || name.find_first_of(" \t\n") != std::string::npos)
     throw InvalidArgument(fmt::format("-x '{}': expected NAME=VALUE", text));
   if (name.rfind("LOCKSTEP_", 0) == 0 && !is_declared_knob(name))
-    throw InvalidArgument(fmt::format("-x {}: unknown knob{}; 'lockstep config' lists every "
-                                      "LOCKSTEP_* variable", name, did_you_mean(name)));
+    throw InvalidArgument(
+        fmt::format("-x {}: unknown knob{}; 'lockstep config' lists every "
+                    "LOCKSTEP_* variable",
+                    name, did_you_mean(name)));
   if (is_launcher_owned(name))
-    throw InvalidArgument(fmt::format("-x {}: lockstep run sets this variable for each worker", name));
+    throw InvalidArgument(
+        fmt::format("-x {}: lockstep run sets this variable for each worker", name));
   if (eq != std::string::npos) return {name, text.substr(eq + 1)};
   const char* value = std::getenv(name.c_str());
   if (!value)
-    throw InvalidArgument(fmt::format("-x {}: not set in this environment; write -x {}=VALUE",
-                                      name, name));
+    throw InvalidArgument(
+        fmt::format("-x {}: not set in this environment; write -x {}=VALUE", name, name));
   return {name, value};
 }
 
@@ -77,7 +80,8 @@ void add_host_flags(CLI::App& app, Parsed& p) {
                  "HOST:N,...: run on these hosts, N slots each (default: -np ranks on this host); "
                  "ranks fill each host's slots in order")
       ->option_text("LIST");
-  app.add_option("--hostfile", p.hostfile, "FILE of 'HOST slots=N' lines (as for mpirun); "
+  app.add_option("--hostfile", p.hostfile,
+                 "FILE of 'HOST slots=N' lines (as for mpirun); "
                  "instead of -H")
       ->option_text("FILE");
   app.add_option("--remote-exec", p.spec.remote_exec,
@@ -89,10 +93,11 @@ void add_host_flags(CLI::App& app, Parsed& p) {
                  "seconds remote workers may take to start and reach the launcher")
       ->option_text("SECONDS")
       ->capture_default_str();
-  app.add_option("--slurm", p.slurm,
-                 "inside a Slurm allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST): take hosts and slots "
-                 "from it and start every rank through srun; auto = when srun is on PATH and no "
-                 "-H/--hostfile is given (docs/slurm.md)")
+  app.add_option(
+         "--slurm", p.slurm,
+         "inside a Slurm allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST): take hosts and slots "
+         "from it and start every rank through srun; auto = when srun is on PATH and no "
+         "-H/--hostfile is given (docs/slurm.md)")
       ->option_text("auto|on|off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
@@ -110,9 +115,11 @@ void add_worker_flags(CLI::App& app, Parsed& p, CLI::Option*& prefix_option) {
   const auto& flags = knob_flags();
   p.knob_values.resize(flags.size());
   for (size_t i = 0; i < flags.size(); ++i) {
-    auto* opt = app.add_option(std::string(flags[i].flag), p.knob_values[i], knob_flag_help(flags[i]))
-                    ->option_text(std::string(flags[i].value_name));
-    if (!knob_flag_choices(flags[i]).empty()) opt->check(CLI::IsMember(knob_flag_choices(flags[i])));
+    auto* opt =
+        app.add_option(std::string(flags[i].flag), p.knob_values[i], knob_flag_help(flags[i]))
+            ->option_text(std::string(flags[i].value_name));
+    if (!knob_flag_choices(flags[i]).empty())
+      opt->check(CLI::IsMember(knob_flag_choices(flags[i])));
   }
   app.add_option("-x,--env", p.env_flags,
                  "NAME=VALUE (or NAME: pass the launcher's value on): extra environment for every "
@@ -156,7 +163,8 @@ void resolve_elastic(Parsed& p) {
       parse_seconds_flag("--discovery-interval", p.discovery_interval, 3600) * 1000));
   if (!p.min_np.empty()) e.min_np = parse_int_flag("--min-np", p.min_np, 1, p.spec.num_proc);
   if (!p.max_np.empty()) e.max_np = parse_int_flag("--max-np", p.max_np, p.spec.num_proc, kMany);
-  if (!p.reset_limit.empty()) e.reset_limit = parse_int_flag("--reset-limit", p.reset_limit, 0, kMany);
+  if (!p.reset_limit.empty())
+    e.reset_limit = parse_int_flag("--reset-limit", p.reset_limit, 0, kMany);
   if (!e.enabled()) return;
   if (e.min_np == 0) e.min_np = 1;
   if (e.max_np == 0) e.max_np = std::max(p.spec.num_proc, e.min_np);
@@ -215,12 +223,14 @@ constexpr const char* kSrunExec = "srun --nodes=1 --ntasks=1 --nodelist={host} -
 void resolve_slurm(Parsed& p) {
   const bool hosts_given = !p.host_list.empty() || !p.hostfile.empty();
   if (p.slurm == "off" || (p.slurm == "auto" && hosts_given)) return;
-  if (hosts_given) throw InvalidArgument("--slurm on takes the hosts from Slurm: drop -H/--hostfile");
+  if (hosts_given)
+    throw InvalidArgument("--slurm on takes the hosts from Slurm: drop -H/--hostfile");
   auto allocation = slurm::current_allocation();
   if (!allocation) {
     if (p.slurm == "on")
-      throw InvalidArgument("--slurm on: not inside a Slurm allocation (SLURM_JOB_ID and "
-                            "SLURM_JOB_NODELIST are unset); use salloc or sbatch");
+      throw InvalidArgument(
+          "--slurm on: not inside a Slurm allocation (SLURM_JOB_ID and "
+          "SLURM_JOB_NODELIST are unset); use salloc or sbatch");
     return;
   }
   if (resolve_program("srun").empty()) {
@@ -254,7 +264,8 @@ void resolve_hosts(Parsed& p) {
   if (p.spec.num_proc == 0)
     for (const auto& h : p.spec.hosts) p.spec.num_proc += h.slots;
   int local = 0;
-  for (const auto& where : place_ranks(p.spec.hosts, p.spec.num_proc + p.servers))  // checks the slots
+  for (const auto& where :
+       place_ranks(p.spec.hosts, p.spec.num_proc + p.servers))  // checks the slots
     local += where.local;
   if (p.spec.through_slurm) local = 0;  // Slurm placed the allocation
   check_worker_count(local, p.spec.num_proc + p.servers);
@@ -286,11 +297,12 @@ bool takes_value(CLI::App& app, std::string_view flag) {
 }  // namespace
 
 int run_main(int argc, char** argv, std::span<const std::string_view> built_backends) {
-  CLI::App app{"Start N workers of PROGRAM on this host and supervise them.\n"
-               "usage: lockstep run -np N [options] [--] PROGRAM [ARGS...]\n"
-               "       lockstep run -H HOST:N,HOST:N [options] [--] PROGRAM [ARGS...]\n"
-               "The program starts at the first word that is not a flag or a flag's value;\n"
-               "everything after it reaches the program unchanged."};
+  CLI::App app{
+      "Start N workers of PROGRAM on this host and supervise them.\n"
+      "usage: lockstep run -np N [options] [--] PROGRAM [ARGS...]\n"
+      "       lockstep run -H HOST:N,HOST:N [options] [--] PROGRAM [ARGS...]\n"
+      "The program starts at the first word that is not a flag or a flag's value;\n"
+      "everything after it reaches the program unchanged."};
   app.name("lockstep run");
   app.allow_extras();  // reported below, in our words
   Parsed parsed;

@@ -74,8 +74,7 @@ int block_supervision_signals() {
   // so reading SIGHUP from the signalfd would forward it and end the job at
   // logout (rc 129): leave it ignored. Workers still get it at its default.
   struct sigaction hup {};
-  if (::sigaction(SIGHUP, nullptr, &hup) != 0 || hup.sa_handler != SIG_IGN)
-    sigaddset(&set, SIGHUP);
+  if (::sigaction(SIGHUP, nullptr, &hup) != 0 || hup.sa_handler != SIG_IGN) sigaddset(&set, SIGHUP);
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -91,7 +90,8 @@ void reset_signals_for_exec() noexcept {
   // a script (SIGINT and SIGQUIT ignored) would pass that on to the workers,
   // which would then sit through the forwarded SIGINT until SIGKILL.
   for (int sig = 1; sig < NSIG; ++sig)
-    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);  // glibc-internal: EINVAL
+    if (sig != SIGKILL && sig != SIGSTOP)
+      ::sigaction(sig, &dfl, nullptr);  // glibc-internal: EINVAL
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -100,9 +100,7 @@ void reset_signals_for_exec() noexcept {
 ExecFailed::ExecFailed(const std::string& path, int error)
     : Error(exec_failure_message(path, error)), error_(error) {}
 
-int ExecFailed::exit_status() const {
-  return error_ == ENOENT ? kProgramNotFound : kCannotExecute;
-}
+int ExecFailed::exit_status() const { return error_ == ENOENT ? kProgramNotFound : kCannotExecute; }
 
 SpawnedWorker spawn_worker(const ExecImage& image, int null_fd, int rank) {
   int out[2], err[2];

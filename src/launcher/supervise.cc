@@ -93,4 +93,3 @@ int supervise(const LaunchSpec& spec) {
 }
 
 }  // namespace lockstep::launcher
-

@@ -69,8 +69,7 @@ rendezvous::StoreClient& Supervisor::store_client() {
   if (!store_client_) {
     rendezvous::StoreClient::Options options;
     options.connect_timeout = std::chrono::seconds(10);
-    store_client_.emplace(job_.rendezvous, rendezvous::decode_secret_hex(job_.secret_hex),
-                          options);
+    store_client_.emplace(job_.rendezvous, rendezvous::decode_secret_hex(job_.secret_hex), options);
   }
   return *store_client_;
 }
@@ -86,8 +85,8 @@ void Supervisor::start(const std::string& path) {
   for (int rank = 0; rank < spec_.num_proc && !interrupted_by_ && !first_failure_code_; ++rank)
     spawn(rank, placements_[rank], null_fd);
   if (null_fd >= 0) ::close(null_fd);
-  bool any_remote = std::any_of(workers_.begin(), workers_.end(),
-                                [](const Worker& w) { return !w.started; });
+  bool any_remote =
+      std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.started; });
   if (any_remote) {
     store_client();
     deadlines_.arm(Deadline::kStartTimeout, Clock::now() + spec_.start_timeout);
@@ -116,12 +115,13 @@ void Supervisor::spawn(int index, const Placement& where, int null_fd) {
           : spawn_remote(w);
   w.pid = child.pid;
   w.running = true;
-  w.streams.push_back({child.stdout_fd, OutputRelay(STDOUT_FILENO, index, spec_.prefix_output),
-                       false, {}});
-  w.streams.push_back({child.stderr_fd, OutputRelay(STDERR_FILENO, index, spec_.prefix_output),
-                       true, {}});
+  w.streams.push_back(
+      {child.stdout_fd, OutputRelay(STDOUT_FILENO, index, spec_.prefix_output), false, {}});
+  w.streams.push_back(
+      {child.stderr_fd, OutputRelay(STDERR_FILENO, index, spec_.prefix_output), true, {}});
   workers_.push_back(std::move(w));
-  if (spec_.verbose) say("{} started as pid {}", rank_label(workers_.back(), multi_host_), child.pid);
+  if (spec_.verbose)
+    say("{} started as pid {}", rank_label(workers_.back(), multi_host_), child.pid);
 }
 
 void Supervisor::signal_all(int sig) {

@@ -30,7 +30,9 @@ class Supervisor {
  public:
   Supervisor(const LaunchSpec& spec, std::vector<Placement> placements, JobIdentity job,
              int signal_fd)
-      : spec_(spec), placements_(std::move(placements)), job_(std::move(job)),
+      : spec_(spec),
+        placements_(std::move(placements)),
+        job_(std::move(job)),
         signal_fd_(signal_fd) {
     for (const auto& p : placements_) multi_host_ |= p.cross_size > 1 || !p.local;
   }

@@ -37,7 +37,8 @@ std::vector<std::string> launcher_environment() {
 }  // namespace
 
 SpawnedWorker Supervisor::spawn_remote(Worker& w) {
-  std::vector<std::string> argv = remote_command(spec_.remote_exec, w.where.host, executable_path());
+  std::vector<std::string> argv =
+      remote_command(spec_.remote_exec, w.where.host, executable_path());
   std::string exec_path = resolve_program(argv[0]);
   if (exec_path.empty())
     throw Error(fmt::format("cannot find the remote-exec command '{}' (--remote-exec)", argv[0]));
@@ -51,14 +52,12 @@ SpawnedWorker Supervisor::spawn_remote(Worker& w) {
   block.env = environment_of(w);
   int launch[2];
   if (::pipe2(launch, O_CLOEXEC) != 0)
-    throw Error(fmt::format("cannot create a pipe for rank {}: {}", w.rank,
-                            std::strerror(errno)));
+    throw Error(fmt::format("cannot create a pipe for rank {}: {}", w.rank, std::strerror(errno)));
   SpawnedWorker child;
   try {
     // The remote-exec command itself gets the launcher's environment: the
     // job's identity and secret travel only in the launch block.
-    child = spawn_worker(ExecImage(exec_path, argv, launcher_environment()),
-                         launch[0], w.index);
+    child = spawn_worker(ExecImage(exec_path, argv, launcher_environment()), launch[0], w.index);
   } catch (...) {
     ::close(launch[0]);
     ::close(launch[1]);
@@ -97,8 +96,8 @@ void Supervisor::check_started() {
   for (auto* w : pending) by_host[w->where.host].push_back(w->rank);
   std::string missing;
   for (const auto& [host, ranks] : by_host)
-    missing += fmt::format("{}{} (ranks {})", missing.empty() ? "" : ", ", host,
-                           fmt::join(ranks, ","));
+    missing +=
+        fmt::format("{}{} (ranks {})", missing.empty() ? "" : ", ", host, fmt::join(ranks, ","));
   say("host(s) {} did not start and reach the rendezvous store at {} within {} s "
       "(--start-timeout); check the remote-exec command ('{}'), that lockstep is installed at the "
       "same path there, and that those hosts can reach this address; stopping the job",

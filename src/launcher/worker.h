@@ -30,10 +30,10 @@ struct Worker {
   Placement where;
   pid_t pid = -1;
   bool running = false;
-  bool started = true;  // remote: checked in with the store
+  bool started = true;    // remote: checked in with the store
   bool removing = false;  // elastic: left out by discovery; its exit is not a failure
   int wait_status = 0;
-  int launch_fd = -1;   // remote: write end of the shim's stdin, open while it runs
+  int launch_fd = -1;           // remote: write end of the shim's stdin, open while it runs
   std::vector<Stream> streams;  // stdout, stderr
 };
 

@@ -34,8 +34,7 @@ std::vector<double> lr_ratios(const ::torch::optim::Optimizer& optimizer) {
   const auto& groups = optimizer.param_groups();
   if (groups.empty()) throw InvalidArgument("lr_ratios: the optimizer has no parameter groups");
   const double base = groups.front().options().get_lr();
-  if (base == 0)
-    throw InvalidArgument("lr_ratios: group 0 has lr 0, so the ratios are undefined");
+  if (base == 0) throw InvalidArgument("lr_ratios: group 0 has lr 0, so the ratios are undefined");
   std::vector<double> ratios;
   for (const auto& group : groups) ratios.push_back(group.options().get_lr() / base);
   return ratios;

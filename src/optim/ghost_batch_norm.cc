@@ -42,9 +42,10 @@ void GhostBatchNormImplBase::validate() const {
     throw InvalidArgument(fmt::format("GhostBatchNorm: virtual_batch_size = {} must be positive",
                                       options.virtual_batch_size()));
   if (!(options.eps() > 0) || !(options.momentum() >= 0 && options.momentum() <= 1))
-    throw InvalidArgument(fmt::format("GhostBatchNorm: eps = {} (want > 0) or momentum = {} "
-                                      "(want [0, 1]) is invalid",
-                                      options.eps(), options.momentum()));
+    throw InvalidArgument(
+        fmt::format("GhostBatchNorm: eps = {} (want > 0) or momentum = {} "
+                    "(want [0, 1]) is invalid",
+                    options.eps(), options.momentum()));
 }
 
 void GhostBatchNormImplBase::init(::torch::nn::Module& self) {
@@ -59,20 +60,22 @@ void GhostBatchNormImplBase::init(::torch::nn::Module& self) {
   }
   running_mean = self.register_buffer("running_mean", ::torch::zeros({c}));
   running_var = self.register_buffer("running_var", ::torch::ones({c}));
-  num_batches_tracked = self.register_buffer("num_batches_tracked", ::torch::zeros({}, ::torch::kLong));
+  num_batches_tracked =
+      self.register_buffer("num_batches_tracked", ::torch::zeros({}, ::torch::kLong));
 }
 
 ::torch::Tensor GhostBatchNormImplBase::run(const ::torch::Tensor& x, bool training,
                                             const char* name, int64_t min_dim, int64_t max_dim) {
   if (x.dim() < min_dim || x.dim() > max_dim || x.size(1) != options.num_features())
-    throw InvalidArgument(fmt::format("{}: input of shape {} does not have {}-{} dims with {} "
-                                      "channels in dim 1",
-                                      name, fmt::join(x.sizes(), "x"), min_dim, max_dim,
-                                      options.num_features()));
+    throw InvalidArgument(
+        fmt::format("{}: input of shape {} does not have {}-{} dims with {} "
+                    "channels in dim 1",
+                    name, fmt::join(x.sizes(), "x"), min_dim, max_dim, options.num_features()));
   if (!training)
     return ::at::batch_norm(x, weight, bias, running_mean, running_var, /*training=*/false,
                             options.momentum(), options.eps(), x.is_cuda());
-  const int64_t chunks = (x.size(0) + options.virtual_batch_size() - 1) / options.virtual_batch_size();
+  const int64_t chunks =
+      (x.size(0) + options.virtual_batch_size() - 1) / options.virtual_batch_size();
   {
     ::torch::NoGradGuard no_grad;
     num_batches_tracked.add_(chunks);
@@ -81,10 +84,11 @@ void GhostBatchNormImplBase::init(::torch::nn::Module& self) {
 }
 
 void GhostBatchNormImplBase::print(std::ostream& stream, const char* name) const {
-  stream << fmt::format("lockstep::optim::{}({}, virtual_batch_size={}, eps={}, momentum={}, "
-                        "affine={})",
-                        name, options.num_features(), options.virtual_batch_size(), options.eps(),
-                        options.momentum(), options.affine());
+  stream << fmt::format(
+      "lockstep::optim::{}({}, virtual_batch_size={}, eps={}, momentum={}, "
+      "affine={})",
+      name, options.num_features(), options.virtual_batch_size(), options.eps(), options.momentum(),
+      options.affine());
 }
 
 }  // namespace lockstep::optim

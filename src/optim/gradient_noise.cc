@@ -44,8 +44,8 @@ at::Generator noise_generator(uint64_t seed, int64_t iteration) {
 
 void AnnealedNoiseOptions::validate() const {
   if (!(eta >= 0 && std::isfinite(eta)) || !(gamma >= 0 && std::isfinite(gamma)))
-    throw InvalidArgument(fmt::format(
-        "gradient noise: eta = {} and gamma = {} must be finite and >= 0", eta, gamma));
+    throw InvalidArgument(
+        fmt::format("gradient noise: eta = {} and gamma = {} must be finite and >= 0", eta, gamma));
 }
 
 double annealed_noise_variance(const AnnealedNoiseOptions& options, int64_t iteration) {
@@ -59,9 +59,8 @@ void add_annealed_gradient_noise(const std::vector<::torch::Tensor>& params, int
                                  const AnnealedNoiseOptions& options) {
   const double sigma = std::sqrt(annealed_noise_variance(options, iteration));
   auto gen = noise_generator(options.seed, iteration);
-  for_each_gradient(params, [&](::torch::Tensor& g) {
-    g.add_(standard_normal_like(g, gen), sigma);
-  });
+  for_each_gradient(params,
+                    [&](::torch::Tensor& g) { g.add_(standard_normal_like(g, gen), sigma); });
 }
 
 void MultiplicativeNoiseOptions::validate() const {
@@ -72,9 +71,10 @@ void MultiplicativeNoiseOptions::validate() const {
 
 double batch_ratio_variance(int64_t large_batch, int64_t small_batch, double scale) {
   if (large_batch <= 0 || small_batch <= 0 || !(scale >= 0))
-    throw InvalidArgument(fmt::format("gradient noise: batches {} / {} must be positive and "
-                                      "scale = {} >= 0",
-                                      large_batch, small_batch, scale));
+    throw InvalidArgument(
+        fmt::format("gradient noise: batches {} / {} must be positive and "
+                    "scale = {} >= 0",
+                    large_batch, small_batch, scale));
   return scale * static_cast<double>(large_batch) / static_cast<double>(small_batch);
 }
 

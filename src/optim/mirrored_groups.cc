@@ -10,8 +10,7 @@ namespace to = ::torch::optim;
 
 std::vector<to::OptimizerParamGroup> clone_groups(const to::Optimizer& optimizer) {
   std::vector<to::OptimizerParamGroup> out;
-  for (const auto& g : optimizer.param_groups())
-    out.emplace_back(g.params(), g.options().clone());
+  for (const auto& g : optimizer.param_groups()) out.emplace_back(g.params(), g.options().clone());
   return out;
 }
 

@@ -71,7 +71,8 @@ Schedule multi_step(double lr, std::vector<int64_t> milestones, double gamma) {
   for (size_t i = 0; i < milestones.size(); ++i)
     require(milestones[i] >= 1 && (i == 0 || milestones[i] > milestones[i - 1]),
             fmt::format("multi_step milestones must be >= 1 and strictly increasing; "
-                        "milestone {} is {}", i, milestones[i]));
+                        "milestone {} is {}",
+                        i, milestones[i]));
   return make([=, m = std::move(milestones)](int64_t t) {
     auto passed = std::upper_bound(m.begin(), m.end(), t) - m.begin();
     return lr * std::pow(gamma, static_cast<double>(passed));
@@ -114,7 +115,8 @@ Schedule warmup(double start_lr, int64_t warmup_iters, Schedule after) {
   return make([=](int64_t t) {
     if (t >= warmup_iters) return after->lr_at(t - warmup_iters);
     double target = after->lr_at(0);
-    return start_lr + (target - start_lr) * static_cast<double>(t) / static_cast<double>(warmup_iters);
+    return start_lr +
+           (target - start_lr) * static_cast<double>(t) / static_cast<double>(warmup_iters);
   });
 }
 

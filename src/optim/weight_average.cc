@@ -19,12 +19,13 @@ std::vector<::torch::Tensor> state_tensors(const ::torch::nn::Module& module) {
   return out;
 }
 
-void check_same(const std::vector<::torch::Tensor>& mine, const std::vector<::torch::Tensor>& theirs,
-                const char* who) {
+void check_same(const std::vector<::torch::Tensor>& mine,
+                const std::vector<::torch::Tensor>& theirs, const char* who) {
   if (mine.size() != theirs.size())
-    throw InvalidArgument(fmt::format("{}: the module has {} parameters and buffers, the average "
-                                      "was built for {}",
-                                      who, theirs.size(), mine.size()));
+    throw InvalidArgument(
+        fmt::format("{}: the module has {} parameters and buffers, the average "
+                    "was built for {}",
+                    who, theirs.size(), mine.size()));
   for (size_t i = 0; i < mine.size(); ++i)
     if (!mine[i].sizes().equals(theirs[i].sizes()))
       throw InvalidArgument(fmt::format("{}: tensor {} has shape {}, the average holds {}", who, i,
@@ -55,7 +56,8 @@ int64_t load_tensors(::torch::serialize::InputArchive& archive, const std::strin
     archive.read(fmt::format("{}{}", prefix, i), t, /*is_buffer=*/true);
     if (!t.sizes().equals(tensors[i].sizes()))
       throw InvalidArgument(fmt::format("{}: saved tensor {} has shape {}, expected {}", prefix, i,
-                                        fmt::streamed(t.sizes()), fmt::streamed(tensors[i].sizes())));
+                                        fmt::streamed(t.sizes()),
+                                        fmt::streamed(tensors[i].sizes())));
     ::torch::NoGradGuard no_grad;
     tensors[i].copy_(t);
   }

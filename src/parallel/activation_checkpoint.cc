@@ -128,7 +128,8 @@ struct CheckpointFunction : ::torch::autograd::Function<CheckpointFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
-    auto segment = c10::static_intrusive_pointer_cast<Segment>(ctx->saved_data["segment"].toCapsule());
+    auto segment =
+        c10::static_intrusive_pointer_cast<Segment>(ctx->saved_data["segment"].toCapsule());
     // A fresh leaf sharing the input's storage: the replay's graph ends here.
     Tensor input = saved[0].detach().requires_grad_(saved[0].requires_grad());
     variable_list wrt;
@@ -188,7 +189,8 @@ CheckpointedImpl::CheckpointedImpl(::torch::nn::AnyModule module)
                        [module](const Tensor& x) mutable { return module.forward(x); }) {}
 
 CheckpointedImpl::CheckpointedImpl(::torch::nn::Sequential module)
-    : CheckpointedImpl(module.ptr(), [module](const Tensor& x) mutable { return module->forward(x); }) {}
+    : CheckpointedImpl(module.ptr(),
+                       [module](const Tensor& x) mutable { return module->forward(x); }) {}
 
 CheckpointedImpl::CheckpointedImpl(std::shared_ptr<::torch::nn::Module> module,
                                    SegmentForward forward)
@@ -218,7 +220,8 @@ void CheckpointedImpl::pretty_print(std::ostream& stream) const {
   ::torch::nn::Sequential layers = model;  // begin() is not const
   const auto names = model->named_children().keys();
   ::torch::nn::Sequential out;
-  for (size_t first = 0, index = 0; first < model->size(); first += static_cast<size_t>(segment), ++index) {
+  for (size_t first = 0, index = 0; first < model->size();
+       first += static_cast<size_t>(segment), ++index) {
     if (segment == 1) {  // the layer itself: its names stay the model's
       out->push_back(std::string(names[first]),
                      Checkpointed(*(layers->begin() + static_cast<std::ptrdiff_t>(first))));

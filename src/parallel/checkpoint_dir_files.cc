@@ -27,8 +27,10 @@ namespace {
 constexpr const char* kLockFile = ".lockstep-checkpoint.lock";
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path, int err) {
-  throw Error(fmt::format("checkpoint directory: {} {}: {} (check the path is a directory, "
-                          "writable and has space)", what, path, std::strerror(err)));
+  throw Error(
+      fmt::format("checkpoint directory: {} {}: {} (check the path is a directory, "
+                  "writable and has space)",
+                  what, path, std::strerror(err)));
 }
 
 // 0: locked; else the errno (EAGAIN/EACCES: someone else holds it).
@@ -87,9 +89,10 @@ RootLock RootLock::shared(const std::string& root, std::chrono::seconds timeout)
     if (err == 0 || (err != EAGAIN && err != EACCES)) return RootLock(fd);  // no locks: unguarded
     if (std::chrono::steady_clock::now() > deadline) {
       ::close(fd);
-      throw Error(fmt::format("checkpoint directory {}: another process held {} for {} s (a save "
-                              "or load of this root cleaning up); is a second job using it?",
-                              root, kLockFile, timeout.count()));
+      throw Error(
+          fmt::format("checkpoint directory {}: another process held {} for {} s (a save "
+                      "or load of this root cleaning up); is a second job using it?",
+                      root, kLockFile, timeout.count()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -126,8 +129,9 @@ void write_rank_files(const std::string& dir, const Snapshot& snapshot, int rank
     for (size_t i = 0; i < m.tensors.size(); ++i)
       if (m.tensors[i].part == part && m.tensors[i].rank == rank)
         mine.emplace_back(m.tensors[i].name, snapshot.values[i]);
-    lockstep::torch::save_safetensors(dir + "/" + file_name(part, rank, m.world_size), mine,
-                                      {{"format", "pt"}, {"step", std::to_string(m.progress.step)}});
+    lockstep::torch::save_safetensors(
+        dir + "/" + file_name(part, rank, m.world_size), mine,
+        {{"format", "pt"}, {"step", std::to_string(m.progress.step)}});
   }
 }
 
@@ -149,7 +153,8 @@ void await_markers(const std::string& dir, int world_size, const std::string& sa
     *rest = text.str();
     return true;
   };
-  for (auto pause = std::chrono::milliseconds(1);; pause = std::min(2 * pause, decltype(pause)(50))) {
+  for (auto pause = std::chrono::milliseconds(1);;
+       pause = std::min(2 * pause, decltype(pause)(50))) {
     std::vector<int> missing;
     for (int r = 0; r < world_size; ++r) {
       std::string text;
@@ -161,10 +166,11 @@ void await_markers(const std::string& dir, int world_size, const std::string& sa
     }
     if (missing.empty()) return;
     if (std::chrono::steady_clock::now() > deadline)
-      throw Error(fmt::format("checkpoint directory {}: rank(s) {} did not finish writing within "
-                              "{} s (is every rank alive, and the root one directory all ranks "
-                              "see? slow storage: raise CheckpointDirOptions::peer_timeout)",
-                              dir, fmt::join(missing, ", "), timeout.count()));
+      throw Error(
+          fmt::format("checkpoint directory {}: rank(s) {} did not finish writing within "
+                      "{} s (is every rank alive, and the root one directory all ranks "
+                      "see? slow storage: raise CheckpointDirOptions::peer_timeout)",
+                      dir, fmt::join(missing, ", "), timeout.count()));
     std::this_thread::sleep_for(pause);
   }
 }
@@ -194,8 +200,10 @@ void remove_incomplete_steps(const std::string& root) {
     removed += !ec;
   }
   if (removed > 0)
-    log(LogLevel::kWarning, "checkpoint directory {}: removed {} step folder(s) of interrupted "
-        "saves", root, removed);
+    log(LogLevel::kWarning,
+        "checkpoint directory {}: removed {} step folder(s) of interrupted "
+        "saves",
+        root, removed);
 }
 
 void apply_retention(const std::string& root, int keep) {

@@ -100,7 +100,7 @@ std::vector<SlotInfo> parse_slots(const std::string& text);
 
 // ---- module and optimizer (checkpoint_dir_state.cc)
 struct Snapshot {
-  Manifest manifest;  // all but world_size, rng and the ranks
+  Manifest manifest;                    // all but world_size, rng and the ranks
   std::vector<::torch::Tensor> values;  // parallel to manifest.tensors; CPU, contiguous
   // A routed snapshot's error that only this rank saw: the rank still takes
   // part in the exchange, and the save's agreement raises it on every rank
@@ -111,7 +111,8 @@ struct Snapshot {
 };
 // Every tensor of `module` and `optimizer`, as views of the live tensors
 // where they are CPU-contiguous (an async save then copies its own share).
-Snapshot take_snapshot(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
+Snapshot take_snapshot(const ::torch::nn::Module& module,
+                       const ::torch::optim::Optimizer& optimizer,
                        const lockstep::torch::TrainingProgress& progress);
 // An optimizer-state value as a tensor (ints, doubles and bools as 0-d
 // tensors) and its kind ("tensor", "int", "double", "bool"); throws
@@ -128,7 +129,8 @@ void check_optimizer_matches(const Manifest& manifest, const ::torch::nn::Module
 // with other param groups: `live[g]` names group g's parameters as this run
 // holds them, in the group's order.
 void check_optimizer_groups(const Manifest& manifest, const ::torch::optim::Optimizer& optimizer,
-                            const std::vector<std::vector<std::string>>& live, const std::string& what);
+                            const std::vector<std::vector<std::string>>& live,
+                            const std::string& what);
 // Replaces the optimizer's state and group options with the manifest's;
 // `tensors` holds every optimizer entry by name.
 void load_optimizer_state(const Manifest& manifest,
@@ -188,12 +190,12 @@ struct ShardedView {
   std::vector<::torch::Tensor> params;          // every parameter (the strategy's order)
   std::vector<std::vector<int64_t>> shapes;     // theirs, whole
   ::torch::ScalarType dtype = ::torch::kFloat;  // of the values the pieces hold (masters)
-  bool whole_params = false;   // ZeRO: params hold their values on every rank
-  bool whole_tensors = false;  // pieces are whole parameters (kTensor granularity)
-  std::vector<PieceRef> pieces;       // this rank's: values (unless whole_params) and state keys
+  bool whole_params = false;                    // ZeRO: params hold their values on every rank
+  bool whole_tensors = false;                   // pieces are whole parameters (kTensor granularity)
+  std::vector<PieceRef> pieces;          // this rank's: values (unless whole_params) and state keys
   std::vector<std::vector<int>> groups;  // per optimizer group: parameter indices
-  lockstep::torch::Group group;       // the ranks whose pieces tile every parameter
-  std::string name;                   // collective-name prefix
+  lockstep::torch::Group group;          // the ranks whose pieces tile every parameter
+  std::string name;                      // collective-name prefix
 };
 // Whether every rank of the job is in a group like view.group whose pieces
 // tile the model (the world, or HSDP's shard groups): then the routed save
@@ -225,7 +227,8 @@ inline SliceRuns slice_runs(const std::vector<int64_t>& shape, int64_t dim, int6
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
   for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) inner *= shape[d];
-  return {.count = outer, .run = length * inner, .stride = shape[dim] * inner, .first = begin * inner};
+  return {
+      .count = outer, .run = length * inner, .stride = shape[dim] * inner, .first = begin * inner};
 }
 
 // What a routed load puts in place, all read and checked before anything

@@ -52,7 +52,8 @@ OptimizerInfo parse_optimizer(const json& j) {
                            g.at("options").get<std::string>()});
   for (const auto& [param, slots] : j.at("state").items())
     for (const auto& s : slots)
-      info.state[param].push_back({s.at("key").get<std::string>(), s.at("kind").get<std::string>()});
+      info.state[param].push_back(
+          {s.at("key").get<std::string>(), s.at("kind").get<std::string>()});
   return info;
 }
 
@@ -61,8 +62,8 @@ OptimizerInfo parse_optimizer(const json& j) {
 std::string step_dir_name(int64_t step) { return fmt::format("step-{:08d}", step); }
 
 std::string file_name(Part part, int rank, int world_size) {
-  return fmt::format("{}-{:05d}-of-{:05d}.safetensors", part == Part::kModel ? "model" : "optimizer",
-                     rank + 1, world_size);
+  return fmt::format("{}-{:05d}-of-{:05d}.safetensors",
+                     part == Part::kModel ? "model" : "optimizer", rank + 1, world_size);
 }
 
 void assign_ranks(std::vector<Entry>& entries, int world_size) {
@@ -112,11 +113,14 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     const json j = json::parse(text);
     m.format_version = j.at("format_version").get<int64_t>();
     if (m.format_version != kFormatVersion)
-      throw Error(fmt::format("checkpoint manifest {}: format version {} is not {} (written by "
-                              "another lockstep release)", path, m.format_version, kFormatVersion));
+      throw Error(
+          fmt::format("checkpoint manifest {}: format version {} is not {} (written by "
+                      "another lockstep release)",
+                      path, m.format_version, kFormatVersion));
     m.lockstep_version = j.at("lockstep_version").get<std::string>();
     m.world_size = j.at("world_size").get<int>();
-    m.progress = {.epoch = j.at("epoch").get<int64_t>(), .step = j.at("step").get<int64_t>(),
+    m.progress = {.epoch = j.at("epoch").get<int64_t>(),
+                  .step = j.at("step").get<int64_t>(),
                   .sampler = j.at("sampler").get<std::string>(),
                   .user = j.at("user").get<std::string>()};
     m.rng = j.at("rng").get<std::vector<std::string>>();
@@ -129,14 +133,18 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
       for (int r = 0; r < m.world_size && e.rank < 0; ++r)
         if (file == file_name(e.part, r, m.world_size)) e.rank = r;
       if (e.rank < 0)
-        throw Error(fmt::format("checkpoint manifest {}: tensor '{}' names file '{}', which is "
-                                "not one of the {} ranks' files", path, e.name, file, m.world_size));
+        throw Error(
+            fmt::format("checkpoint manifest {}: tensor '{}' names file '{}', which is "
+                        "not one of the {} ranks' files",
+                        path, e.name, file, m.world_size));
       m.tensors.push_back(std::move(e));
     }
     m.optimizer = parse_optimizer(j.at("optimizer"));
   } catch (const json::exception& e) {
-    throw Error(fmt::format("checkpoint manifest {} is damaged ({}); load an older step "
-                            "directory or remove this one", path, e.what()));
+    throw Error(
+        fmt::format("checkpoint manifest {} is damaged ({}); load an older step "
+                    "directory or remove this one",
+                    path, e.what()));
   }
   if (m.world_size < 1 || static_cast<int>(m.rng.size()) != m.world_size)
     throw Error(fmt::format("checkpoint manifest {}: world size {} with {} RNG states", path,
@@ -152,8 +160,8 @@ std::string index_json(const Manifest& m) {
     weight_map[e.name] = file_name(e.part, e.rank, m.world_size);
     total += e.bytes;
   }
-  json j = {{"metadata", {{"total_size", total}, {"format", "pt"},
-                          {"step", std::to_string(m.progress.step)}}},
+  json j = {{"metadata",
+             {{"total_size", total}, {"format", "pt"}, {"step", std::to_string(m.progress.step)}}},
             {"weight_map", weight_map}};
   return j.dump(1) + "\n";
 }

@@ -53,10 +53,11 @@ void add_slice_records(std::vector<Record>& out, const Manifest& m, size_t e, co
                   "routed parts save: slice dim {} of {}", slice.dim, entry.name);
   const SliceRuns runs = slice_runs(shape, slice.dim, slice.begin, slice.length);
   if (flat.numel() != runs.count * runs.run)
-    throw Error(fmt::format("checkpoint directory save: rank {}'s slice of {} holds {} elements, "
-                            "not the {} its shard [{}, +{}) along dim {} of {} has", lt::rank(),
-                            entry.name, flat.numel(), runs.count * runs.run, slice.begin,
-                            slice.length, slice.dim, c10::str(c10::IntArrayRef(shape))));
+    throw Error(
+        fmt::format("checkpoint directory save: rank {}'s slice of {} holds {} elements, "
+                    "not the {} its shard [{}, +{}) along dim {} of {} has",
+                    lt::rank(), entry.name, flat.numel(), runs.count * runs.run, slice.begin,
+                    slice.length, slice.dim, c10::str(c10::IntArrayRef(shape))));
   if (runs.run == 0) return;
   for (int64_t o = 0; o < runs.count; ++o)
     out.push_back({entry.rank, e, runs.at(o), flat.narrow(0, o * runs.run, runs.run)});
@@ -75,14 +76,15 @@ struct PartsPlan {
 // The whole model's entries in take_snapshot()'s order: parameters, buffers,
 // then each param group's state.
 PartsPlan plan_parts(Manifest& m, const std::vector<Whole>& params,
-                     const std::vector<Whole>& buffers, const ::torch::optim::Optimizer& optimizer) {
+                     const std::vector<Whole>& buffers,
+                     const ::torch::optim::Optimizer& optimizer) {
   PartsPlan plan;
   for (const Whole& w : params)
-    plan.param_entry.push_back(add_entry(m, w.name, Part::kModel,
-                                               static_cast<::torch::ScalarType>(w.dtype), w.shape));
+    plan.param_entry.push_back(
+        add_entry(m, w.name, Part::kModel, static_cast<::torch::ScalarType>(w.dtype), w.shape));
   for (const Whole& w : buffers)
-    plan.buffer_entry.push_back(add_entry(m, w.name, Part::kModel,
-                                                static_cast<::torch::ScalarType>(w.dtype), w.shape));
+    plan.buffer_entry.push_back(
+        add_entry(m, w.name, Part::kModel, static_cast<::torch::ScalarType>(w.dtype), w.shape));
   std::vector<std::vector<SlotInfo>> slots(params.size());  // from each tensor's first slice
   for (size_t i = 0; i < params.size(); ++i) {
     const Whole& w = params[i];
@@ -90,10 +92,12 @@ PartsPlan plan_parts(Manifest& m, const std::vector<Whole>& params,
     slots[i] = parse_slots(first->slots);
     for (const Piece* s : w.slices)
       if (s->slots.empty() != first->slots.empty())
-        throw Error(fmt::format("checkpoint directory save: '{}' has optimizer state on rank {} "
-                                "and none on rank {} (step every stage's optimizer the same number "
-                                "of times)", w.name, (first->slots.empty() ? s : first)->rank,
-                                (first->slots.empty() ? first : s)->rank));
+        throw Error(
+            fmt::format("checkpoint directory save: '{}' has optimizer state on rank {} "
+                        "and none on rank {} (step every stage's optimizer the same number "
+                        "of times)",
+                        w.name, (first->slots.empty() ? s : first)->rank,
+                        (first->slots.empty() ? first : s)->rank));
   }
   OptimizerInfo& info = m.optimizer;
   info.type = c10::demangle(typeid(optimizer).name());
@@ -143,7 +147,8 @@ std::vector<Record> parts_records(const Manifest& m, const PartsPlan& plan,
         if (sliced)
           add_slice_records(out, m, e, *slice, t);
         else if (slice == w.slices.front())  // a step count or scalar: from the first slice
-          out.push_back({m.tensors[e].rank, e, 0, t.detach().to(::torch::kCPU).contiguous().reshape({-1})});
+          out.push_back(
+              {m.tensors[e].rank, e, 0, t.detach().to(::torch::kCPU).contiguous().reshape({-1})});
       }
     }
   }
@@ -152,7 +157,8 @@ std::vector<Record> parts_records(const Manifest& m, const PartsPlan& plan,
     if (first->rank != me) continue;
     const Tensor& local = parts.buffers.at(static_cast<size_t>(first->position)).second;
     const size_t e = plan.buffer_entry[i];
-    out.push_back({m.tensors[e].rank, e, 0, local.detach().to(::torch::kCPU).contiguous().reshape({-1})});
+    out.push_back(
+        {m.tensors[e].rank, e, 0, local.detach().to(::torch::kCPU).contiguous().reshape({-1})});
   }
   return out;
 }
@@ -172,7 +178,8 @@ Snapshot take_parts_snapshot(const ModelParts& parts, const ::torch::optim::Opti
   std::vector<Record> records;
   try {
     records = parts_records(s.manifest, plan, params, buffers, parts, optimizer);
-  } catch (const std::exception& e) {  // ours alone: we still send (nothing), so no rank waits on us
+  } catch (
+      const std::exception& e) {  // ours alone: we still send (nothing), so no rank waits on us
     s.failure = e.what();
     s.failure_is_cause = true;
   }
@@ -183,9 +190,11 @@ Snapshot take_parts_snapshot(const ModelParts& parts, const ::torch::optim::Opti
     if (!s.values[e].defined() && entry.bytes == 0)  // an empty tensor: no record carries it
       s.values[e] = ::torch::empty(entry.shape, ::torch::TensorOptions().dtype(entry.dtype));
     if (!s.values[e].defined() || covered[e] != entry.bytes)
-      s.failure = fmt::format("checkpoint directory save: {} arrived with {} of its {} bytes from "
-                              "the ranks that hold its slices; every rank must step the same "
-                              "optimizer over the same model", entry.name, covered[e], entry.bytes);
+      s.failure = fmt::format(
+          "checkpoint directory save: {} arrived with {} of its {} bytes from "
+          "the ranks that hold its slices; every rank must step the same "
+          "optimizer over the same model",
+          entry.name, covered[e], entry.bytes);
   }
   return s;
 }

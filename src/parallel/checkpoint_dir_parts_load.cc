@@ -31,7 +31,8 @@ void check_whole(const Manifest& m, const std::vector<Whole>& params,
                  const std::string& what) {
   std::vector<lt::TensorInfo> here;
   for (const auto* list : {&params, &buffers})
-    for (const Whole& w : *list) here.push_back({w.name, static_cast<::torch::ScalarType>(w.dtype), w.shape});
+    for (const Whole& w : *list)
+      here.push_back({w.name, static_cast<::torch::ScalarType>(w.dtype), w.shape});
   lt::check_state_matches(here, part_infos(m, Part::kModel), what);
   std::vector<std::vector<std::string>> live(optimizer.param_groups().size());
   for (const Whole& w : params)
@@ -71,8 +72,9 @@ void stage_state(Staged& out, RangeReader& files, const Manifest& m, const Model
     for (const Tensor& t : optimizer.param_groups()[g].params()) {
       auto it = position.find(state_key(t));
       if (it == position.end())
-        throw InvalidArgument("checkpoint directory: the optimizer steps a tensor that is not one "
-                              "of the model parts' parameters; build it on model_parts(x)'s");
+        throw InvalidArgument(
+            "checkpoint directory: the optimizer steps a tensor that is not one "
+            "of the model parts' parameters; build it on model_parts(x)'s");
       const auto& [name, local] = parts.parameters[it->second];
       group.params.push_back(name);
       auto slots = m.optimizer.state.find(name);
@@ -81,9 +83,10 @@ void stage_state(Staged& out, RangeReader& files, const Manifest& m, const Model
       for (const StateSlot& slot : slots->second) {
         const std::string key = name + "." + slot.key;
         const Entry& e = files.entry(key);
-        out.state.emplace(key, slot.kind == "tensor" && e.shape == mine.params[it->second].full_shape
-                                   ? read_slice(files, key, mine.params[it->second], local)
-                                   : files.read_whole(key));
+        out.state.emplace(key,
+                          slot.kind == "tensor" && e.shape == mine.params[it->second].full_shape
+                              ? read_slice(files, key, mine.params[it->second], local)
+                              : files.read_whole(key));
       }
     }
     out.optimizer_part.optimizer.groups.push_back(std::move(group));

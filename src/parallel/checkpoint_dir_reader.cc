@@ -33,8 +33,10 @@ void check_state_entries(const Manifest& m, const std::string& what) {
   for (const auto& [param, slots] : m.optimizer.state)
     for (const StateSlot& s : slots)
       if (!names.count(param + "." + s.key))
-        throw Error(fmt::format("{}: the manifest lists optimizer state '{}.{}' but no file holds "
-                                "it; the folder is damaged, load an older step", what, param, s.key));
+        throw Error(
+            fmt::format("{}: the manifest lists optimizer state '{}.{}' but no file holds "
+                        "it; the folder is damaged, load an older step",
+                        what, param, s.key));
 }
 
 bool newest_complete(const std::string& root, std::string* dir, Manifest* manifest) {
@@ -61,8 +63,10 @@ std::map<std::string, Tensor> read_part(const std::string& dir, const Manifest& 
       if (e.part == part && e.rank == r) expected.push_back({e.name, e.dtype, e.shape});
     auto contents = lt::load_safetensors(path);
     std::vector<lt::TensorInfo> found;
-    for (auto& [name, t] : contents.tensors) found.push_back({name, t.scalar_type(), t.sizes().vec()});
-    lt::check_state_matches(expected, found, "safetensors file " + path + " (against its manifest)");
+    for (auto& [name, t] : contents.tensors)
+      found.push_back({name, t.scalar_type(), t.sizes().vec()});
+    lt::check_state_matches(expected, found,
+                            "safetensors file " + path + " (against its manifest)");
     for (auto& [name, t] : contents.tensors) out.emplace(name, std::move(t));
   }
   return out;
@@ -74,8 +78,8 @@ void copy_model(::torch::nn::Module& module, const std::map<std::string, Tensor>
   for (auto& item : module.named_buffers()) item.value().copy_(tensors.at(item.key()));
 }
 
-bool load(const std::string& root, ::torch::nn::Module& module, ::torch::optim::Optimizer& optimizer,
-          lt::TrainingProgress& progress) {
+bool load(const std::string& root, ::torch::nn::Module& module,
+          ::torch::optim::Optimizer& optimizer, lt::TrainingProgress& progress) {
   std::string dir;
   Manifest m;
   if (!newest_complete(root, &dir, &m)) return false;
@@ -128,8 +132,9 @@ bool load_checkpoint_dir(const std::string& root, FullyShardedModel& fsdp,
     return true;
   }
   bool found = false;
-  fsdp.with_full_view(optimizer, /*keep_changes=*/true,
-                      [&] { found = detail::ckdir::load(root, fsdp.wrapped(), optimizer, progress); });
+  fsdp.with_full_view(optimizer, /*keep_changes=*/true, [&] {
+    found = detail::ckdir::load(root, fsdp.wrapped(), optimizer, progress);
+  });
   return found;
 }
 

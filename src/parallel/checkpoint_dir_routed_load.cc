@@ -33,8 +33,10 @@ RangeReader::~RangeReader() {
 const Entry& RangeReader::entry(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end())
-    throw Error(fmt::format("checkpoint directory {}: the manifest has no tensor '{}'; the "
-                            "folder is damaged, load an older step", dir_, name));
+    throw Error(
+        fmt::format("checkpoint directory {}: the manifest has no tensor '{}'; the "
+                    "folder is damaged, load an older step",
+                    dir_, name));
   return *it->second;
 }
 
@@ -44,8 +46,10 @@ void RangeReader::read_into(const std::string& name, int64_t offset, const Tenso
                   "RangeReader: {} read into a tensor of another dtype or layout", name);
   const int64_t count = out.numel();
   if (offset < 0 || offset + count > c10::multiply_integers(e.shape))
-    throw Error(fmt::format("checkpoint directory {}: elements [{}, +{}) of '{}' are past its "
-                            "shape {}", dir_, offset, count, name, c10::str(c10::IntArrayRef(e.shape))));
+    throw Error(
+        fmt::format("checkpoint directory {}: elements [{}, +{}) of '{}' are past its "
+                    "shape {}",
+                    dir_, offset, count, name, c10::str(c10::IntArrayRef(e.shape))));
   const File& f = file(e.part, e.rank);
   const SafetensorsEntry& span = f.spans.at(name);
   const int64_t size = static_cast<int64_t>(::torch::elementSize(e.dtype));
@@ -73,8 +77,10 @@ const RangeReader::File& RangeReader::file(Part part, int rank) {
   if (f.fd < 0) {
     const std::string path = f.path;
     files_.erase(key);
-    throw Error(fmt::format("checkpoint directory {}: cannot open {}; the folder is damaged, "
-                            "load an older step", dir_, path));
+    throw Error(
+        fmt::format("checkpoint directory {}: cannot open {}; the folder is damaged, "
+                    "load an older step",
+                    dir_, path));
   }
   const SafetensorsHeader header = read_safetensors_header(f.fd, f.path);
   std::vector<lt::TensorInfo> expected, found;
@@ -84,7 +90,8 @@ const RangeReader::File& RangeReader::file(Part part, int rank) {
     found.push_back({s.name, lt::scalar_type_of(s.dtype), s.shape});
     f.spans.emplace(s.name, s);
   }
-  lt::check_state_matches(expected, found, "safetensors file " + f.path + " (against its manifest)");
+  lt::check_state_matches(expected, found,
+                          "safetensors file " + f.path + " (against its manifest)");
   f.data_start = header.data_start;
   return f;
 }
@@ -98,8 +105,10 @@ std::map<std::string, int> param_index(const ShardedView& view) {
   for (const auto& item : view.module->named_parameters()) {
     auto it = by_key.find(state_key(item.value()));
     if (it == by_key.end())
-      throw InvalidArgument(fmt::format("checkpoint directory: parameter {} of the module is not "
-                                        "held by the sharded strategy", item.key()));
+      throw InvalidArgument(
+          fmt::format("checkpoint directory: parameter {} of the module is not "
+                      "held by the sharded strategy",
+                      item.key()));
     out.emplace(item.key(), it->second);
   }
   return out;
@@ -107,14 +116,16 @@ std::map<std::string, int> param_index(const ShardedView& view) {
 
 // Each parameter's first name in the module's order (a tied one has more),
 // the name its optimizer state is saved under.
-std::vector<std::string> first_names(const ShardedView& view, const std::map<std::string, int>& index) {
+std::vector<std::string> first_names(const ShardedView& view,
+                                     const std::map<std::string, int>& index) {
   std::vector<std::string> names(view.params.size());
   for (const auto& item : view.module->named_parameters())
     if (names[index.at(item.key())].empty()) names[index.at(item.key())] = item.key();
   return names;
 }
 
-void check_against(const Manifest& m, const ShardedView& view, const std::map<std::string, int>& index,
+void check_against(const Manifest& m, const ShardedView& view,
+                   const std::map<std::string, int>& index,
                    const ::torch::optim::Optimizer& optimizer, const std::string& what) {
   std::vector<lt::TensorInfo> here;
   for (const auto& item : view.module->named_parameters())
@@ -133,16 +144,19 @@ void check_against(const Manifest& m, const ShardedView& view, const std::map<st
 }
 
 void stage_optimizer(Staged& out, RangeReader& files, const Manifest& m, const ShardedView& view,
-                     const std::vector<std::string>& names, const ::torch::optim::Optimizer& optimizer) {
+                     const std::vector<std::string>& names,
+                     const ::torch::optim::Optimizer& optimizer) {
   std::map<OptimizerStateKey, size_t> piece_of;
-  for (size_t i = 0; i < view.pieces.size(); ++i) piece_of.emplace(state_key(view.pieces[i].tensor), i);
+  for (size_t i = 0; i < view.pieces.size(); ++i)
+    piece_of.emplace(state_key(view.pieces[i].tensor), i);
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     ParamGroupInfo group{.params = {}, .lr = 0, .options = m.optimizer.groups[g].options};
     for (const Tensor& t : optimizer.param_groups()[g].params()) {
       auto it = piece_of.find(state_key(t));
       if (it == piece_of.end())
-        throw InvalidArgument("checkpoint directory: the optimizer steps a tensor that is not one "
-                              "of the strategy's shards; build it on the strategy's parameters");
+        throw InvalidArgument(
+            "checkpoint directory: the optimizer steps a tensor that is not one "
+            "of the strategy's shards; build it on the strategy's parameters");
       const PieceRef& piece = view.pieces[it->second];
       const std::string id = fmt::format("piece{}", it->second);
       group.params.push_back(id);

@@ -108,16 +108,16 @@ std::map<int, std::vector<SlotInfo>> agreed_slots(const ShardedView& view,
 
 std::map<OptimizerStateKey, std::string> module_names(const ::torch::nn::Module& module) {
   std::map<OptimizerStateKey, std::string> out;
-  for (const auto& item : module.named_parameters()) out.emplace(state_key(item.value()), item.key());
+  for (const auto& item : module.named_parameters())
+    out.emplace(state_key(item.value()), item.key());
   return out;
 }
-
 
 // The manifest's tensors (model entries in the module's order, buffers, then
 // optimizer state by group), with `source` saying where each value comes
 // from: a parameter index (routed pieces), a state slot, or a whole tensor.
 struct Plan {
-  std::vector<Tensor> whole;                       // per entry: a value held whole here, or undefined
+  std::vector<Tensor> whole;  // per entry: a value held whole here, or undefined
   std::map<int, std::vector<size_t>> param_entry;  // parameter -> its model entries (tied: several)
   std::map<std::pair<int, std::string>, size_t> slot_entry;  // (parameter, key) -> entry
 };
@@ -138,14 +138,17 @@ Plan plan_entries(Snapshot& s, const ShardedView& view, const ::torch::optim::Op
   for (const auto& item : view.module->named_parameters()) {
     auto it = index.find(state_key(item.value()));
     if (it == index.end())
-      throw InvalidArgument(fmt::format("checkpoint directory: parameter {} of the module is not "
-                                        "held by the sharded strategy", item.key()));
+      throw InvalidArgument(
+          fmt::format("checkpoint directory: parameter {} of the module is not "
+                      "held by the sharded strategy",
+                      item.key()));
     plan.param_entry[it->second].push_back(s.manifest.tensors.size());
     add_entry(s.manifest, item.key(), Part::kModel, view.dtype, view.shapes[it->second]);
     plan.whole.push_back(view.whole_params ? item.value() : Tensor());
   }
   for (const auto& item : view.module->named_buffers()) {
-    add_entry(s.manifest, item.key(), Part::kModel, item.value().scalar_type(), item.value().sizes().vec());
+    add_entry(s.manifest, item.key(), Part::kModel, item.value().scalar_type(),
+              item.value().sizes().vec());
     plan.whole.push_back(item.value());
   }
   OptimizerInfo& info = s.manifest.optimizer;
@@ -184,7 +187,8 @@ std::vector<Record> records_of(const Snapshot& s, const Plan& plan, const Sharde
   };
   for (const PieceRef& piece : view.pieces) {
     if (!view.whole_params)  // the parameter's segment, in the masters' dtype
-      for (size_t e : plan.param_entry.at(piece.param)) add(e, piece.offset, piece.tensor.reshape({-1}));
+      for (size_t e : plan.param_entry.at(piece.param))
+        add(e, piece.offset, piece.tensor.reshape({-1}));
     auto it = optimizer.state().find(state_key(piece.tensor));
     if (it == optimizer.state().end()) continue;
     for (const auto& [key, value] : state_values(*it->second)) {
@@ -223,7 +227,7 @@ void place(Snapshot& s, std::vector<uint64_t>& covered, size_t e, int64_t offset
 // The records for other ranks in one all-to-all within the shard group;
 // returns what this rank was sent.
 Tensor exchange(const std::vector<Record>& records, const lt::Group& group, const std::string& name,
-               int me) {
+                int me) {
   const int ranks = group.size();
   std::vector<int64_t> splits(ranks, 0);
   for (const Record& r : records)
@@ -276,14 +280,17 @@ SlotInfo read_slot(std::istream& fields) {
     s.shape.resize(dims);
     for (auto& d : s.shape) fields >> d;
   }
-  if (!fields || dims > 64) throw Error("checkpoint directory: a corrupt optimizer-state description");
+  if (!fields || dims > 64)
+    throw Error("checkpoint directory: a corrupt optimizer-state description");
   return s;
 }
 
 size_t add_entry(Manifest& m, std::string name, Part part, ::torch::ScalarType dtype,
                  std::vector<int64_t> shape) {
   const int64_t numel = c10::multiply_integers(shape);
-  m.tensors.push_back({.name = std::move(name), .part = part, .dtype = dtype,
+  m.tensors.push_back({.name = std::move(name),
+                       .part = part,
+                       .dtype = dtype,
                        .shape = std::move(shape),
                        .bytes = static_cast<uint64_t>(numel) * ::torch::elementSize(dtype)});
   return m.tensors.size() - 1;
@@ -297,7 +304,8 @@ std::vector<uint64_t> deliver(Snapshot& s, const std::vector<Record>& records,
   const Tensor inbox = exchange(records, group, name, me);
   receive(s, covered, inbox);
   for (const Record& r : records)  // our own pieces: views of the live tensors unless async
-    if (r.to == me) place(s, covered, r.entry, r.offset, r.value.view({-1}).view(::torch::kUInt8), !own_copies);
+    if (r.to == me)
+      place(s, covered, r.entry, r.offset, r.value.view({-1}).view(::torch::kUInt8), !own_copies);
   return covered;
 }
 
@@ -314,7 +322,8 @@ Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Opt
   std::vector<Record> records;
   try {
     records = records_of(s, plan, view, optimizer);
-  } catch (const std::exception& e) {  // ours alone: we still send (nothing), so no rank waits on us
+  } catch (
+      const std::exception& e) {  // ours alone: we still send (nothing), so no rank waits on us
     s.failure = e.what();
     s.failure_is_cause = true;
   }
@@ -329,9 +338,11 @@ Snapshot take_routed_snapshot(const ShardedView& view, const ::torch::optim::Opt
       covered[e] = entry.bytes;
     }
     if (!s.values[e].defined() || covered[e] != entry.bytes)
-      s.failure = fmt::format("checkpoint directory save: {} arrived with {} of its {} bytes from "
-                              "the ranks that hold its pieces; every rank must step the same "
-                              "optimizer over the same model", entry.name, covered[e], entry.bytes);
+      s.failure = fmt::format(
+          "checkpoint directory save: {} arrived with {} of its {} bytes from "
+          "the ranks that hold its pieces; every rank must step the same "
+          "optimizer over the same model",
+          entry.name, covered[e], entry.bytes);
   }
   return s;
 }

@@ -27,15 +27,17 @@ std::string type_name(const ::torch::optim::Optimizer& optimizer) {
 
 std::map<OptimizerStateKey, std::string> names_by_key(const ::torch::nn::Module& module) {
   std::map<OptimizerStateKey, std::string> out;
-  for (const auto& item : module.named_parameters()) out.emplace(state_key(item.value()), item.key());
+  for (const auto& item : module.named_parameters())
+    out.emplace(state_key(item.value()), item.key());
   return out;
 }
 
 std::string name_of(const std::map<OptimizerStateKey, std::string>& names, const Tensor& param) {
   auto it = names.find(state_key(param));
   if (it == names.end())
-    throw InvalidArgument("checkpoint directory: the optimizer holds a parameter that is not one "
-                          "of the module's; build the optimizer on this module's parameters");
+    throw InvalidArgument(
+        "checkpoint directory: the optimizer holds a parameter that is not one "
+        "of the module's; build the optimizer on this module's parameters");
   return it->second;
 }
 
@@ -48,7 +50,9 @@ c10::IValue from_tensor(const Tensor& t, const std::string& kind, const ::torch:
 
 void add(Snapshot& s, std::string name, Part part, const Tensor& t) {
   Tensor v = t.detach().to(::torch::kCPU).contiguous();  // a view where it can be
-  s.manifest.tensors.push_back({.name = std::move(name), .part = part, .dtype = v.scalar_type(),
+  s.manifest.tensors.push_back({.name = std::move(name),
+                                .part = part,
+                                .dtype = v.scalar_type(),
                                 .shape = v.sizes().vec(),
                                 .bytes = static_cast<uint64_t>(v.numel()) * v.element_size()});
   s.values.push_back(std::move(v));
@@ -68,13 +72,15 @@ std::pair<Tensor, std::string> state_value_tensor(const c10::IValue& v, const st
   if (v.isInt()) return {::torch::scalar_tensor(v.toInt(), ::torch::kLong), "int"};
   if (v.isDouble()) return {::torch::scalar_tensor(v.toDouble(), ::torch::kDouble), "double"};
   if (v.isBool()) return {::torch::scalar_tensor(v.toBool(), ::torch::kBool), "bool"};
-  throw InvalidArgument(fmt::format("checkpoint directory: optimizer state {} is a {}, which a "
-                                    "checkpoint directory cannot store (tensors, ints, doubles "
-                                    "and bools only); use lockstep::torch::save_checkpoint",
-                                    where, v.tagKind()));
+  throw InvalidArgument(
+      fmt::format("checkpoint directory: optimizer state {} is a {}, which a "
+                  "checkpoint directory cannot store (tensors, ints, doubles "
+                  "and bools only); use lockstep::torch::save_checkpoint",
+                  where, v.tagKind()));
 }
 
-Snapshot take_snapshot(const ::torch::nn::Module& module, const ::torch::optim::Optimizer& optimizer,
+Snapshot take_snapshot(const ::torch::nn::Module& module,
+                       const ::torch::optim::Optimizer& optimizer,
                        const lt::TrainingProgress& progress) {
   Snapshot s;
   s.manifest.progress = progress;
@@ -84,8 +90,8 @@ Snapshot take_snapshot(const ::torch::nn::Module& module, const ::torch::optim::
   OptimizerInfo& info = s.manifest.optimizer;
   info.type = type_name(optimizer);
   for (const auto& group : optimizer.param_groups()) {
-    ParamGroupInfo g{.params = {}, .lr = group.options().get_lr(),
-                     .options = options_hex(group.options())};
+    ParamGroupInfo g{
+        .params = {}, .lr = group.options().get_lr(), .options = options_hex(group.options())};
     for (const Tensor& p : group.params()) {
       g.params.push_back(name_of(names, p));
       auto it = optimizer.state().find(state_key(p));
@@ -110,19 +116,25 @@ void keep_own_copies(Snapshot& s, int rank) {
 }
 
 void check_optimizer_groups(const Manifest& m, const ::torch::optim::Optimizer& optimizer,
-                            const std::vector<std::vector<std::string>>& live, const std::string& what) {
+                            const std::vector<std::vector<std::string>>& live,
+                            const std::string& what) {
   const OptimizerInfo& saved = m.optimizer;
   if (saved.type != type_name(optimizer))
-    throw Error(fmt::format("{}: saved with a {}, loaded into a {}; build the optimizer the saving "
-                            "run used", what, saved.type, type_name(optimizer)));
+    throw Error(
+        fmt::format("{}: saved with a {}, loaded into a {}; build the optimizer the saving "
+                    "run used",
+                    what, saved.type, type_name(optimizer)));
   if (saved.groups.size() != live.size())
-    throw Error(fmt::format("{}: {} param groups saved, the optimizer has {}; build its groups as "
-                            "the saving run did", what, saved.groups.size(), live.size()));
+    throw Error(
+        fmt::format("{}: {} param groups saved, the optimizer has {}; build its groups as "
+                    "the saving run did",
+                    what, saved.groups.size(), live.size()));
   for (size_t g = 0; g < live.size(); ++g)
     if (live[g] != saved.groups[g].params)
-      throw Error(fmt::format("{}: param group {} holds [{}] in the checkpoint and [{}] here; build "
-                              "the optimizer's groups as the saving run did", what, g,
-                              fmt::join(saved.groups[g].params, ", "), fmt::join(live[g], ", ")));
+      throw Error(
+          fmt::format("{}: param group {} holds [{}] in the checkpoint and [{}] here; build "
+                      "the optimizer's groups as the saving run did",
+                      what, g, fmt::join(saved.groups[g].params, ", "), fmt::join(live[g], ", ")));
 }
 
 void check_optimizer_matches(const Manifest& m, const ::torch::nn::Module& module,

@@ -22,7 +22,8 @@ std::optional<ShardedView> Access::view(FullyShardedModel& fsdp,
       optimizer.param_groups()[0].params().size() != m.pieces.size())
     throw InvalidArgument(fmt::format(
         "FullyShardedModel: checkpoints need the optimizer built on fsdp.parameters() in one "
-        "param group (it has {} groups)", optimizer.param_groups().size()));
+        "param group (it has {} groups)",
+        optimizer.param_groups().size()));
   ShardedView v;
   v.module = fsdp.root_.get();
   v.params = m.params;
@@ -50,8 +51,8 @@ std::optional<ShardedView> Access::view(const ::torch::nn::Module& module,
   v.whole_params = true;
   v.whole_tensors = !m.element;
   for (const auto& piece : m.pieces)
-    v.pieces.push_back({piece.place.param, piece.place.param_offset, piece.place.length,
-                        piece.tensor});
+    v.pieces.push_back(
+        {piece.place.param, piece.place.param_offset, piece.place.length, piece.tensor});
   size_t next = 0;
   for (size_t size : m.group_sizes) {
     v.groups.emplace_back(m.group_params.begin() + next, m.group_params.begin() + next + size);

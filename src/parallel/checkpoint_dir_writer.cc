@@ -145,8 +145,8 @@ void write_save_sync(const std::string& root, const std::string& dir, const Snap
   if (mine) std::rethrow_exception(mine);
   for (int r = 0; r < world; ++r)
     if (!written[r].empty())
-      throw Error(fmt::format("checkpoint directory {}: rank {} failed to save step {}: {}", root, r,
-                              step, written[r]));
+      throw Error(fmt::format("checkpoint directory {}: rank {} failed to save step {}: {}", root,
+                              r, step, written[r]));
   if (rank == 0) {
     try {
       complete_save(root, dir, snap, *lock, options);
@@ -170,9 +170,10 @@ void throw_snapshot_failure(const std::vector<Agreement>& all, int rank, const s
     for (size_t r = 0; r < all.size(); ++r) {
       if (all[r].snapshot_failure.empty() || all[r].failure_is_cause != cause) continue;
       if (static_cast<int>(r) == rank) throw Error(all[r].snapshot_failure);
-      throw Error(fmt::format("checkpoint directory {}: rank {} could not take its share of step {} "
-                              "(it threw this there): {}; step {} is not saved on any rank", root, r,
-                              step, all[r].snapshot_failure, step));
+      throw Error(
+          fmt::format("checkpoint directory {}: rank {} could not take its share of step {} "
+                      "(it threw this there): {}; step {} is not saved on any rank",
+                      root, r, step, all[r].snapshot_failure, step));
     }
 }
 
@@ -185,31 +186,41 @@ std::string agree(const std::string& root, const std::string& dir, Snapshot& sna
   const int world = snap.manifest.world_size;
   const int64_t step = snap.manifest.progress.step;
   std::error_code ec;
-  Agreement mine{.fingerprint = fingerprint(snap.manifest), .id = random_id(),
-                 .rng = generator_state_hex(), .snapshot_failure = snap.failure,
+  Agreement mine{.fingerprint = fingerprint(snap.manifest),
+                 .id = random_id(),
+                 .rng = generator_state_hex(),
+                 .snapshot_failure = snap.failure,
                  .previous_failed = previous != nullptr,
                  .step_exists = rank == 0 && fs::is_regular_file(dir + "/" + kManifest, ec),
                  .failure_is_cause = snap.failure_is_cause};
   std::vector<Agreement> all;
-  if (world == 1) all.push_back(mine);
+  if (world == 1)
+    all.push_back(mine);
   else
-    for (const std::string& b : lt::allgather_bytes(mine.bytes(), "ckdir.save")) all.push_back(Agreement::parse(b));
+    for (const std::string& b : lt::allgather_bytes(mine.bytes(), "ckdir.save"))
+      all.push_back(Agreement::parse(b));
   for (int r = 0; r < world; ++r) {
     if (!all[r].previous_failed) continue;
     if (previous) std::rethrow_exception(previous);
-    throw Error(fmt::format("checkpoint directory {}: rank {}'s previous save failed (it threw the "
-                            "error there); step {} is not saved on any rank", root, r, step));
+    throw Error(
+        fmt::format("checkpoint directory {}: rank {}'s previous save failed (it threw the "
+                    "error there); step {} is not saved on any rank",
+                    root, r, step));
   }
   throw_snapshot_failure(all, rank, root, step);
   if (all[0].step_exists)
-    throw InvalidArgument(fmt::format("checkpoint directory {} already holds a complete checkpoint "
-                                      "of step {}; save each step once (progress.step is the step "
-                                      "you are at) or remove that folder", dir, step));
+    throw InvalidArgument(
+        fmt::format("checkpoint directory {} already holds a complete checkpoint "
+                    "of step {}; save each step once (progress.step is the step "
+                    "you are at) or remove that folder",
+                    dir, step));
   for (int r = 1; r < world; ++r)
     if (all[r].fingerprint != all[0].fingerprint)
-      throw InvalidArgument(fmt::format("checkpoint directory {}: rank {} holds other tensors (names, "
-                                        "shapes or dtypes) or another step than rank 0; every rank "
-                                        "must save the same model and optimizer", root, r));
+      throw InvalidArgument(
+          fmt::format("checkpoint directory {}: rank {} holds other tensors (names, "
+                      "shapes or dtypes) or another step than rank 0; every rank "
+                      "must save the same model and optimizer",
+                      root, r));
   for (const Agreement& a : all) snap.manifest.rng.push_back(a.rng);
   return all[0].id;
 }
@@ -257,14 +268,14 @@ struct CheckpointWriter::Impl {
   void save(const detail::ckdir::ShardedView& view, const ::torch::optim::Optimizer& optimizer,
             const lt::TrainingProgress& progress) {
     std::exception_ptr previous = finish_previous();
-    run(detail::ckdir::take_routed_snapshot(view, optimizer, progress, options.async), progress.step,
-        previous);
+    run(detail::ckdir::take_routed_snapshot(view, optimizer, progress, options.async),
+        progress.step, previous);
   }
   void save(const ModelParts& parts, const ::torch::optim::Optimizer& optimizer,
             const lt::TrainingProgress& progress) {
     std::exception_ptr previous = finish_previous();
-    run(detail::ckdir::take_parts_snapshot(parts, optimizer, progress, options.async), progress.step,
-        previous);
+    run(detail::ckdir::take_parts_snapshot(parts, optimizer, progress, options.async),
+        progress.step, previous);
   }
 };
 
@@ -291,10 +302,13 @@ void CheckpointWriter::Impl::run(detail::ckdir::Snapshot snap, int64_t step,
 
 CheckpointWriter::CheckpointWriter(std::string root, CheckpointDirOptions options)
     : impl_(std::make_unique<Impl>()) {
-  if (root.empty()) throw InvalidArgument("CheckpointWriter: the root directory is empty; pass a path");
+  if (root.empty())
+    throw InvalidArgument("CheckpointWriter: the root directory is empty; pass a path");
   if (options.keep_last < 0)
-    throw InvalidArgument(fmt::format("CheckpointWriter: keep_last is {}; pass 0 (keep all) or the "
-                                      "number of steps to keep", options.keep_last));
+    throw InvalidArgument(
+        fmt::format("CheckpointWriter: keep_last is {}; pass 0 (keep all) or the "
+                    "number of steps to keep",
+                    options.keep_last));
   impl_->root = std::move(root);
   impl_->options = options;
   std::error_code ec;
@@ -305,7 +319,8 @@ CheckpointWriter::~CheckpointWriter() {
   try {
     impl_->join();
   } catch (const std::exception& e) {
-    log(LogLevel::kError, "checkpoint directory {}: the last save failed: {}", impl_->root, e.what());
+    log(LogLevel::kError, "checkpoint directory {}: the last save failed: {}", impl_->root,
+        e.what());
   }
 }
 

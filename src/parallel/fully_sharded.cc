@@ -185,8 +185,7 @@ void FullyShardedModel::Impl::enter(int u) {
   if (!order_frozen) order.push_back(u);
   gather(u, true);
   const int next = pass_open ? -1 : next_call(u);
-  if (options->prefetch && next >= 0 &&
-      units[next].residence == Residence::released) {
+  if (options->prefetch && next >= 0 && units[next].residence == Residence::released) {
     gather(next, false);
     prefetching = next;
   }
@@ -215,7 +214,8 @@ void FullyShardedModel::Impl::begin_backward(int u) {
   if (unit.sent)
     throw InvalidArgument(fmt::format(
         "FullyShardedModel: unit {} reached again in one backward pass after its gradient was "
-        "reduced", unit.label));
+        "reduced",
+        unit.label));
   if (modules) freeze_order();
   gather(u, true);
   const int previous = backward_prefetch(u);
@@ -245,15 +245,17 @@ void FullyShardedModel::Impl::bind_views(int u) {
 
 ::torch::nn::Sequential& FullyShardedModel::module() {
   if (model_.is_empty())
-    throw InvalidArgument("FullyShardedModel::module: built over a module, not a Sequential; "
-                          "use wrapped()");
+    throw InvalidArgument(
+        "FullyShardedModel::module: built over a module, not a Sequential; "
+        "use wrapped()");
   return model_;
 }
 
 Tensor FullyShardedModel::forward(Tensor x) {
   if (model_.is_empty())
-    throw InvalidArgument("FullyShardedModel::forward: built over a module; call the module's "
-                          "own forward (its FullyShardedUnit submodules gather themselves)");
+    throw InvalidArgument(
+        "FullyShardedModel::forward: built over a module; call the module's "
+        "own forward (its FullyShardedUnit submodules gather themselves)");
   Impl& m = *impl_;
   const bool grad = ::torch::GradMode::is_enabled();
   x = m.to_compute(x);

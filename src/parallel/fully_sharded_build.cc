@@ -45,15 +45,16 @@ void check_same_model_everywhere(const std::string& mine, const FullyShardedOpti
     while (i < first.size() && i < theirs.size() && first[i] == theirs[i]) ++i;
     throw InvalidArgument(fmt::format(
         "FullyShardedModel: every rank must wrap the same model; group rank {} has {} where group "
-        "rank 0 has {}", r, i < theirs.size() ? "'" + theirs[i] + "'" : "nothing more",
+        "rank 0 has {}",
+        r, i < theirs.size() ? "'" + theirs[i] + "'" : "nothing more",
         i < first.size() ? "'" + first[i] + "'" : "nothing more"));
   }
 }
 
 void validate_fsdp_options(const FullyShardedOptions& o, const ::torch::nn::Sequential& model) {
   if (o.layers_per_unit < 1)
-    throw InvalidArgument(fmt::format("FullyShardedModel: layers_per_unit={} must be >= 1",
-                                      o.layers_per_unit));
+    throw InvalidArgument(
+        fmt::format("FullyShardedModel: layers_per_unit={} must be >= 1", o.layers_per_unit));
   if (model->size() == 0) throw InvalidArgument("FullyShardedModel: the Sequential has no layers");
   validate_common_options(o);
 }
@@ -69,7 +70,8 @@ void validate_common_options(const FullyShardedOptions& o) {
   if (o.reduce_dtype && !c10::isFloatingType(*o.reduce_dtype))
     throw InvalidArgument(fmt::format(
         "FullyShardedModel: reduce_dtype {} is not a floating type (kBFloat16 or kHalf compress "
-        "the gradient reduce-scatter)", c10::toString(*o.reduce_dtype)));
+        "the gradient reduce-scatter)",
+        c10::toString(*o.reduce_dtype)));
 }
 
 std::optional<::torch::ScalarType> fsdp_reduce_dtype(lockstep::torch::Compression compression) {
@@ -83,8 +85,8 @@ std::optional<::torch::ScalarType> fsdp_reduce_dtype(lockstep::torch::Compressio
     case Compression::kOneBitAdam:
     case Compression::kOneBitLamb: break;
   }
-  const char* scheme = compression == Compression::kPowerSGD ? "PowerSGD"
-                       : compression == Compression::kOneBit ? "1-bit"
+  const char* scheme = compression == Compression::kPowerSGD     ? "PowerSGD"
+                       : compression == Compression::kOneBit     ? "1-bit"
                        : compression == Compression::kOneBitAdam ? "1-bit Adam"
                                                                  : "1-bit LAMB";
   throw InvalidArgument(fmt::format(
@@ -107,15 +109,17 @@ static void check_parameter(FullyShardedModel::Impl& m, const std::string& name,
   if (!p.requires_grad() || !p.is_floating_point() || !p.is_contiguous())
     throw InvalidArgument(fmt::format(
         "FullyShardedModel: parameter {} must be a contiguous floating tensor that requires grad "
-        "(freeze layers outside the sharded model)", name));
+        "(freeze layers outside the sharded model)",
+        name));
   if (m.params.empty()) {
     m.dtype = p.scalar_type();
     m.device = p.device();
   } else if (p.scalar_type() != m.dtype || p.device() != m.device) {
-    throw InvalidArgument(fmt::format("FullyShardedModel: parameter {} is {} on {}, {} is {} on {}; "
-                                      "all must be one dtype on one device", name,
-                                      c10::toString(p.scalar_type()), p.device().str(), m.names[0],
-                                      c10::toString(m.dtype), m.device.str()));
+    throw InvalidArgument(
+        fmt::format("FullyShardedModel: parameter {} is {} on {}, {} is {} on {}; "
+                    "all must be one dtype on one device",
+                    name, c10::toString(p.scalar_type()), p.device().str(), m.names[0],
+                    c10::toString(m.dtype), m.device.str()));
   }
 }
 
@@ -147,8 +151,8 @@ void FullyShardedModel::Impl::lay_out(int u) {
 // for check_same_model_everywhere.
 static std::string plan_units(FullyShardedModel::Impl& m, ::torch::nn::Sequential& model,
                               const FullyShardedOptions& o) {
-  std::string description = fmt::format("layers_per_unit={} {}\n", o.layers_per_unit,
-                                        m.layout_line());
+  std::string description =
+      fmt::format("layers_per_unit={} {}\n", o.layers_per_unit, m.layout_line());
   const int layers = static_cast<int>(model->size());
   const auto children = model->named_children();  // the names module.named_parameters() uses
   for (int first = 0; first < layers; first += o.layers_per_unit) {
@@ -179,11 +183,12 @@ static void shard_unit(FullyShardedModel::Impl& m, int u) {
     whole.narrow(0, place.flat_offset, place.length)
         .copy_(m.params[place.param].detach().reshape({-1}).narrow(0, place.param_offset,
                                                                    place.length));
-  if (m.n > 1) lt::broadcast_(whole, 0, fmt::format("{}.init.{}", m.options->name, u),
-                              m.options->group.id());
+  if (m.n > 1)
+    lt::broadcast_(whole, 0, fmt::format("{}.init.{}", m.options->name, u), m.options->group.id());
   Tensor mine = whole.narrow(0, m.me * unit.layout.shard, unit.layout.shard);
   if (m.offload) {
-    unit.shard = ::torch::empty({unit.layout.shard}, options.device(::torch::kCPU).pinned_memory(true));
+    unit.shard =
+        ::torch::empty({unit.layout.shard}, options.device(::torch::kCPU).pinned_memory(true));
     unit.shard.copy_(mine);
     unit.device_shard = mine.clone();
   } else {
@@ -200,7 +205,8 @@ static void make_pieces(FullyShardedModel::Impl& m) {
   for (auto& unit : m.units)
     for (const ShardPlacement& place : unit.layout.placements) {
       if (unit.params.empty() || unit.layout.owner(place) != m.me) continue;
-      Tensor piece = unit.shard.narrow(0, place.flat_offset - m.me * unit.layout.shard, place.length);
+      Tensor piece =
+          unit.shard.narrow(0, place.flat_offset - m.me * unit.layout.shard, place.length);
       if (!m.element) piece = piece.view(m.params[place.param].sizes());
       m.pieces.push_back({place.param, place.param_offset, place.length, piece});
     }
@@ -235,8 +241,8 @@ void FullyShardedModel::Impl::register_hooks() {
     auto node = ::torch::autograd::impl::grad_accumulator(params[p]);
     if (!node) throw InvalidArgument(fmt::format("FullyShardedModel: {} is not a leaf", names[p]));
     const int param = static_cast<int>(p);
-    uintptr_t key = node->add_post_hook(std::make_unique<detail::GradientReadyHook>(
-        [this, param] { on_gradient(param); }));
+    uintptr_t key = node->add_post_hook(
+        std::make_unique<detail::GradientReadyHook>([this, param] { on_gradient(param); }));
     hooks.emplace_back(node, key);
   }
 }

@@ -53,8 +53,8 @@ std::optional<std::string> FullyShardedModel::Impl::explain_storage_error(
   if (shown.size() > 4) list += fmt::format(" and {} more", shown.size() - 4);
   return fmt::format(
       "FullyShardedModel: {} read a parameter outside its unit, where it holds no memory ({}{}); "
-      "a unit's parameters exist only inside its forward. {} LibTorch said: {}", where,
-      matching.empty() ? "released: " : "", list, advice, what.substr(0, what.find('\n')));
+      "a unit's parameters exist only inside its forward. {} LibTorch said: {}",
+      where, matching.empty() ? "released: " : "", list, advice, what.substr(0, what.find('\n')));
 }
 
 namespace {
@@ -105,8 +105,10 @@ std::optional<std::string> explain_uncaught(const std::string& what, int& rank) 
     auto message =
         w.impl->modules
             ? w.impl->explain_storage_error(
-                  what, "code outside every FullyShardedUnit (the model's own forward between "
-                        "units, or its backward)", kTiedWeightsAdvice)
+                  what,
+                  "code outside every FullyShardedUnit (the model's own forward between "
+                  "units, or its backward)",
+                  kTiedWeightsAdvice)
             : w.impl->explain_storage_error(
                   what, "code outside fsdp.forward",
                   "Run a Sequential sharded by a FullyShardedModel through fsdp.forward(x), not "

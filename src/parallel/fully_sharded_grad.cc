@@ -34,8 +34,9 @@ using ::torch::Tensor;
 
 void FullyShardedModel::Impl::open_pass() {
   if (reduced)
-    throw InvalidArgument("FullyShardedModel: a backward after clip_grad_norm() and before "
-                          "step(); clip once, after the last micro-batch's backward");
+    throw InvalidArgument(
+        "FullyShardedModel: a backward after clip_grad_norm() and before "
+        "step(); clip once, after the last micro-batch's backward");
   if (pass_open) return;
   pass_open = true;
   if (!loss_checked) check_loss_dtype();
@@ -58,8 +59,8 @@ void FullyShardedModel::Impl::check_loss_dtype() {
     log(LogLevel::kWarning,
         "FullyShardedModel: the loss is computed in {} (the model's output is in compute_dtype "
         "over a module); the loss and its gradient are quantized: cast the output for the loss, "
-        "loss_fn(net->forward(x).to(torch::k{}), y)", c10::toString(compute),
-        c10::toString(dtype));
+        "loss_fn(net->forward(x).to(torch::k{}), y)",
+        c10::toString(compute), c10::toString(dtype));
     return;
   }
 }
@@ -82,7 +83,8 @@ void FullyShardedModel::Impl::on_gradient(int param) {
   if (unit.sent)
     throw InvalidArgument(fmt::format(
         "FullyShardedModel: gradient of {} produced again in one backward pass after its unit "
-        "was reduced", names[param]));
+        "was reduced",
+        names[param]));
   if (++unit.ready == static_cast<int>(unit.params.size())) send(unit_of[param]);
 }
 
@@ -214,8 +216,10 @@ Tensor FullyShardedModel::Impl::piece_grad(size_t i) const {
 // and the root unit is sharded like any unit, so each element counts once.
 double FullyShardedModel::clip_grad_norm(double max_norm, double norm_type) {
   if (!(norm_type > 0))
-    throw InvalidArgument(fmt::format("FullyShardedModel::clip_grad_norm: norm_type={} must be > "
-                                      "0 (2, or infinity for the max norm)", norm_type));
+    throw InvalidArgument(
+        fmt::format("FullyShardedModel::clip_grad_norm: norm_type={} must be > "
+                    "0 (2, or infinity for the max norm)",
+                    norm_type));
   Impl& m = *impl_;
   m.finish_gradients();
   const bool inf = norm_type == std::numeric_limits<double>::infinity();

@@ -46,9 +46,9 @@ struct FullyShardedModel::Impl {
     ::torch::Tensor shard;               // this rank's segment: what the optimizer steps
     ::torch::Tensor device_shard;        // offload: the segment on the parameters' device
     ::torch::Tensor grad_full;           // flat gradient while the unit's backward runs
-    ::torch::Tensor grad_shard;          // this rank's averaged gradient segment, summed over passes
-    ::torch::Tensor incoming;            // this pass's segment while its reduce-scatter runs
-    ::torch::Tensor host_grad;           // offload: grad_shard in host memory
+    ::torch::Tensor grad_shard;  // this rank's averaged gradient segment, summed over passes
+    ::torch::Tensor incoming;    // this pass's segment while its reduce-scatter runs
+    ::torch::Tensor host_grad;   // offload: grad_shard in host memory
     lockstep::torch::TensorHandle gathering, reducing;  // gathering: full's all-gather in flight
     Residence residence = Residence::released;
     int ready = 0;      // parameters whose gradient is complete this backward pass
@@ -59,9 +59,9 @@ struct FullyShardedModel::Impl {
 
   const FullyShardedOptions* options = nullptr;
   std::vector<std::string> names;
-  std::vector<::torch::Tensor> params;  // the model's, in module order
+  std::vector<::torch::Tensor> params;       // the model's, in module order
   std::vector<std::vector<int64_t>> shapes;  // theirs at construction
-  std::vector<int> unit_of;             // per parameter
+  std::vector<int> unit_of;                  // per parameter
   std::vector<Unit> units;
   std::vector<detail::PieceRef> pieces;  // this rank's segments, per placement
   std::vector<std::pair<std::shared_ptr<::torch::autograd::Node>, uintptr_t>> hooks;
@@ -76,13 +76,13 @@ struct FullyShardedModel::Impl {
   std::vector<std::shared_ptr<FullyShardedUnitImpl>> unit_modules;
   std::vector<int> order, previous_backward;
   bool order_frozen = false;
-  size_t position = 0;   // index into `order` of the call a forward is expected to make next
-  int prefetching = -1;  // the unit a forward's prefetch is gathering (-1: none)
+  size_t position = 0;     // index into `order` of the call a forward is expected to make next
+  int prefetching = -1;    // the unit a forward's prefetch is gathering (-1: none)
   int reducing_unit = -1;  // the one reduce-scatter in flight (-1: none)
   // Gradient accumulation (Note [FSDP passes] in fully_sharded_step.cc).
-  bool pass_open = false;  // a backward pass reached the model; end_pass() is queued
-  int passes = 0;          // backward passes since the last step() or zero_grad()
-  bool reduced = false;    // finish_gradients() ran: gradient shards final until step()
+  bool pass_open = false;     // a backward pass reached the model; end_pass() is queued
+  int passes = 0;             // backward passes since the last step() or zero_grad()
+  bool reduced = false;       // finish_gradients() ran: gradient shards final until step()
   bool loss_checked = false;  // the first backward looked at the loss's dtype
   int n = 1, me = 0;
   bool element = true;

@@ -17,11 +17,11 @@ using ::torch::Tensor;
 namespace {
 
 void require_one_group(const ::torch::optim::Optimizer& optimizer, size_t pieces) {
-  if (optimizer.param_groups().size() != 1 ||
-      optimizer.param_groups()[0].params().size() != pieces)
+  if (optimizer.param_groups().size() != 1 || optimizer.param_groups()[0].params().size() != pieces)
     throw InvalidArgument(fmt::format(
         "FullyShardedModel: checkpoints need the optimizer built on fsdp.parameters() in one "
-        "param group (it has {} groups)", optimizer.param_groups().size()));
+        "param group (it has {} groups)",
+        optimizer.param_groups().size()));
 }
 
 }  // namespace
@@ -88,9 +88,10 @@ static void take_parameters(FullyShardedModel::Impl& m) {
   ::torch::NoGradGuard no_grad;
   for (size_t p = 0; p < m.params.size(); ++p)
     if (!m.params[p].sizes().equals(m.shapes[p]))
-      throw Error(fmt::format("FullyShardedModel: the checkpoint's {} has shape {} but the model's "
-                              "has {}; it was written for another model", m.names[p],
-                              fmt::join(m.params[p].sizes(), "x"), fmt::join(m.shapes[p], "x")));
+      throw Error(fmt::format(
+          "FullyShardedModel: the checkpoint's {} has shape {} but the model's "
+          "has {}; it was written for another model",
+          m.names[p], fmt::join(m.params[p].sizes(), "x"), fmt::join(m.shapes[p], "x")));
   for (int u = 0; u < static_cast<int>(m.units.size()); ++u) {
     auto& unit = m.units[u];
     if (unit.params.empty()) continue;
@@ -157,9 +158,8 @@ void FullyShardedModel::with_full_view(::torch::optim::Optimizer& optimizer, boo
 
 void save_checkpoint(const std::string& path, FullyShardedModel& fsdp,
                      ::torch::optim::Optimizer& optimizer, const lt::TrainingProgress& progress) {
-  fsdp.with_full_view(optimizer, /*keep_changes=*/false, [&] {
-    lt::save_checkpoint(path, fsdp.wrapped(), optimizer, progress);
-  });
+  fsdp.with_full_view(optimizer, /*keep_changes=*/false,
+                      [&] { lt::save_checkpoint(path, fsdp.wrapped(), optimizer, progress); });
 }
 
 bool load_checkpoint(const std::string& path, FullyShardedModel& fsdp,

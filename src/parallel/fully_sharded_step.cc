@@ -19,22 +19,26 @@ namespace {
 
 void check_optimizer(const FullyShardedModel::Impl& m, const ::torch::optim::Optimizer& optimizer) {
   if (m.element && !is_elementwise(optimizer))
-    throw InvalidArgument("FullyShardedModel: this optimizer may use whole-tensor norms (LAMB, "
-                          "LARS...), which element shards would change; construct the model with "
-                          "granularity = ShardGranularity::kTensor");
+    throw InvalidArgument(
+        "FullyShardedModel: this optimizer may use whole-tensor norms (LAMB, "
+        "LARS...), which element shards would change; construct the model with "
+        "granularity = ShardGranularity::kTensor");
   std::set<const void*> mine;
   for (const auto& piece : m.pieces) mine.insert(piece.tensor.unsafeGetTensorImpl());
   size_t updated = 0;
   for (const auto& group : optimizer.param_groups())
     for (const Tensor& p : group.params()) {
       if (!mine.count(p.unsafeGetTensorImpl()))
-        throw InvalidArgument("FullyShardedModel::step: the optimizer updates a tensor that is "
-                              "not one of this model's shards; build it on fsdp.parameters()");
+        throw InvalidArgument(
+            "FullyShardedModel::step: the optimizer updates a tensor that is "
+            "not one of this model's shards; build it on fsdp.parameters()");
       ++updated;
     }
   if (updated != mine.size())
-    throw InvalidArgument(fmt::format("FullyShardedModel::step: the optimizer updates {} of the "
-                                      "{} shards of parameters()", updated, mine.size()));
+    throw InvalidArgument(
+        fmt::format("FullyShardedModel::step: the optimizer updates {} of the "
+                    "{} shards of parameters()",
+                    updated, mine.size()));
 }
 
 }  // namespace
@@ -73,7 +77,8 @@ void FullyShardedModel::step(::torch::optim::Optimizer& optimizer) {
   }
   optimizer.step();
   for (auto& unit : m.units) {
-    if (m.offload && !unit.params.empty()) unit.device_shard.copy_(unit.shard, /*non_blocking=*/true);
+    if (m.offload && !unit.params.empty())
+      unit.device_shard.copy_(unit.shard, /*non_blocking=*/true);
     unit.grad_shard = Tensor();  // the pieces keep theirs; the next pass starts a new sum
   }
   m.passes = 0;

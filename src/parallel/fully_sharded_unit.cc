@@ -97,15 +97,17 @@ std::vector<FoundUnit> find_units(::torch::nn::Module& model) {
       if (std::dynamic_pointer_cast<FullyShardedUnitImpl>(inner.value()))
         throw InvalidArgument(fmt::format(
             "FullyShardedModel: unit '{}' contains another FullyShardedUnit ('{}.{}'); nested "
-            "units are not supported", item.key(), item.key(), inner.key()));
+            "units are not supported",
+            item.key(), item.key(), inner.key()));
     if (unit->sharded())
       throw InvalidArgument(fmt::format(
           "FullyShardedModel: unit '{}' already belongs to another FullyShardedModel", item.key()));
     found.push_back({{item.key()}, std::move(unit)});
   }
   if (found.empty())
-    throw InvalidArgument("FullyShardedModel: the module has no FullyShardedUnit submodule; wrap "
-                          "the layers to shard in lockstep::parallel::fsdp_unit(...)");
+    throw InvalidArgument(
+        "FullyShardedModel: the module has no FullyShardedUnit submodule; wrap "
+        "the layers to shard in lockstep::parallel::fsdp_unit(...)");
   return found;
 }
 
@@ -124,7 +126,8 @@ std::unordered_map<const void*, int> own_parameters(FullyShardedModel::Impl& m,
       if (!fresh)
         throw InvalidArgument(fmt::format(
             "FullyShardedModel: units '{}' and '{}' share the parameter {}; a parameter belongs "
-            "to one unit", found[it->second].paths[0], found[u].paths[0], p.key()));
+            "to one unit",
+            found[it->second].paths[0], found[u].paths[0], p.key()));
     }
   }
   return owner;

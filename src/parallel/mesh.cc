@@ -21,13 +21,16 @@ void validate(const std::vector<MeshDim>& dims, int world) {
     if (!names.insert(d.name).second)
       throw InvalidArgument(fmt::format("Mesh: dimension '{}' is given twice", d.name));
     if (d.size < 1)
-      throw InvalidArgument(fmt::format("Mesh: dimension {}={} must be at least 1", d.name, d.size));
+      throw InvalidArgument(
+          fmt::format("Mesh: dimension {}={} must be at least 1", d.name, d.size));
     product *= d.size;
     text += fmt::format("{}{}={}", text.empty() ? "" : " x ", d.name, d.size);
   }
   if (product != world)
-    throw InvalidArgument(fmt::format("Mesh: {} covers {} rank(s) but the job has {}; the sizes "
-                                      "must multiply to the world size", text, product, world));
+    throw InvalidArgument(
+        fmt::format("Mesh: {} covers {} rank(s) but the job has {}; the sizes "
+                    "must multiply to the world size",
+                    text, product, world));
 }
 
 std::vector<int> strides_of(const std::vector<MeshDim>& dims) {
@@ -53,8 +56,10 @@ std::vector<MeshDim> Mesh::parse_dims(std::string_view spec, int world) {
     const char* last = item.data() + item.size();
     auto [ptr, ec] = std::from_chars(first, last, size);
     if (eq == std::string_view::npos || ec != std::errc() || ptr != last || first == last)
-      throw InvalidArgument(fmt::format("Mesh: '{}' in '{}' is not NAME=SIZE (e.g. "
-                                        "data=2,tensor=2)", item, spec));
+      throw InvalidArgument(
+          fmt::format("Mesh: '{}' in '{}' is not NAME=SIZE (e.g. "
+                      "data=2,tensor=2)",
+                      item, spec));
     dims.push_back({std::string(item.substr(0, eq)), size});
   }
   validate(dims, world);
@@ -103,8 +108,7 @@ int Mesh::coordinate(std::string_view dim) const {
 
 const Group& Mesh::group(std::string_view dim) const {
   const int i = index_of(dim);
-  if (i < 0)
-    throw InvalidArgument(fmt::format("Mesh {} has no dimension '{}'", describe(), dim));
+  if (i < 0) throw InvalidArgument(fmt::format("Mesh {} has no dimension '{}'", describe(), dim));
   return groups_[i];
 }
 
@@ -119,8 +123,8 @@ std::vector<int> Mesh::coordinates_of(int rank) const {
 
 int Mesh::rank_at(const std::vector<int>& coordinates) const {
   if (coordinates.size() != dims_.size())
-    throw InvalidArgument(fmt::format("Mesh {}: {} coordinates given for {} dimensions",
-                                      describe(), coordinates.size(), dims_.size()));
+    throw InvalidArgument(fmt::format("Mesh {}: {} coordinates given for {} dimensions", describe(),
+                                      coordinates.size(), dims_.size()));
   int rank = 0;
   for (size_t i = 0; i < dims_.size(); ++i) {
     if (coordinates[i] < 0 || coordinates[i] >= dims_[i].size)
@@ -133,7 +137,8 @@ int Mesh::rank_at(const std::vector<int>& coordinates) const {
 
 std::string Mesh::describe() const {
   std::string text;
-  for (const auto& d : dims_) text += fmt::format("{}{}={}", text.empty() ? "" : " x ", d.name, d.size);
+  for (const auto& d : dims_)
+    text += fmt::format("{}{}={}", text.empty() ? "" : " x ", d.name, d.size);
   return text;
 }
 

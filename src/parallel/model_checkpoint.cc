@@ -52,8 +52,10 @@ StateValues assemble_state(const detail::Whole& w) {
   std::vector<StateValues> parts;
   for (const detail::Piece* s : w.slices) {
     if (s->state.empty() != w.slices.front()->state.empty())
-      throw Error(fmt::format("model checkpoint: '{}' has optimizer state on some ranks only "
-                              "(step every stage's optimizer the same number of times)", w.name));
+      throw Error(
+          fmt::format("model checkpoint: '{}' has optimizer state on some ranks only "
+                      "(step every stage's optimizer the same number of times)",
+                      w.name));
     if (!s->state.empty()) parts.push_back(parse_state(s->state));
   }
   if (parts.empty() || !detail::is_sliced(w)) return parts.empty() ? StateValues{} : parts.front();
@@ -121,7 +123,8 @@ namespace {
 
 // Every whole tensor of `all` and its optimizer state, assembled on this
 // rank, as a module and as `optimizer`'s view while `body` runs.
-void with_whole_model(const std::vector<detail::Description>& all, ::torch::optim::Optimizer& optimizer,
+void with_whole_model(const std::vector<detail::Description>& all,
+                      ::torch::optim::Optimizer& optimizer,
                       const std::function<void(::torch::nn::Module&)>& body) {
   const auto params = detail::whole_list(all, false), buffers = detail::whole_list(all, true);
   auto module = std::make_shared<detail::NamedTensors>();
@@ -134,8 +137,10 @@ void with_whole_model(const std::vector<detail::Description>& all, ::torch::opti
     StateValues merged = assemble_state(w);
     if (merged.empty()) continue;
     if (!prototype)
-      throw Error(fmt::format("model checkpoint: rank {}'s optimizer has no state to type the "
-                              "others' (step it before saving)", lt::rank()));
+      throw Error(
+          fmt::format("model checkpoint: rank {}'s optimizer has no state to type the "
+                      "others' (step it before saving)",
+                      lt::rank()));
     state[state_key(values.back())] = state_from_values(*prototype, merged);
   }
   for (const detail::Whole& w : buffers) module->add(w.name, assemble_value(w), /*buffer=*/true);
@@ -153,8 +158,8 @@ bool load_whole_model(const ModelParts& parts, ::torch::optim::Optimizer& optimi
   auto module = std::make_shared<detail::NamedTensors>();
   std::vector<Tensor> placeholders;
   auto whole_tensor = [](const detail::Whole& w) {
-    return ::torch::empty(w.shape, ::torch::TensorOptions().dtype(
-                                       static_cast<::torch::ScalarType>(w.dtype)));
+    return ::torch::empty(
+        w.shape, ::torch::TensorOptions().dtype(static_cast<::torch::ScalarType>(w.dtype)));
   };
   for (const detail::Whole& w : params) {
     placeholders.push_back(whole_tensor(w));
@@ -162,9 +167,9 @@ bool load_whole_model(const ModelParts& parts, ::torch::optim::Optimizer& optimi
   }
   for (const detail::Whole& w : buffers) module->add(w.name, whole_tensor(w), /*buffer=*/true);
   bool found = false;
-  StateMap whole_state = with_whole_view(
-      optimizer, grouped(params, placeholders, optimizer.param_groups().size()), {},
-      [&] { found = load(*module); });
+  StateMap whole_state =
+      with_whole_view(optimizer, grouped(params, placeholders, optimizer.param_groups().size()), {},
+                      [&] { found = load(*module); });
   if (!found) return false;
   detail::take_slices(*module, parts, whole_state, optimizer);
   return true;
@@ -240,7 +245,8 @@ std::optional<ModelParts> sliced_parts(const ::torch::nn::Module& module, const 
   // A marked module is refused with the torch layer's message (it names
   // the owner's call); a mark is found before any PartialState layer.
   if (partial->marked) lt::detail::require_whole_state(module, call, path);
-  LOCKSTEP_DCHECK(!partial->marked, "{} {}: a marked module passed require_whole_state", call, path);
+  LOCKSTEP_DCHECK(!partial->marked, "{} {}: a marked module passed require_whole_state", call,
+                  path);
   return model_parts(module);
 }
 
@@ -248,14 +254,17 @@ std::optional<ModelParts> sliced_parts(const ::torch::nn::Module& module, const 
 
 ModelParts model_parts(const ::torch::nn::Module& module) {
   ModelParts parts;
-  for (const auto& item : module.named_parameters()) parts.parameters.emplace_back(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) parts.buffers.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_parameters())
+    parts.parameters.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers())
+    parts.buffers.emplace_back(item.key(), item.value());
   parts.shards = detail::shards_by_name(module, parts.parameters);
   return parts;
 }
 
 ModelParts model_parts(Pipeline& pipeline) {
-  ModelParts parts{.parameters = pipeline.named_parameters(), .buffers = pipeline.named_buffers(),
+  ModelParts parts{.parameters = pipeline.named_parameters(),
+                   .buffers = pipeline.named_buffers(),
                    .stage = pipeline.stage()};
   parts.shards = detail::shards_by_name(*pipeline.module(), parts.parameters);
   return parts;

@@ -30,7 +30,9 @@ std::string describe_slots(const ::torch::optim::OptimizerParamState& state, con
   for (const auto& [key, value] : state_values(state)) {
     if (value.isTensor() && !value.toTensor().defined()) continue;
     auto [t, kind] = ckdir::state_value_tensor(value, key);
-    ckdir::write_slot(out, {.key = key, .kind = kind, .dtype = static_cast<int>(t.scalar_type()),
+    ckdir::write_slot(out, {.key = key,
+                            .kind = kind,
+                            .dtype = static_cast<int>(t.scalar_type()),
                             .elementwise = kind == "tensor" && t.sizes().equals(param.sizes()),
                             .shape = t.sizes().vec()});
     out << '\n';
@@ -49,8 +51,11 @@ int group_of(const Tensor& param, const ::torch::optim::Optimizer& optimizer) {
 Piece describe_param(const ModelParts& parts, size_t position,
                      const ::torch::optim::Optimizer& optimizer, Describe what) {
   const auto& [name, param] = parts.parameters[position];
-  Piece piece{.name = name, .full_shape = param.sizes().vec(), .stage = parts.stage,
-              .position = static_cast<int64_t>(position), .rank = lt::rank(),
+  Piece piece{.name = name,
+              .full_shape = param.sizes().vec(),
+              .stage = parts.stage,
+              .position = static_cast<int64_t>(position),
+              .rank = lt::rank(),
               .dtype = static_cast<int64_t>(param.scalar_type())};
   if (auto it = parts.shards.find(name); it != parts.shards.end()) {
     const ShardSpec& spec = it->second;
@@ -76,15 +81,16 @@ void write_piece(::torch::serialize::OutputArchive& out, const std::string& pref
                  const Piece& p) {
   // Paired with whole_list's cover check where the pieces are read back: a
   // slice lies inside its parameter's shard dimension (length < 0: whole).
-  LOCKSTEP_DCHECK(p.length < 0 || (p.dim >= 0 && p.dim < static_cast<int64_t>(p.full_shape.size()) &&
-                                   p.begin >= 0 && p.begin + p.length <= p.full_shape[p.dim]),
-                  "model checkpoint: slice [{}, +{}) of '{}' along dim {} outside its shape",
-                  p.begin, p.length, p.name, p.dim);
+  LOCKSTEP_DCHECK(
+      p.length < 0 || (p.dim >= 0 && p.dim < static_cast<int64_t>(p.full_shape.size()) &&
+                       p.begin >= 0 && p.begin + p.length <= p.full_shape[p.dim]),
+      "model checkpoint: slice [{}, +{}) of '{}' along dim {} outside its shape", p.begin, p.length,
+      p.name, p.dim);
   out.write(prefix + "name", c10::IValue(p.name));
   out.write(prefix + "shape", c10::IValue(p.full_shape));
-  out.write(prefix + "slice", c10::IValue(std::vector<int64_t>{p.dim, p.begin, p.length, p.group,
-                                                               p.stage, p.position, p.rank,
-                                                               p.dtype}));
+  out.write(prefix + "slice",
+            c10::IValue(std::vector<int64_t>{p.dim, p.begin, p.length, p.group, p.stage, p.position,
+                                             p.rank, p.dtype}));
   if (p.value.defined()) out.write(prefix + "value", p.value);
   if (!p.state.empty()) out.write(prefix + "state", c10::IValue(p.state));
   if (!p.slots.empty()) out.write(prefix + "slots", c10::IValue(p.slots));
@@ -111,11 +117,13 @@ Piece read_piece(::torch::serialize::InputArchive& in, const std::string& prefix
 
 std::string encode(const Description& d) {
   ::torch::serialize::OutputArchive out;
-  out.write("counts", c10::IValue(std::vector<int64_t>{d.groups,
-                                                       static_cast<int64_t>(d.params.size()),
-                                                       static_cast<int64_t>(d.buffers.size())}));
-  for (size_t i = 0; i < d.params.size(); ++i) write_piece(out, fmt::format("p{}.", i), d.params[i]);
-  for (size_t i = 0; i < d.buffers.size(); ++i) write_piece(out, fmt::format("b{}.", i), d.buffers[i]);
+  out.write("counts",
+            c10::IValue(std::vector<int64_t>{d.groups, static_cast<int64_t>(d.params.size()),
+                                             static_cast<int64_t>(d.buffers.size())}));
+  for (size_t i = 0; i < d.params.size(); ++i)
+    write_piece(out, fmt::format("p{}.", i), d.params[i]);
+  for (size_t i = 0; i < d.buffers.size(); ++i)
+    write_piece(out, fmt::format("b{}.", i), d.buffers[i]);
   return lt::archive_to_bytes(out);
 }
 
@@ -126,8 +134,10 @@ Description decode(const std::string& bytes) {
   in.read("counts", v);
   const auto counts = v.toIntVector();
   Description d{.groups = counts.at(0)};
-  for (int64_t i = 0; i < counts.at(1); ++i) d.params.push_back(read_piece(in, fmt::format("p{}.", i)));
-  for (int64_t i = 0; i < counts.at(2); ++i) d.buffers.push_back(read_piece(in, fmt::format("b{}.", i)));
+  for (int64_t i = 0; i < counts.at(1); ++i)
+    d.params.push_back(read_piece(in, fmt::format("p{}.", i)));
+  for (int64_t i = 0; i < counts.at(2); ++i)
+    d.buffers.push_back(read_piece(in, fmt::format("b{}.", i)));
   return d;
 }
 
@@ -140,8 +150,10 @@ std::vector<Description> describe_all(const ModelParts& parts,
     mine.params.push_back(describe_param(parts, i, optimizer, what));
   for (size_t i = 0; i < parts.buffers.size(); ++i) {
     const auto& [name, buffer] = parts.buffers[i];
-    mine.buffers.push_back({.name = name, .full_shape = buffer.sizes().vec(),
-                            .stage = parts.stage, .position = static_cast<int64_t>(i),
+    mine.buffers.push_back({.name = name,
+                            .full_shape = buffer.sizes().vec(),
+                            .stage = parts.stage,
+                            .position = static_cast<int64_t>(i),
                             .rank = lt::rank(),
                             .dtype = static_cast<int64_t>(buffer.scalar_type())});
     if (what == Describe::kValues) mine.buffers.back().value = buffer.detach();
@@ -151,9 +163,10 @@ std::vector<Description> describe_all(const ModelParts& parts,
     all.push_back(decode(bytes));
   for (const Description& d : all)
     if (d.groups != mine.groups)
-      throw Error(fmt::format("model checkpoint: optimizers have {} and {} param groups on "
-                              "different ranks (build the same groups on every stage)",
-                              mine.groups, d.groups));
+      throw Error(
+          fmt::format("model checkpoint: optimizers have {} and {} param groups on "
+                      "different ranks (build the same groups on every stage)",
+                      mine.groups, d.groups));
   return all;
 }
 
@@ -169,15 +182,19 @@ std::vector<Whole> whole_list(const std::vector<Description>& all, bool buffers)
   std::map<std::string, size_t> index;
   for (const Piece* p : pieces) {
     auto [it, fresh] = index.emplace(p->name, wholes.size());
-    if (fresh) wholes.push_back({.name = p->name, .shape = p->full_shape, .group = p->group,
-                                 .dim = p->dim, .dtype = p->dtype});
+    if (fresh)
+      wholes.push_back({.name = p->name,
+                        .shape = p->full_shape,
+                        .group = p->group,
+                        .dim = p->dim,
+                        .dtype = p->dtype});
     Whole& w = wholes[it->second];
     if (w.shape != p->full_shape || w.group != p->group || w.dim != p->dim)
-      throw Error(fmt::format("model checkpoint: '{}' is {} in param group {} on one rank and {} in "
-                              "group {} on rank {} (build the same model on every rank)",
-                              w.name, c10::str(c10::IntArrayRef(w.shape)), w.group,
-                              c10::str(c10::IntArrayRef(p->full_shape)),
-                              p->group, p->rank));
+      throw Error(
+          fmt::format("model checkpoint: '{}' is {} in param group {} on one rank and {} in "
+                      "group {} on rank {} (build the same model on every rank)",
+                      w.name, c10::str(c10::IntArrayRef(w.shape)), w.group,
+                      c10::str(c10::IntArrayRef(p->full_shape)), p->group, p->rank));
     const bool seen = std::any_of(w.slices.begin(), w.slices.end(),
                                   [&](const Piece* s) { return s->begin == p->begin; });
     if (!seen) w.slices.push_back(p);
@@ -190,8 +207,10 @@ std::vector<Whole> whole_list(const std::vector<Description>& all, bool buffers)
       if (s->length >= 0 && s->begin == next) next += s->length;
     const bool whole = w.slices.front()->length < 0;
     if (!whole && next != w.shape[w.dim])
-      throw Error(fmt::format("model checkpoint: the slices of '{}' cover {} of its {} entries "
-                              "along dim {}", w.name, next, w.shape[w.dim], w.dim));
+      throw Error(
+          fmt::format("model checkpoint: the slices of '{}' cover {} of its {} entries "
+                      "along dim {}",
+                      w.name, next, w.shape[w.dim], w.dim));
   }
   return wholes;
 }

@@ -38,7 +38,8 @@ Tensor NamedTensors::get(const std::string& name) const {
 }
 
 std::map<std::string, ShardSpec> shards_by_name(
-    const ::torch::nn::Module& module, const std::vector<std::pair<std::string, Tensor>>& parameters) {
+    const ::torch::nn::Module& module,
+    const std::vector<std::pair<std::string, Tensor>>& parameters) {
   std::map<const void*, ShardSpec> by_tensor;
   auto add = [&](const ::torch::nn::Module& m) {
     if (auto* sharded = dynamic_cast<const ShardedModule*>(&m))
@@ -83,8 +84,9 @@ void take_slices(const NamedTensors& whole, const ModelParts& parts, const State
     const ShardSpec* spec = it == parts.shards.end() ? nullptr : &it->second;
     const Tensor full = whole.get(name);
     if (full.sizes().vec() != whole_shape(param, spec))
-      throw Error(fmt::format("model checkpoint: '{}' is {} in the file but {} in this model",
-                              name, c10::str(full.sizes()), c10::str(c10::IntArrayRef(whole_shape(param, spec)))));
+      throw Error(fmt::format("model checkpoint: '{}' is {} in the file but {} in this model", name,
+                              c10::str(full.sizes()),
+                              c10::str(c10::IntArrayRef(whole_shape(param, spec)))));
     param.detach().copy_(slice_of(full, spec));
     auto state = whole_state.find(state_key(full));
     if (state == whole_state.end()) continue;

@@ -64,9 +64,9 @@ struct Piece {
   int64_t group = -1;                       // optimizer param group; -1: none
   int64_t stage = 0, position = 0, rank = 0;
   int64_t dtype = static_cast<int64_t>(::torch::kFloat);  // c10::ScalarType
-  ::torch::Tensor value{};  // Describe::kValues only
-  std::string state{};      // kValues only: serialize_state(), empty when none
-  std::string slots{};      // kSlots only: the state's description, empty when none
+  ::torch::Tensor value{};                                // Describe::kValues only
+  std::string state{};  // kValues only: serialize_state(), empty when none
+  std::string slots{};  // kSlots only: the state's description, empty when none
 };
 
 struct Description {

@@ -50,8 +50,10 @@ std::optional<Group>& workers_group() {
 int dedicated_from_knob() {
   const int64_t k = knob_int("LOCKSTEP_SERVERS");
   if (k < 0 || k >= lt::size())
-    throw InvalidArgument(fmt::format("LOCKSTEP_SERVERS={} must leave at least one worker among "
-                                      "the job's {} ranks", k, lt::size()));
+    throw InvalidArgument(
+        fmt::format("LOCKSTEP_SERVERS={} must leave at least one worker among "
+                    "the job's {} ranks",
+                    k, lt::size()));
   return static_cast<int>(k);
 }
 
@@ -66,8 +68,8 @@ Layout make_layout(int64_t elements, ::torch::ScalarType dtype, int colocated) {
   for (int r = 0; r < w; ++r) l.workers.push_back(r);
   const int k = dedicated > 0 ? dedicated : (colocated > 0 ? colocated : w);
   if (k > w && dedicated == 0)
-    throw InvalidArgument(fmt::format("ParameterServer: {} colocated servers but only {} workers",
-                                      k, w));
+    throw InvalidArgument(
+        fmt::format("ParameterServer: {} colocated servers but only {} workers", k, w));
   for (int i = 0; i < k; ++i) l.servers.push_back(dedicated > 0 ? w + i : i);
   for (int i = 0; i < k; ++i) {
     l.length.push_back(elements / k + (i < elements % k ? 1 : 0));
@@ -79,14 +81,17 @@ Layout make_layout(int64_t elements, ::torch::ScalarType dtype, int colocated) {
 // Rank 0's sizes on every rank.
 Layout agree_layout(int64_t elements, ::torch::ScalarType dtype, int colocated,
                     const std::string& name) {
-  auto meta = ::torch::tensor({elements, static_cast<int64_t>(dtype), static_cast<int64_t>(colocated)},
-                              ::torch::kInt64);
+  auto meta = ::torch::tensor(
+      {elements, static_cast<int64_t>(dtype), static_cast<int64_t>(colocated)}, ::torch::kInt64);
   lt::broadcast_(meta, 0, name + ".setup");
   auto* m = meta.data_ptr<int64_t>();
-  if (lt::rank() != 0 && dedicated_servers() == 0 && (m[0] != elements || m[1] != static_cast<int64_t>(dtype)))
-    throw MismatchError(fmt::format("ParameterServer: rank 0 has {} gradient elements of {}, rank {} "
-                                    "{} of {}", m[0], c10::toString(static_cast<::torch::ScalarType>(m[1])),
-                                    lt::rank(), elements, c10::toString(dtype)));
+  if (lt::rank() != 0 && dedicated_servers() == 0 &&
+      (m[0] != elements || m[1] != static_cast<int64_t>(dtype)))
+    throw MismatchError(
+        fmt::format("ParameterServer: rank 0 has {} gradient elements of {}, rank {} "
+                    "{} of {}",
+                    m[0], c10::toString(static_cast<::torch::ScalarType>(m[1])), lt::rank(),
+                    elements, c10::toString(dtype)));
   return make_layout(m[0], static_cast<::torch::ScalarType>(m[1]), static_cast<int>(m[2]));
 }
 
@@ -104,8 +109,9 @@ bool is_dedicated_server() { return lt::rank() >= lt::size() - dedicated_servers
 Group workers() {
   if (dedicated_servers() == 0) return Group();
   if (!workers_group())
-    throw InvalidArgument("workers(): call lockstep::parallel::serve_if_dedicated_server() on every "
-                          "rank first (it creates the workers' group)");
+    throw InvalidArgument(
+        "workers(): call lockstep::parallel::serve_if_dedicated_server() on every "
+        "rank first (it creates the workers' group)");
   return *workers_group();
 }
 
@@ -126,8 +132,8 @@ struct ParameterServer::Impl {
     } catch (const PeerFailure& e) {
       const int k = index_of(layout.servers, e.rank());
       if (k < 0) throw;
-      throw PeerFailure(e.rank(), fmt::format("parameter server {} (rank {}) failed: {}", k,
-                                              e.rank(), e.what()));
+      throw PeerFailure(
+          e.rank(), fmt::format("parameter server {} (rank {}) failed: {}", k, e.rank(), e.what()));
     }
   }
 
@@ -153,14 +159,15 @@ struct ParameterServer::Impl {
   std::optional<Tensor> average(const Tensor& received) const {
     const int64_t w = static_cast<int64_t>(layout.workers.size());
     if (received.numel() % w != 0)
-      throw MismatchError(fmt::format("parameter server: {} elements from {} workers",
-                                      received.numel(), w));
+      throw MismatchError(
+          fmt::format("parameter server: {} elements from {} workers", received.numel(), w));
     Tensor rows = received.view({w, -1});
     Tensor control = rows.select(1, 0);
     if (control.eq(0).all().item<bool>()) return std::nullopt;
     if (!control.eq(1).all().item<bool>() || rows.size(1) != 1 + layout.length[my_server()])
-      throw MismatchError("parameter server: workers disagree about finishing or about the "
-                          "gradient size");
+      throw MismatchError(
+          "parameter server: workers disagree about finishing or about the "
+          "gradient size");
     return rows.narrow(1, 1, rows.size(1) - 1).sum(0).div_(static_cast<double>(w));
   }
 
@@ -206,8 +213,8 @@ bool serve_if_dedicated_server() {
   return true;
 }
 
-ParameterServer::ParameterServer(::torch::optim::Optimizer& optimizer, const ::torch::nn::Module& module,
-                                 ParameterServerOptions options)
+ParameterServer::ParameterServer(::torch::optim::Optimizer& optimizer,
+                                 const ::torch::nn::Module& module, ParameterServerOptions options)
     : ParameterServer(optimizer, trainable_parameters(module), std::move(options)) {}
 
 ParameterServer::ParameterServer(::torch::optim::Optimizer& optimizer, NamedParameters named,
@@ -215,8 +222,9 @@ ParameterServer::ParameterServer(::torch::optim::Optimizer& optimizer, NamedPara
     : optimizer_(optimizer), impl_(std::make_unique<Impl>()) {
   if (named.empty()) throw InvalidArgument("ParameterServer: no parameters");
   if (is_dedicated_server())
-    throw InvalidArgument("ParameterServer: this rank is a dedicated server; call "
-                          "serve_if_dedicated_server() instead");
+    throw InvalidArgument(
+        "ParameterServer: this rank is a dedicated server; call "
+        "serve_if_dedicated_server() instead");
   if (options.servers < 0)
     throw InvalidArgument(fmt::format("ParameterServer: servers={} must be >= 0", options.servers));
   int64_t elements = 0;

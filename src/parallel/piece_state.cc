@@ -47,7 +47,8 @@ StateValues merge_pieces(std::vector<PieceState> pieces, const Tensor& param, bo
   for (size_t k = 1; k < pieces.size(); ++k)
     LOCKSTEP_DCHECK_EQ(pieces[k].offset, pieces[k - 1].offset + pieces[k - 1].length,
                        "sharded optimizer state: a piece of {} elements does not follow its "
-                       "neighbour", pieces[k].length);
+                       "neighbour",
+                       pieces[k].length);
   StateValues merged;
   for (size_t k = 0; k < pieces.front().values.size(); ++k) {
     const auto& [key, first] = pieces.front().values[k];
@@ -59,7 +60,8 @@ StateValues merge_pieces(std::vector<PieceState> pieces, const Tensor& param, bo
     for (const auto& piece : pieces) {
       if (k >= piece.values.size() || piece.values[k].first != key ||
           !is_elementwise_value(piece.values[k].second, piece.length))
-        throw Error(fmt::format("sharded optimizer state: '{}' differs in kind between shards", key));
+        throw Error(
+            fmt::format("sharded optimizer state: '{}' differs in kind between shards", key));
       parts.push_back(piece.values[k].second.toTensor());
     }
     Tensor whole = ::torch::cat(parts);
@@ -101,8 +103,8 @@ FullState gather_piece_states(const ::torch::optim::Optimizer& optimizer,
                     piece.length, piece.param);
   const ParamState* prototype = nullptr;
   const std::string blob = encode_pieces(optimizer, pieces, &prototype);
-  std::vector<std::string> all = ranks > 1 ? lt::allgather_bytes(blob, name, process_set)
-                                           : std::vector<std::string>{blob};
+  std::vector<std::string> all =
+      ranks > 1 ? lt::allgather_bytes(blob, name, process_set) : std::vector<std::string>{blob};
   std::map<int, std::vector<PieceState>> by_param;
   for (const std::string& from : all)
     for (size_t pos = 0; pos < from.size();) {
@@ -129,8 +131,8 @@ void scatter_piece_states(::torch::optim::Optimizer& optimizer, const std::vecto
                           const std::vector<Tensor>& params, bool whole_tensors,
                           const FullState& full, const std::string& who) {
   if (full.size() != params.size())
-    throw InvalidArgument(fmt::format("{}: a full state for {} parameters, not {}", who,
-                                      full.size(), params.size()));
+    throw InvalidArgument(
+        fmt::format("{}: a full state for {} parameters, not {}", who, full.size(), params.size()));
   auto& state = optimizer.state();
   for (const auto& piece : pieces) {
     const auto key = state_key(piece.tensor);

@@ -69,7 +69,7 @@ struct Pipeline::Impl {
   PipelineOptions options;
   std::vector<std::pair<int, int>> ranges;  // per stage: first layer, count
   ::torch::nn::Sequential stage_module;
-  std::vector<std::string> layer_names;    // whole-model names of this stage's layers
+  std::vector<std::string> layer_names;  // whole-model names of this stage's layers
   // Every module of this stage's layers, marked so that a one-rank save of
   // the stage's (or the whole model's) module is refused, naming the
   // Pipeline overload: each rank trains only its stage. After stage_module,
@@ -124,14 +124,15 @@ void Pipeline::Impl::place(::torch::nn::Sequential model) {
   int total = 0;
   for (int s : sizes) {
     if (s < 1)
-      throw InvalidArgument(fmt::format("Pipeline: partition [{}] gives a stage no layer",
-                                        fmt::join(sizes, ",")));
+      throw InvalidArgument(
+          fmt::format("Pipeline: partition [{}] gives a stage no layer", fmt::join(sizes, ",")));
     total += s;
   }
   if (static_cast<int>(sizes.size()) != stages() || total != n)
     throw InvalidArgument(fmt::format(
         "Pipeline: partition [{}] must have one entry per stage ({}) adding up to the model's {} "
-        "layers", fmt::join(sizes, ","), stages(), n));
+        "layers",
+        fmt::join(sizes, ","), stages(), n));
   for (int s = 0, first_layer = 0; s < stages(); first_layer += sizes[s++])
     ranges.emplace_back(first_layer, sizes[s]);
   auto names = model->named_children().keys();
@@ -142,9 +143,10 @@ void Pipeline::Impl::place(::torch::nn::Sequential model) {
   }
   for (const auto& item : stage_module->named_modules("", /*include_self=*/false))
     marks.push_back(std::make_unique<lt::PartialStateMark>(
-        *item.value(), "lockstep::parallel::save_checkpoint/load_checkpoint(path, pipeline, "
-                       "optimizer, progress), or CheckpointWriter::save(pipeline, ...)/"
-                       "load_checkpoint_dir(root, pipeline, ...), with the Pipeline"));
+        *item.value(),
+        "lockstep::parallel::save_checkpoint/load_checkpoint(path, pipeline, "
+        "optimizer, progress), or CheckpointWriter::save(pipeline, ...)/"
+        "load_checkpoint_dir(root, pipeline, ...), with the Pipeline"));
 }
 
 // Every rank learns every pipeline group (one allgather over the job) and
@@ -165,7 +167,8 @@ void Pipeline::Impl::connect() {
       if (fresh) it->second = Group::create({g[i], g[i + 1]});
       const Group& pair = it->second;
       if (g != mine) continue;
-      if (static_cast<int>(i) + 1 == stage()) prev = std::make_unique<PipelineLink>(pair, options.name);
+      if (static_cast<int>(i) + 1 == stage())
+        prev = std::make_unique<PipelineLink>(pair, options.name);
       if (static_cast<int>(i) == stage()) next = std::make_unique<PipelineLink>(pair, options.name);
     }
 }
@@ -173,16 +176,20 @@ void Pipeline::Impl::connect() {
 int64_t Pipeline::Impl::agree_batch(const Tensor& input, const char* what) {
   int64_t batch = first() ? (input.defined() && input.dim() > 0 ? input.size(0) : -1) : 0;
   if (first() && batch < 0)
-    throw InvalidArgument(fmt::format("Pipeline::{}: stage 0 needs an input with a batch "
-                                      "dimension", what));
+    throw InvalidArgument(
+        fmt::format("Pipeline::{}: stage 0 needs an input with a batch "
+                    "dimension",
+                    what));
   if (stages() > 1) {
     auto t = ::torch::tensor({batch}, ::torch::kInt64);
     lt::broadcast_(t, 0, options.name + ".batch", options.group.id());
     batch = t.item<int64_t>();
   }
   if (batch < options.micro_batches)
-    throw InvalidArgument(fmt::format("Pipeline::{}: a batch of {} cannot be cut into {} "
-                                      "micro-batches", what, batch, options.micro_batches));
+    throw InvalidArgument(
+        fmt::format("Pipeline::{}: a batch of {} cannot be cut into {} "
+                    "micro-batches",
+                    what, batch, options.micro_batches));
   return batch;
 }
 
@@ -206,7 +213,8 @@ Pipeline::Impl::MicroBatches Pipeline::Impl::cut_batch(const Tensor& input, cons
       (!target.defined() || target.dim() == 0 || target.size(0) != mb.batch))
     throw InvalidArgument(fmt::format(
         "Pipeline::train_step: the last stage needs a target with {} rows (the batch stage 0 "
-        "has), got {}", mb.batch, target.defined() ? c10::str(target.sizes()) : "none"));
+        "has), got {}",
+        mb.batch, target.defined() ? c10::str(target.sizes()) : "none"));
   mb.rows = micro_batch_rows(mb.batch, m);
   mb.offset.assign(m, 0);
   for (int i = 1; i < m; ++i) mb.offset[i] = mb.offset[i - 1] + mb.rows[i - 1];
@@ -248,8 +256,8 @@ void Pipeline::Impl::forward_micro_batch(MicroBatches& mb, int i) {
 // Its gradient back: received from the next stage (the loss's own on the
 // last), through this stage's layers, sent on to the previous.
 void Pipeline::Impl::backward_micro_batch(MicroBatches& mb, int i) {
-  Tensor grad = last() ? Tensor()
-                       : next->receive_gradient(i, mb.outs[i], &stats.receive_wait_seconds);
+  Tensor grad =
+      last() ? Tensor() : next->receive_gradient(i, mb.outs[i], &stats.receive_wait_seconds);
   const auto t0 = Clock::now();
   if (mb.outs[i].requires_grad()) {
     if (last())
@@ -295,8 +303,8 @@ Pipeline::Pipeline(::torch::nn::Sequential model, PipelineOptions options)
     : impl_(std::make_unique<Impl>()) {
   options.group.require_member("Pipeline");
   if (options.micro_batches < 1)
-    throw InvalidArgument(fmt::format("Pipeline: micro_batches={} must be >= 1",
-                                      options.micro_batches));
+    throw InvalidArgument(
+        fmt::format("Pipeline: micro_batches={} must be >= 1", options.micro_batches));
   impl_->options = std::move(options);
   impl_->place(std::move(model));
   impl_->connect();
@@ -357,13 +365,15 @@ std::vector<Tensor> Pipeline::parameters() const { return impl_->stage_module->p
 
 std::vector<std::pair<std::string, Tensor>> Pipeline::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& item : impl_->stage_module->named_parameters()) out.emplace_back(item.key(), item.value());
+  for (const auto& item : impl_->stage_module->named_parameters())
+    out.emplace_back(item.key(), item.value());
   return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> Pipeline::named_buffers() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& item : impl_->stage_module->named_buffers()) out.emplace_back(item.key(), item.value());
+  for (const auto& item : impl_->stage_module->named_buffers())
+    out.emplace_back(item.key(), item.value());
   return out;
 }
 

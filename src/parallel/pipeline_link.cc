@@ -18,8 +18,8 @@ constexpr int64_t kMaxDims = 14;  // meta: dtype, ndim, dims; 16 int64
 PipelineLink::PipelineLink(lt::Group pair, std::string prefix)
     : pair_(std::move(pair)), prefix_(std::move(prefix)), me_(pair_.rank()) {
   if (pair_.size() != 2 || me_ < 0)
-    throw InvalidArgument(fmt::format("PipelineLink: {} is not a pair holding this rank",
-                                      pair_.describe()));
+    throw InvalidArgument(
+        fmt::format("PipelineLink: {} is not a pair holding this rank", pair_.describe()));
 }
 
 PipelineLink::~PipelineLink() {
@@ -69,9 +69,10 @@ void PipelineLink::send_activation(int i, int64_t rows, const Tensor& activation
   if (activation.scalar_type() != meta.dtype || !activation.sizes().equals(meta.shape))
     throw InvalidArgument(fmt::format(
         "Pipeline: micro-batch {} leaves stage {} as {} {} but micro-batches of {} rows were "
-        "agreed as {} {}; a stage's output shape must depend only on the rows", i,
-        pair_.global_rank(0), c10::toString(activation.scalar_type()), c10::str(activation.sizes()),
-        rows, c10::toString(meta.dtype), c10::str(::torch::IntArrayRef(meta.shape))));
+        "agreed as {} {}; a stage's output shape must depend only on the rows",
+        i, pair_.global_rank(0), c10::toString(activation.scalar_type()),
+        c10::str(activation.sizes()), rows, c10::toString(meta.dtype),
+        c10::str(::torch::IntArrayRef(meta.shape))));
   send(activation, fmt::format("{}.f.{}", prefix_, i));
 }
 

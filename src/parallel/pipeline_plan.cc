@@ -17,8 +17,8 @@ Schedule parse_schedule(const std::string& name) {
 
 std::vector<PipelineAction> pipeline_schedule(Schedule schedule, int stage, int stages, int m) {
   if (stages < 1 || stage < 0 || stage >= stages || m < 1)
-    throw InvalidArgument(fmt::format("pipeline_schedule: stage {} of {} with {} micro-batches",
-                                      stage, stages, m));
+    throw InvalidArgument(
+        fmt::format("pipeline_schedule: stage {} of {} with {} micro-batches", stage, stages, m));
   std::vector<PipelineAction> out;
   // GPipe: every forward, then every backward. 1F1B: stage s runs p-s-1
   // warm-up forwards (so the last stage starts backward at once), then
@@ -36,8 +36,10 @@ std::vector<PipelineAction> pipeline_schedule(Schedule schedule, int stage, int 
 std::vector<int> balance_by_parameters(const std::vector<int64_t>& layer_params, int stages) {
   const int n = static_cast<int>(layer_params.size());
   if (stages < 1 || n < stages)
-    throw InvalidArgument(fmt::format("pipeline: {} layer(s) cannot fill {} stage(s); each stage "
-                                      "needs at least one layer", n, stages));
+    throw InvalidArgument(
+        fmt::format("pipeline: {} layer(s) cannot fill {} stage(s); each stage "
+                    "needs at least one layer",
+                    n, stages));
   std::vector<int64_t> prefix(n + 1, 0);
   for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_params[i];
   // best[k][i]: smallest possible largest part when the first i layers form k parts.

@@ -19,8 +19,8 @@ struct ShardPlacement {
 };
 
 struct ShardBucket {
-  int64_t shard = 0;             // elements per rank; the bucket holds ranks * shard
-  std::vector<int> params;       // the parameters in this bucket
+  int64_t shard = 0;        // elements per rank; the bucket holds ranks * shard
+  std::vector<int> params;  // the parameters in this bucket
   std::vector<ShardPlacement> placements;
   int owner(const ShardPlacement& p) const { return static_cast<int>(p.flat_offset / shard); }
 };

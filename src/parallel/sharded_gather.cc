@@ -43,8 +43,10 @@ bool decide_gather_overlap(lt::Overlap requested, const Group& group, bool* forc
     if (group.rank() == 0)
       log(LogLevel::kInfo,
           "ShardedOptimizer: parameter all-gather {} (LOCKSTEP_OVERLAP=auto: {}; set on/off to "
-          "choose)", c.overlap ? "overlaps the next forward where the loop waits per layer"
-                               : "completes inside step()", c.why);
+          "choose)",
+          c.overlap ? "overlaps the next forward where the loop waits per layer"
+                    : "completes inside step()",
+          c.why);
   });
   return c.overlap;
 }
@@ -54,7 +56,8 @@ void ShardedOptimizer::Impl::start_gathers(const ShardedOptimizerOptions& o, boo
   LOCKSTEP_DCHECK(gathers_pending == 0, "{} all-gathers still in flight", gathers_pending);
   for (size_t bi = buckets.size(); bi-- > 0;) {
     const ShardBucket& layout = buckets[bi].layout;
-    Tensor mine = ::torch::zeros({layout.shard}, ::torch::TensorOptions().dtype(dtype).device(device));
+    Tensor mine =
+        ::torch::zeros({layout.shard}, ::torch::TensorOptions().dtype(dtype).device(device));
     for (const ShardPlacement& p : layout.placements)
       if (layout.owner(p) == me)
         mine.narrow(0, p.flat_offset - me * layout.shard, p.length)
@@ -65,7 +68,10 @@ void ShardedOptimizer::Impl::start_gathers(const ShardedOptimizerOptions& o, boo
     if (LOCKSTEP_DCHECK_IS_ON && overlapped)  // a forward that reads these too early shows NaN
       for (const ShardPlacement& p : layout.placements)
         if (layout.owner(p) != me)
-          params[p.param].detach().view({-1}).narrow(0, p.param_offset, p.length)
+          params[p.param]
+              .detach()
+              .view({-1})
+              .narrow(0, p.param_offset, p.length)
               .fill_(std::numeric_limits<double>::quiet_NaN());
   }
   if (!overlapped) land_all();
@@ -80,7 +86,10 @@ void ShardedOptimizer::Impl::land(int bucket) {
   --gathers_pending;
   for (const ShardPlacement& p : b.layout.placements) {
     if (b.layout.owner(p) == me) continue;
-    params[p.param].detach().view({-1}).narrow(0, p.param_offset, p.length)
+    params[p.param]
+        .detach()
+        .view({-1})
+        .narrow(0, p.param_offset, p.length)
         .copy_(all.narrow(0, p.flat_offset, p.length));
   }
 }

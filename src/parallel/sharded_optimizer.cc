@@ -38,7 +38,8 @@ using ::torch::Tensor;
 using State = ::torch::optim::OptimizerParamState;
 
 bool is_elementwise(const ::torch::optim::Optimizer& o) {
-  return dynamic_cast<const ::torch::optim::SGD*>(&o) || dynamic_cast<const ::torch::optim::Adam*>(&o) ||
+  return dynamic_cast<const ::torch::optim::SGD*>(&o) ||
+         dynamic_cast<const ::torch::optim::Adam*>(&o) ||
          dynamic_cast<const ::torch::optim::AdamW*>(&o) ||
          dynamic_cast<const ::torch::optim::RMSprop*>(&o) ||
          dynamic_cast<const ::torch::optim::Adagrad*>(&o);
@@ -47,8 +48,8 @@ bool is_elementwise(const ::torch::optim::Optimizer& o) {
 // The bucket's flat gradient in layout order (zeros where a parameter got none).
 Tensor ShardedOptimizer::Impl::pack_gradients(const Bucket& b, bool release) {
   ::torch::NoGradGuard no_grad;
-  Tensor flat = ::torch::zeros({b.layout.shard * n},
-                               ::torch::TensorOptions().dtype(dtype).device(device));
+  Tensor flat =
+      ::torch::zeros({b.layout.shard * n}, ::torch::TensorOptions().dtype(dtype).device(device));
   for (const ShardPlacement& p : b.layout.placements) {
     const Tensor& grad = params[p.param].grad();
     if (grad.defined())
@@ -65,10 +66,10 @@ void ShardedOptimizer::Impl::send(int bucket, const ShardedOptimizerOptions& o, 
   // reduce_dtype: divided first (DistributedOptimizer's kBf16/kFp16 order), summed.
   Tensor flat = pack_gradients(b, release);
   if (o.reduce_dtype) flat = (flat / n).to(*o.reduce_dtype);
-  b.in_flight = lt::reduce_scatter_async(
-      flat, fmt::format("{}.rs.{}", o.name, bucket),
-      {.op = o.reduce_dtype ? lt::ReduceOp::kSum : lt::ReduceOp::kAverage,
-       .process_set = o.group.id()});
+  b.in_flight =
+      lt::reduce_scatter_async(flat, fmt::format("{}.rs.{}", o.name, bucket),
+                               {.op = o.reduce_dtype ? lt::ReduceOp::kSum : lt::ReduceOp::kAverage,
+                                .process_set = o.group.id()});
   b.sent = true;
 }
 
@@ -79,8 +80,8 @@ void ShardedOptimizer::Impl::on_gradient(int param, const ShardedOptimizerOption
     if (b.sent)
       throw InvalidArgument(fmt::format(
           "ShardedOptimizer: gradient of {} produced again after its bucket was sent; call step() "
-          "once every backward_passes_per_step={} backward passes", named[param].first,
-          o.backward_passes_per_step));
+          "once every backward_passes_per_step={} backward passes",
+          named[param].first, o.backward_passes_per_step));
     if (++b.ready == static_cast<int>(b.layout.params.size())) send(bucket, o, true);
   }
 }
@@ -122,21 +123,25 @@ void validate(const ShardedOptimizerOptions& o, const ::torch::optim::Optimizer&
   if (o.reduce_dtype && !c10::isFloatingType(*o.reduce_dtype))
     throw InvalidArgument(fmt::format(
         "ShardedOptimizer: reduce_dtype {} is not a floating type (kBFloat16 or kHalf compress "
-        "the gradient reduce-scatter)", c10::toString(*o.reduce_dtype)));
+        "the gradient reduce-scatter)",
+        c10::toString(*o.reduce_dtype)));
   if (o.backward_passes_per_step < 1)
     throw InvalidArgument(fmt::format("ShardedOptimizer: backward_passes_per_step={} must be >= 1",
                                       o.backward_passes_per_step));
   o.group.require_member("ShardedOptimizer");
   if (dynamic_cast<const ::torch::optim::LBFGS*>(&optimizer))
-    throw InvalidArgument("ShardedOptimizer: LBFGS steps on the whole parameter vector with a "
-                          "closure and cannot be sharded; use DistributedOptimizer");
+    throw InvalidArgument(
+        "ShardedOptimizer: LBFGS steps on the whole parameter vector with a "
+        "closure and cannot be sharded; use DistributedOptimizer");
   if (!optimizer.state().empty())
-    throw InvalidArgument("ShardedOptimizer: the optimizer already has state; wrap it before its "
-                          "first step and resume with lockstep::parallel::load_checkpoint");
+    throw InvalidArgument(
+        "ShardedOptimizer: the optimizer already has state; wrap it before its "
+        "first step and resume with lockstep::parallel::load_checkpoint");
   if (o.granularity == ShardGranularity::kElement && !is_elementwise(optimizer))
-    throw InvalidArgument("ShardedOptimizer: element granularity needs an elementwise optimizer "
-                          "(SGD, Adam, AdamW, RMSprop, Adagrad); this one may use whole-tensor "
-                          "norms, so shard by tensor (kTensor or kAuto)");
+    throw InvalidArgument(
+        "ShardedOptimizer: element granularity needs an elementwise optimizer "
+        "(SGD, Adam, AdamW, RMSprop, Adagrad); this one may use whole-tensor "
+        "norms, so shard by tensor (kTensor or kAuto)");
 }
 
 }  // namespace
@@ -147,9 +152,10 @@ std::vector<int64_t> ShardedOptimizer::Impl::index_parameters() {
   device = named.front().second.device();
   for (const auto& [name, p] : named) {
     if (p.device() != device)
-      throw InvalidArgument(fmt::format("ShardedOptimizer: parameter {} is on {} but {} is on {}; "
-                                        "all must be on one device", name, p.device().str(),
-                                        named.front().first, device.str()));
+      throw InvalidArgument(
+          fmt::format("ShardedOptimizer: parameter {} is on {} but {} is on {}; "
+                      "all must be on one device",
+                      name, p.device().str(), named.front().first, device.str()));
     if (!p.is_floating_point() || p.scalar_type() != dtype || !p.is_contiguous())
       throw InvalidArgument(fmt::format(
           "ShardedOptimizer: parameter {} is {} ({}contiguous); all must be contiguous {}", name,
@@ -177,8 +183,9 @@ void ShardedOptimizer::Impl::map_groups(::torch::optim::Optimizer& optimizer) {
     for (const Tensor& p : group.params()) {
       auto it = index.find(p.unsafeGetTensorImpl());
       if (it == index.end())
-        throw InvalidArgument("ShardedOptimizer: the optimizer updates a parameter that is not in "
-                              "the wrapped list (wrap every parameter it updates)");
+        throw InvalidArgument(
+            "ShardedOptimizer: the optimizer updates a parameter that is not in "
+            "the wrapped list (wrap every parameter it updates)");
       group_params.push_back(it->second);
       ++seen;
     }
@@ -186,11 +193,14 @@ void ShardedOptimizer::Impl::map_groups(::torch::optim::Optimizer& optimizer) {
     group_sizes.push_back(group.params().size());
   }
   if (seen != params.size())
-    throw InvalidArgument(fmt::format("ShardedOptimizer: {} parameters wrapped but the optimizer "
-                                      "updates {}", params.size(), seen));
+    throw InvalidArgument(
+        fmt::format("ShardedOptimizer: {} parameters wrapped but the optimizer "
+                    "updates {}",
+                    params.size(), seen));
 }
 
-ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, const ::torch::nn::Module& module,
+ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer,
+                                   const ::torch::nn::Module& module,
                                    ShardedOptimizerOptions options)
     : ShardedOptimizer(optimizer, trainable_parameters(module), std::move(options)) {}
 
@@ -214,11 +224,11 @@ ShardedOptimizer::ShardedOptimizer(::torch::optim::Optimizer& optimizer, NamedPa
     for (size_t p = 0; p < m.params.size(); ++p) {
       auto node = ::torch::autograd::impl::grad_accumulator(m.params[p]);
       if (!node)
-        throw InvalidArgument(fmt::format("ShardedOptimizer: {} is not a leaf requiring grad",
-                                          m.named[p].first));
+        throw InvalidArgument(
+            fmt::format("ShardedOptimizer: {} is not a leaf requiring grad", m.named[p].first));
       const int param = static_cast<int>(p);
-      uintptr_t key = node->add_post_hook(std::make_unique<detail::GradientReadyHook>(
-          [this, param] { on_gradient_ready(param); }));
+      uintptr_t key = node->add_post_hook(
+          std::make_unique<detail::GradientReadyHook>([this, param] { on_gradient_ready(param); }));
       m.hooks.emplace_back(node, key);
     }
 }
@@ -265,7 +275,8 @@ void ShardedOptimizer::step() {
         "ShardedOptimizer: the forward read {} while its all-gather from the previous step() was "
         "still in flight (gather_overlap is on); run the forward through zero.forward(net, x), "
         "call zero.wait_for(module) before each module or zero.wait() before the forward, or set "
-        "gather_overlap = Overlap::kOff (LOCKSTEP_OVERLAP=off)", name));
+        "gather_overlap = Overlap::kOff (LOCKSTEP_OVERLAP=off)",
+        name));
   }
   m.land_all();
   if (m.n > 1) {
@@ -315,10 +326,13 @@ int64_t ShardedOptimizer::gradient_bytes() const {
 int64_t ShardedOptimizer::max_bucket_bytes() const {
   int64_t most = 0;
   for (const auto& b : impl_->buckets)
-    most = std::max(most, b.layout.shard * impl_->n * static_cast<int64_t>(::torch::elementSize(impl_->dtype)));
+    most = std::max(
+        most, b.layout.shard * impl_->n * static_cast<int64_t>(::torch::elementSize(impl_->dtype)));
   return most;
 }
 
-const ShardedOptimizer::NamedParameters& ShardedOptimizer::parameters() const { return impl_->named; }
+const ShardedOptimizer::NamedParameters& ShardedOptimizer::parameters() const {
+  return impl_->named;
+}
 
 }  // namespace lockstep::parallel

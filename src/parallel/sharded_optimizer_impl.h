@@ -40,7 +40,7 @@ struct ShardedOptimizer::Impl {
   std::vector<Piece> pieces;
   std::vector<std::vector<::torch::Tensor>> full_groups;  // the optimizer's groups before sharding
   std::vector<std::vector<::torch::Tensor>> piece_groups;
-  std::vector<int> group_params;      // parameter indices in the optimizer's group order
+  std::vector<int> group_params;  // parameter indices in the optimizer's group order
   std::vector<size_t> group_sizes;
   std::vector<int> passes;
   std::vector<std::pair<std::shared_ptr<::torch::autograd::Node>, uintptr_t>> hooks;

@@ -18,8 +18,8 @@ std::string layer_name(const std::string& given) {
 
 void check_features(const char* what, int64_t in, int64_t out, const Group& group) {
   if (in < 1 || out < 1)
-    throw InvalidArgument(fmt::format("{}: in_features={} and out_features={} must be >= 1", what,
-                                      in, out));
+    throw InvalidArgument(
+        fmt::format("{}: in_features={} and out_features={} must be >= 1", what, in, out));
   group.require_member(what);
 }
 
@@ -44,14 +44,15 @@ void ColumnParallelLinearImpl::reset() {
   std::tie(out_begin, out_local) =
       shard_range(options.out_features, options.group.rank(), options.group.size());
   auto dense = dense_linear(options.in_features, options.out_features, options.bias);
-  weight = register_parameter("weight", dense->weight.detach().narrow(0, out_begin, out_local).clone());
+  weight =
+      register_parameter("weight", dense->weight.detach().narrow(0, out_begin, out_local).clone());
   if (options.bias)
     bias = register_parameter("bias", dense->bias.detach().narrow(0, out_begin, out_local).clone());
 }
 
 ::torch::Tensor ColumnParallelLinearImpl::forward(const ::torch::Tensor& x) {
-  auto y = ::torch::nn::functional::linear(copy_to_group(x, options.group, name_ + ".in"), weight,
-                                           bias);
+  auto y =
+      ::torch::nn::functional::linear(copy_to_group(x, options.group, name_ + ".in"), weight, bias);
   return options.gather_output ? gather_from_group(y, options.group, name_ + ".out") : y;
 }
 
@@ -73,7 +74,8 @@ void RowParallelLinearImpl::reset() {
   std::tie(in_begin, in_local) =
       shard_range(options.in_features, options.group.rank(), options.group.size());
   auto dense = dense_linear(options.in_features, options.out_features, options.bias);
-  weight = register_parameter("weight", dense->weight.detach().narrow(1, in_begin, in_local).clone());
+  weight =
+      register_parameter("weight", dense->weight.detach().narrow(1, in_begin, in_local).clone());
   if (options.bias) bias = register_parameter("bias", dense->bias.detach().clone());
 }
 
@@ -82,8 +84,8 @@ void RowParallelLinearImpl::reset() {
   if (input.size(-1) != in_local)
     throw InvalidArgument(fmt::format(
         "RowParallelLinear {}: input has {} features in its last dim but this rank holds {} of "
-        "{} (input_is_parallel={})", name_, input.size(-1), in_local, options.in_features,
-        options.input_is_parallel));
+        "{} (input_is_parallel={})",
+        name_, input.size(-1), in_local, options.in_features, options.input_is_parallel));
   auto y = reduce_from_group(::torch::nn::functional::linear(input, weight), options.group,
                              name_ + ".out");
   return options.bias ? y + bias : y;
@@ -167,12 +169,14 @@ void load_full_state_dict(::torch::nn::Module& module,
     ::torch::Tensor source = it->second;
     auto spec = sharded.find(name);
     if (spec != sharded.end()) {
-      auto [begin, length] = shard_range(spec->second.full_size, spec->second.group.rank(),
-                                         spec->second.group.size());
-      if (source.dim() <= spec->second.dim || source.size(spec->second.dim) != spec->second.full_size)
-        throw Error(fmt::format("load_full_state_dict: '{}' has shape {} but the full tensor has "
-                                "{} entries along dim {}", name, c10::str(source.sizes()),
-                                spec->second.full_size, spec->second.dim));
+      auto [begin, length] =
+          shard_range(spec->second.full_size, spec->second.group.rank(), spec->second.group.size());
+      if (source.dim() <= spec->second.dim ||
+          source.size(spec->second.dim) != spec->second.full_size)
+        throw Error(
+            fmt::format("load_full_state_dict: '{}' has shape {} but the full tensor has "
+                        "{} entries along dim {}",
+                        name, c10::str(source.sizes()), spec->second.full_size, spec->second.dim));
       source = source.narrow(spec->second.dim, begin, length);
     }
     if (!source.sizes().equals(target.sizes()))

@@ -12,9 +12,9 @@
 namespace lockstep::plan {
 
 using policy::algorithm_name;
+using policy::shm_allreduce_choice;
 using policy::ShmChoice;
 using policy::ShmPolicy;
-using policy::shm_allreduce_choice;
 namespace {
 
 double ceil_div(double a, double b) { return std::max(1.0, std::ceil(a / b)); }
@@ -33,9 +33,7 @@ ShmPolicy shm_policy(const NetworkModel& model) {
 
 }  // namespace
 
-Coefficients shm_one_step(int n, double bytes) {
-  return {1, bytes, (n - 1) * bytes};
-}
+Coefficients shm_one_step(int n, double bytes) { return {1, bytes, (n - 1) * bytes}; }
 
 Coefficients shm_two_step(int n, double bytes, double chunk_bytes) {
   // Pipelined: one step per chunk and one to drain (shm_pipeline.cc).
@@ -81,8 +79,8 @@ Cost apply(const Coefficients& k, const AlphaBeta& ab, double gamma) {
 std::string algorithm_for(const NetworkModel& model, std::string_view transport, int n,
                           double bytes) {
   if (transport == "shm")  // the transport's own decision (Note [One decision])
-    return algorithm_name(shm_allreduce_choice(shm_policy(model), n, int64_t(std::ceil(bytes)), 1)
-                              .algorithm);
+    return algorithm_name(
+        shm_allreduce_choice(shm_policy(model), n, int64_t(std::ceil(bytes)), 1).algorithm);
   if (transport == "mpi") return bytes < kMpiIntermediateBytes ? "recursive_doubling" : "ring";
   if (transport == "gloo" || transport == "nccl") return "ring";
   throw InvalidArgument(fmt::format("unknown transport '{}' (shm gloo mpi nccl)", transport));
@@ -104,14 +102,15 @@ Coefficients coefficients(const NetworkModel& model, std::string_view transport,
   }
   if (algorithm == "ring") return ring(n, bytes);
   if (algorithm == "recursive_doubling") return recursive_doubling(n, bytes);
-  throw InvalidArgument(fmt::format("unknown algorithm '{}' for transport {}", algorithm, transport));
+  throw InvalidArgument(
+      fmt::format("unknown algorithm '{}' for transport {}", algorithm, transport));
 }
 
 std::string Topology::backend() const {
   if (ranks() <= 1) return "none";
   if (nodes == 1) return "shm";
-  const bool hier = policy::hierarchical_taken(policy::parse_hierarchical(hierarchical), nodes,
-                                              ranks_per_node);
+  const bool hier =
+      policy::hierarchical_taken(policy::parse_hierarchical(hierarchical), nodes, ranks_per_node);
   return hier ? "hierarchical-" + cross : cross;
 }
 

@@ -162,8 +162,10 @@ class Splitter {
   const Line& band(size_t g0, size_t g1) {
     auto it = memo_.find({g0, g1});
     if (it == memo_.end())
-      it = memo_.emplace(std::make_pair(g0, g1),
-                         fit_least_deviation(rows_, starts_[g0], starts_[g1], gamma_)).first;
+      it = memo_
+               .emplace(std::make_pair(g0, g1),
+                        fit_least_deviation(rows_, starts_[g0], starts_[g1], gamma_))
+               .first;
     return it->second;
   }
 
@@ -232,9 +234,9 @@ NetworkModel fit_network(const std::vector<Sample>& samples, const HostModel& ho
   for (auto& [key, rows] : groups) {
     const auto& [transport, algo] = key;
     if (rows.size() < 2)
-      throw InvalidArgument(fmt::format(
-          "fit: {} {} has {} sample(s); it needs 2 or more sizes in its range", transport, algo,
-          rows.size()));
+      throw InvalidArgument(
+          fmt::format("fit: {} {} has {} sample(s); it needs 2 or more sizes in its range",
+                      transport, algo, rows.size()));
     std::stable_sort(rows.begin(), rows.end(),
                      [](const Row& a, const Row& b) { return a.s->bytes < b.s->bytes; });
     Line whole = fit_least_squares(rows, gamma);

@@ -21,9 +21,7 @@ void check_scaling(const ThreadScaling& s) {
     throw InvalidArgument(fmt::format("contention {} must be >= 0 per extra worker", s.contention));
 }
 
-double contention_factor(double contention, int workers) {
-  return 1 + contention * (workers - 1);
-}
+double contention_factor(double contention, int workers) { return 1 + contention * (workers - 1); }
 
 // The scenario of one layout on one node of `host_cpus` cores: the overlap
 // rule and the CPU sharing follow from cores and threads in simulate().
@@ -39,10 +37,10 @@ Scenario layout_scenario(const LayoutQuery& q, Layout layout) {
 }
 
 void check_layout(const LayoutQuery& q, const NetworkModel& network, Layout layout) {
-  if (q.host_cpus < 1)
-    throw InvalidArgument(fmt::format("host CPUs {} must be >= 1", q.host_cpus));
+  if (q.host_cpus < 1) throw InvalidArgument(fmt::format("host CPUs {} must be >= 1", q.host_cpus));
   if (layout.workers < 1 || layout.threads < 1)
-    throw InvalidArgument(fmt::format("layout {}: workers and threads must be >= 1", layout.name()));
+    throw InvalidArgument(
+        fmt::format("layout {}: workers and threads must be >= 1", layout.name()));
   if (layout.workers * layout.threads > q.host_cpus)
     throw InvalidArgument(fmt::format(
         "layout {} needs {} CPUs but the host has {}: oversubscribed layouts are not modelled",
@@ -50,7 +48,8 @@ void check_layout(const LayoutQuery& q, const NetworkModel& network, Layout layo
   if (layout.workers > 1 && !network.has("shm"))
     throw InvalidArgument(fmt::format(
         "network '{}' has no shm costs for layout {}: fit them with `lockstep bench fit "
-        "--backend shm`", network.name, layout.name()));
+        "--backend shm`",
+        network.name, layout.name()));
 }
 
 }  // namespace
@@ -64,9 +63,10 @@ double fit_serial_fraction(double ms_a, int threads_a, double ms_b, int threads_
   if (!(ms_a > 0) || !(ms_b > 0) || threads_a < 1 || threads_b < 1 || threads_a == threads_b)
     throw InvalidArgument(fmt::format(
         "fitting the serial fraction needs positive times at two different thread counts "
-        "(got {} ms at {}, {} ms at {})", ms_a, threads_a, ms_b, threads_b));
+        "(got {} ms at {}, {} ms at {})",
+        ms_a, threads_a, ms_b, threads_b));
   if (threads_a > threads_b) std::swap(ms_a, ms_b), std::swap(threads_a, threads_b);
-  const double r = ms_a / ms_b;  // the speed-up from threads_a to threads_b
+  const double r = ms_a / ms_b;                      // the speed-up from threads_a to threads_b
   if (r >= double(threads_b) / threads_a) return 0;  // linear or better
   // r = A(a) / A(b); multiplied out, s + (1 - s)/a = r s + r (1 - s)/b is
   // linear in s. As s grows, r falls towards (1 - 1/a) / (1 - 1/b): no s
@@ -76,8 +76,8 @@ double fit_serial_fraction(double ms_a, int threads_a, double ms_b, int threads_
   if (!std::isfinite(s) || s < 0)
     throw InvalidArgument(fmt::format(
         "no serial fraction fits {} ms at {} threads and {} ms at {}: the step slowed down "
-        "{:.2f}x, more than the model reaches ({:.2f}x)", ms_a, threads_a, ms_b, threads_b,
-        1 / r, (1 - ib) / (1 - ia)));
+        "{:.2f}x, more than the model reaches ({:.2f}x)",
+        ms_a, threads_a, ms_b, threads_b, 1 / r, (1 - ib) / (1 - ia)));
   return s;
 }
 
@@ -85,7 +85,8 @@ double fit_contention(double alone_ms, double colocated_ms, int workers) {
   if (!(alone_ms > 0) || !(colocated_ms > 0) || workers < 2)
     throw InvalidArgument(fmt::format(
         "fitting contention needs positive step times alone and beside others, at >= 2 workers "
-        "(got {} ms alone, {} ms at {})", alone_ms, colocated_ms, workers));
+        "(got {} ms alone, {} ms at {})",
+        alone_ms, colocated_ms, workers));
   return std::max(0.0, (colocated_ms / alone_ms - 1) / (workers - 1));
 }
 
@@ -106,10 +107,10 @@ std::vector<Layout> parse_layouts(std::string_view text, std::string_view what) 
     const std::string item(text.substr(start, comma - start));
     Layout l;
     char x = 0, rest = 0;
-    if (std::sscanf(item.c_str(), "%d%c%d%c", &l.workers, &x, &l.threads, &rest) != 3 ||
-        x != 'x' || l.workers < 1 || l.threads < 1)
-      throw InvalidArgument(fmt::format("{} '{}': '{}' is not WORKERSxTHREADS (e.g. 2x8)", what,
-                                        text, item));
+    if (std::sscanf(item.c_str(), "%d%c%d%c", &l.workers, &x, &l.threads, &rest) != 3 || x != 'x' ||
+        l.workers < 1 || l.threads < 1)
+      throw InvalidArgument(
+          fmt::format("{} '{}': '{}' is not WORKERSxTHREADS (e.g. 2x8)", what, text, item));
     out.push_back(l);
     start = comma + 1;
   }
@@ -134,8 +135,8 @@ double compute_scale(const ThreadScaling& scaling, const Profile& profile, Layou
   check_scaling(scaling);
   const int t0 = std::max(1, profile.intra_op_threads);
   const int n0 = std::max(1, profile.local_size);
-  const double threads =
-      amdahl_time(scaling.serial_fraction, layout.threads) / amdahl_time(scaling.serial_fraction, t0);
+  const double threads = amdahl_time(scaling.serial_fraction, layout.threads) /
+                         amdahl_time(scaling.serial_fraction, t0);
   const double workers = contention_factor(scaling.contention, layout.workers) /
                          contention_factor(scaling.contention, n0);
   return threads * workers;
@@ -147,8 +148,8 @@ LayoutPrediction predict_layout(const Profile& profile, const NetworkModel& netw
   LayoutPrediction out;
   out.layout = layout;
   out.compute_scale = compute_scale(query.scaling, profile, layout);
-  out.step = simulate(scale_profile(profile, out.compute_scale), network,
-                      layout_scenario(query, layout));
+  out.step =
+      simulate(scale_profile(profile, out.compute_scale), network, layout_scenario(query, layout));
   return out;
 }
 
@@ -158,11 +159,12 @@ std::vector<LayoutPrediction> rank_layouts(const Profile& profile, const Network
       query.layouts.empty() ? placement_layouts(query.host_cpus) : query.layouts;
   std::vector<LayoutPrediction> out;
   for (Layout l : layouts) out.push_back(predict_layout(profile, network, query, l));
-  std::stable_sort(out.begin(), out.end(), [](const LayoutPrediction& a, const LayoutPrediction& b) {
-    if (a.step.samples_per_s != b.step.samples_per_s)
-      return a.step.samples_per_s > b.step.samples_per_s;
-    return a.layout.workers < b.layout.workers;
-  });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const LayoutPrediction& a, const LayoutPrediction& b) {
+                     if (a.step.samples_per_s != b.step.samples_per_s)
+                       return a.step.samples_per_s > b.step.samples_per_s;
+                     return a.layout.workers < b.layout.workers;
+                   });
   const double best = out.empty() ? 0 : out.front().step.samples_per_s;
   for (auto& p : out) p.ratio_to_best = best > 0 ? p.step.samples_per_s / best : 0;
   return out;

@@ -46,12 +46,14 @@ const AlgorithmModel& NetworkModel::algorithm(std::string_view transport,
   if (t == transports.end())
     throw InvalidArgument(fmt::format(
         "network '{}' has no {} costs: fit them with `lockstep bench fit --backend {}` or add a "
-        "preset (--network NAME) that has them", name, transport, transport));
+        "preset (--network NAME) that has them",
+        name, transport, transport));
   auto a = t->second.find(std::string(algorithm));
   if (a == t->second.end())
     throw InvalidArgument(fmt::format(
         "network '{}' has no cost for {} {} (its fit saw no message sizes that use it; widen "
-        "`lockstep bench fit --sizes`)", name, transport, algorithm));
+        "`lockstep bench fit --sizes`)",
+        name, transport, algorithm));
   return a->second;
 }
 
@@ -62,8 +64,10 @@ HostModel default_host() {
 }
 
 NetworkModel merge(NetworkModel base, const NetworkModel& overlay) {
-  if (base.name.empty()) base.name = overlay.name;
-  else if (!overlay.name.empty()) base.name += " + " + overlay.name;
+  if (base.name.empty())
+    base.name = overlay.name;
+  else if (!overlay.name.empty())
+    base.name += " + " + overlay.name;
   if (!overlay.description.empty())
     base.description = base.description.empty() ? overlay.description
                                                 : base.description + "; " + overlay.description;
@@ -100,7 +104,8 @@ void parse_line(const Fields& f, AlphaBeta& cost, FitQuality& fit) {
 json line_json(const AlphaBeta& cost, const FitQuality& fit) {
   json body = {{"alpha_s", cost.alpha_s}, {"beta_s_per_byte", cost.beta_s_per_byte}};
   if (fit.points > 0)
-    body["fit"] = {{"points", fit.points}, {"rms_rel_error", fit.rms_rel_error},
+    body["fit"] = {{"points", fit.points},
+                   {"rms_rel_error", fit.rms_rel_error},
                    {"max_rel_error", fit.max_rel_error}};
   return body;
 }
@@ -129,8 +134,8 @@ AlgorithmModel parse_algorithm(const json& j, const std::string& where) {
 
 MeasuredPoint parse_point(const json& j, const std::string& where) {
   Fields f(j, where);
-  return {f.text("transport"), f.text("algorithm"), static_cast<int>(f.integer("np")),
-          f.integer("bytes"), f.non_negative("measured_s"), f.non_negative("fitted_s")};
+  return {f.text("transport"), f.text("algorithm"),          static_cast<int>(f.integer("np")),
+          f.integer("bytes"),  f.non_negative("measured_s"), f.non_negative("fitted_s")};
 }
 
 }  // namespace
@@ -188,19 +193,27 @@ std::string network_to_json(const NetworkModel& m) {
       }
       transports[name][algo] = body;
     }
-  json j = {{"schema", kNetworkSchema},      {"name", m.name},
-            {"description", m.description},  {"preset", m.preset},
-            {"shm_small_bytes", m.shm_small_bytes}, {"shm_slot_bytes", m.shm_slot_bytes},
+  json j = {{"schema", kNetworkSchema},
+            {"name", m.name},
+            {"description", m.description},
+            {"preset", m.preset},
+            {"shm_small_bytes", m.shm_small_bytes},
+            {"shm_slot_bytes", m.shm_slot_bytes},
             {"shm_nodes", m.shm_nodes},
-            {"nic_shared", m.nic_shared},    {"transports", transports}};
+            {"nic_shared", m.nic_shared},
+            {"transports", transports}};
   if (m.host)
     j["host"] = {{"gamma_s_per_byte", m.host->gamma_s_per_byte},
                  {"copy_s_per_byte", m.host->copy_s_per_byte},
                  {"cycle_overhead_s", m.host->cycle_overhead_s}};
   json points = json::array();
   for (const auto& p : m.points)
-    points.push_back({{"transport", p.transport}, {"algorithm", p.algorithm}, {"np", p.np},
-                      {"bytes", p.bytes}, {"measured_s", p.measured_s}, {"fitted_s", p.fitted_s}});
+    points.push_back({{"transport", p.transport},
+                      {"algorithm", p.algorithm},
+                      {"np", p.np},
+                      {"bytes", p.bytes},
+                      {"measured_s", p.measured_s},
+                      {"fitted_s", p.fitted_s}});
   j["points"] = points;
   return j.dump(1) + "\n";
 }
@@ -215,8 +228,9 @@ void save_network(const std::string& path, const NetworkModel& m) {
 
 NetworkModel resolve_network(const std::vector<std::string>& specs) {
   if (specs.empty())
-    throw InvalidArgument("no network given: pass --network with a preset name (lockstep plan "
-                          "--list-presets) or a file written by `lockstep bench fit`");
+    throw InvalidArgument(
+        "no network given: pass --network with a preset name (lockstep plan "
+        "--list-presets) or a file written by `lockstep bench fit`");
   NetworkModel out;
   for (const auto& spec : specs) {
     if (const NetworkModel* p = find_preset(spec)) {

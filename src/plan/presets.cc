@@ -45,26 +45,38 @@ NetworkModel horovod_p100() {
       "GPU reductions at HBM2 speed, Horovod's 5 ms cycle";
   m.preset = true;
   m.nic_shared = true;
-  m.host = HostModel{.gamma_s_per_byte = 3.0 / 732e9, .copy_s_per_byte = 2.0 / 732e9,
-                     .cycle_overhead_s = 5e-3};
+  m.host = HostModel{
+      .gamma_s_per_byte = 3.0 / 732e9, .copy_s_per_byte = 2.0 / 732e9, .cycle_overhead_s = 5e-3};
   m.transports["nccl"]["ring"].cost = {9.6e-6, per_byte(25, 0.9)};
   return m;
 }
 
 std::vector<NetworkModel> make_presets() {
   return {
-      tcp("eth-10g", "preset: 10 Gbit/s Ethernet, TCP (Gloo ring); 30 us per message step, "
-                     "94% of line rate", 30, 10, 0.94),
-      tcp("eth-25g", "preset: 25 Gbit/s Ethernet, TCP (Gloo ring); 25 us per message step, "
-                     "92% of line rate", 25, 25, 0.92),
-      tcp("eth-100g", "preset: 100 Gbit/s Ethernet, TCP (Gloo ring); 20 us per message step; one "
-                      "TCP stream per peer reaches ~40 Gbit/s", 20, 100, 0.4),
-      tcp("eth-200g", "preset: 200 Gbit/s Ethernet, TCP (Gloo ring); 20 us per message step; one "
-                      "TCP stream per peer reaches ~50 Gbit/s", 20, 200, 0.25),
-      rdma("ib-edr", "preset: 100 Gbit/s InfiniBand EDR, MPI over RDMA; 1.5 us per message step, "
-                     "96% of line rate", 1.5, 100, 0.96),
-      rdma("ib-hdr", "preset: 200 Gbit/s InfiniBand HDR, MPI over RDMA; 1.3 us per message step, "
-                     "96% of line rate", 1.3, 200, 0.96),
+      tcp("eth-10g",
+          "preset: 10 Gbit/s Ethernet, TCP (Gloo ring); 30 us per message step, "
+          "94% of line rate",
+          30, 10, 0.94),
+      tcp("eth-25g",
+          "preset: 25 Gbit/s Ethernet, TCP (Gloo ring); 25 us per message step, "
+          "92% of line rate",
+          25, 25, 0.92),
+      tcp("eth-100g",
+          "preset: 100 Gbit/s Ethernet, TCP (Gloo ring); 20 us per message step; one "
+          "TCP stream per peer reaches ~40 Gbit/s",
+          20, 100, 0.4),
+      tcp("eth-200g",
+          "preset: 200 Gbit/s Ethernet, TCP (Gloo ring); 20 us per message step; one "
+          "TCP stream per peer reaches ~50 Gbit/s",
+          20, 200, 0.25),
+      rdma("ib-edr",
+           "preset: 100 Gbit/s InfiniBand EDR, MPI over RDMA; 1.5 us per message step, "
+           "96% of line rate",
+           1.5, 100, 0.96),
+      rdma("ib-hdr",
+           "preset: 200 Gbit/s InfiniBand HDR, MPI over RDMA; 1.3 us per message step, "
+           "96% of line rate",
+           1.3, 200, 0.96),
       horovod_p100(),
   };
 }
@@ -78,7 +90,8 @@ const std::vector<NetworkModel>& presets() {
 
 const NetworkModel* find_preset(std::string_view name) {
   const auto& all = presets();
-  auto it = std::find_if(all.begin(), all.end(), [&](const NetworkModel& m) { return m.name == name; });
+  auto it =
+      std::find_if(all.begin(), all.end(), [&](const NetworkModel& m) { return m.name == name; });
   return it == all.end() ? nullptr : &*it;
 }
 

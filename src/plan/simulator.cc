@@ -14,16 +14,16 @@
 namespace lockstep::plan {
 
 // The decisions this model shares with the runtime (lockstep/policy).
-using policy::CompressionKind;
-using policy::CompressionSpec;
-using policy::FusionItem;
-using policy::StepCollective;
 using policy::compressed_step;
 using policy::compression_pass_bytes;
+using policy::CompressionKind;
+using policy::CompressionSpec;
 using policy::fusion_batches;
+using policy::FusionItem;
 using policy::is_fused;
 using policy::overlap_pays;
 using policy::parse_compression;
+using policy::StepCollective;
 using policy::worker_cpus;
 
 bool overlap_for(const Scenario& s) {
@@ -41,25 +41,29 @@ struct Grad {
   double submit_ms = 0;  // when the slowest rank hands it to the engine
   int64_t wire_bytes = 0;
   int elem_bytes = 4;
-  int key = 0;           // wire dtype
+  int key = 0;  // wire dtype
 };
 
 int wire_elem_bytes(const GradientTiming& g, CompressionKind kind) {
-  const bool floating = g.dtype == "f16" || g.dtype == "bf16" || g.dtype == "f32" || g.dtype == "f64";
+  const bool floating =
+      g.dtype == "f16" || g.dtype == "bf16" || g.dtype == "f32" || g.dtype == "f64";
   return policy::wire_element_bytes(kind, dtype_bytes(g.dtype), floating);
 }
 
 // The parameters' shapes for the compression closed forms; a gradient
 // recorded without one counts as a vector, which PowerSGD would not
 // compress, so PowerSGD refuses it instead of guessing.
-std::vector<std::vector<int64_t>> gradient_shapes(const Profile& profile, const CompressionSpec& spec) {
+std::vector<std::vector<int64_t>> gradient_shapes(const Profile& profile,
+                                                  const CompressionSpec& spec) {
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& g : profile.gradients) {
     if (g.shape.empty() && spec.kind == CompressionKind::kPowerSGD)
       throw InvalidArgument(fmt::format(
           "--compression {}: the profile's gradient {} has no shape (recorded before profiles "
-          "had shapes); record the profile again", spec.name(), g.name));
-    shapes.push_back(g.shape.empty() ? std::vector<int64_t>{g.bytes / dtype_bytes(g.dtype)} : g.shape);
+          "had shapes); record the profile again",
+          spec.name(), g.name));
+    shapes.push_back(g.shape.empty() ? std::vector<int64_t>{g.bytes / dtype_bytes(g.dtype)}
+                                     : g.shape);
   }
   return shapes;
 }
@@ -91,10 +95,10 @@ class EngineModel {
       cost = allreduce_cost(m_, s_.topology, double(c.payload_bytes), 4).cost;
     } else {
       const int n = s_.topology.ranks();
-      const std::string transport = s_.topology.nodes == 1 && m_.has("shm") ? "shm" : s_.topology.cross;
+      const std::string transport =
+          s_.topology.nodes == 1 && m_.has("shm") ? "shm" : s_.topology.cross;
       const double bytes = double(c.wire_bytes);
-      const AlphaBeta ab =
-          m_.cost(transport, algorithm_for(m_, transport, n, bytes), bytes);
+      const AlphaBeta ab = m_.cost(transport, algorithm_for(m_, transport, n, bytes), bytes);
       cost = apply({double(n - 1), bytes, 0}, ab, 0);
     }
     add(cost);
@@ -180,9 +184,9 @@ Phases phases_of(const ProfileSummary& s, double slowdown) {
 std::string bottleneck(const StepPrediction& p) {
   const double step = std::max(p.step_ms, 1e-12);
   if (p.exposed_comm_ms / step < 0.05 && p.straggler_ms / step < 0.05) return "compute";
-  const double busy = std::max(p.alpha_ms + p.beta_ms + p.gamma_ms + p.copy_ms + p.cycle_ms +
-                                   p.wake_wait_ms + p.compress_ms,
-                               1e-12);
+  const double busy = std::max(
+      p.alpha_ms + p.beta_ms + p.gamma_ms + p.copy_ms + p.cycle_ms + p.wake_wait_ms + p.compress_ms,
+      1e-12);
   const double exposed = std::max(0.0, p.exposed_comm_ms);
   std::vector<std::pair<double, std::string>> c = {
       {p.straggler_ms, "stragglers"},
@@ -209,8 +213,8 @@ void validate(const Profile& profile, const NetworkModel& m, const Scenario& s) 
   if (!(s.wake_wait_ms >= 0) || !std::isfinite(s.wake_wait_ms))
     throw InvalidArgument(fmt::format("--wake-wait-ms {} must be >= 0", s.wake_wait_ms));
   if (!(s.colocated_slowdown > 0) || !std::isfinite(s.colocated_slowdown))
-    throw InvalidArgument(fmt::format("--compute-slowdown {} must be a positive factor",
-                                      s.colocated_slowdown));
+    throw InvalidArgument(
+        fmt::format("--compute-slowdown {} must be a positive factor", s.colocated_slowdown));
 }
 
 // The prediction's fields that come before any communication is priced.
@@ -240,7 +244,7 @@ StepPrediction finish(StepPrediction p, const ProfileSummary& sum, const Phases&
 // start of backward); compression casts run on the training thread before
 // each submission (overlap) or in synchronize.
 struct Submissions {
-  std::vector<Grad> grads;     // parameter order
+  std::vector<Grad> grads;      // parameter order
   std::vector<double> cast_ms;  // per gradient, by index (0 without compression)
   double cast_total = 0;
 };
@@ -375,9 +379,9 @@ StepPrediction simulate(const Profile& profile, const NetworkModel& m, const Sce
   Submissions sub = submissions(profile, m, s, slowdown);
   double backward_end = backward_start + ph.backward + sub.cast_total;
   EngineModel engine(m, s, sub.grads.size(), out);
-  const double comm_end =
-      out.overlap ? overlapped_comm(sub, engine, s, backward_start, backward_end, out)
-                  : synchronous_comm(sub.grads, engine, s, backward_end, out);
+  const double comm_end = out.overlap
+                              ? overlapped_comm(sub, engine, s, backward_start, backward_end, out)
+                              : synchronous_comm(sub.grads, engine, s, backward_end, out);
   out.step_ms = std::max(backward_end, comm_end) + sub.cast_total + ph.optimizer;
   return finish(out, sum, ph);
 }

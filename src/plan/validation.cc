@@ -50,8 +50,8 @@ std::string netns_overlap(std::string_view requested, bool hosts_fill_cores) {
 }
 
 int RoundErrors::rounds_within(double pct) const {
-  return static_cast<int>(
-      std::count_if(error_pct.begin(), error_pct.end(), [&](double e) { return std::abs(e) <= pct; }));
+  return static_cast<int>(std::count_if(error_pct.begin(), error_pct.end(),
+                                        [&](double e) { return std::abs(e) <= pct; }));
 }
 
 RoundErrors round_errors(const std::vector<double>& measured_ms,
@@ -62,8 +62,8 @@ RoundErrors round_errors(const std::vector<double>& measured_ms,
   RoundErrors r;
   for (size_t i = 0; i < measured_ms.size(); ++i) {
     if (!(measured_ms[i] > 0))
-      throw InvalidArgument(fmt::format("round {}: measured step {} ms is not positive", i + 1,
-                                        measured_ms[i]));
+      throw InvalidArgument(
+          fmt::format("round {}: measured step {} ms is not positive", i + 1, measured_ms[i]));
     r.error_pct.push_back(100 * (predicted_ms[i] - measured_ms[i]) / measured_ms[i]);
   }
   if (r.error_pct.empty()) return r;

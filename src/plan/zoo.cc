@@ -16,25 +16,28 @@ int64_t elements(const std::vector<int64_t>& shape) {
 struct Layer {
   std::string name;
   std::vector<std::pair<std::string, std::vector<int64_t>>> params;  // name, shape (torch's)
-  double flops = 0;                                      // forward, per image
-  bool first = false;                                    // no input gradient
+  double flops = 0;                                                  // forward, per image
+  bool first = false;                                                // no input gradient
 };
 
 class Builder {
  public:
   // k x k convolution, cin -> cout, producing an h x h map.
   void conv(const std::string& name, int k, int cin, int cout, int h, bool bias = false) {
-    Layer l{name, {{name + ".weight", {cout, cin, k, k}}}, 2.0 * k * k * cin * cout * h * h,
+    Layer l{name,
+            {{name + ".weight", {cout, cin, k, k}}},
+            2.0 * k * k * cin * cout * h * h,
             layers_.empty()};
     if (bias) l.params.push_back({name + ".bias", {cout}});
     layers_.push_back(std::move(l));
   }
   void bn(const std::string& name, int c, int h) {
-    layers_.push_back({name, {{name + ".weight", {c}}, {name + ".bias", {c}}}, 4.0 * c * h * h, false});
+    layers_.push_back(
+        {name, {{name + ".weight", {c}}, {name + ".bias", {c}}}, 4.0 * c * h * h, false});
   }
   void fc(const std::string& name, int in, int out) {
-    layers_.push_back({name, {{name + ".weight", {out, in}}, {name + ".bias", {out}}},
-                       2.0 * in * out, false});
+    layers_.push_back(
+        {name, {{name + ".weight", {out, in}}, {name + ".bias", {out}}}, 2.0 * in * out, false});
   }
   std::vector<Layer> take() { return std::move(layers_); }
 
@@ -72,9 +75,9 @@ std::vector<Layer> resnet(const int (&blocks)[4]) {
 
 std::vector<Layer> vgg16() {
   Builder b;
-  const int plan[][3] = {{3, 64, 224},   {64, 64, 224},   {64, 128, 112}, {128, 128, 112},
-                         {128, 256, 56}, {256, 256, 56},  {256, 256, 56}, {256, 512, 28},
-                         {512, 512, 28}, {512, 512, 28},  {512, 512, 14}, {512, 512, 14},
+  const int plan[][3] = {{3, 64, 224},   {64, 64, 224},  {64, 128, 112}, {128, 128, 112},
+                         {128, 256, 56}, {256, 256, 56}, {256, 256, 56}, {256, 512, 28},
+                         {512, 512, 28}, {512, 512, 28}, {512, 512, 14}, {512, 512, 14},
                          {512, 512, 14}};
   int i = 0;
   for (const auto& c : plan) b.conv(fmt::format("features.{}", i++), 3, c[0], c[1], c[2], true);
@@ -112,8 +115,8 @@ Profile zoo_profile(std::string_view model, const ZooOptions& o) {
   const double compute = step_ms - optimizer_ms;
   const double forward_ms = compute / 3, backward_ms = compute - forward_ms;
   Profile p;
-  p.program = fmt::format("{} (published throughput {} images/s, batch {})", model,
-                          o.images_per_s, o.batch);
+  p.program = fmt::format("{} (published throughput {} images/s, batch {})", model, o.images_per_s,
+                          o.batch);
   p.source = "zoo: layer shapes + published throughput (lockstep plan zoo)";
   p.steps.assign(5, {step_ms, forward_ms, backward_ms, 0, optimizer_ms, o.batch});
   // Gradients in parameter order, each ready when backward (last layer

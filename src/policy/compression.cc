@@ -95,7 +95,8 @@ CompressionSpec parse_compression(std::string_view text) {
   }
   throw InvalidArgument(fmt::format(
       "--compression {}: use none, fp16, bf16, powersgd:R (R >= 1), onebit, onebit-adam or "
-      "onebit-lamb", text));
+      "onebit-lamb",
+      text));
 }
 
 int64_t onebit_padded_length(int64_t values, int ranks) {
@@ -154,8 +155,7 @@ std::vector<StepCollective> compressed_step(const CompressionSpec& spec,
     case CompressionKind::kOneBitAdam:
     case CompressionKind::kOneBitLamb: {
       const int64_t row = onebit_row_bytes(values, ranks);
-      return {{"alltoall", ranks * row, (ranks - 1) * row},
-              {"allgather", row, (ranks - 1) * row}};
+      return {{"alltoall", ranks * row, (ranks - 1) * row}, {"allgather", row, (ranks - 1) * row}};
     }
   }
   return {};

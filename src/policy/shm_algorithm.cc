@@ -120,8 +120,7 @@ int shm_node_groups(const ShmPolicy& policy, int ranks) {
   return g > 1 && ranks % g == 0 && ranks / g >= 2 ? g : 1;
 }
 
-ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes,
-                               int elem_bytes) {
+ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes, int elem_bytes) {
   ShmChoice c;
   c.sync = shm_sync_for(policy, ranks);
   c.pipelined = policy.algorithm != "legacy";
@@ -152,12 +151,12 @@ ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes
   return c;
 }
 
-SegmentBytes shm_allreduce_bytes(ShmAlgorithm algorithm, int ranks, double bytes,
-                                 bool receives, int nodes, int node) {
+SegmentBytes shm_allreduce_bytes(ShmAlgorithm algorithm, int ranks, double bytes, bool receives,
+                                 int nodes, int node) {
   if (ranks <= 1) return {};
   const double n = ranks, share = bytes / n;
   const double remote = nodes > 1 ? n - n / nodes : 0;  // peers on other nodes
-  if (algorithm == ShmAlgorithm::kOneStep)  // stage B; read every peer's B
+  if (algorithm == ShmAlgorithm::kOneStep)              // stage B; read every peer's B
     return {receives ? (n - 1) * bytes : 0, bytes, receives ? remote * bytes : 0};
   if (algorithm == ShmAlgorithm::kTwoLevel) {
     // Within the node as two_step on L ranks (share B/L); plus the prefix

@@ -72,13 +72,14 @@ GradientTiming parse_gradient(const json& j, const std::string& where) {
   if (f.has("shape")) {
     int64_t count = 1;
     for (const json& d : f.array("shape")) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) f.fail("shape", "an array of integers >= 0");
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        f.fail("shape", "an array of integers >= 0");
       g.shape.push_back(d.get<int64_t>());
       count *= g.shape.back();
     }
     if (count * dtype_bytes(g.dtype) != g.bytes)
-      f.fail("shape", fmt::format("dimensions whose product times the dtype's size is bytes ({})",
-                                  g.bytes));
+      f.fail("shape",
+             fmt::format("dimensions whose product times the dtype's size is bytes ({})", g.bytes));
   }
   return g;
 }
@@ -117,13 +118,16 @@ Profile parse_profile(std::string_view text, std::string_view source) {
 std::string profile_to_json(const Profile& p) {
   json steps = json::array();
   for (const auto& t : p.steps)
-    steps.push_back({{"step_ms", t.step_ms}, {"forward_ms", t.forward_ms},
-                     {"backward_ms", t.backward_ms}, {"sync_ms", t.sync_ms},
-                     {"optimizer_ms", t.optimizer_ms}, {"samples", t.samples}});
+    steps.push_back({{"step_ms", t.step_ms},
+                     {"forward_ms", t.forward_ms},
+                     {"backward_ms", t.backward_ms},
+                     {"sync_ms", t.sync_ms},
+                     {"optimizer_ms", t.optimizer_ms},
+                     {"samples", t.samples}});
   json grads = json::array();
   for (const auto& g : p.gradients) {
-    grads.push_back({{"name", g.name}, {"bytes", g.bytes}, {"dtype", g.dtype},
-                     {"ready_ms", g.ready_ms}});
+    grads.push_back(
+        {{"name", g.name}, {"bytes", g.bytes}, {"dtype", g.dtype}, {"ready_ms", g.ready_ms}});
     if (!g.shape.empty()) grads.back()["shape"] = g.shape;
   }
   ProfileSummary s = summarize(p);
@@ -140,13 +144,17 @@ std::string profile_to_json(const Profile& p) {
             {"fusion_threshold", p.fusion_threshold},
             {"warmup_steps", p.warmup_steps},
             // Informational: recomputed from the steps whenever the file is read.
-            {"summary", {{"step_ms", s.step_ms}, {"forward_ms", s.forward_ms},
-                         {"backward_ms", s.backward_ms}, {"sync_ms", s.sync_ms},
-                         {"optimizer_ms", s.optimizer_ms}, {"other_ms", s.other_ms},
-                         {"compute_sigma_ms", s.compute_sigma_ms},
-                         {"samples_per_step", s.samples_per_step},
-                         {"gradient_bytes", s.gradient_bytes},
-                         {"gradient_count", s.gradient_count}}},
+            {"summary",
+             {{"step_ms", s.step_ms},
+              {"forward_ms", s.forward_ms},
+              {"backward_ms", s.backward_ms},
+              {"sync_ms", s.sync_ms},
+              {"optimizer_ms", s.optimizer_ms},
+              {"other_ms", s.other_ms},
+              {"compute_sigma_ms", s.compute_sigma_ms},
+              {"samples_per_step", s.samples_per_step},
+              {"gradient_bytes", s.gradient_bytes},
+              {"gradient_count", s.gradient_count}}},
             {"steps", steps},
             {"gradients", grads}};
   return j.dump(1) + "\n";

@@ -17,15 +17,16 @@ using wire::Status;
 
 std::string describe_keys(std::span<const std::string> keys) {
   std::string out;
-  for (size_t i = 0; i < keys.size() && i < 8; ++i) out += fmt::format("{}'{}'", i ? ", " : "", keys[i]);
+  for (size_t i = 0; i < keys.size() && i < 8; ++i)
+    out += fmt::format("{}'{}'", i ? ", " : "", keys[i]);
   if (keys.size() > 8) out += fmt::format(" and {} more", keys.size() - 8);
   return out;
 }
 
 void check_key(std::string_view key) {
   if (key.size() > kMaxKeyBytes)
-    throw InvalidArgument(fmt::format("rendezvous: key of {} bytes is longer than the {}-byte limit",
-                                      key.size(), kMaxKeyBytes));
+    throw InvalidArgument(fmt::format(
+        "rendezvous: key of {} bytes is longer than the {}-byte limit", key.size(), kMaxKeyBytes));
 }
 
 uint32_t to_wire_ms(std::chrono::milliseconds timeout) {
@@ -95,12 +96,15 @@ void StoreClient::Impl::handshake(Clock::time_point deadline) {
   std::string hello(wire::kHelloBytes, '\0');
   bool greeted = false;
   try {
-    greeted = net::read_exact(fd.get(), hello.data(), hello.size(), deadline, "reading the greeting");
+    greeted =
+        net::read_exact(fd.get(), hello.data(), hello.size(), deadline, "reading the greeting");
     if (greeted) {
       auto parsed = wire::parse_hello(hello);
       if (!parsed)
-        throw NotAStore(fmt::format("rendezvous: {} is not a lockstep rendezvous store (bad "
-                                    "greeting); check LOCKSTEP_RENDEZVOUS", address));
+        throw NotAStore(
+            fmt::format("rendezvous: {} is not a lockstep rendezvous store (bad "
+                        "greeting); check LOCKSTEP_RENDEZVOUS",
+                        address));
       nonce = *parsed;
       std::string body = wire::Writer().u8(static_cast<uint8_t>(Op::kHello)).take();
       net::write_all(fd.get(),
@@ -122,8 +126,10 @@ void StoreClient::Impl::handshake(Clock::time_point deadline) {
     throw HandshakeDropped{closed.what};
   }
   if (reply.size() != 1 || static_cast<Status>(reply[0]) != Status::kOk)
-    throw Error(fmt::format("rendezvous: {} answered the hello with something else; it is not "
-                            "a compatible lockstep rendezvous store", address));
+    throw Error(
+        fmt::format("rendezvous: {} answered the hello with something else; it is not "
+                    "a compatible lockstep rendezvous store",
+                    address));
 }
 
 std::string StoreClient::Impl::read_reply(Clock::time_point deadline, std::string_view what) {
@@ -136,25 +142,30 @@ std::string StoreClient::Impl::read_reply(Clock::time_point deadline, std::strin
   } catch (const Error& e) {
     throw ConnectionClosed{e.what()};  // reset or cut mid-word
   }
-  if (!got) throw ConnectionClosed{fmt::format("the store at {} closed the connection {}", address, what)};
+  if (!got)
+    throw ConnectionClosed{fmt::format("the store at {} closed the connection {}", address, what)};
   size_t length = wire::load_u32(length_bytes);
   if (length == wire::kRefusedBadSecret)
     throw Error(fmt::format(
         "rendezvous: the store at {} refused this client's authentication: LOCKSTEP_SECRET differs "
-        "from the launcher's (start workers with `lockstep run`, which sets both)", address));
+        "from the launcher's (start workers with `lockstep run`, which sets both)",
+        address));
   if (length == wire::kRefusedTooManyClients)
-    throw Error(fmt::format("rendezvous: the store at {} already serves its maximum number of "
-                            "clients; close unused StoreClients", address));
+    throw Error(
+        fmt::format("rendezvous: the store at {} already serves its maximum number of "
+                    "clients; close unused StoreClients",
+                    address));
   if (length > wire::kMaxBodyBytes)
     throw Error(fmt::format("rendezvous: reply from {} is oversized ({} bytes)", address, length));
   std::string rest(length + wire::kMacBytes, '\0');
   net::read_exact(fd.get(), rest.data(), rest.size(), deadline, what);
   std::string_view body(rest.data(), length);
-  std::string expected =
-      wire::mac(secret, nonce, wire::Direction::kToClient, recv_sequence, body);
+  std::string expected = wire::mac(secret, nonce, wire::Direction::kToClient, recv_sequence, body);
   if (!wire::mac_matches(expected, std::string_view(rest).substr(length)))
-    throw Error(fmt::format("rendezvous: reply from {} failed authentication; the server does not "
-                            "hold this job's secret", address));
+    throw Error(
+        fmt::format("rendezvous: reply from {} failed authentication; the server does not "
+                    "hold this job's secret",
+                    address));
   ++recv_sequence;
   rest.resize(length);
   return rest;
@@ -164,18 +175,21 @@ std::pair<Status, std::string> StoreClient::Impl::call(const std::string& body,
                                                        std::chrono::milliseconds op_timeout,
                                                        std::string_view what) {
   if (!fd)
-    throw Error(fmt::format("rendezvous: the connection to {} was closed by an earlier error; "
-                            "create a new StoreClient", address));
+    throw Error(
+        fmt::format("rendezvous: the connection to {} was closed by an earlier error; "
+                    "create a new StoreClient",
+                    address));
   try {
     auto deadline = Clock::now() + op_timeout + options.reply_slack;
-    std::string message = wire::frame(secret, nonce, wire::Direction::kToServer, send_sequence++, body);
+    std::string message =
+        wire::frame(secret, nonce, wire::Direction::kToServer, send_sequence++, body);
     net::write_all(fd.get(), message, deadline, what);
     std::string reply;
     try {
       reply = read_reply(deadline, what);
     } catch (const ConnectionClosed& closed) {
-      throw Error(fmt::format("rendezvous: {} (the launcher exited or the connection broke)",
-                              closed.what));
+      throw Error(
+          fmt::format("rendezvous: {} (the launcher exited or the connection broke)", closed.what));
     }
     if (reply.empty()) throw Error(fmt::format("rendezvous: empty reply from {}", address));
     auto status = static_cast<Status>(reply[0]);
@@ -189,7 +203,8 @@ std::pair<Status, std::string> StoreClient::Impl::call(const std::string& body,
   }
 }
 
-std::string StoreClient::Impl::take_ok(std::pair<Status, std::string> reply, std::string_view what) {
+std::string StoreClient::Impl::take_ok(std::pair<Status, std::string> reply,
+                                       std::string_view what) {
   if (reply.first == Status::kError) {
     throw Error(std::string(reply.second));
   }
@@ -235,7 +250,8 @@ void StoreClient::set(std::string_view key, std::string_view value) {
 std::string StoreClient::get(std::string_view key, std::chrono::milliseconds timeout) {
   check_key(key);
   std::string what = fmt::format("after {} ms waiting for key '{}'", timeout.count(), key);
-  auto body = wire::Writer().u8(static_cast<uint8_t>(Op::kGet)).bytes(key).u32(to_wire_ms(timeout)).take();
+  auto body =
+      wire::Writer().u8(static_cast<uint8_t>(Op::kGet)).bytes(key).u32(to_wire_ms(timeout)).take();
   std::string payload = impl_->take_ok(impl_->call(body, timeout, what), what);
   wire::Reader r(payload);
   std::string value(r.bytes(kMaxValueBytes));
@@ -246,8 +262,11 @@ std::string StoreClient::get(std::string_view key, std::chrono::milliseconds tim
 int64_t StoreClient::add(std::string_view key, int64_t delta) {
   check_key(key);
   std::string what = fmt::format("adding to key '{}'", key);
-  auto body = wire::Writer().u8(static_cast<uint8_t>(Op::kAdd)).bytes(key)
-                  .u64(static_cast<uint64_t>(delta)).take();
+  auto body = wire::Writer()
+                  .u8(static_cast<uint8_t>(Op::kAdd))
+                  .bytes(key)
+                  .u64(static_cast<uint64_t>(delta))
+                  .take();
   std::string payload = impl_->take_ok(impl_->call(body, std::chrono::milliseconds(0), what), what);
   wire::Reader r(payload);
   auto value = static_cast<int64_t>(r.u64());
@@ -272,15 +291,16 @@ std::string keys_body(Op op, std::span<const std::string> keys) {
 
 bool StoreClient::check(std::span<const std::string> keys) {
   std::string what = fmt::format("checking keys {}", describe_keys(keys));
-  std::string payload =
-      impl_->take_ok(impl_->call(keys_body(Op::kCheck, keys), std::chrono::milliseconds(0), what), what);
+  std::string payload = impl_->take_ok(
+      impl_->call(keys_body(Op::kCheck, keys), std::chrono::milliseconds(0), what), what);
   if (payload.size() != 1) throw Error("rendezvous: malformed reply to check()");
   return payload[0] != 0;
 }
 
 void StoreClient::wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) {
   if (keys.empty()) return;
-  std::string what = fmt::format("after {} ms waiting for keys {}", timeout.count(), describe_keys(keys));
+  std::string what =
+      fmt::format("after {} ms waiting for keys {}", timeout.count(), describe_keys(keys));
   std::string body = keys_body(Op::kWait, keys);
   body += wire::Writer().u32(to_wire_ms(timeout)).take();
   impl_->take_ok(impl_->call(body, timeout, what), what);

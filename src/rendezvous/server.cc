@@ -24,7 +24,8 @@ using wire::Status;
 constexpr size_t kReadChunk = 64 << 10;
 // An authenticated peer may pipeline requests, but beyond one whole frame plus
 // a read chunk ahead of the request being served it is flooding the server.
-constexpr size_t kMaxBuffered = wire::kLengthBytes + wire::kMaxBodyBytes + wire::kMacBytes + kReadChunk;
+constexpr size_t kMaxBuffered =
+    wire::kLengthBytes + wire::kMaxBodyBytes + wire::kMacBytes + kReadChunk;
 // All an unauthenticated connection can make the server hold.
 constexpr size_t kMaxFirstFrame = wire::kLengthBytes + wire::kMaxFirstBodyBytes + wire::kMacBytes;
 // Connections accepted per loop turn, so a burst of new connections cannot
@@ -55,10 +56,10 @@ void RefusalLog::refused(std::string_view prefix, std::string_view peer, std::st
 
 void RefusalLog::flush(std::string_view prefix, Clock::time_point now) {
   if (suppressed_ == 0 || now - last_line_ < kLogInterval) return;
-  write_stderr(fmt::format("{}refused {} more rendezvous connection(s) in the last {:.1f} s "
-                           "(the last from {})\n",
-                           prefix, suppressed_,
-                           std::chrono::duration<double>(now - last_line_).count(), last_));
+  write_stderr(fmt::format(
+      "{}refused {} more rendezvous connection(s) in the last {:.1f} s "
+      "(the last from {})\n",
+      prefix, suppressed_, std::chrono::duration<double>(now - last_line_).count(), last_));
   suppressed_ = 0;
   last_line_ = now;
 }
@@ -86,7 +87,8 @@ void StoreServer::Impl::refuse(Connection& c, std::string_view reason,
 void StoreServer::Impl::reply(Connection& c, Status status, std::string_view payload) {
   std::string body(1, static_cast<char>(status));
   body.append(payload);
-  c.out += wire::frame(options.secret, c.nonce, wire::Direction::kToClient, c.send_sequence++, body);
+  c.out +=
+      wire::frame(options.secret, c.nonce, wire::Direction::kToClient, c.send_sequence++, body);
   flush(c);
 }
 
@@ -134,7 +136,8 @@ void StoreServer::Impl::process_input(Connection& c) {
       refuse(c, c.authenticated
                     ? fmt::format("oversized message ({} bytes; the limit is {})", length, limit)
                     : fmt::format("first message of {} bytes before authenticating (the limit "
-                                  "is {})", length, limit));
+                                  "is {})",
+                                  length, limit));
       return;
     }
     size_t need = wire::kLengthBytes + length + wire::kMacBytes;
@@ -221,9 +224,9 @@ void StoreServer::Impl::accept_some() {
     }
     if (fd < 0) return;  // EAGAIN, or a transient error: poll will wake us again
     if (waiting >= options.max_unauthenticated &&
-        evict_oldest_unauthenticated(fmt::format(
-            "evicted: still not authenticated when {} newer connections were waiting",
-            options.max_unauthenticated)))
+        evict_oldest_unauthenticated(
+            fmt::format("evicted: still not authenticated when {} newer connections were waiting",
+                        options.max_unauthenticated)))
       --waiting;
     auto c = std::make_unique<Connection>();
     c->fd = net::Fd(fd);
@@ -305,7 +308,8 @@ StoreServer::StoreServer(Options options) : impl_(std::make_unique<Impl>()) {
   if (options.secret.empty())
     throw InvalidArgument("rendezvous: StoreServer needs a non-empty secret (random_secret_hex)");
   if (options.max_connections == 0 || options.max_unauthenticated == 0)
-    throw InvalidArgument("rendezvous: StoreServer needs max_connections and max_unauthenticated >= 1");
+    throw InvalidArgument(
+        "rendezvous: StoreServer needs max_connections and max_unauthenticated >= 1");
   impl_->options = std::move(options);
   impl_->listener = net::listen_tcp({impl_->options.host, impl_->options.port}, kListenBacklog);
   impl_->port = net::local_port(impl_->listener.get());

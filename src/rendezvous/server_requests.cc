@@ -84,8 +84,10 @@ void StoreServer::Impl::handle_set(Connection& c, wire::Reader& r) {
 // set (complete_waiters) or at the request's deadline (expire).
 void StoreServer::Impl::handle_get_or_wait(Connection& c, wire::Reader& r, Op op) {
   std::vector<std::string> keys;
-  if (op == Op::kGet) keys.emplace_back(r.bytes(kMaxKeyBytes));
-  else keys = read_keys(r);
+  if (op == Op::kGet)
+    keys.emplace_back(r.bytes(kMaxKeyBytes));
+  else
+    keys = read_keys(r);
   uint32_t timeout_ms = r.u32();
   require_end(r);
   if (keys.empty()) throw Malformed{"a wait for no keys"};
@@ -104,7 +106,8 @@ void StoreServer::Impl::handle_add(Connection& c, wire::Reader& r) {
     if (!parsed) {
       reply(c, Status::kError,
             fmt::format("rendezvous: key '{}' holds a value that is not a counter; use another "
-                        "key for add()", key));
+                        "key for add()",
+                        key));
       return;
     }
     current = *parsed;

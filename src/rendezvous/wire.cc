@@ -53,14 +53,14 @@ std::string mac(std::string_view secret, std::string_view nonce, Direction direc
                          OSSL_PARAM_construct_end()};
   unsigned char out[EVP_MAX_MD_SIZE];
   size_t out_length = 0;
-  bool ok = ctx &&
-            EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(secret.data()),
-                         secret.size(), params) == 1 &&
-            EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(header.data()),
-                           header.size()) == 1 &&
-            EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(body.data()),
-                           body.size()) == 1 &&
-            EVP_MAC_final(ctx, out, &out_length, sizeof out) == 1 && out_length == kMacBytes;
+  bool ok =
+      ctx &&
+      EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(secret.data()), secret.size(),
+                   params) == 1 &&
+      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(header.data()), header.size()) ==
+          1 &&
+      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(body.data()), body.size()) == 1 &&
+      EVP_MAC_final(ctx, out, &out_length, sizeof out) == 1 && out_length == kMacBytes;
   EVP_MAC_CTX_free(ctx);
   EVP_MAC_free(algorithm);
   if (!ok) throw Error("rendezvous: OpenSSL HMAC-SHA256 failed; check the libcrypto installation");
@@ -88,9 +88,18 @@ bool mac_matches(std::string_view expected, std::string_view received) {
 
 uint32_t load_u32(const char* p) { return static_cast<uint32_t>(load_be(p, 4)); }
 
-Writer& Writer::u8(uint8_t v) { append_be(out_, v, 1); return *this; }
-Writer& Writer::u32(uint32_t v) { append_be(out_, v, 4); return *this; }
-Writer& Writer::u64(uint64_t v) { append_be(out_, v, 8); return *this; }
+Writer& Writer::u8(uint8_t v) {
+  append_be(out_, v, 1);
+  return *this;
+}
+Writer& Writer::u32(uint32_t v) {
+  append_be(out_, v, 4);
+  return *this;
+}
+Writer& Writer::u64(uint64_t v) {
+  append_be(out_, v, 8);
+  return *this;
+}
 Writer& Writer::bytes(std::string_view v) {
   append_be(out_, v.size(), 4);
   out_.append(v);

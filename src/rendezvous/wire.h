@@ -32,7 +32,15 @@ inline constexpr uint32_t kRefusedTooManyClients = 0xfffffffeu;
 
 // kHello has no fields: a client sends it right after the greeting so the
 // connection is authenticated before its first real (possibly large) request.
-enum class Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kDelete = 6, kHello = 7 };
+enum class Op : uint8_t {
+  kSet = 1,
+  kGet = 2,
+  kAdd = 3,
+  kCheck = 4,
+  kWait = 5,
+  kDelete = 6,
+  kHello = 7
+};
 enum class Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
 // Distinguishes the two directions so a server message cannot be replayed as a
 // client one.

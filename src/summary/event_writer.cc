@@ -36,27 +36,25 @@ std::string event_header(double wall_time) {
 }  // namespace
 
 std::string event_file_name(double wall_time, const std::string& suffix) {
-  return fmt::format("events.out.tfevents.{}.{}.{}{}", static_cast<int64_t>(wall_time),
-                     host_name(), ::getpid(), suffix.empty() ? "" : "." + suffix);
+  return fmt::format("events.out.tfevents.{}.{}.{}{}", static_cast<int64_t>(wall_time), host_name(),
+                     ::getpid(), suffix.empty() ? "" : "." + suffix);
 }
 
 double EventWriter::now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 EventWriter::EventWriter(const std::string& dir, const std::string& suffix) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec)
-    throw Error(fmt::format("TensorBoard events: cannot create {}: {}", dir, ec.message()));
+  if (ec) throw Error(fmt::format("TensorBoard events: cannot create {}: {}", dir, ec.message()));
   const double t = now();
   path_ = (std::filesystem::path(dir) / event_file_name(t, suffix)).string();
   // O_EXCL: two writers never share a file (same second, host, pid, suffix).
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0)
-    throw Error(fmt::format("TensorBoard events: cannot create {}: {}", path_,
-                            std::strerror(errno)));
+    throw Error(
+        fmt::format("TensorBoard events: cannot create {}: {}", path_, std::strerror(errno)));
   append_event(event_header(t));
 }
 
@@ -80,7 +78,8 @@ void EventWriter::write(int64_t step, const Summary& summary, double wall_time) 
   if (fd_ < 0) throw Error("TensorBoard events: write on a moved-from EventWriter");
   std::string e;
   wire::field_double(e, kWallTime, wall_time < 0 ? now() : wall_time);
-  if (step != 0) wire::field_varint(e, kStep, static_cast<uint64_t>(step));  // int64: two's complement
+  if (step != 0)
+    wire::field_varint(e, kStep, static_cast<uint64_t>(step));  // int64: two's complement
   wire::field_bytes(e, kSummary, summary.bytes());
   append_event(e);
 }
@@ -89,9 +88,10 @@ void EventWriter::append_event(const std::string& event) {
   std::string frame;
   data::append_frame(frame, event);
   // The frame reads back as the event (TFRecord framing: lengths and CRCs).
-  LOCKSTEP_DCHECK(data::parse_frame({reinterpret_cast<const uint8_t*>(frame.data()), frame.size()})
-                          .payload == event,
-                  "TensorBoard events: a frame of {} bytes reads back as its event", frame.size());
+  LOCKSTEP_DCHECK(
+      data::parse_frame({reinterpret_cast<const uint8_t*>(frame.data()), frame.size()}).payload ==
+          event,
+      "TensorBoard events: a frame of {} bytes reads back as its event", frame.size());
   const ssize_t n = ::write(fd_, frame.data(), frame.size());
   if (n != static_cast<ssize_t>(frame.size()))
     throw Error(fmt::format("TensorBoard events: short write to {}: {}", path_,

@@ -21,9 +21,12 @@ constexpr uint64_t kTypeString = 1, kTypeBool = 2, kTypeFloat64 = 3;
 
 std::string value(const Value& v) {
   std::string out;
-  if (const auto* d = std::get_if<double>(&v)) w::field_double(out, kNumberValue, *d);
-  else if (const auto* s = std::get_if<std::string>(&v)) w::field_bytes(out, kStringValue, *s);
-  else w::field_varint(out, kBoolValue, std::get<bool>(v) ? 1 : 0);
+  if (const auto* d = std::get_if<double>(&v))
+    w::field_double(out, kNumberValue, *d);
+  else if (const auto* s = std::get_if<std::string>(&v))
+    w::field_bytes(out, kStringValue, *s);
+  else
+    w::field_varint(out, kBoolValue, std::get<bool>(v) ? 1 : 0);
   return out;
 }
 

@@ -27,8 +27,10 @@ namespace {
 constexpr int64_t kFormatVersion = 1;
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path) {
-  throw Error(fmt::format("checkpoint: {} {}: {} (check the directory exists, is writable and "
-                          "has space)", what, path, std::strerror(errno)));
+  throw Error(
+      fmt::format("checkpoint: {} {}: {} (check the directory exists, is writable and "
+                  "has space)",
+                  what, path, std::strerror(errno)));
 }
 
 void write_all(int fd, const std::string& bytes, const std::string& path) {
@@ -81,7 +83,8 @@ void require_whole(const ::torch::nn::Module& module, const char* call, const st
     throw InvalidArgument(fmt::format(
         "{} {}: module '{}' is trained as part of a model laid out across ranks (a pipeline "
         "stage's layer: each rank trains only its stage's); this call reads and writes whole "
-        "tensors of one rank: use {} (every rank)", call, path, name, partial->call));
+        "tensors of one rank: use {} (every rank)",
+        call, path, name, partial->call));
   throw InvalidArgument(fmt::format(
       "{} {}: module '{}' holds only this rank's slice of its parameters (a sharded layer); "
       "this call reads and writes whole tensors of one rank: use {} (every rank)",
@@ -109,8 +112,9 @@ void require_materialized(const ::torch::nn::Module& module, const char* call,
 
 }  // namespace
 
-void detail::write_atomically(const std::string& path,
-                              const std::function<void(int fd, const std::string& temp_path)>& write) {
+void detail::write_atomically(
+    const std::string& path,
+    const std::function<void(int fd, const std::string& temp_path)>& write) {
   namespace fs = std::filesystem;
   fs::path target(path);
   std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
@@ -130,9 +134,8 @@ void detail::write_atomically(const std::string& path,
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
-  detail::write_atomically(path, [&](int fd, const std::string& temp_path) {
-    write_all(fd, bytes, temp_path);
-  });
+  detail::write_atomically(
+      path, [&](int fd, const std::string& temp_path) { write_all(fd, bytes, temp_path); });
 }
 
 uint64_t remove_stale_temporary_files(const std::string& path) {
@@ -173,12 +176,15 @@ std::string not_a_checkpoint(const std::string& path, const std::string& bytes,
                              const std::string& cause = {}) {
   const std::string what = file_kind(bytes);
   if (what == "a safetensors file" || what == "a PyTorch torch.save file")
-    return fmt::format("checkpoint {} is {}, not a lockstep checkpoint: load its weights with "
-                       "lockstep::torch::load_state_dict(path, module), or convert it with "
-                       "`lockstep convert checkpoint {} OUT.pt`", path, what, path);
-  return fmt::format("checkpoint {} is {}, not a lockstep checkpoint (written by "
-                     "lockstep::torch::save_checkpoint){}; point the load at a checkpoint file",
-                     path, what, cause.empty() ? "" : " (LibTorch: " + cause + ")");
+    return fmt::format(
+        "checkpoint {} is {}, not a lockstep checkpoint: load its weights with "
+        "lockstep::torch::load_state_dict(path, module), or convert it with "
+        "`lockstep convert checkpoint {} OUT.pt`",
+        path, what, path);
+  return fmt::format(
+      "checkpoint {} is {}, not a lockstep checkpoint (written by "
+      "lockstep::torch::save_checkpoint){}; point the load at a checkpoint file",
+      path, what, cause.empty() ? "" : " (LibTorch: " + cause + ")");
 }
 
 FileContents parse_checkpoint(const std::string& path, const std::string& bytes) {
@@ -193,9 +199,10 @@ FileContents parse_checkpoint(const std::string& path, const std::string& bytes)
   if (!archive.try_read("format_version", value) || !value.isInt())
     throw Error(not_a_checkpoint(path, bytes));
   if (value.toInt() != kFormatVersion)
-    throw Error(fmt::format("checkpoint {}: format version {} is not {} (written by another "
-                            "lockstep release: convert it with that release)",
-                            path, value.toInt(), kFormatVersion));
+    throw Error(
+        fmt::format("checkpoint {}: format version {} is not {} (written by another "
+                    "lockstep release: convert it with that release)",
+                    path, value.toInt(), kFormatVersion));
   try {
     archive.read("model", model);
     detail::module_archive_tensors(model, "", file.tensors);
@@ -210,8 +217,10 @@ FileContents parse_checkpoint(const std::string& path, const std::string& bytes)
     file.progress.user = value.toStringRef();
     archive.read("rng", file.rng);
   } catch (const c10::Error& e) {
-    throw Error(fmt::format("checkpoint {} is damaged (a field is missing or of another type: {}); "
-                            "load an older checkpoint", path, e.what_without_backtrace()));
+    throw Error(
+        fmt::format("checkpoint {} is damaged (a field is missing or of another type: {}); "
+                    "load an older checkpoint",
+                    path, e.what_without_backtrace()));
   }
   return file;
 }
@@ -235,10 +244,11 @@ void load_optimizer_or_restore(::torch::optim::Optimizer& optimizer,
     ::torch::serialize::InputArchive back;
     archive_from_bytes(back, before);
     load_optimizer(optimizer, back);
-    throw Error(fmt::format("checkpoint {}: its optimizer state does not fit this optimizer ({}); "
-                            "build the optimizer as the run that saved it did (the same type, "
-                            "param groups and parameters, in model order); nothing was loaded",
-                            path, e.what_without_backtrace()));
+    throw Error(
+        fmt::format("checkpoint {}: its optimizer state does not fit this optimizer ({}); "
+                    "build the optimizer as the run that saved it did (the same type, "
+                    "param groups and parameters, in model order); nothing was loaded",
+                    path, e.what_without_backtrace()));
   }
 }
 

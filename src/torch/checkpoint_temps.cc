@@ -41,7 +41,8 @@ bool try_lock(int fd) {
 }
 
 bool same_file(int fd, const std::string& path) {
-  struct stat by_fd {}, by_name {};
+  struct stat by_fd {
+  }, by_name{};
   return ::fstat(fd, &by_fd) == 0 && ::lstat(path.c_str(), &by_name) == 0 &&
          by_fd.st_dev == by_name.st_dev && by_fd.st_ino == by_name.st_ino;
 }
@@ -74,14 +75,18 @@ LockedTemp create_locked_temp(const std::string& target) {
     temp.fd = ::open(temp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (temp.fd < 0 && errno == EEXIST) continue;  // a dead namesake's file: another name
     if (temp.fd < 0)
-      throw Error(fmt::format("checkpoint: cannot create {}: {} (check the directory exists, is "
-                              "writable and has space)", temp.path, std::strerror(errno)));
+      throw Error(
+          fmt::format("checkpoint: cannot create {}: {} (check the directory exists, is "
+                      "writable and has space)",
+                      temp.path, std::strerror(errno)));
     // Unlocked, or unlinked by a cleaner before we locked: start over.
     if (try_lock(temp.fd) && same_file(temp.fd, temp.path)) return temp;
     ::close(temp.fd);
   }
-  throw Error(fmt::format("checkpoint: cannot create a locked temporary file in {}; does the "
-                          "filesystem support fcntl locks?", dir));
+  throw Error(
+      fmt::format("checkpoint: cannot create a locked temporary file in {}; does the "
+                  "filesystem support fcntl locks?",
+                  dir));
 }
 
 RemovedTemps remove_stale_temps(const std::string& target) {
@@ -97,8 +102,8 @@ RemovedTemps remove_stale_temps(const std::string& target) {
     int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
     struct stat st {};
-    bool stale = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && try_lock(fd) &&
-                 same_file(fd, path);
+    bool stale =
+        ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && try_lock(fd) && same_file(fd, path);
     if (stale && writer_host(std::string_view(name).substr(prefix.size())) != host)
       stale = old_enough(st);  // its host's locks may be invisible here
     if (stale && ::unlink(path.c_str()) == 0) {

@@ -112,10 +112,10 @@ TensorHandle allreduce_async_(::torch::Tensor& tensor, std::string name, Allredu
   ::torch::Tensor buffer = engine_input(tensor, "allreduce");
   engine::OpOptions op_options = op_options_for(buffer, options.process_set);
   Claimed n = claim(std::move(name), "allreduce", options.process_set);
-  engine::Handle handle = eng().allreduce_async(
-      n.name, buffer.data_ptr(), buffer.data_ptr(),
-      shape_of(buffer), to_comm_dtype(buffer.scalar_type()), options.op, options.prescale,
-      options.postscale, op_options);
+  engine::Handle handle =
+      eng().allreduce_async(n.name, buffer.data_ptr(), buffer.data_ptr(), shape_of(buffer),
+                            to_comm_dtype(buffer.scalar_type()), options.op, options.prescale,
+                            options.postscale, op_options);
   return TensorHandle(std::move(handle), std::make_shared<::torch::Tensor>(tensor), {buffer},
                       holding(copy_back(tensor, buffer), {n.lease}));
 }
@@ -138,9 +138,9 @@ TensorHandle allgather_async(const ::torch::Tensor& tensor, std::string name, in
   auto out = std::make_shared<::torch::Tensor>();
   engine::OpOptions op_options = op_options_for(input, process_set);
   Claimed n = claim(std::move(name), "allgather", process_set);
-  engine::Handle handle = eng().allgather_async(
-      n.name, input.data_ptr(), shape_of(input),
-      to_comm_dtype(input.scalar_type()), tensor_allocator(out, input), op_options);
+  engine::Handle handle = eng().allgather_async(n.name, input.data_ptr(), shape_of(input),
+                                                to_comm_dtype(input.scalar_type()),
+                                                tensor_allocator(out, input), op_options);
   return TensorHandle(std::move(handle), out, {input},
                       holding(to_input_device(out, tensor), {n.lease}));
 }
@@ -153,9 +153,8 @@ TensorHandle allgather_into_async(const ::torch::Tensor& tensor, ::torch::Tensor
   auto out = std::make_shared<::torch::Tensor>();
   Claimed n = claim(std::move(name), "allgather", process_set);
   engine::Handle handle = eng().allgather_async(
-      n.name, input.data_ptr(), shape_of(input),
-      to_comm_dtype(input.scalar_type()), into_allocator(out, output, input.device()),
-      op_options_for(input, process_set));
+      n.name, input.data_ptr(), shape_of(input), to_comm_dtype(input.scalar_type()),
+      into_allocator(out, output, input.device()), op_options_for(input, process_set));
   return TensorHandle(std::move(handle), out, {input, output},
                       holding(into_finish(out, output, "allgather_into_async"), {n.lease}));
 }
@@ -168,9 +167,9 @@ TensorHandle broadcast_async_(::torch::Tensor& tensor, int root, std::string nam
   ::torch::Tensor buffer = engine_input(tensor, "broadcast");
   engine::OpOptions op_options = op_options_for(buffer, process_set);
   Claimed n = claim(std::move(name), "broadcast", process_set);
-  engine::Handle handle = eng().broadcast_async(n.name, buffer.data_ptr(), shape_of(buffer),
-                                                to_comm_dtype(buffer.scalar_type()), root,
-                                                op_options);
+  engine::Handle handle =
+      eng().broadcast_async(n.name, buffer.data_ptr(), shape_of(buffer),
+                            to_comm_dtype(buffer.scalar_type()), root, op_options);
   return TensorHandle(std::move(handle), std::make_shared<::torch::Tensor>(tensor), {buffer},
                       holding(copy_back(tensor, buffer), {n.lease}));
 }
@@ -196,8 +195,8 @@ namespace detail {
 
 SetPlace place_in_set(int process_set, const std::string& name) {
   if (process_set == 0) return {rank(), size()};
-  ::torch::Tensor ranks = allgather_async(::torch::tensor({static_cast<int64_t>(rank())}), name,
-                                          process_set).result();
+  ::torch::Tensor ranks =
+      allgather_async(::torch::tensor({static_cast<int64_t>(rank())}), name, process_set).result();
   int64_t index = (ranks == rank()).nonzero().item<int64_t>();
   return {static_cast<int>(index), static_cast<int>(ranks.numel())};
 }
@@ -212,10 +211,9 @@ TensorHandle reduce_scatter_async(const ::torch::Tensor& tensor, std::string nam
   auto out = std::make_shared<::torch::Tensor>();
   engine::OpOptions op_options = op_options_for(input, options.process_set);
   Claimed n = claim(std::move(name), "reduce_scatter", options.process_set);
-  engine::Handle handle = eng().reduce_scatter_async(
-      n.name, input.data_ptr(), shape_of(input),
-      to_comm_dtype(input.scalar_type()), options.op, tensor_allocator(out, input),
-      op_options);
+  engine::Handle handle = eng().reduce_scatter_async(n.name, input.data_ptr(), shape_of(input),
+                                                     to_comm_dtype(input.scalar_type()), options.op,
+                                                     tensor_allocator(out, input), op_options);
   return TensorHandle(std::move(handle), out, {input},
                       holding(to_input_device(out, tensor), {n.lease}));
 }
@@ -227,9 +225,8 @@ TensorHandle reduce_scatter_into_async(const ::torch::Tensor& tensor, ::torch::T
   auto out = std::make_shared<::torch::Tensor>();
   Claimed n = claim(std::move(name), "reduce_scatter", options.process_set);
   engine::Handle handle = eng().reduce_scatter_async(
-      n.name, input.data_ptr(), shape_of(input),
-      to_comm_dtype(input.scalar_type()), options.op, into_allocator(out, output, input.device()),
-      op_options_for(input, options.process_set));
+      n.name, input.data_ptr(), shape_of(input), to_comm_dtype(input.scalar_type()), options.op,
+      into_allocator(out, output, input.device()), op_options_for(input, options.process_set));
   return TensorHandle(std::move(handle), out, {input, output},
                       holding(into_finish(out, output, "reduce_scatter_into_async"), {n.lease}));
 }
@@ -243,9 +240,8 @@ TensorHandle alltoall_async(const ::torch::Tensor& tensor, std::vector<int64_t> 
   engine::OpOptions op_options = op_options_for(input, process_set);
   Claimed n = claim(std::move(name), "alltoall", process_set);
   engine::Handle handle = eng().alltoall_async(
-      n.name, input.data_ptr(), shape_of(input),
-      to_comm_dtype(input.scalar_type()), std::move(splits),
-      tensor_allocator(out, input), op_options);
+      n.name, input.data_ptr(), shape_of(input), to_comm_dtype(input.scalar_type()),
+      std::move(splits), tensor_allocator(out, input), op_options);
   return TensorHandle(std::move(handle), out, {input},
                       holding(to_input_device(out, tensor), {n.lease}));
 }

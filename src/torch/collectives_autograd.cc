@@ -14,9 +14,9 @@
 namespace lockstep::torch {
 namespace {
 
+using ::torch::Tensor;
 using ::torch::autograd::AutogradContext;
 using ::torch::autograd::variable_list;
-using ::torch::Tensor;
 
 // Note [Collective gradients]
 // Backward runs collectives, named after the forward ones ("<name>.grad",
@@ -43,8 +43,8 @@ void require_linear(ReduceOp op, const char* collective) {
   if (op != ReduceOp::kSum && op != ReduceOp::kAverage)
     throw InvalidArgument(fmt::format(
         "lockstep::torch::{}: backward through op {} is not defined (only sum and average have "
-        "a gradient); detach the input, or reduce with sum or average", collective,
-        comm::reduce_op_name(op)));
+        "a gradient); detach the input, or reduce with sum or average",
+        collective, comm::reduce_op_name(op)));
 }
 
 using detail::place_in_set;
@@ -117,12 +117,15 @@ struct AllgatherFn : ::torch::autograd::Function<AllgatherFn> {
     int set = static_cast<int>(ctx->saved_data["set"].toInt());
     std::vector<int64_t> shape = ctx->saved_data["shape"].toIntVector();
     int64_t rows = shape.empty() ? 1 : shape[0];
-    Tensor summed = allreduce_async(grads[0], grad_name(name),
-                                    {.op = ReduceOp::kSum, .process_set = set}).result();
+    Tensor summed =
+        allreduce_async(grads[0], grad_name(name), {.op = ReduceOp::kSum, .process_set = set})
+            .result();
     // Every member's (global rank, rows), in set order: this rank's rows
     // start after those of the members before it.
-    Tensor table = allgather_async(::torch::tensor({static_cast<int64_t>(rank()), rows}).view({1, 2}),
-                                   grad_name(name, ".rows"), set).result();
+    Tensor table =
+        allgather_async(::torch::tensor({static_cast<int64_t>(rank()), rows}).view({1, 2}),
+                        grad_name(name, ".rows"), set)
+            .result();
     int64_t index = (table.select(1, 0) == rank()).nonzero().item<int64_t>();
     int64_t offset = table.select(1, 1).narrow(0, 0, index).sum().item<int64_t>();
     return {summed.narrow(0, offset, rows).reshape(shape), Tensor(), Tensor()};
@@ -148,11 +151,12 @@ struct GroupedAllgatherFn : ::torch::autograd::Function<GroupedAllgatherFn> {
       shapes.push_back(s.toIntVector());
     std::vector<int64_t> row{static_cast<int64_t>(rank())};
     for (const auto& shape : shapes) row.push_back(shape.empty() ? 1 : shape[0]);
-    variable_list summed = grouped_allreduce(grads, saved_names(ctx),
-                                             {.op = ReduceOp::kSum, .process_set = set});
+    variable_list summed =
+        grouped_allreduce(grads, saved_names(ctx), {.op = ReduceOp::kSum, .process_set = set});
     const auto width = static_cast<int64_t>(row.size());
     Tensor table = allgather_async(::torch::tensor(row).view({1, width}),
-                                   saved_names(ctx, ".rows").front(), set).result();
+                                   saved_names(ctx, ".rows").front(), set)
+                       .result();
     int64_t index = (table.select(1, 0) == rank()).nonzero().item<int64_t>();
     variable_list out;
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -200,8 +204,9 @@ struct BroadcastFn : ::torch::autograd::Function<BroadcastFn> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const std::string& name = ctx->saved_data["name"].toStringRef();
     int set = static_cast<int>(ctx->saved_data["set"].toInt());
-    Tensor summed = allreduce_async(grads[0], grad_name(name),
-                                    {.op = ReduceOp::kSum, .process_set = set}).result();
+    Tensor summed =
+        allreduce_async(grads[0], grad_name(name), {.op = ReduceOp::kSum, .process_set = set})
+            .result();
     if (place_in_set(set, grad_name(name, ".place")).rank != ctx->saved_data["root"].toInt())
       summed.zero_();
     return {summed, Tensor(), Tensor(), Tensor()};
@@ -231,8 +236,8 @@ struct AlltoallFn : ::torch::autograd::Function<AlltoallFn> {
       splits.assign(n, shape[0] / n);
     }
     // What each member sent here is what goes back to it.
-    Tensor received = alltoall_async(::torch::tensor(splits), {}, grad_name(name, ".splits"),
-                                     set).result();
+    Tensor received =
+        alltoall_async(::torch::tensor(splits), {}, grad_name(name, ".splits"), set).result();
     std::vector<int64_t> back(received.data_ptr<int64_t>(),
                               received.data_ptr<int64_t>() + received.numel());
     Tensor grad = alltoall_async(grads[0], back, grad_name(name), set).result();

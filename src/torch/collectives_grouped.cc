@@ -91,9 +91,9 @@ TensorHandle grouped_allgather_async(const std::vector<::torch::Tensor>& tensors
                                      std::vector<std::string> names, int process_set) {
   AllocatingGroup g = allocating_group(tensors, names, "grouped_allgather", true);
   ClaimedGroup c = claim_group(std::move(names), "grouped_allgather", process_set);
-  engine::Handle handle = eng().grouped_allgather_async(
-      c.names, g.pointers, g.shapes, g.dtypes, std::move(g.allocates),
-      op_options_for(g.inputs.front(), process_set));
+  engine::Handle handle =
+      eng().grouped_allgather_async(c.names, g.pointers, g.shapes, g.dtypes, std::move(g.allocates),
+                                    op_options_for(g.inputs.front(), process_set));
   return TensorHandle(std::move(handle), std::move(g.results), std::move(g.inputs),
                       holding(run_each(std::move(g.finishes)), std::move(c.leases)));
 }

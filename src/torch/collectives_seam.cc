@@ -70,7 +70,8 @@ Claimed claim(std::string name, const char* op, int process_set) {
     throw InvalidArgument(fmt::format(
         "lockstep::torch::{}: a collective named '{}' is already pending on rank {} (process set "
         "{}: its handle was not waited on yet); wait() for it before submitting the name again, "
-        "or give each operation its own name", op, c.name, torch::rank(), process_set));
+        "or give each operation its own name",
+        op, c.name, torch::rank(), process_set));
   c.lease = std::make_shared<NameLease>(process_set, c.name);
   return c;
 }
@@ -104,8 +105,10 @@ ClaimedGroup claim_group(std::vector<std::string> names, const char* op, int pro
 
 void check_group_lists(size_t tensors, size_t names, const char* op) {
   if (tensors != names)
-    throw InvalidArgument(fmt::format("lockstep::torch::{}: {} tensors but {} names; give one "
-                                      "name per tensor", op, tensors, names));
+    throw InvalidArgument(
+        fmt::format("lockstep::torch::{}: {} tensors but {} names; give one "
+                    "name per tensor",
+                    op, tensors, names));
   if (tensors == 0) throw InvalidArgument(fmt::format("lockstep::torch::{}: no tensors", op));
 }
 
@@ -157,19 +160,20 @@ engine::OpOptions op_options_for(const ::torch::Tensor& input, int process_set) 
     throw InvalidArgument(fmt::format(
         "lockstep::torch::{}: {} tensors are not supported by collectives (they need a strided "
         "layout); pass tensor.to_dense(), or reduce a sparse COO tensor with "
-        "lockstep::torch::sparse_allreduce", op, t.is_sparse() ? "sparse" : "non-strided (sparse CSR, mkldnn)"));
+        "lockstep::torch::sparse_allreduce",
+        op, t.is_sparse() ? "sparse" : "non-strided (sparse CSR, mkldnn)"));
   to_comm_dtype(t.scalar_type());
   if (on_device_path(t)) return t.contiguous();
   if (t.is_cuda()) {
-    ::torch::Tensor host = ::torch::empty(
-        t.sizes(), t.options().device(::torch::kCPU).pinned_memory(true));
+    ::torch::Tensor host =
+        ::torch::empty(t.sizes(), t.options().device(::torch::kCPU).pinned_memory(true));
     host.copy_(t);
     return host;
   }
   if (!t.device().is_cpu())
-    throw InvalidArgument(fmt::format(
-        "lockstep::torch::{}: tensor is on {}; only CPU and CUDA tensors are supported", op,
-        t.device().str()));
+    throw InvalidArgument(
+        fmt::format("lockstep::torch::{}: tensor is on {}; only CPU and CUDA tensors are supported",
+                    op, t.device().str()));
   return t.contiguous();
 }
 
@@ -183,8 +187,9 @@ void check_one_group(const std::vector<::torch::Tensor>& buffers,
     if (one_dtype && buffers[i].scalar_type() != buffers[0].scalar_type())
       throw InvalidArgument(fmt::format(
           "lockstep::torch::{}: '{}' is {} but '{}' is {}; a group has one dtype (cast them, or "
-          "submit them as separate groups)", op, names[i], c10::toString(buffers[i].scalar_type()),
-          names[0], c10::toString(buffers[0].scalar_type())));
+          "submit them as separate groups)",
+          op, names[i], c10::toString(buffers[i].scalar_type()), names[0],
+          c10::toString(buffers[0].scalar_type())));
     if (buffers[i].device() != buffers[0].device())
       throw InvalidArgument(fmt::format(
           "lockstep::torch::{}: '{}' is on {} but '{}' is on {}; a group lives on one device", op,
@@ -199,17 +204,19 @@ void refuse_grad_leaf(const ::torch::Tensor& t, const char* op) {
     throw InvalidArgument(fmt::format(
         "lockstep::torch::{}_: the tensor is a leaf that requires grad, which an in-place "
         "collective cannot change (as PyTorch refuses in-place ops on it); call the out-of-place "
-        "lockstep::torch::{} (differentiable), or wrap the call in torch::NoGradGuard", op, op));
+        "lockstep::torch::{} (differentiable), or wrap the call in torch::NoGradGuard",
+        op, op));
 }
 
 // Outputs the engine allocates live where the engine's input does.
 engine::Allocator tensor_allocator(std::shared_ptr<::torch::Tensor> out,
                                    const ::torch::Tensor& input) {
-  return [out, options = ::torch::TensorOptions().dtype(input.scalar_type()).device(
-                   input.device())](const engine::Shape& shape, engine::DataType) -> void* {
-    *out = ::torch::empty(shape, options);
-    return out->data_ptr();
-  };
+  return
+      [out, options = ::torch::TensorOptions().dtype(input.scalar_type()).device(input.device())](
+          const engine::Shape& shape, engine::DataType) -> void* {
+        *out = ::torch::empty(shape, options);
+        return out->data_ptr();
+      };
 }
 
 // In-place operations on a tensor the engine cannot write directly copy back.
@@ -242,12 +249,11 @@ std::function<void()> to_input_device(std::shared_ptr<::torch::Tensor> out,
 // (other shape) when the caller waits.
 void check_into_output(const ::torch::Tensor& input, const ::torch::Tensor& output,
                        const char* op) {
-  if (!output.defined() || !output.is_contiguous() ||
-      output.scalar_type() != input.scalar_type())
-    throw InvalidArgument(fmt::format(
-        "lockstep::torch::{}: output must be a contiguous {} tensor (got {})", op,
-        c10::toString(input.scalar_type()),
-        output.defined() ? c10::toString(output.scalar_type()) : "undefined"));
+  if (!output.defined() || !output.is_contiguous() || output.scalar_type() != input.scalar_type())
+    throw InvalidArgument(
+        fmt::format("lockstep::torch::{}: output must be a contiguous {} tensor (got {})", op,
+                    c10::toString(input.scalar_type()),
+                    output.defined() ? c10::toString(output.scalar_type()) : "undefined"));
 }
 
 engine::Allocator into_allocator(std::shared_ptr<::torch::Tensor> out, ::torch::Tensor output,
@@ -265,9 +271,10 @@ std::function<void()> into_finish(std::shared_ptr<::torch::Tensor> out, ::torch:
   return [out, output, op]() mutable {
     if (out->is_same(output)) return;
     if (!out->sizes().equals(output.sizes()))
-      throw InvalidArgument(fmt::format("lockstep::torch::{}: the result has shape {} but output "
-                                        "has {}", op, engine::format_shape(shape_of(*out)),
-                                        engine::format_shape(shape_of(output))));
+      throw InvalidArgument(fmt::format(
+          "lockstep::torch::{}: the result has shape {} but output "
+          "has {}",
+          op, engine::format_shape(shape_of(*out)), engine::format_shape(shape_of(output))));
     ::torch::NoGradGuard no_grad;
     output.copy_(*out);
   };
@@ -293,7 +300,8 @@ comm::DataType to_comm_dtype(::torch::ScalarType type) {
     default:
       throw InvalidArgument(fmt::format(
           "lockstep::torch: dtype {} is not supported by collectives (use f16, bf16, f32, f64, "
-          "i8, u8, i16, i32 or i64)", c10::toString(type)));
+          "i8, u8, i16, i32 or i64)",
+          c10::toString(type)));
   }
 }
 

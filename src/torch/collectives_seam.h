@@ -66,8 +66,7 @@ std::function<void()> copy_back(::torch::Tensor target, ::torch::Tensor buffer);
 
 // The _into variants' output: checked, written in place when it fits,
 // otherwise copied over (other device) or refused (other shape) on wait.
-void check_into_output(const ::torch::Tensor& input, const ::torch::Tensor& output,
-                       const char* op);
+void check_into_output(const ::torch::Tensor& input, const ::torch::Tensor& output, const char* op);
 engine::Allocator into_allocator(std::shared_ptr<::torch::Tensor> out, ::torch::Tensor output,
                                  ::torch::Device engine_device);
 std::function<void()> into_finish(std::shared_ptr<::torch::Tensor> out, ::torch::Tensor output,

@@ -20,11 +20,14 @@ namespace {
 constexpr int64_t kScaleBytes = 4;  // one f32 scale after each chunk of signs
 
 // |x|₂ / √n: the scale that keeps the compressed vector's norm (DeepSpeed's).
-Tensor rms(const Tensor& x) { return (x.norm() / std::sqrt(static_cast<double>(x.numel()))).reshape({1}); }
+Tensor rms(const Tensor& x) {
+  return (x.norm() / std::sqrt(static_cast<double>(x.numel()))).reshape({1});
+}
 
 // signs of `x` and its scale as one row of bytes: [packed signs | f32 scale].
 Tensor encode(const Tensor& x, const Tensor& scale) {
-  return ::torch::cat({pack_signs(x), scale.to(::torch::kFloat32).contiguous().view(::torch::kUInt8)});
+  return ::torch::cat(
+      {pack_signs(x), scale.to(::torch::kFloat32).contiguous().view(::torch::kUInt8)});
 }
 
 // Row of encode() back to scale · sign.
@@ -50,7 +53,8 @@ Tensor pack_signs(const Tensor& x) {
 
 Tensor unpack_signs(const Tensor& packed, ::torch::ScalarType dtype) {
   const Tensor shifts = ::torch::tensor({7, 6, 5, 4, 3, 2, 1, 0}, ::torch::kInt32);
-  const Tensor bits = packed.to(::torch::kInt32).unsqueeze(1).bitwise_right_shift(shifts).bitwise_and(1);
+  const Tensor bits =
+      packed.to(::torch::kInt32).unsqueeze(1).bitwise_right_shift(shifts).bitwise_and(1);
   return (bits.to(dtype) * 2 - 1).reshape({-1});
 }
 
@@ -60,7 +64,8 @@ CompressedAllreduce::CompressedAllreduce(Group group, std::string name)
 Tensor CompressedAllreduce::mean(const Tensor& values) {
   const int64_t length = values.numel();
   Tensor x = values.reshape({-1}).to(::torch::kFloat32);
-  x = ::torch::constant_pad_nd(x, {0, policy::onebit_padded_length(length, group_.size()) - length});
+  x = ::torch::constant_pad_nd(x,
+                               {0, policy::onebit_padded_length(length, group_.size()) - length});
   if (worker_error_.defined()) x += worker_error_;
   return padded_mean(x).narrow(0, 0, length);
 }
@@ -83,8 +88,7 @@ Tensor CompressedAllreduce::padded_mean(const Tensor& x) {
     rows.push_back(encode(x.narrow(0, j * chunk, chunk), scale));
     LOCKSTEP_DCHECK_EQ(rows.back().numel(), row_bytes, "1-bit: row for rank {} on send", j);
   }
-  const Tensor received =
-      alltoall(::torch::stack(rows), {}, name_ + ".chunks", group_.id());
+  const Tensor received = alltoall(::torch::stack(rows), {}, name_ + ".chunks", group_.id());
   LOCKSTEP_DCHECK(received.dim() == 2 && received.size(0) == n && received.size(1) == row_bytes,
                   "1-bit: {} rows of {} bytes received, one per rank", n, row_bytes);
   Tensor y = ::torch::zeros({chunk}, x.options());
@@ -94,8 +98,7 @@ Tensor CompressedAllreduce::padded_mean(const Tensor& x) {
   const Tensor server_row = encode(y, rms(y));
   LOCKSTEP_DCHECK_EQ(server_row.numel(), row_bytes, "1-bit: this rank's server row on send");
   server_error_ = y - decode(server_row, x.scalar_type());
-  const Tensor gathered =
-      allgather(server_row.unsqueeze(0), name_ + ".mean", group_.id());
+  const Tensor gathered = allgather(server_row.unsqueeze(0), name_ + ".mean", group_.id());
   LOCKSTEP_DCHECK(gathered.dim() == 2 && gathered.size(0) == n && gathered.size(1) == row_bytes,
                   "1-bit: {} server rows of {} bytes gathered, one per rank", n, row_bytes);
   std::vector<Tensor> chunks;

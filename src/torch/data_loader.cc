@@ -71,9 +71,9 @@ std::optional<TensorBatch> next_tensor_batch(DistributedSampler& sampler,
                                              const ::torch::Tensor& data,
                                              const ::torch::Tensor& targets, int64_t batch_size) {
   if (data.size(0) != targets.size(0) || data.size(0) != sampler.options().dataset_size)
-    throw InvalidArgument(fmt::format(
-        "next_tensor_batch: data has {} rows and targets {}, but the sampler covers {}",
-        data.size(0), targets.size(0), sampler.options().dataset_size));
+    throw InvalidArgument(
+        fmt::format("next_tensor_batch: data has {} rows and targets {}, but the sampler covers {}",
+                    data.size(0), targets.size(0), sampler.options().dataset_size));
   std::vector<int64_t> indices = sampler.next_batch(batch_size);
   if (indices.empty()) return std::nullopt;
   ::torch::Tensor index = ::torch::tensor(indices, ::torch::kLong).to(data.device());

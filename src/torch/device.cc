@@ -28,15 +28,17 @@ int plan_gpu(DeviceChoice choice, int local_rank, int visible_gpus) {
 
 DeviceBackend choose_device_backend(const DeviceBackendInputs& in) {
   if (in.knob != "auto" && in.knob != "nccl" && in.knob != "host" && !in.knob.empty())
-    throw InvalidArgument(fmt::format(
-        "LOCKSTEP_DEVICE_BACKEND='{}' is not one of auto, nccl, host", in.knob));
+    throw InvalidArgument(
+        fmt::format("LOCKSTEP_DEVICE_BACKEND='{}' is not one of auto, nccl, host", in.knob));
   if (in.knob == "host" || !in.cuda) return DeviceBackend::kHost;
   std::string why;
-  if (!in.nccl_built) why = "this build has no NCCL transport (docs/gpu.md: building with CUDA)";
+  if (!in.nccl_built)
+    why = "this build has no NCCL transport (docs/gpu.md: building with CUDA)";
   else if (in.local_size > in.visible_gpus)
     why = fmt::format("{} workers share {} GPU(s) on this host, and NCCL needs one GPU per worker",
                       in.local_size, in.visible_gpus);
-  else if (in.elastic) why = "elastic jobs stage CUDA tensors through host memory";
+  else if (in.elastic)
+    why = "elastic jobs stage CUDA tensors through host memory";
   if (why.empty()) return DeviceBackend::kNccl;
   if (in.knob == "nccl")
     throw InvalidArgument(fmt::format("LOCKSTEP_DEVICE_BACKEND=nccl, but {}; use host", why));
@@ -70,11 +72,9 @@ std::shared_ptr<void> record_on_current_stream(int index) {
   const auto* impl = cuda_impl();
   void* event = nullptr;
   const auto device_index = static_cast<c10::DeviceIndex>(index);
-  impl->record(&event, impl->getStream(gpu(index)), device_index,
-               c10::EventFlag::PYTORCH_DEFAULT);
-  return std::shared_ptr<void>(event, [impl, device_index](void* e) {
-    impl->destroyEvent(e, device_index);
-  });
+  impl->record(&event, impl->getStream(gpu(index)), device_index, c10::EventFlag::PYTORCH_DEFAULT);
+  return std::shared_ptr<void>(
+      event, [impl, device_index](void* e) { impl->destroyEvent(e, device_index); });
 }
 
 }  // namespace lockstep::torch::detail

@@ -34,7 +34,7 @@ struct DistributedOptimizer::Slot : Gradient {
   bool after_step = false;
   const void* seen_impl = nullptr;
   int64_t seen_version = 0;
-  int profile_id = -1;     // LOCKSTEP_PROFILE's index of this gradient
+  int profile_id = -1;  // LOCKSTEP_PROFILE's index of this gradient
 };
 
 namespace {
@@ -43,7 +43,8 @@ namespace {
 class GradientArrivingHook : public ::torch::autograd::FunctionPreHook {
  public:
   explicit GradientArrivingHook(std::function<void()> arriving) : arriving_(std::move(arriving)) {}
-  ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& grads) override {
+  ::torch::autograd::variable_list operator()(
+      const ::torch::autograd::variable_list& grads) override {
     arriving_();
     return grads;
   }
@@ -85,7 +86,8 @@ void warn_early_step(int passes, int k) {
   log(LogLevel::kWarning,
       "DistributedOptimizer: step() after {} backward pass(es) but backward_passes_per_step={}: "
       "gradients are reduced and applied now, not accumulated over {} passes; call step() (and "
-      "zero_grad()) once every {} passes", passes, k, k, k);
+      "zero_grad()) once every {} passes",
+      passes, k, k, k);
 }
 
 // The same program fails with overlap on (on_gradient_ready): said once, so
@@ -96,18 +98,19 @@ void warn_extra_passes(int passes, int k) {
   log(LogLevel::kWarning,
       "DistributedOptimizer: step() after {} backward passes but backward_passes_per_step={}: "
       "their sum is reduced once; with overlap on (LOCKSTEP_OVERLAP=on, or auto across hosts or "
-      "with a spare core) this is an error. Set backward_passes_per_step={}", passes, k, passes);
+      "with a spare core) this is an error. Set backward_passes_per_step={}",
+      passes, k, passes);
 }
 
 // Off by default in elastic jobs: a worker that joins later counts its steps
 // from 0 while the others do not, so their checks would not line up.
 int64_t fingerprint_interval(const DistributedOptimizerOptions& o) {
   if (o.fingerprint_every < 0 && engine::elastic_enabled()) return 0;
-  const int64_t every = o.fingerprint_every >= 0 ? o.fingerprint_every
-                                                 : knob_int("LOCKSTEP_FINGERPRINT_EVERY");
+  const int64_t every =
+      o.fingerprint_every >= 0 ? o.fingerprint_every : knob_int("LOCKSTEP_FINGERPRINT_EVERY");
   if (every < 0)
-    throw InvalidArgument(fmt::format(
-        "LOCKSTEP_FINGERPRINT_EVERY={} must be >= 0 (0 turns the check off)", every));
+    throw InvalidArgument(
+        fmt::format("LOCKSTEP_FINGERPRINT_EVERY={} must be >= 0 (0 turns the check off)", every));
   return every;
 }
 
@@ -117,9 +120,9 @@ void validate(const DistributedOptimizerOptions& o) {
   if (o.op != ReduceOp::kAverage && o.op != ReduceOp::kSum)
     throw InvalidArgument("DistributedOptimizer: op must be kAverage or kSum");
   if (o.backward_passes_per_step < 1)
-    throw InvalidArgument(fmt::format(
-        "DistributedOptimizer: backward_passes_per_step={} must be >= 1",
-        o.backward_passes_per_step));
+    throw InvalidArgument(
+        fmt::format("DistributedOptimizer: backward_passes_per_step={} must be >= 1",
+                    o.backward_passes_per_step));
   if (!(o.gradient_predivide_factor > 0))
     throw InvalidArgument("DistributedOptimizer: gradient_predivide_factor must be > 0");
   if (o.gradient_predivide_factor != 1.0 && o.op != ReduceOp::kAverage)
@@ -139,7 +142,8 @@ bool decide_overlap(Overlap requested, const Group& group) {
     if (rank() == 0)
       log(LogLevel::kInfo,
           "DistributedOptimizer: gradient allreduce {} (LOCKSTEP_OVERLAP=auto: {}; set on/off "
-          "to choose)", c.overlap ? "overlaps backward" : "runs once per step, fused", c.why);
+          "to choose)",
+          c.overlap ? "overlaps backward" : "runs once per step, fused", c.why);
   });
   return c.overlap;
 }
@@ -149,10 +153,10 @@ bool decide_overlap(Overlap requested, const Group& group) {
 detail::OverlapChoice detail::resolve_overlap(Overlap requested, int group_size) {
   // The option wins over the variable; either goes to the one rule.
   const policy::OverlapMode mode =
-      requested == Overlap::kOn    ? policy::OverlapMode::kOn
-      : requested == Overlap::kOff ? policy::OverlapMode::kOff
-                                   : policy::parse_overlap(knob_string("LOCKSTEP_OVERLAP"),
-                                                           "LOCKSTEP_OVERLAP");
+      requested == Overlap::kOn ? policy::OverlapMode::kOn
+      : requested == Overlap::kOff
+          ? policy::OverlapMode::kOff
+          : policy::parse_overlap(knob_string("LOCKSTEP_OVERLAP"), "LOCKSTEP_OVERLAP");
   return policy::choose_overlap(mode, group_size, local_size() == size(),
                                 worker_cpu_count(local_size()), ::at::get_num_threads());
 }
@@ -170,7 +174,9 @@ DistributedOptimizer::NamedParameters named_parameters_of(const ::torch::nn::Mod
 DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                                            NamedParameters named,
                                            DistributedOptimizerOptions options)
-    : optimizer_(optimizer), options_(std::move(options)), overlap_(decide_overlap(options_.overlap, options_.group)) {
+    : optimizer_(optimizer),
+      options_(std::move(options)),
+      overlap_(decide_overlap(options_.overlap, options_.group)) {
   validate(options_);
   detail::init_step_profiler();
   options_.group.require_member("DistributedOptimizer");
@@ -196,9 +202,11 @@ DistributedOptimizer::~DistributedOptimizer() {
     if (!slot->accumulator) continue;
     slot->accumulator->del_post_hook(slot->hook_key);
     auto& pre = slot->accumulator->pre_hooks();
-    pre.erase(std::remove_if(pre.begin(), pre.end(), [&](const auto& h) {
-                return reinterpret_cast<uintptr_t>(h.get()) == slot->pre_hook_key;
-              }), pre.end());
+    pre.erase(std::remove_if(pre.begin(), pre.end(),
+                             [&](const auto& h) {
+                               return reinterpret_cast<uintptr_t>(h.get()) == slot->pre_hook_key;
+                             }),
+              pre.end());
   }
   // Never leave an operation reading a gradient that may be freed.
   reset();
@@ -330,8 +338,8 @@ void DistributedOptimizer::check_fingerprint_if_due() {
   for (const auto& slot : slots_) named.emplace_back(slot->name.substr(prefix), slot->param);
   // Over the optimizer's group only: ranks of other tensor-parallel shards or
   // pipeline stages legitimately hold different parameters.
-  check_parameters_agree(named, steps_ == 0 ? "at the first step" : fmt::format("at step {}", steps_),
-                         options_.group);
+  check_parameters_agree(
+      named, steps_ == 0 ? "at the first step" : fmt::format("at step {}", steps_), options_.group);
 }
 
 // Waits for allreduces still writing a gradient (zero_grad() between backward

@@ -28,8 +28,7 @@ namespace {
 int g_generation = -1;
 
 std::chrono::milliseconds world_timeout() {
-  return std::chrono::milliseconds(
-      static_cast<int64_t>(knob_double("LOCKSTEP_TIMEOUT") * 1000.0));
+  return std::chrono::milliseconds(static_cast<int64_t>(knob_double("LOCKSTEP_TIMEOUT") * 1000.0));
 }
 
 // Length-prefixed names and the doubles' bytes: values round-trip bitwise.
@@ -127,19 +126,20 @@ ElasticState::Snapshot ElasticState::snapshot() const {
 void ElasticState::apply(const Snapshot& s) {
   auto current = state_tensors();
   if (current.size() != s.tensors.size())
-    throw Error(fmt::format("ElasticState: the snapshot has {} parameters and buffers but the "
-                            "model has {}; was the model changed after commit()?",
-                            s.tensors.size(), current.size()));
+    throw Error(
+        fmt::format("ElasticState: the snapshot has {} parameters and buffers but the "
+                    "model has {}; was the model changed after commit()?",
+                    s.tensors.size(), current.size()));
   // Every shape and dtype first: a refused snapshot changes nothing.
   for (size_t i = 0; i < current.size(); ++i)
     if (!current[i].sizes().equals(s.tensors[i].sizes()) ||
         current[i].scalar_type() != s.tensors[i].scalar_type())
-      throw Error(fmt::format("ElasticState: tensor {} of the model (parameters, then buffers) is "
-                              "{} {} but the snapshot's is {} {}; the snapshot is of another "
-                              "model: nothing was restored", i, c10::str(current[i].sizes()),
-                              c10::toString(current[i].scalar_type()),
-                              c10::str(s.tensors[i].sizes()),
-                              c10::toString(s.tensors[i].scalar_type())));
+      throw Error(
+          fmt::format("ElasticState: tensor {} of the model (parameters, then buffers) is "
+                      "{} {} but the snapshot's is {} {}; the snapshot is of another "
+                      "model: nothing was restored",
+                      i, c10::str(current[i].sizes()), c10::toString(current[i].scalar_type()),
+                      c10::str(s.tensors[i].sizes()), c10::toString(s.tensors[i].scalar_type())));
   ::torch::serialize::InputArchive archive;
   archive_from_bytes(archive, s.optimizer);
   load_optimizer(optimizer_, archive);
@@ -236,8 +236,10 @@ void ElasticState::reset_in_flight() noexcept {
 
 void ElasticState::save_checkpoint(const std::string& path) const {
   if (!committed_.valid)
-    throw Error(fmt::format("ElasticState::save_checkpoint({}): nothing committed yet; call "
-                            "commit() or sync() first", path));
+    throw Error(
+        fmt::format("ElasticState::save_checkpoint({}): nothing committed yet; call "
+                    "commit() or sync() first",
+                    path));
   if (rank() != 0) return;
   ::torch::serialize::OutputArchive archive;
   archive.write("elastic_state_version", c10::IValue(int64_t{1}));
@@ -247,8 +249,8 @@ void ElasticState::save_checkpoint(const std::string& path) const {
   archive.write("optimizer", detail::bytes_tensor(committed_.optimizer));
   archive.write("values", detail::bytes_tensor(encode_values(committed_.values)));
   archive.write("counters", ::torch::tensor({committed_.epoch, committed_.step,
-                                             committed_.sampler_epoch,
-                                             committed_.sampler_position}, ::torch::kInt64));
+                                             committed_.sampler_epoch, committed_.sampler_position},
+                                            ::torch::kInt64));
   write_file_atomically(path, archive_to_bytes(archive));
 }
 
@@ -263,8 +265,8 @@ bool ElasticState::load_checkpoint(const std::string& path) {
     c10::IValue value;
     archive.read("elastic_state_version", value);
     if (value.toInt() != 1)
-      throw Error(fmt::format("ElasticState checkpoint {}: version {} is not 1", path,
-                              value.toInt()));
+      throw Error(
+          fmt::format("ElasticState checkpoint {}: version {} is not 1", path, value.toInt()));
     archive.read("tensor_count", value);
     for (int64_t i = 0; i < value.toInt(); ++i) {
       ::torch::Tensor t;
@@ -286,10 +288,11 @@ bool ElasticState::load_checkpoint(const std::string& path) {
     s.valid = true;
     apply(s);
   } catch (const c10::Error& e) {
-    throw Error(fmt::format("ElasticState checkpoint {} is unreadable or does not match this "
-                            "model/optimizer: {}; load a checkpoint this program wrote (its "
-                            "model and optimizer as built here)",
-                            path, e.what_without_backtrace()));
+    throw Error(
+        fmt::format("ElasticState checkpoint {} is unreadable or does not match this "
+                    "model/optimizer: {}; load a checkpoint this program wrote (its "
+                    "model and optimizer as built here)",
+                    path, e.what_without_backtrace()));
   }
   committed_ = std::move(s);
   optimizer_.zero_grad();

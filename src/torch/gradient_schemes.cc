@@ -115,8 +115,8 @@ policy::CompressionKind compression_kind(Compression c) {
     case Compression::kOneBitAdam: return policy::CompressionKind::kOneBitAdam;
     case Compression::kOneBitLamb: return policy::CompressionKind::kOneBitLamb;
   }
-  throw InvalidArgument(fmt::format("DistributedOptimizer: unknown compression {}",
-                                    static_cast<int>(c)));
+  throw InvalidArgument(
+      fmt::format("DistributedOptimizer: unknown compression {}", static_cast<int>(c)));
 }
 
 std::string scheme_name(const DistributedOptimizerOptions& o) {
@@ -124,7 +124,8 @@ std::string scheme_name(const DistributedOptimizerOptions& o) {
     if (o.adasum || o.compression != Compression::kNone)
       throw InvalidArgument(fmt::format(
           "DistributedOptimizer: scheme '{}' is set, and so is {}; the scheme decides how "
-          "gradients travel: drop one", o.scheme, o.adasum ? "adasum" : "compression"));
+          "gradients travel: drop one",
+          o.scheme, o.adasum ? "adasum" : "compression"));
     return o.scheme;
   }
   if (o.adasum) return "adasum";
@@ -153,15 +154,15 @@ std::unique_ptr<GradientScheme> make_gradient_scheme(const GradientSchemeContext
         name, fmt::join(gradient_scheme_names(), ", ")));
   std::unique_ptr<GradientScheme> scheme = factory(context);
   if (!scheme)
-    throw InvalidArgument(fmt::format("DistributedOptimizer: scheme '{}''s factory returned null",
-                                      name));
+    throw InvalidArgument(
+        fmt::format("DistributedOptimizer: scheme '{}''s factory returned null", name));
   return scheme;
 }
 
 void refuse_predivide(const DistributedOptimizerOptions& o, const char* scheme) {
   if (o.gradient_predivide_factor != 1.0)
-    throw InvalidArgument(fmt::format(
-        "DistributedOptimizer: {} does not take gradient_predivide_factor", scheme));
+    throw InvalidArgument(
+        fmt::format("DistributedOptimizer: {} does not take gradient_predivide_factor", scheme));
 }
 
 }  // namespace lockstep::torch::detail

@@ -21,12 +21,14 @@ Group Group::create(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
   if (ranks.empty()) throw InvalidArgument("Group::create: the rank list is empty");
   if (std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end())
-    throw InvalidArgument(fmt::format("Group::create: a rank is listed twice in [{}]",
-                                      fmt::join(ranks, ",")));
+    throw InvalidArgument(
+        fmt::format("Group::create: a rank is listed twice in [{}]", fmt::join(ranks, ",")));
   const int world = torch::size();
   if (ranks.front() < 0 || ranks.back() >= world)
-    throw InvalidArgument(fmt::format("Group::create: ranks [{}] must lie in [0, {}) (the job has "
-                                      "{} rank(s))", fmt::join(ranks, ","), world, world));
+    throw InvalidArgument(
+        fmt::format("Group::create: ranks [{}] must lie in [0, {}) (the job has "
+                    "{} rank(s))",
+                    fmt::join(ranks, ","), world, world));
   if (static_cast<int>(ranks.size()) == world) return Group();
   auto data = std::make_shared<Data>();
   data->id = engine::global().add_process_set(ranks);
@@ -42,8 +44,8 @@ int Group::rank() const { return data_ ? data_->my_rank : torch::rank(); }
 
 int Group::global_rank(int group_rank) const {
   if (group_rank < 0 || group_rank >= size())
-    throw InvalidArgument(fmt::format("Group {}: rank {} is out of range [0, {})", describe(),
-                                      group_rank, size()));
+    throw InvalidArgument(
+        fmt::format("Group {}: rank {} is out of range [0, {})", describe(), group_rank, size()));
   return data_ ? data_->ranks[group_rank] : group_rank;
 }
 
@@ -66,8 +68,8 @@ std::string Group::describe() const {
 
 void Group::require_member(const std::string& what) const {
   if (!is_member())
-    throw InvalidArgument(fmt::format("{}: rank {} is not a member of group {}", what,
-                                      torch::rank(), describe()));
+    throw InvalidArgument(
+        fmt::format("{}: rank {} is not a member of group {}", what, torch::rank(), describe()));
 }
 
 }  // namespace lockstep::torch

@@ -25,13 +25,13 @@ void start_device_communicator(const Placement& placed) {
   engine::Engine& e = engine::global();
   if (e.has_device_communicator()) return;
   const std::string knob = knob_string("LOCKSTEP_DEVICE_BACKEND");
-  const DeviceBackend backend = choose_device_backend(
-      {.knob = knob,
-       .nccl_built = comm::Communicator::has_backend("nccl"),
-       .cuda = placed.device == DeviceKind::kCuda,
-       .local_size = e.local_size(),
-       .visible_gpus = placed.visible_devices,
-       .elastic = engine::elastic_enabled()});
+  const DeviceBackend backend =
+      choose_device_backend({.knob = knob,
+                             .nccl_built = comm::Communicator::has_backend("nccl"),
+                             .cuda = placed.device == DeviceKind::kCuda,
+                             .local_size = e.local_size(),
+                             .visible_gpus = placed.visible_devices,
+                             .elastic = engine::elastic_enabled()});
   if (backend != DeviceBackend::kNccl) return;
   // One rank moves nothing: NCCL's start-up only when asked for by name.
   if (e.size() == 1 && knob != "nccl") return;
@@ -60,7 +60,8 @@ void init() {
 namespace {
 Mutex hooks_mutex;
 uint64_t next_hook LOCKSTEP_GUARDED_BY(hooks_mutex) = 1;
-std::map<uint64_t, std::function<void()>> hooks LOCKSTEP_GUARDED_BY(hooks_mutex);  // by id: added order
+std::map<uint64_t, std::function<void()>> hooks
+    LOCKSTEP_GUARDED_BY(hooks_mutex);  // by id: added order
 }  // namespace
 
 uint64_t add_shutdown_hook(std::function<void()> hook) {

@@ -38,8 +38,7 @@ struct AllocationTracker::Installed {
 };
 
 AllocationTracker::AllocationTracker()
-    : reporter_(std::make_shared<Reporter>()),
-      installed_(std::make_unique<Installed>(reporter_)) {}
+    : reporter_(std::make_shared<Reporter>()), installed_(std::make_unique<Installed>(reporter_)) {}
 
 AllocationTracker::~AllocationTracker() = default;
 

@@ -51,7 +51,9 @@ namespace {
 bool autocast_enabled(at::DeviceType d) { return at::autocast::is_autocast_enabled(d); }
 void set_autocast_enabled(at::DeviceType d, bool on) { at::autocast::set_autocast_enabled(d, on); }
 at::ScalarType autocast_dtype(at::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
-void set_autocast_dtype(at::DeviceType d, at::ScalarType t) { at::autocast::set_autocast_dtype(d, t); }
+void set_autocast_dtype(at::DeviceType d, at::ScalarType t) {
+  at::autocast::set_autocast_dtype(d, t);
+}
 #else
 bool autocast_enabled(at::DeviceType d) {
   return d == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
@@ -64,7 +66,8 @@ at::ScalarType autocast_dtype(at::DeviceType d) {
                         : at::autocast::get_autocast_cpu_dtype();
 }
 void set_autocast_dtype(at::DeviceType d, at::ScalarType t) {
-  d == at::kCUDA ? at::autocast::set_autocast_gpu_dtype(t) : at::autocast::set_autocast_cpu_dtype(t);
+  d == at::kCUDA ? at::autocast::set_autocast_gpu_dtype(t)
+                 : at::autocast::set_autocast_cpu_dtype(t);
 }
 #endif
 
@@ -80,7 +83,8 @@ AutocastGuard::AutocastGuard(Precision precision, ::torch::DeviceType device) : 
   active_ = true;
   was_enabled_ = autocast_enabled(device);
   previous_dtype_ = autocast_dtype(device);
-  set_autocast_dtype(device, precision == Precision::kFp16 ? ::torch::kFloat16 : ::torch::kBFloat16);
+  set_autocast_dtype(device,
+                     precision == Precision::kFp16 ? ::torch::kFloat16 : ::torch::kBFloat16);
   set_autocast_enabled(device, true);
   at::autocast::increment_nesting();
 }
@@ -94,9 +98,9 @@ AutocastGuard::~AutocastGuard() {
 }
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
-  if (options_.enabled && !(options_.init_scale > 0 && options_.growth_factor > 1 &&
-                            options_.backoff_factor > 0 && options_.backoff_factor < 1 &&
-                            options_.growth_interval > 0 && options_.min_scale > 0))
+  if (options_.enabled &&
+      !(options_.init_scale > 0 && options_.growth_factor > 1 && options_.backoff_factor > 0 &&
+        options_.backoff_factor < 1 && options_.growth_interval > 0 && options_.min_scale > 0))
     throw InvalidArgument(
         "GradScalerOptions: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, "
         "growth_interval > 0 and min_scale > 0");

@@ -65,7 +65,8 @@ void broadcast_parameters(const std::vector<std::pair<std::string, ::torch::Tens
     if (tensor.numel() > 0 && (!tensor.has_storage() || tensor.storage().data() == nullptr))
       throw InvalidArgument(fmt::format(
           "broadcast_parameters: {} holds no memory: it is sharded by a FullyShardedModel, which "
-          "broadcast rank 0's values at its construction; drop this call after the wrap", name));
+          "broadcast rank 0's values at its construction; drop this call after the wrap",
+          name));
     ::torch::Tensor data = tensor;  // shares storage; in place on the parameter
     handles.push_back(broadcast_async_(data, root, "bcast." + name));
   }
@@ -105,7 +106,8 @@ void save_optimizer(const ::torch::optim::Optimizer& optimizer,
   }
 }
 
-void load_optimizer(::torch::optim::Optimizer& optimizer, ::torch::serialize::InputArchive& archive) {
+void load_optimizer(::torch::optim::Optimizer& optimizer,
+                    ::torch::serialize::InputArchive& archive) {
   ::torch::serialize::InputArchive state;
   archive.read("optimizer", state);
   optimizer.state().clear();  // load() merges: state the archive lacks would stay

@@ -13,8 +13,8 @@ using ::torch::Tensor;
 
 void validate(const OneBitOptions& o) {
   if (o.warmup_steps < 0)
-    throw InvalidArgument(fmt::format("1-bit compression: warmup_steps={} must be >= 0",
-                                      o.warmup_steps));
+    throw InvalidArgument(
+        fmt::format("1-bit compression: warmup_steps={} must be >= 0", o.warmup_steps));
 }
 
 OneBit::OneBit(OneBitOptions options, Group group, std::string name_prefix)
@@ -30,9 +30,9 @@ void OneBit::allreduce_whole(const std::vector<Tensor>& grads,
   std::vector<TensorHandle> handles;
   for (size_t i = 0; i < grads.size(); ++i) {
     Tensor t = grads[i];
-    handles.push_back(allreduce_async_(t, prefix_ + ".onebit.whole." + names[i],
-                                       {.op = average ? ReduceOp::kAverage : ReduceOp::kSum,
-                                        .process_set = group_.id()}));
+    handles.push_back(allreduce_async_(
+        t, prefix_ + ".onebit.whole." + names[i],
+        {.op = average ? ReduceOp::kAverage : ReduceOp::kSum, .process_set = group_.id()}));
   }
   for (auto& h : handles) h.wait();
 }
@@ -40,8 +40,8 @@ void OneBit::allreduce_whole(const std::vector<Tensor>& grads,
 void OneBit::reduce(const std::vector<Tensor>& grads, const std::vector<std::string>& names,
                     bool average) {
   if (grads.size() != names.size())
-    throw InvalidArgument(fmt::format("OneBit::reduce: {} gradients but {} names", grads.size(),
-                                      names.size()));
+    throw InvalidArgument(
+        fmt::format("OneBit::reduce: {} gradients but {} names", grads.size(), names.size()));
   if (grads.empty()) return;
   ::torch::NoGradGuard no_grad;
   if (steps_++ < options_.warmup_steps) return allreduce_whole(grads, names, average);

@@ -24,7 +24,8 @@ void validate(const OneBitAdamOptions& o) {
   if (o.warmup_steps < 1)
     throw InvalidArgument(fmt::format(
         "1-bit Adam: warmup_steps={} must be >= 1 (the variance it freezes comes from the "
-        "warm-up's uncompressed steps)", o.warmup_steps));
+        "warm-up's uncompressed steps)",
+        o.warmup_steps));
 }
 
 namespace {
@@ -89,8 +90,8 @@ std::vector<Item> fold_gradients(Optimizer& optimizer, std::vector<Tensor>& mome
       s->exp_avg().masked_fill_(s->exp_avg_sq().eq(0), 0);  // see compressed_step
       s->step(s->step() + 1);
       momenta.push_back(s->exp_avg().reshape({-1}));
-      items.push_back({p, s->exp_avg(), s->exp_avg_sq(), s->step(), o.lr(), beta1, beta2,
-                       o.eps(), kDecoupled<Options> ? o.weight_decay() : 0.0});
+      items.push_back({p, s->exp_avg(), s->exp_avg_sq(), s->step(), o.lr(), beta1, beta2, o.eps(),
+                       kDecoupled<Options> ? o.weight_decay() : 0.0});
     }
   }
   return items;
@@ -106,8 +107,8 @@ OneBitAdam::OneBitAdam(::torch::optim::AdamW& adamw, OneBitAdamOptions options, 
                        std::string name_prefix)
     : OneBitAdam(adamw, true, options, std::move(group), std::move(name_prefix)) {}
 
-OneBitAdam::OneBitAdam(Optimizer& optimizer, bool decoupled, OneBitAdamOptions options,
-                       Group group, std::string name_prefix)
+OneBitAdam::OneBitAdam(Optimizer& optimizer, bool decoupled, OneBitAdamOptions options, Group group,
+                       std::string name_prefix)
     : optimizer_(optimizer),
       decoupled_(decoupled),
       options_(options),
@@ -138,9 +139,9 @@ void OneBitAdam::step() {
 // update with the frozen variance (see the header).
 void OneBitAdam::compressed_step() {
   std::vector<Tensor> momenta;
-  std::vector<Item> items =
-      decoupled_ ? fold_gradients<AdamWOptions, AdamWParamState>(optimizer_, momenta)
-                 : fold_gradients<AdamOptions, AdamParamState>(optimizer_, momenta);
+  std::vector<Item> items = decoupled_
+                                ? fold_gradients<AdamWOptions, AdamWParamState>(optimizer_, momenta)
+                                : fold_gradients<AdamOptions, AdamParamState>(optimizer_, momenta);
   if (items.empty()) return;
   const Tensor mean = momentum_.mean(::torch::cat(momenta));
   int64_t offset = 0;

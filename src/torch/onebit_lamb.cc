@@ -10,15 +10,17 @@
 
 namespace lockstep::torch {
 
-using ::torch::Tensor;
 using optim::LambOptions;
 using optim::LambParamState;
+using ::torch::Tensor;
 
 void validate(const OneBitLambOptions& o) {
   auto fail = [](const std::string& what) { throw InvalidArgument("1-bit LAMB: " + what); };
   if (o.warmup_steps < 1)
-    fail(fmt::format("warmup_steps={} must be >= 1 (the variance and trust ratios it freezes "
-                     "come from the warm-up's uncompressed steps)", o.warmup_steps));
+    fail(
+        fmt::format("warmup_steps={} must be >= 1 (the variance and trust ratios it freezes "
+                    "come from the warm-up's uncompressed steps)",
+                    o.warmup_steps));
   if (!(o.coeff_beta >= 0 && o.coeff_beta < 1))
     fail(fmt::format("coeff_beta={} must be in [0, 1)", o.coeff_beta));
   if (!(o.factor_min > 0 && o.factor_min <= 1))
@@ -99,7 +101,8 @@ void OneBitLamb::step() {
   if (params != layers_.size())
     throw InvalidArgument(fmt::format(
         "1-bit LAMB: the Lamb it wraps now has {} parameters, {} when it was wrapped; add "
-        "parameter groups before wrapping", params, layers_.size()));
+        "parameter groups before wrapping",
+        params, layers_.size()));
   ::torch::NoGradGuard no_grad;
   if (ranks_ == 1 || !compressing()) {  // one rank: nothing to send, plain LAMB
     warmup_step();
@@ -125,8 +128,10 @@ void OneBitLamb::warmup_step() {
     }
     // DeepSpeed leaves out ratios of exactly 1: a zero norm, not a measurement.
     const Tensor counted = c.ne(1);
-    layer.trust_sum = ::torch::where(counted, beta * layer.trust_sum + (1 - beta) * c, layer.trust_sum);
-    layer.trust_weight = ::torch::where(counted, beta * layer.trust_weight + (1 - beta), layer.trust_weight);
+    layer.trust_sum =
+        ::torch::where(counted, beta * layer.trust_sum + (1 - beta) * c, layer.trust_sum);
+    layer.trust_weight =
+        ::torch::where(counted, beta * layer.trust_weight + (1 - beta), layer.trust_weight);
   }
 }
 
@@ -152,9 +157,9 @@ void OneBitLamb::freeze() {
     const Tensor live = s.exp_avg_sq().gt(0);
     if (!live.all().item<bool>()) layer.live = live.to(s.exp_avg().scalar_type());
     if (layer.trust_weight.defined()) {  // the warm-up ran here: its average
-      layer.frozen_trust = ::torch::where(layer.trust_weight.gt(0),
-                                          layer.trust_sum / layer.trust_weight,
-                                          ::torch::ones_like(layer.trust_weight));
+      layer.frozen_trust =
+          ::torch::where(layer.trust_weight.gt(0), layer.trust_sum / layer.trust_weight,
+                         ::torch::ones_like(layer.trust_weight));
     } else {  // resumed past the warm-up: what exact LAMB would apply now
       const LambOptions& o = options_of(layer);
       double c1 = 1, c2 = 1;
@@ -177,8 +182,8 @@ void OneBitLamb::compressed_step() {
   for (auto& layer : layers_) {
     LambParamState& s = compressed_state_of(lamb_, layer.param);
     const LambOptions& o = options_of(layer);
-    const Tensor grad = layer.param.grad().defined() ? layer.param.grad()
-                                                     : ::torch::zeros_like(layer.param);
+    const Tensor grad =
+        layer.param.grad().defined() ? layer.param.grad() : ::torch::zeros_like(layer.param);
     previous.push_back(s.exp_avg().clone());
     s.exp_avg().mul_(o.beta1()).add_(grad, 1 - o.beta1());
     if (layer.live.defined()) s.exp_avg().mul_(layer.live);
@@ -223,8 +228,8 @@ void OneBitLamb::update(Layer& layer, LambParamState& s, const Tensor& previous_
     const Tensor adaptive = u.norm();
     u.add_(layer.param, o.weight_decay());
     const Tensor whole = u.norm();
-    const Tensor share = ::torch::where(whole.gt(0), (adaptive / whole).clamp_max(1),
-                                        ::torch::ones_like(whole));
+    const Tensor share =
+        ::torch::where(whole.gt(0), (adaptive / whole).clamp_max(1), ::torch::ones_like(whole));
     factor = factor * share + (1 - share);
   }
   factor = factor.clamp(options_.factor_min, options_.factor_max);

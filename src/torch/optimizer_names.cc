@@ -21,7 +21,8 @@ void check_parameter_names(const ::torch::optim::Optimizer& optimizer,
       throw InvalidArgument(fmt::format(
           "DistributedOptimizer: the parameter name '{}' is given twice on rank {} (entries {} "
           "and {}); every parameter needs its own name, since the name identifies its "
-          "gradient's allreduce", name, rank(), it->second, i));
+          "gradient's allreduce",
+          name, rank(), it->second, i));
     covered.insert(param.unsafeGetTensorImpl());
   }
   size_t missing = 0;
@@ -39,8 +40,8 @@ void check_parameter_names(const ::torch::optim::Optimizer& optimizer,
     throw InvalidArgument(fmt::format(
         "DistributedOptimizer: {} of the optimizer's parameters have no name on rank {}, the "
         "first {}; their gradients would never be averaged. Name every parameter the optimizer "
-        "steps (e.g. pass the module, or all of module.named_parameters())", missing, rank(),
-        first));
+        "steps (e.g. pass the module, or all of module.named_parameters())",
+        missing, rank(), first));
 }
 
 }  // namespace lockstep::torch::detail

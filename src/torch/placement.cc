@@ -56,9 +56,7 @@ std::vector<int> placement_cpus() {
 // Alone on the host and not placed by `lockstep run` (started by hand, or by
 // srun/mpirun with one task per node): nothing else decided how many CPUs
 // this process may use, so other processes' load must be taken into account.
-bool placed_by_nobody(int local_size) {
-  return local_size == 1 && !knob_is_set("LOCKSTEP_JOB_ID");
-}
+bool placed_by_nobody(int local_size) { return local_size == 1 && !knob_is_set("LOCKSTEP_JOB_ID"); }
 
 // One intra-op thread per CPU that other processes leave idle (cpu_load.h
 // says why spinning OpenMP threads on busy CPUs cost 4x).
@@ -81,10 +79,10 @@ void fit_threads_to_idle_cpus(Placement& p, const std::vector<int>& cpus) {
 std::string Placement::describe() const {
   const std::string where =
       device == DeviceKind::kCuda
-          ? fmt::format("cuda:{} (GPU {} of the {} visible; CUDA_VISIBLE_DEVICES={})",
-                        device_index, device_index, visible_devices,
-                        std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES")
-                                                            : "unset")
+          ? fmt::format(
+                "cuda:{} (GPU {} of the {} visible; CUDA_VISIBLE_DEVICES={})", device_index,
+                device_index, visible_devices,
+                std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset")
           : std::string("cpu");
   return fmt::format("{}, {} intra-op thread(s){}, cpus [{}]", where, intra_op_threads,
                      reason.empty() ? "" : " (" + reason + ")",
@@ -95,16 +93,14 @@ BindTo parse_bind_to(const std::string& text) {
   if (text == "core") return BindTo::kCore;
   if (text == "none") return BindTo::kNone;
   if (text == "auto" || text.empty()) return BindTo::kAuto;
-  throw InvalidArgument(
-      fmt::format("LOCKSTEP_BIND_TO='{}' is not one of core, none, auto", text));
+  throw InvalidArgument(fmt::format("LOCKSTEP_BIND_TO='{}' is not one of core, none, auto", text));
 }
 
 Placement plan_placement(int local_rank, int local_size, const std::vector<int>& allowed,
-                         BindTo bind_to, int intra_op_threads,
-                         std::span<const CpuPlace> topology) {
+                         BindTo bind_to, int intra_op_threads, std::span<const CpuPlace> topology) {
   if (local_size < 1 || local_rank < 0 || local_rank >= local_size)
-    throw InvalidArgument(fmt::format("placement: local rank {} not in [0, {})", local_rank,
-                                      local_size));
+    throw InvalidArgument(
+        fmt::format("placement: local rank {} not in [0, {})", local_rank, local_size));
   // Whole cores, node by node (Note [Placement order] in src/base/cpu_topology.cc).
   const std::vector<int> cpus = placement_order(allowed, topology);
   const int cores = std::max<int>(1, static_cast<int>(cpus.size()));
@@ -112,7 +108,8 @@ Placement plan_placement(int local_rank, int local_size, const std::vector<int>&
   Placement p;
   p.intra_op_threads = intra_op_threads > 0 ? intra_op_threads : share;
   const bool fits = local_size <= cores;
-  const bool bind = bind_to == BindTo::kCore || (bind_to == BindTo::kAuto && fits && local_size > 1);
+  const bool bind =
+      bind_to == BindTo::kCore || (bind_to == BindTo::kAuto && fits && local_size > 1);
   LOCKSTEP_DCHECK(!bind || !fits || (local_rank + 1) * share <= static_cast<int>(cpus.size()),
                   "placement: local rank {}'s {} cores lie inside the {} placed", local_rank, share,
                   cpus.size());
@@ -238,10 +235,9 @@ void bind_before_engine() {
   const int local_rank = static_cast<int>(knob_int("LOCKSTEP_LOCAL_RANK"));
   if (local_size <= 1 || local_rank < 0 || local_rank >= local_size) return;  // init() decides
   const std::vector<int> cpus = placement_cpus();
-  const Placement p =
-      plan_placement(local_rank, local_size, cpus, parse_bind_to(knob_string("LOCKSTEP_BIND_TO")),
-                     parse_intra_op_threads(knob_string("LOCKSTEP_INTRA_OP_THREADS")),
-                     read_cpu_topology(cpus));
+  const Placement p = plan_placement(
+      local_rank, local_size, cpus, parse_bind_to(knob_string("LOCKSTEP_BIND_TO")),
+      parse_intra_op_threads(knob_string("LOCKSTEP_INTRA_OP_THREADS")), read_cpu_topology(cpus));
   if (!p.cpus.empty()) apply_placement(p);
 }
 

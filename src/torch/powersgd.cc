@@ -19,8 +19,8 @@ void validate(const PowerSGDOptions& o) {
   if (o.warmup_steps < 0)
     throw InvalidArgument(fmt::format("PowerSGD: warmup_steps={} must be >= 0", o.warmup_steps));
   if (!(o.min_compression_rate >= 1))
-    throw InvalidArgument(fmt::format("PowerSGD: min_compression_rate={} must be >= 1",
-                                      o.min_compression_rate));
+    throw InvalidArgument(
+        fmt::format("PowerSGD: min_compression_rate={} must be >= 1", o.min_compression_rate));
 }
 
 namespace {
@@ -29,7 +29,7 @@ namespace {
 // bytes are these.
 policy::PowerSGDMatrix matrix_shape(at::IntArrayRef shape, const PowerSGDOptions& o) {
   return policy::powersgd_matrix(std::span<const int64_t>(shape.data(), shape.size()), o.rank,
-                               o.min_compression_rate);
+                                 o.min_compression_rate);
 }
 
 // Tensors of several dtypes go in one grouped allreduce per dtype (the
@@ -89,8 +89,8 @@ void PowerSGD::allreduce_whole(const std::vector<Tensor>& grads,
 void PowerSGD::reduce(const std::vector<Tensor>& grads, const std::vector<std::string>& names,
                       bool average) {
   if (grads.size() != names.size())
-    throw InvalidArgument(fmt::format("PowerSGD::reduce: {} gradients but {} names", grads.size(),
-                                      names.size()));
+    throw InvalidArgument(
+        fmt::format("PowerSGD::reduce: {} gradients but {} names", grads.size(), names.size()));
   ::torch::NoGradGuard no_grad;
   const int64_t step = steps_++;
   if (step < options_.warmup_steps) return allreduce_whole(grads, names, average);

@@ -64,8 +64,10 @@ void check_bool_bytes(const ::torch::Tensor& t, const std::string& name, const s
   const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
   for (int64_t i = 0; i < t.numel(); ++i)
     if (bytes[i] > 1)
-      throw Error(fmt::format("safetensors: {}: BOOL tensor '{}' holds byte {} at element {}; BOOL "
-                              "bytes must be 0 or 1 (the file is corrupt)", path, name, bytes[i], i));
+      throw Error(
+          fmt::format("safetensors: {}: BOOL tensor '{}' holds byte {} at element {}; BOOL "
+                      "bytes must be 0 or 1 (the file is corrupt)",
+                      path, name, bytes[i], i));
 }
 
 }  // namespace
@@ -76,13 +78,15 @@ SafetensorsDtype safetensors_dtype_of(const ::torch::Tensor& tensor, const std::
   if (tensor.layout() != ::torch::kStrided || tensor.is_quantized())
     throw InvalidArgument(fmt::format(
         "safetensors: tensor '{}' is {}, but safetensors holds only dense tensors (call "
-        "to_dense() or dequantize() first)", name, tensor.is_quantized() ? "quantized" : "sparse"));
+        "to_dense() or dequantize() first)",
+        name, tensor.is_quantized() ? "quantized" : "sparse"));
   for (const DtypePair& p : kDtypes)
     if (p.tensor == tensor.scalar_type()) return p.file;
   throw InvalidArgument(fmt::format(
       "safetensors: tensor '{}' has dtype {}, which lockstep does not write (supported: float64, "
       "float32, float16, bfloat16, int64, int32, int16, int8, uint8, bool; torch::view_as_real "
-      "turns a complex tensor into a float one)", name, c10::toString(tensor.scalar_type())));
+      "turns a complex tensor into a float one)",
+      name, c10::toString(tensor.scalar_type())));
 }
 
 ::torch::ScalarType scalar_type_of(SafetensorsDtype dtype) {

@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 [[noreturn]] void bad_index(const std::string& path, const std::string& what) {
-  throw Error(fmt::format("safetensors index {}: {} (re-export the model, or fix the index)", path, what));
+  throw Error(
+      fmt::format("safetensors index {}: {} (re-export the model, or fix the index)", path, what));
 }
 
 uint64_t tensor_bytes(const ::torch::Tensor& t) {
@@ -74,8 +75,9 @@ std::string shard_name(const Json& value, const std::string& tensor, const std::
   if (!value.is_string()) bad_index(path, fmt::format("tensor '{}' maps to a non-string", tensor));
   std::string name = value.get<std::string>();
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
-    bad_index(path, fmt::format("tensor '{}' maps to '{}', not a file name in the index's directory",
-                                tensor, name));
+    bad_index(path,
+              fmt::format("tensor '{}' maps to '{}', not a file name in the index's directory",
+                          tensor, name));
   return name;
 }
 
@@ -99,11 +101,13 @@ void save_safetensors_sharded(const std::string& dir, const NamedTensors& tensor
   for (const auto& named : tensors) {
     safetensors_dtype_of(named.second, named.first);  // refuses before any file is written
     if (!names.insert(named.first).second)
-      throw InvalidArgument(fmt::format("save_safetensors_sharded: two tensors are named '{}'", named.first));
+      throw InvalidArgument(
+          fmt::format("save_safetensors_sharded: two tensors are named '{}'", named.first));
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw Error(fmt::format("save_safetensors_sharded: cannot create {}: {}", dir, ec.message()));
+  if (ec)
+    throw Error(fmt::format("save_safetensors_sharded: cannot create {}: {}", dir, ec.message()));
   std::vector<NamedTensors> shards = split_shards(tensors, max_shard_bytes);
   Json index = {{"metadata", Json::object()}, {"weight_map", Json::object()}};
   for (const auto& [key, value] : metadata) index["metadata"][key] = value;
@@ -140,16 +144,18 @@ SafetensorsContents load_safetensors_sharded(const std::string& index_json_path)
     for (auto& [name, t] : named) {
       auto it = wanted.find(name);
       if (it == wanted.end() || it->second != file)
-        bad_index(index_json_path, fmt::format("shard {} holds tensor '{}', which the index does not "
-                                               "map to it", file, name));
+        bad_index(index_json_path,
+                  fmt::format("shard {} holds tensor '{}', which the index does not "
+                              "map to it",
+                              file, name));
       total += tensor_bytes(t);
       out.tensors.emplace_back(name, std::move(t));
       wanted.erase(it);
     }
   }
   if (!wanted.empty())
-    bad_index(index_json_path, fmt::format("tensor '{}' is not in its shard {}", wanted.begin()->first,
-                                           wanted.begin()->second));
+    bad_index(index_json_path, fmt::format("tensor '{}' is not in its shard {}",
+                                           wanted.begin()->first, wanted.begin()->second));
   check_total_size(index, total, index_json_path);
   return out;
 }

@@ -46,10 +46,10 @@ void refuse_module(const std::string& name, ::torch::nn::Module& m) {
   // declared (its TORCH_MODULE says torch::nn unqualified) in a unity build.
   if (m.name().find("GhostBatchNorm") != std::string::npos) what = "GhostBatchNorm";
   if (what != nullptr)
-    throw InvalidArgument(fmt::format(
-        "SameBitsStep: module '{}' is a {}, which same-bits mode refuses; use "
-        "torch::nn::BatchNorm: each micro-batch is already a ghost batch of its size",
-        name, what));
+    throw InvalidArgument(
+        fmt::format("SameBitsStep: module '{}' is a {}, which same-bits mode refuses; use "
+                    "torch::nn::BatchNorm: each micro-batch is already a ghost batch of its size",
+                    name, what));
 }
 
 std::vector<BatchNormRef> batch_norms(::torch::nn::Module& model) {
@@ -74,10 +74,10 @@ void check_parameters(::torch::nn::Module& model) {
     const auto& p = item.value();
     if (p.scalar_type() != ::torch::kFloat32 || !p.device().is_cpu() ||
         (p.numel() > 0 && p.data_ptr() == nullptr))
-      throw InvalidArgument(fmt::format(
-          "SameBitsStep: parameter '{}' is {} on {}; same-bits mode supports f32 CPU "
-          "parameters that hold their memory (not FSDP/ZeRO shards)",
-          item.key(), std::string(c10::toString(p.scalar_type())), p.device().str()));
+      throw InvalidArgument(
+          fmt::format("SameBitsStep: parameter '{}' is {} on {}; same-bits mode supports f32 CPU "
+                      "parameters that hold their memory (not FSDP/ZeRO shards)",
+                      item.key(), std::string(c10::toString(p.scalar_type())), p.device().str()));
   }
 }
 
@@ -99,7 +99,6 @@ int ceil_log2(int64_t k) {
   while ((int64_t{1} << bits) < k) ++bits;
   return bits;
 }
-
 
 // One parameter that gets a gradient, and where it sits in the flat rows.
 struct Slot {
@@ -238,8 +237,8 @@ SameBitsStep::SameBitsStep(::torch::nn::Module& model, ::torch::optim::Optimizer
     : model_(model), optimizer_(optimizer), options_(options) {
   const int64_t k = options_.micro_batches;
   if (k < 1 || k > (int64_t{1} << 20))
-    throw InvalidArgument(fmt::format(
-        "SameBitsStep: micro_batches is {}; give 1 .. 2^20 micro-batches per step", k));
+    throw InvalidArgument(
+        fmt::format("SameBitsStep: micro_batches is {}; give 1 .. 2^20 micro-batches per step", k));
   if (k % size() != 0)
     throw InvalidArgument(fmt::format(
         "SameBitsStep: {} micro-batches cannot be split evenly over {} workers; same-bits "
@@ -262,8 +261,8 @@ double SameBitsStep::step(const MicroBatchLoss& loss) {
   const auto bns = same_bits_impl::batch_norms(model_);
   std::vector<std::vector<::torch::Tensor>> saved;
   for (const auto& bn : bns)
-    saved.push_back({bn.running_mean.clone(), bn.running_var.clone(),
-                     bn.num_batches_tracked.clone()});
+    saved.push_back(
+        {bn.running_mean.clone(), bn.running_var.clone(), bn.num_batches_tracked.clone()});
   const int64_t local = local_micro_batches(), k = options_.micro_batches;
   const int64_t width = same_bits_impl::statistics_width(bns);
   auto grads = ::torch::zeros({local, total}, ::torch::kFloat32);

@@ -44,11 +44,11 @@ std::vector<int64_t> permutation(int64_t n, bool shuffled, uint64_t seed) {
 // leave some rank with no batches at all.
 void check_world(const DistributedSamplerOptions& o, int rank, int size) {
   if (size < 1 || rank < 0 || rank >= size)
-    throw InvalidArgument(fmt::format("DistributedSampler: rank {} is not in [0, size={})", rank,
-                                      size));
+    throw InvalidArgument(
+        fmt::format("DistributedSampler: rank {} is not in [0, size={})", rank, size));
   if (o.dataset_size <= 0)
-    throw InvalidArgument(fmt::format("DistributedSampler: dataset_size {} must be positive",
-                                      o.dataset_size));
+    throw InvalidArgument(
+        fmt::format("DistributedSampler: dataset_size {} must be positive", o.dataset_size));
   if (o.drop_last && o.dataset_size < size)
     throw InvalidArgument(fmt::format(
         "DistributedSampler: drop_last with {} samples over {} ranks leaves none per rank",
@@ -57,8 +57,7 @@ void check_world(const DistributedSamplerOptions& o, int rank, int size) {
 
 }  // namespace
 
-DistributedSampler::DistributedSampler(DistributedSamplerOptions options)
-    : options_(options) {
+DistributedSampler::DistributedSampler(DistributedSamplerOptions options) : options_(options) {
   check_world(options_, options_.rank, options_.size);
   build_epoch();
 }
@@ -85,8 +84,8 @@ void DistributedSampler::build_epoch() {
   indices_.clear();
   indices_.reserve(static_cast<size_t>(num_samples_));
   if (options_.scheme == SamplingScheme::kIndependent) {
-    auto order = permutation(n, options_.shuffle,
-                             mix(epoch_seed, static_cast<uint64_t>(options_.rank) + 1));
+    auto order =
+        permutation(n, options_.shuffle, mix(epoch_seed, static_cast<uint64_t>(options_.rank) + 1));
     for (int64_t i = 0; i < num_samples_; ++i) indices_.push_back(order[i % n]);
     return;
   }
@@ -137,9 +136,10 @@ void DistributedSampler::load(const std::string& text) {
   std::istringstream in(text);
   SamplerState s;
   if (!(in >> s.epoch >> s.position))
-    throw InvalidArgument(fmt::format(
-        "DistributedSampler: bad saved state '{}' (expected what save() writes: 'epoch "
-        "position offset size global_position dataset_size')", text));
+    throw InvalidArgument(
+        fmt::format("DistributedSampler: bad saved state '{}' (expected what save() writes: 'epoch "
+                    "position offset size global_position dataset_size')",
+                    text));
   // Checkpoints written before offset existed have two fields: offset 0.
   if (!(in >> s.offset)) s.offset = 0;
   int64_t size = 0, global = 0, dataset = 0;
@@ -150,7 +150,8 @@ void DistributedSampler::load(const std::string& text) {
   if (dataset != options_.dataset_size)
     throw InvalidArgument(fmt::format(
         "DistributedSampler: the saved state is of a dataset of {} samples, this sampler's has "
-        "{}; resume with the data set the run was saved with", dataset, options_.dataset_size));
+        "{}; resume with the data set the run was saved with",
+        dataset, options_.dataset_size));
   if (size == options_.size) {
     restore(s);
     return;

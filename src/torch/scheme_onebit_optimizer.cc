@@ -42,8 +42,8 @@ class OneBitOptimizerScheme : public GradientScheme {
 // 1-bit Adam and LAMB average momenta: op kAverage, no predivide factor.
 void check_momentum_options(const DistributedOptimizerOptions& o, const char* scheme) {
   if (o.op != ReduceOp::kAverage)
-    throw InvalidArgument(fmt::format(
-        "DistributedOptimizer: {} averages momenta; op must be kAverage", scheme));
+    throw InvalidArgument(
+        fmt::format("DistributedOptimizer: {} averages momenta; op must be kAverage", scheme));
   refuse_predivide(o, scheme);
 }
 

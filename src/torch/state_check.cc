@@ -11,14 +11,14 @@ namespace lockstep::torch {
 namespace {
 
 std::string describe(const TensorInfo& t) {
-  const std::string shape = t.sizes.empty() ? std::string("scalar")
-                                            : fmt::format("{}", fmt::join(t.sizes, "x"));
+  const std::string shape =
+      t.sizes.empty() ? std::string("scalar") : fmt::format("{}", fmt::join(t.sizes, "x"));
   return fmt::format("{} {}", shape, c10::toString(t.dtype));
 }
 
 // First entry of `a` whose name `b` lacks, and how many there are.
-std::pair<const TensorInfo*, size_t> first_absent(const std::vector<TensorInfo>& a,
-                                                  const std::map<std::string, const TensorInfo*>& b) {
+std::pair<const TensorInfo*, size_t> first_absent(
+    const std::vector<TensorInfo>& a, const std::map<std::string, const TensorInfo*>& b) {
   const TensorInfo* first = nullptr;
   size_t count = 0;
   for (const TensorInfo& t : a)
@@ -49,9 +49,8 @@ std::vector<TensorInfo> tensor_infos(const ::torch::nn::Module& module) {
   return out;
 }
 
-void check_state_matches(const std::vector<TensorInfo>& model,
-                         const std::vector<TensorInfo>& found, const std::string& what,
-                         const StateCheckOptions& options) {
+void check_state_matches(const std::vector<TensorInfo>& model, const std::vector<TensorInfo>& found,
+                         const std::string& what, const StateCheckOptions& options) {
   const auto model_names = by_name(model, "the model", what);
   const auto found_names = by_name(found, "the file", what);
   std::vector<std::string> problems;
@@ -73,13 +72,14 @@ void check_state_matches(const std::vector<TensorInfo>& model,
                                    missing->name, count, model.size()));
   if (!options.extra_ok)
     if (auto [extra, count] = first_absent(found, model_names); extra)
-      problems.push_back(fmt::format("the file has '{}', which the model lacks ({} extra)",
-                                     extra->name, count));
+      problems.push_back(
+          fmt::format("the file has '{}', which the model lacks ({} extra)", extra->name, count));
   if (problems.empty()) return;
-  throw Error(fmt::format("{} does not match the model: {}. It was written for another "
-                          "architecture (or another dtype): build the model it was saved from, "
-                          "or load another file; nothing was loaded",
-                          what, fmt::join(problems, "; ")));
+  throw Error(
+      fmt::format("{} does not match the model: {}. It was written for another "
+                  "architecture (or another dtype): build the model it was saved from, "
+                  "or load another file; nothing was loaded",
+                  what, fmt::join(problems, "; ")));
 }
 
 }  // namespace lockstep::torch

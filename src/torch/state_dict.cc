@@ -43,19 +43,23 @@ std::string record_text(caffe2::serialize::PyTorchStreamReader& reader, const st
   const std::string record = "data/" + t.storage_key;
   auto it = records.find(prefix + record);
   if (it == records.end())
-    throw Error(fmt::format("{}: tensor '{}' names storage '{}', which the zip lacks (record "
-                            "{}{}): the file is damaged", path, t.name, t.storage_key, prefix, record));
-  const unsigned __int128 want = static_cast<unsigned __int128>(t.storage_numel) *
-                                 detail::element_size(t.dtype);
+    throw Error(
+        fmt::format("{}: tensor '{}' names storage '{}', which the zip lacks (record "
+                    "{}{}): the file is damaged",
+                    path, t.name, t.storage_key, prefix, record));
+  const unsigned __int128 want =
+      static_cast<unsigned __int128>(t.storage_numel) * detail::element_size(t.dtype);
   if (want != it->second)
-    throw Error(fmt::format("{}: storage '{}' holds {} bytes, but the pickle says {} elements of "
-                            "{} bytes: the file is damaged", path, t.storage_key, it->second,
-                            t.storage_numel, detail::element_size(t.dtype)));
+    throw Error(fmt::format(
+        "{}: storage '{}' holds {} bytes, but the pickle says {} elements of "
+        "{} bytes: the file is damaged",
+        path, t.storage_key, it->second, t.storage_numel, detail::element_size(t.dtype)));
   auto record_data = reader.getRecord(record);
   auto owner = std::make_shared<at::DataPtr>(std::move(std::get<0>(record_data)));
   void* bytes = owner->get();
-  return ::torch::from_blob(bytes, {t.storage_numel}, [owner](void*) mutable { owner.reset(); },
-                            ::torch::TensorOptions().dtype(t.dtype));
+  return ::torch::from_blob(
+      bytes, {t.storage_numel}, [owner](void*) mutable { owner.reset(); },
+      ::torch::TensorOptions().dtype(t.dtype));
 }
 
 NamedTensors read_zip(const std::string& path) {
@@ -63,8 +67,10 @@ NamedTensors read_zip(const std::string& path) {
   const std::string prefix = archive_prefix(records, path);
   caffe2::serialize::PyTorchStreamReader reader(path);
   if (records.count(prefix + "byteorder") && record_text(reader, "byteorder") != "little")
-    throw Error(fmt::format("{} holds big-endian storages, which lockstep does not read (save it "
-                            "on a little-endian machine)", path));
+    throw Error(
+        fmt::format("{} holds big-endian storages, which lockstep does not read (save it "
+                    "on a little-endian machine)",
+                    path));
   std::vector<detail::PickledTensor> pickled =
       detail::unpickle_state_dict(record_text(reader, "data.pkl"), path);
   std::map<std::string, ::torch::Tensor> storages;  // views of one storage share it
@@ -73,8 +79,8 @@ NamedTensors read_zip(const std::string& path) {
     auto [it, fresh] = storages.try_emplace(t.storage_key);
     if (fresh) it->second = read_storage(reader, t, records, prefix, path);
     if (it->second.scalar_type() != t.dtype || it->second.numel() != t.storage_numel)
-      throw Error(fmt::format("{}: storage '{}' is named with two dtypes or sizes", path,
-                              t.storage_key));
+      throw Error(
+          fmt::format("{}: storage '{}' is named with two dtypes or sizes", path, t.storage_key));
     out.emplace_back(t.name, it->second.as_strided(t.sizes, t.strides, t.offset));
   }
   return out;
@@ -86,8 +92,8 @@ NamedTensors read_torch_state_dict(const std::string& path) {
   try {
     return read_zip(path);
   } catch (const c10::Error& e) {  // the zip layer (miniz) found what the directory check did not
-    throw Error(fmt::format("{} is not a readable torch.save file: {}", path,
-                            e.what_without_backtrace()));
+    throw Error(
+        fmt::format("{} is not a readable torch.save file: {}", path, e.what_without_backtrace()));
   }
 }
 

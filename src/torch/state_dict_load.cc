@@ -23,8 +23,10 @@ NamedTensors read_checkpoint_model(const std::string& path) {
     ::torch::serialize::InputArchive archive, model;
     archive.load_from(path);
     if (!archive.try_read("model", model))
-      throw Error(fmt::format("{} is a LibTorch archive without a 'model' entry: not a lockstep "
-                              "checkpoint (save_checkpoint writes one)", path));
+      throw Error(
+          fmt::format("{} is a LibTorch archive without a 'model' entry: not a lockstep "
+                      "checkpoint (save_checkpoint writes one)",
+                      path));
     NamedTensors out;
     detail::module_archive_tensors(model, "", out);
     return out;
@@ -72,19 +74,25 @@ WeightsFormat detect_weights_format(const std::string& path) {
   }
   if (head.size() == 9 && head[8] == '{') return WeightsFormat::kSafetensors;
   if (head.rfind("\x80\x02\x8a\x0a", 0) == 0)  // a pickle's first opcode: the legacy magic number
-    throw Error(fmt::format("{} is a legacy torch.save file (PyTorch < 1.6, or "
-                            "_use_new_zipfile_serialization=False), which is not read: re-save it "
-                            "with torch.save(torch.load(f), g) in PyTorch >= 1.6", path));
-  throw Error(fmt::format("{} is neither a torch.save file, a lockstep checkpoint (zip archives) "
-                          "nor a safetensors file (8-byte length, then a JSON header)", path));
+    throw Error(
+        fmt::format("{} is a legacy torch.save file (PyTorch < 1.6, or "
+                    "_use_new_zipfile_serialization=False), which is not read: re-save it "
+                    "with torch.save(torch.load(f), g) in PyTorch >= 1.6",
+                    path));
+  throw Error(
+      fmt::format("{} is neither a torch.save file, a lockstep checkpoint (zip archives) "
+                  "nor a safetensors file (8-byte length, then a JSON header)",
+                  path));
 }
 
 WeightsFormat format_for_extension(const std::string& path) {
   const std::string ext = std::filesystem::path(path).extension().string();
   if (ext == ".safetensors") return WeightsFormat::kSafetensors;
   if (ext == ".pt" || ext == ".pth" || ext == ".bin") return WeightsFormat::kTorchSave;
-  throw InvalidArgument(fmt::format("{}: write weights to a .safetensors or .pt/.pth/.bin file "
-                                    "(the extension picks the format)", path));
+  throw InvalidArgument(
+      fmt::format("{}: write weights to a .safetensors or .pt/.pth/.bin file "
+                  "(the extension picks the format)",
+                  path));
 }
 
 NamedTensors read_weights(const std::string& path) {
@@ -105,8 +113,10 @@ void write_weights(const std::string& path, const NamedTensors& tensors) {
 
 NamedTensors state_dict(const ::torch::nn::Module& module) {
   NamedTensors out;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.emplace_back(p.key(), p.value().detach());
-  for (const auto& b : module.named_buffers(/*recurse=*/true)) out.emplace_back(b.key(), b.value().detach());
+  for (const auto& p : module.named_parameters(/*recurse=*/true))
+    out.emplace_back(p.key(), p.value().detach());
+  for (const auto& b : module.named_buffers(/*recurse=*/true))
+    out.emplace_back(b.key(), b.value().detach());
   return out;
 }
 

@@ -75,9 +75,9 @@ struct DtypeRow {
   const char* storage;
 };
 constexpr DtypeRow kDtypes[] = {
-    {::torch::kFloat, "Float"}, {::torch::kDouble, "Double"}, {::torch::kHalf, "Half"},
-    {::torch::kBFloat16, "BFloat16"}, {::torch::kLong, "Long"}, {::torch::kInt, "Int"},
-    {::torch::kShort, "Short"}, {::torch::kChar, "Char"}, {::torch::kByte, "Byte"},
+    {::torch::kFloat, "Float"},       {::torch::kDouble, "Double"}, {::torch::kHalf, "Half"},
+    {::torch::kBFloat16, "BFloat16"}, {::torch::kLong, "Long"},     {::torch::kInt, "Int"},
+    {::torch::kShort, "Short"},       {::torch::kChar, "Char"},     {::torch::kByte, "Byte"},
     {::torch::kBool, "Bool"},
 };
 
@@ -86,9 +86,11 @@ constexpr DtypeRow kDtypes[] = {
 std::string storage_class(::torch::ScalarType dtype) {
   for (const DtypeRow& row : kDtypes)
     if (row.dtype == dtype) return row.storage;
-  throw InvalidArgument(fmt::format("a PyTorch state_dict file cannot hold dtype {} (it holds "
-                                    "float32/64, float16, bfloat16, int64/32/16, int8, uint8 and "
-                                    "bool): convert the tensor first", c10::toString(dtype)));
+  throw InvalidArgument(
+      fmt::format("a PyTorch state_dict file cannot hold dtype {} (it holds "
+                  "float32/64, float16, bfloat16, int64/32/16, int8, uint8 and "
+                  "bool): convert the tensor first",
+                  c10::toString(dtype)));
 }
 
 size_t element_size(::torch::ScalarType dtype) { return c10::elementSize(dtype); }

@@ -15,7 +15,19 @@ namespace {
 constexpr int kMaxDepth = 64;    // a state_dict nests 4 deep; bounds the destructors' recursion
 constexpr size_t kMaxDims = 64;  // dimensions of one tensor
 
-enum class Kind { kNone, kBool, kInt, kFloat, kStr, kTuple, kList, kDict, kGlobal, kStorage, kTensor };
+enum class Kind {
+  kNone,
+  kBool,
+  kInt,
+  kFloat,
+  kStr,
+  kTuple,
+  kList,
+  kDict,
+  kGlobal,
+  kStorage,
+  kTensor
+};
 enum class Global { kOrderedDict, kRebuildTensor, kRebuildParameter, kStorageClass };
 
 struct Value;
@@ -25,10 +37,10 @@ struct Value {
   Kind kind = Kind::kNone;
   int64_t i = 0;  // bool, int; Global
   double f = 0;
-  std::string s;              // str; storage key
-  std::vector<Ref> items;     // tuple, list; a dict's keys and values interleaved
+  std::string s;                                // str; storage key
+  std::vector<Ref> items;                       // tuple, list; a dict's keys and values interleaved
   ::torch::ScalarType dtype = ::torch::kFloat;  // storage class, storage, tensor
-  PickledTensor tensor;       // tensor (name empty)
+  PickledTensor tensor;                         // tensor (name empty)
   int depth = 1;
 };
 
@@ -37,15 +49,15 @@ struct StorageName {
   ::torch::ScalarType dtype;
 };
 constexpr StorageName kStorages[] = {
-    {"FloatStorage", ::torch::kFloat},   {"DoubleStorage", ::torch::kDouble},
-    {"HalfStorage", ::torch::kHalf},     {"BFloat16Storage", ::torch::kBFloat16},
-    {"LongStorage", ::torch::kLong},     {"IntStorage", ::torch::kInt},
-    {"ShortStorage", ::torch::kShort},   {"CharStorage", ::torch::kChar},
-    {"ByteStorage", ::torch::kByte},     {"BoolStorage", ::torch::kBool},
+    {"FloatStorage", ::torch::kFloat}, {"DoubleStorage", ::torch::kDouble},
+    {"HalfStorage", ::torch::kHalf},   {"BFloat16Storage", ::torch::kBFloat16},
+    {"LongStorage", ::torch::kLong},   {"IntStorage", ::torch::kInt},
+    {"ShortStorage", ::torch::kShort}, {"CharStorage", ::torch::kChar},
+    {"ByteStorage", ::torch::kByte},   {"BoolStorage", ::torch::kBool},
 };
 
 const char* kind_name(Kind k) {
-  static const char* names[] = {"None", "bool", "int", "float", "str", "tuple",
+  static const char* names[] = {"None", "bool", "int",    "float",   "str",   "tuple",
                                 "list", "dict", "global", "storage", "tensor"};
   return names[static_cast<int>(k)];
 }
@@ -64,9 +76,10 @@ class Unpickler {
 
  private:
   [[noreturn]] void fail(const std::string& why) const {
-    throw Error(fmt::format("{}: {} (byte {} of data.pkl; only PyTorch state_dict pickles of "
-                            "tensors are read: re-save it with torch.save(model.state_dict()))",
-                            what_, why, op_at_));
+    throw Error(
+        fmt::format("{}: {} (byte {} of data.pkl; only PyTorch state_dict pickles of "
+                    "tensors are read: re-save it with torch.save(model.state_dict()))",
+                    what_, why, op_at_));
   }
   std::string_view take(size_t n) {
     if (in_.size() - pos_ < n) fail(fmt::format("the pickle is truncated ({} bytes)", in_.size()));
@@ -77,7 +90,8 @@ class Unpickler {
   uint64_t le(size_t n) {
     std::string_view b = take(n);
     uint64_t v = 0;
-    for (size_t k = 0; k < n; ++k) v |= static_cast<uint64_t>(static_cast<uint8_t>(b[k])) << (8 * k);
+    for (size_t k = 0; k < n; ++k)
+      v |= static_cast<uint64_t>(static_cast<uint8_t>(b[k])) << (8 * k);
     return v;
   }
   std::string line() {
@@ -112,7 +126,8 @@ class Unpickler {
   size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
   std::vector<Ref> pop_mark() {
     if (marks_.empty()) fail("an opcode needs a MARK that is not there");
-    std::vector<Ref> items(stack_.begin() + static_cast<std::ptrdiff_t>(marks_.back()), stack_.end());
+    std::vector<Ref> items(stack_.begin() + static_cast<std::ptrdiff_t>(marks_.back()),
+                           stack_.end());
     stack_.resize(marks_.back());
     marks_.pop_back();
     return items;
@@ -146,7 +161,8 @@ class Unpickler {
   Ref persistent(const Ref& pid);
   bool step(uint8_t op);
   int64_t as_int(const Ref& v, const char* what) {
-    if (v->kind != Kind::kInt) fail(fmt::format("{} is a {}, not an int", what, kind_name(v->kind)));
+    if (v->kind != Kind::kInt)
+      fail(fmt::format("{} is a {}, not an int", what, kind_name(v->kind)));
     return v->i;
   }
   std::vector<int64_t> int_tuple(const Ref& v, const char* what);
@@ -182,8 +198,10 @@ Ref Unpickler::global(const std::string& module, const std::string& name) {
 }
 
 std::vector<int64_t> Unpickler::int_tuple(const Ref& v, const char* what) {
-  if (v->kind != Kind::kTuple) fail(fmt::format("{} is a {}, not a tuple", what, kind_name(v->kind)));
-  if (v->items.size() > kMaxDims) fail(fmt::format("{} has more than {} dimensions", what, kMaxDims));
+  if (v->kind != Kind::kTuple)
+    fail(fmt::format("{} is a {}, not a tuple", what, kind_name(v->kind)));
+  if (v->items.size() > kMaxDims)
+    fail(fmt::format("{} has more than {} dimensions", what, kMaxDims));
   std::vector<int64_t> out;
   for (const Ref& item : v->items) {
     out.push_back(as_int(item, what));
@@ -215,8 +233,10 @@ Ref Unpickler::rebuild_tensor(const Ref& args) {
     if (t.sizes[d] > 0) last += static_cast<__int128>(t.sizes[d] - 1) * t.strides[d];
   }
   if (!empty && last >= t.storage_numel)
-    fail(fmt::format("a tensor of size {} at offset {} reaches past its storage '{}' of {} "
-                     "elements", fmt::join(t.sizes, "x"), t.offset, t.storage_key, t.storage_numel));
+    fail(
+        fmt::format("a tensor of size {} at offset {} reaches past its storage '{}' of {} "
+                    "elements",
+                    fmt::join(t.sizes, "x"), t.offset, t.storage_key, t.storage_numel));
   return v;
 }
 
@@ -240,20 +260,19 @@ Ref Unpickler::persistent(const Ref& pid) {
 }
 
 Ref Unpickler::reduce(const Ref& callable, const Ref& args) {
-  if (callable->kind != Kind::kGlobal) fail(fmt::format("REDUCE calls a {}", kind_name(callable->kind)));
+  if (callable->kind != Kind::kGlobal)
+    fail(fmt::format("REDUCE calls a {}", kind_name(callable->kind)));
   if (args->kind != Kind::kTuple) fail("REDUCE's arguments are not a tuple");
   switch (static_cast<Global>(callable->i)) {
     case Global::kOrderedDict:
       if (!args->items.empty()) fail("OrderedDict is called with arguments");
       return make(Kind::kDict);
-    case Global::kRebuildTensor:
-      return rebuild_tensor(args);
+    case Global::kRebuildTensor: return rebuild_tensor(args);
     case Global::kRebuildParameter:  // (tensor, requires_grad, hooks): the tensor itself
       if (args->items.size() != 3 || args->items[0]->kind != Kind::kTensor)
         fail("_rebuild_parameter's arguments are not (tensor, requires_grad, hooks)");
       return args->items[0];
-    case Global::kStorageClass:
-      break;
+    case Global::kStorageClass: break;
   }
   fail("a storage class is called (only persistent ids name storages)");
 }
@@ -261,14 +280,15 @@ Ref Unpickler::reduce(const Ref& callable, const Ref& args) {
 // One opcode; false at STOP. Opcode bytes as in CPython's Lib/pickle.py.
 bool Unpickler::step(uint8_t op) {
   switch (op) {
-    case 0x80: take(1); break;                                   // PROTO
-    case 0x95: take(8); break;                                   // FRAME: the bytes follow inline
-    case '(': marks_.push_back(stack_.size()); break;            // MARK
-    case ')': push(make(Kind::kTuple)); break;                   // EMPTY_TUPLE
-    case ']': push(make(Kind::kList)); break;                    // EMPTY_LIST
-    case '}': push(make(Kind::kDict)); break;                    // EMPTY_DICT
-    case 'N': push(make(Kind::kNone)); break;                    // NONE
-    case 0x88: case 0x89: {                                      // NEWTRUE, NEWFALSE
+    case 0x80: take(1); break;                         // PROTO
+    case 0x95: take(8); break;                         // FRAME: the bytes follow inline
+    case '(': marks_.push_back(stack_.size()); break;  // MARK
+    case ')': push(make(Kind::kTuple)); break;         // EMPTY_TUPLE
+    case ']': push(make(Kind::kList)); break;          // EMPTY_LIST
+    case '}': push(make(Kind::kDict)); break;          // EMPTY_DICT
+    case 'N': push(make(Kind::kNone)); break;          // NONE
+    case 0x88:
+    case 0x89: {  // NEWTRUE, NEWFALSE
       Ref v = make(Kind::kBool);
       v->i = op == 0x88;
       push(v);
@@ -277,7 +297,7 @@ bool Unpickler::step(uint8_t op) {
     case 'K': push(make_int(static_cast<int64_t>(le(1)))); break;  // BININT1
     case 'M': push(make_int(static_cast<int64_t>(le(2)))); break;  // BININT2
     case 'J': push(make_int(static_cast<int32_t>(le(4)))); break;  // BININT
-    case 0x8a: {                                                 // LONG1: n-byte two's complement
+    case 0x8a: {                                                   // LONG1: n-byte two's complement
       size_t n = static_cast<size_t>(le(1));
       if (n > 8) fail(fmt::format("LONG1 of {} bytes is past 64 bits", n));
       uint64_t raw = n ? le(n) : 0;
@@ -285,7 +305,7 @@ bool Unpickler::step(uint8_t op) {
       push(make_int(static_cast<int64_t>(raw)));
       break;
     }
-    case 'G': {                                                  // BINFLOAT: big-endian double
+    case 'G': {  // BINFLOAT: big-endian double
       uint64_t bits = 0;
       for (char c : take(8)) bits = (bits << 8) | static_cast<uint8_t>(c);
       Ref v = make(Kind::kFloat);
@@ -293,58 +313,73 @@ bool Unpickler::step(uint8_t op) {
       push(v);
       break;
     }
-    case 'X': case 0x8c: {                                       // BINUNICODE, SHORT_BINUNICODE
+    case 'X':
+    case 0x8c: {  // BINUNICODE, SHORT_BINUNICODE
       Ref v = make(Kind::kStr);
       v->s = std::string(take(static_cast<size_t>(le(op == 'X' ? 4 : 1))));
       push(v);
       break;
     }
     case 't': push(container(Kind::kTuple, pop_mark())); break;  // TUPLE
-    case 0x85: case 0x86: case 0x87: {                           // TUPLE1, TUPLE2, TUPLE3
+    case 0x85:
+    case 0x86:
+    case 0x87: {  // TUPLE1, TUPLE2, TUPLE3
       std::vector<Ref> items(static_cast<size_t>(op - 0x84));
       for (size_t k = items.size(); k-- > 0;) items[k] = pop();
       push(container(Kind::kTuple, std::move(items)));
       break;
     }
-    case 'c': {                                                  // GLOBAL
+    case 'c': {  // GLOBAL
       std::string module = line();
       push(global(module, line()));
       break;
     }
-    case 0x93: {                                                 // STACK_GLOBAL
+    case 0x93: {  // STACK_GLOBAL
       Ref name = pop(), module = pop();
-      if (name->kind != Kind::kStr || module->kind != Kind::kStr) fail("STACK_GLOBAL of non-strings");
+      if (name->kind != Kind::kStr || module->kind != Kind::kStr)
+        fail("STACK_GLOBAL of non-strings");
       push(global(module->s, name->s));
       break;
     }
-    case 'R': {                                                  // REDUCE
+    case 'R': {  // REDUCE
       Ref args = pop(), callable = pop();
       push(reduce(callable, args));
       break;
     }
-    case 'Q': push(persistent(pop())); break;                    // BINPERSID
-    case 'q': memo_put(le(1)); break;                            // BINPUT
-    case 'r': memo_put(le(4)); break;                            // LONG_BINPUT
-    case 0x94: memo_put(memo_.size()); break;                    // MEMOIZE
-    case 'h': push(memo_get(le(1))); break;                      // BINGET
-    case 'j': push(memo_get(le(4))); break;                      // LONG_BINGET
-    case 's': {                                                  // SETITEM
+    case 'Q': push(persistent(pop())); break;  // BINPERSID
+    case 'q': memo_put(le(1)); break;          // BINPUT
+    case 'r': memo_put(le(4)); break;          // LONG_BINPUT
+    case 0x94: memo_put(memo_.size()); break;  // MEMOIZE
+    case 'h': push(memo_get(le(1))); break;    // BINGET
+    case 'j': push(memo_get(le(4))); break;    // LONG_BINGET
+    case 's': {                                // SETITEM
       Ref value = pop(), key = pop();
       extend(top(), {key, value}, Kind::kDict, "SETITEM");
       break;
     }
-    case 'u': { std::vector<Ref> items = pop_mark(); extend(top(), std::move(items), Kind::kDict, "SETITEMS"); break; }
-    case 'a': { Ref item = pop(); extend(top(), {item}, Kind::kList, "APPEND"); break; }
-    case 'e': { std::vector<Ref> items = pop_mark(); extend(top(), std::move(items), Kind::kList, "APPENDS"); break; }
-    case 'b': {                                                  // BUILD: a dict's attributes (_metadata)
+    case 'u': {
+      std::vector<Ref> items = pop_mark();
+      extend(top(), std::move(items), Kind::kDict, "SETITEMS");
+      break;
+    }
+    case 'a': {
+      Ref item = pop();
+      extend(top(), {item}, Kind::kList, "APPEND");
+      break;
+    }
+    case 'e': {
+      std::vector<Ref> items = pop_mark();
+      extend(top(), std::move(items), Kind::kList, "APPENDS");
+      break;
+    }
+    case 'b': {  // BUILD: a dict's attributes (_metadata)
       Ref state = pop();
       if (top()->kind != Kind::kDict || state->kind != Kind::kDict)
         fail("BUILD sets state on something other than the state_dict");
       break;
     }
-    case '.': return false;                                      // STOP
-    default:
-      fail(fmt::format("opcode 0x{:02x} is not one a state_dict uses", op));
+    case '.': return false;  // STOP
+    default: fail(fmt::format("opcode 0x{:02x} is not one a state_dict uses", op));
   }
   return true;
 }
@@ -364,19 +399,23 @@ std::vector<PickledTensor> unpickle_state_dict(std::string_view bytes, const std
   Unpickler unpickler(bytes, what);
   Ref dict = unpickler.run();
   if (dict->kind != Kind::kDict)
-    throw Error(fmt::format("{}: the pickle holds a {}, not a state_dict (save "
-                            "model.state_dict(), not the model)", what, kind_name(dict->kind)));
+    throw Error(
+        fmt::format("{}: the pickle holds a {}, not a state_dict (save "
+                    "model.state_dict(), not the model)",
+                    what, kind_name(dict->kind)));
   std::vector<PickledTensor> out;
   std::unordered_set<std::string> names;
   for (size_t k = 0; k + 1 < dict->items.size(); k += 2) {
     const Value& key = *dict->items[k];
     const Value& value = *dict->items[k + 1];
     if (key.kind != Kind::kStr)
-      throw Error(fmt::format("{}: a state_dict key is a {}, not a str", what, kind_name(key.kind)));
+      throw Error(
+          fmt::format("{}: a state_dict key is a {}, not a str", what, kind_name(key.kind)));
     if (value.kind != Kind::kTensor)
-      throw Error(fmt::format("{}: entry '{}' is a {}, not a tensor (only a flat state_dict of "
-                              "tensors is read: save model.state_dict() itself)", what, key.s,
-                              kind_name(value.kind)));
+      throw Error(
+          fmt::format("{}: entry '{}' is a {}, not a tensor (only a flat state_dict of "
+                      "tensors is read: save model.state_dict() itself)",
+                      what, key.s, kind_name(value.kind)));
     if (!names.insert(key.s).second)
       throw Error(fmt::format("{}: entry '{}' appears twice", what, key.s));
     out.push_back(value.tensor);

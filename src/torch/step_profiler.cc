@@ -86,13 +86,12 @@ StepProfiler::StepProfiler(std::string path, int warmup, int steps)
   profile_.backend = size() > 1 ? knob_string("LOCKSTEP_BACKEND") : "";
   profile_.source = "recorded (LOCKSTEP_PROFILE)";
   profile_.warmup_steps = warmup;
-  if (engine::is_initialized()) profile_.fusion_threshold = static_cast<int64_t>(
-      engine::global().fusion_threshold());
+  if (engine::is_initialized())
+    profile_.fusion_threshold = static_cast<int64_t>(engine::global().fusion_threshold());
 }
 
 int StepProfiler::add_gradient(const void* owner, const std::string& name, int64_t bytes,
-                               const std::string& dtype, bool overlap,
-                               std::vector<int64_t> shape) {
+                               const std::string& dtype, bool overlap, std::vector<int64_t> shape) {
   MutexLock lock(mu_);
   const void* expected = nullptr;
   if (!owner_.compare_exchange_strong(expected, owner) && expected != owner) return -1;
@@ -182,8 +181,7 @@ void StepProfiler::finish_locked() {
   for (size_t i = 0; i < profile_.gradients.size(); ++i) {
     // A gradient that never became ready in a recorded step (an unused
     // parameter) is zero-filled by synchronize(): ready at backward's end.
-    profile_.gradients[i].ready_ms =
-        ready_ms_[i].empty() ? median(backward) : median(ready_ms_[i]);
+    profile_.gradients[i].ready_ms = ready_ms_[i].empty() ? median(backward) : median(ready_ms_[i]);
   }
   profile_.created = utc_now();
   try {
@@ -203,9 +201,9 @@ void init_step_profiler() {
     const int64_t warmup = knob_int("LOCKSTEP_PROFILE_WARMUP");
     const int64_t steps = knob_int("LOCKSTEP_PROFILE_STEPS");
     if (warmup < 0 || steps < 1)
-      throw InvalidArgument(fmt::format(
-          "LOCKSTEP_PROFILE_WARMUP={} must be >= 0 and LOCKSTEP_PROFILE_STEPS={} >= 1", warmup,
-          steps));
+      throw InvalidArgument(
+          fmt::format("LOCKSTEP_PROFILE_WARMUP={} must be >= 0 and LOCKSTEP_PROFILE_STEPS={} >= 1",
+                      warmup, steps));
     auto* profiler = new StepProfiler(path, static_cast<int>(warmup), static_cast<int>(steps));
     g_callback = at::addGlobalCallback(at::RecordFunctionCallback(&on_backward_node)
                                            .scopes({at::RecordScope::BACKWARD_FUNCTION})

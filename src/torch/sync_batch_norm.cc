@@ -44,7 +44,7 @@ struct SyncBatchNormFunction : public ::torch::autograd::Function<SyncBatchNormF
     const int64_t channels = x.size(1);
     auto count = ::torch::full({1}, static_cast<double>(x.numel() / channels), ::torch::kFloat64);
     auto sums = global_sums({x.sum(dims), (x * x).sum(dims), count}, name + ".stats",
-                          static_cast<int>(process_set));
+                            static_cast<int>(process_set));
     const double m = sums[2].item<double>();
     auto mean = sums[0] / m;
     auto var = (sums[1] / m - mean * mean).clamp_min(0);
@@ -77,7 +77,7 @@ struct SyncBatchNormFunction : public ::torch::autograd::Function<SyncBatchNormF
     Tensor sum_dy = dy.sum(dims);
     Tensor sum_dy_xmu = (dy * xmu).sum(dims);
     auto global = global_sums({sum_dy, sum_dy_xmu}, name + ".grad",
-                            static_cast<int>(ctx->saved_data["process_set"].toInt()));
+                              static_cast<int>(ctx->saved_data["process_set"].toInt()));
     auto mean_dy = (global[0] / m).to(x.dtype()).view(shape);
     auto mean_dy_xmu = (global[1] / m).to(x.dtype()).view(shape);
     Tensor dx = weight.view(shape) * invstd * (dy - mean_dy - xmu * invstd * invstd * mean_dy_xmu);
@@ -106,7 +106,8 @@ void SyncBatchNormImpl::reset() {
   if (options.track_running_stats()) {
     running_mean = register_buffer("running_mean", ::torch::zeros({c}));
     running_var = register_buffer("running_var", ::torch::ones({c}));
-    num_batches_tracked = register_buffer("num_batches_tracked", ::torch::zeros({}, ::torch::kLong));
+    num_batches_tracked =
+        register_buffer("num_batches_tracked", ::torch::zeros({}, ::torch::kLong));
   }
 }
 
@@ -127,18 +128,20 @@ void SyncBatchNormImpl::reset() {
   }
   Tensor rm = is_training() ? running_mean : Tensor();
   Tensor rv = is_training() ? running_var : Tensor();
-  return SyncBatchNormFunction::apply(input, weight, bias, rm, rv, options.eps(), momentum,
-                                      name_, static_cast<int64_t>(group.id()));
+  return SyncBatchNormFunction::apply(input, weight, bias, rm, rv, options.eps(), momentum, name_,
+                                      static_cast<int64_t>(group.id()));
 }
 
 void SyncBatchNormImpl::pretty_print(std::ostream& stream) const {
-  stream << "lockstep::torch::SyncBatchNorm(" << options.num_features()
-         << ", eps=" << options.eps() << ", affine=" << options.affine() << ")";
+  stream << "lockstep::torch::SyncBatchNorm(" << options.num_features() << ", eps=" << options.eps()
+         << ", affine=" << options.affine() << ")";
 }
 
 SyncBatchNorm to_sync_batch_norm(const ::torch::nn::BatchNorm2dImpl& bn) {
   ::torch::nn::BatchNormOptions o(bn.options.num_features());
-  o.eps(bn.options.eps()).momentum(bn.options.momentum()).affine(bn.options.affine())
+  o.eps(bn.options.eps())
+      .momentum(bn.options.momentum())
+      .affine(bn.options.affine())
       .track_running_stats(bn.options.track_running_stats());
   SyncBatchNorm sync(o);
   ::torch::NoGradGuard no_grad;

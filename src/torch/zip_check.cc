@@ -23,11 +23,14 @@ class ZipFile {
     size_ = static_cast<uint64_t>(in_.tellg());
   }
   [[noreturn]] void fail(const std::string& why) const {
-    throw Error(fmt::format("{} is not a readable zip archive: {} (a torch.save file is a zip; "
-                            "is it truncated or of another format?)", path_, why));
+    throw Error(
+        fmt::format("{} is not a readable zip archive: {} (a torch.save file is a zip; "
+                    "is it truncated or of another format?)",
+                    path_, why));
   }
   std::string read(uint64_t at, uint64_t n) {
-    if (at > size_ || n > size_ - at) fail(fmt::format("bytes {}..{} lie past its end", at, at + n));
+    if (at > size_ || n > size_ - at)
+      fail(fmt::format("bytes {}..{} lie past its end", at, at + n));
     std::string out(n, '\0');
     in_.seekg(static_cast<std::streamoff>(at));
     in_.read(out.data(), static_cast<std::streamsize>(n));
@@ -44,7 +47,8 @@ class ZipFile {
 
 uint64_t le(std::string_view b, size_t at, size_t n) {
   uint64_t v = 0;
-  for (size_t k = 0; k < n; ++k) v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + k])) << (8 * k);
+  for (size_t k = 0; k < n; ++k)
+    v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + k])) << (8 * k);
   return v;
 }
 
@@ -66,7 +70,8 @@ Directory find_directory(ZipFile& zip) {
     std::string locator = zip.read(tail_at + at - 20, 20);
     if (le(locator, 0, 4) != kLocator64Sig) zip.fail("a zip64 end record without its locator");
     std::string end64 = zip.read(le(locator, 8, 8), 56);
-    if (le(end64, 0, 4) != kEnd64Sig) zip.fail("the zip64 end record is not where its locator says");
+    if (le(end64, 0, 4) != kEnd64Sig)
+      zip.fail("the zip64 end record is not where its locator says");
     return {le(end64, 48, 8), le(end64, 40, 8), le(end64, 32, 8)};
   }
   zip.fail("no end-of-central-directory record");
@@ -79,7 +84,8 @@ void zip64_sizes(std::string_view extra, uint64_t& uncompressed, uint64_t& compr
     if (at + 4 + n > extra.size()) return;
     size_t field = at + 4;
     if (id == 1) {
-      if (uncompressed == 0xffffffff && field + 8 <= at + 4 + n) uncompressed = le(extra, field, 8), field += 8;
+      if (uncompressed == 0xffffffff && field + 8 <= at + 4 + n)
+        uncompressed = le(extra, field, 8), field += 8;
       if (compressed == 0xffffffff && field + 8 <= at + 4 + n) compressed = le(extra, field, 8);
       return;
     }
@@ -92,7 +98,8 @@ void zip64_sizes(std::string_view extra, uint64_t& uncompressed, uint64_t& compr
 std::map<std::string, uint64_t> checked_zip_records(const std::string& path, bool stored_only) {
   ZipFile zip(path);
   Directory dir = find_directory(zip);
-  if (dir.entries > dir.size / kEntrySize) zip.fail("its directory is shorter than its entry count");
+  if (dir.entries > dir.size / kEntrySize)
+    zip.fail("its directory is shorter than its entry count");
   std::string cd = zip.read(dir.offset, dir.size);
   std::map<std::string, uint64_t> records;
   size_t at = 0;
@@ -101,16 +108,19 @@ std::map<std::string, uint64_t> checked_zip_records(const std::string& path, boo
       zip.fail(fmt::format("directory entry {} is damaged", e));
     uint64_t method = le(cd, at + 10, 2), compressed = le(cd, at + 20, 4),
              uncompressed = le(cd, at + 24, 4);
-    size_t name_len = le(cd, at + 28, 2), extra_len = le(cd, at + 30, 2), comment_len = le(cd, at + 32, 2);
+    size_t name_len = le(cd, at + 28, 2), extra_len = le(cd, at + 30, 2),
+           comment_len = le(cd, at + 32, 2);
     if (at + kEntrySize + name_len + extra_len + comment_len > cd.size())
       zip.fail(fmt::format("directory entry {} is truncated", e));
     std::string name = cd.substr(at + kEntrySize, name_len);
     zip64_sizes(std::string_view(cd).substr(at + kEntrySize + name_len, extra_len), uncompressed,
                 compressed);
     if (stored_only && (method != 0 || compressed != uncompressed))
-      zip.fail(fmt::format("record {} is compressed (torch.save stores records uncompressed)", name));
+      zip.fail(
+          fmt::format("record {} is compressed (torch.save stores records uncompressed)", name));
     if (stored_only && uncompressed > zip.size())
-      zip.fail(fmt::format("record {} claims {} bytes in a file of {}", name, uncompressed, zip.size()));
+      zip.fail(
+          fmt::format("record {} claims {} bytes in a file of {}", name, uncompressed, zip.size()));
     records[name] = uncompressed;
     at += kEntrySize + name_len + extra_len + comment_len;
   }

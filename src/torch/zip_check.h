@@ -16,6 +16,7 @@ namespace lockstep::torch::detail {
 // and lies inside the file. Throws lockstep::Error naming `path` and what is
 // wrong (no end-of-directory record, a truncated directory, a compressed or
 // oversized record).
-std::map<std::string, uint64_t> checked_zip_records(const std::string& path, bool stored_only = true);
+std::map<std::string, uint64_t> checked_zip_records(const std::string& path,
+                                                    bool stored_only = true);
 
 }  // namespace lockstep::torch::detail

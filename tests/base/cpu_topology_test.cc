@@ -43,8 +43,7 @@ TEST(CpuTopology, MissingFilesMeanNodeZeroPackageZeroCoreTheCpu) {
   const std::vector<int> cpus{0, 1, 2, 5, 7};
   const auto places = read_cpu_topology(cpus, "/nonexistent/lockstep/sys");
   ASSERT_EQ(places.size(), cpus.size());
-  for (size_t i = 0; i < cpus.size(); ++i)
-    EXPECT_EQ(places[i], (CpuPlace{cpus[i], 0, 0, cpus[i]}));
+  for (size_t i = 0; i < cpus.size(); ++i) EXPECT_EQ(places[i], (CpuPlace{cpus[i], 0, 0, cpus[i]}));
   EXPECT_EQ(placement_order(cpus, places), cpus);
   EXPECT_EQ(placement_order(cpus, {}), cpus);
   // The node directory exists, the per-CPU topology files do not.
@@ -85,9 +84,12 @@ TEST(CpuTopology, ThisHostAgreesWithProcCpuinfo) {
     const size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
     const int value = std::atoi(line.c_str() + colon + 1);
-    if (line.starts_with("processor")) expected.push_back(CpuPlace{value, 0, -1, -1});
-    else if (line.starts_with("physical id") && !expected.empty()) expected.back().package = value;
-    else if (line.starts_with("core id") && !expected.empty()) expected.back().core = value;
+    if (line.starts_with("processor"))
+      expected.push_back(CpuPlace{value, 0, -1, -1});
+    else if (line.starts_with("physical id") && !expected.empty())
+      expected.back().package = value;
+    else if (line.starts_with("core id") && !expected.empty())
+      expected.back().core = value;
   }
   if (expected.empty() || expected.front().core < 0) GTEST_SKIP() << "no core ids in /proc/cpuinfo";
   std::vector<int> cpus;

@@ -27,7 +27,8 @@ TEST(KnobSuggest, TheIssuesTypoNamesFusionThreshold) {
     FAIL() << "an undeclared knob was read";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("did you mean LOCKSTEP_FUSION_THRESHOLD?"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -34,12 +34,14 @@ TEST(Knobs, ChoicesAreCheckedAndNamed) {
     knob_choice("LOCKSTEP_LOG_LEVEL");
     ADD_FAILURE() << "a value outside the choices was accepted";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("error|warning|info|debug"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("error|warning|info|debug"), std::string::npos)
+        << e.what();
   }
   setenv("LOCKSTEP_LOG_LEVEL", "debug", 1);
   EXPECT_EQ(knob_choice("LOCKSTEP_LOG_LEVEL"), "debug");
   unsetenv("LOCKSTEP_LOG_LEVEL");
-  EXPECT_EQ(knob_choices(knob("LOCKSTEP_OVERLAP")), (std::vector<std::string>{"auto", "on", "off"}));
+  EXPECT_EQ(knob_choices(knob("LOCKSTEP_OVERLAP")),
+            (std::vector<std::string>{"auto", "on", "off"}));
   EXPECT_TRUE(knob_choices(knob("LOCKSTEP_TIMEOUT")).empty());
 }
 
@@ -60,7 +62,8 @@ TEST(Knobs, EveryChoiceListHoldsItsDefaultAndEveryKnobHasHelp) {
   for (const Knob& k : all_knobs()) {
     std::vector<std::string> choices = knob_choices(k);
     if (!choices.empty()) {
-      EXPECT_NE(std::find(choices.begin(), choices.end(), k.default_value), choices.end()) << k.name;
+      EXPECT_NE(std::find(choices.begin(), choices.end(), k.default_value), choices.end())
+          << k.name;
     }
     EXPECT_FALSE(k.help.empty()) << k.name;
   }

@@ -15,7 +15,8 @@ namespace {
 
 std::string hex(const std::string& bytes) {
   std::string out;
-  for (unsigned char c : bytes) out += "0123456789abcdef"[c >> 4], out += "0123456789abcdef"[c & 15];
+  for (unsigned char c : bytes)
+    out += "0123456789abcdef"[c >> 4], out += "0123456789abcdef"[c & 15];
   return out;
 }
 
@@ -62,9 +63,9 @@ TEST(Protowire, MalformedInputIsRefusedInsideItsBounds) {
   uint64_t v;
   uint32_t f, w;
   std::string_view s;
-  EXPECT_FALSE(Reader(std::string_view("\x96", 1)).varint(&v));   // continuation, then the end
+  EXPECT_FALSE(Reader(std::string_view("\x96", 1)).varint(&v));    // continuation, then the end
   EXPECT_FALSE(Reader(std::string_view("\x07tes", 4)).bytes(&s));  // length 7, 3 bytes left
-  EXPECT_FALSE(Reader(std::string_view("\x00", 1)).tag(&f, &w));  // field 0
+  EXPECT_FALSE(Reader(std::string_view("\x00", 1)).tag(&f, &w));   // field 0
   Reader group(std::string_view("\x0b", 1));                       // field 1, wire 3 (a group)
   ASSERT_TRUE(group.tag(&f, &w));
   EXPECT_FALSE(group.skip(w));

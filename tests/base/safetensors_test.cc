@@ -150,7 +150,8 @@ TEST(Safetensors, ScalarsAndEmptyTensors) {
 
 TEST(Safetensors, MetadataRoundTripsAndIsOmittedWhenEmpty) {
   std::string a = pattern(8, 2);
-  std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", "1200"}, {"note", "ünï \"q\""}};
+  std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"step", "1200"}, {"note", "ünï \"q\""}};
   std::string file = serialize_safetensors({view("a", SafetensorsDtype::I64, {1}, a)}, metadata);
   EXPECT_EQ(reference_read(file).metadata, metadata);
   EXPECT_EQ(parse(file).metadata, metadata);
@@ -163,10 +164,9 @@ TEST(Safetensors, DataIsAlignedAndTheHeaderPaddedWithSpaces) {
   // Odd byte counts first in the caller's order: the writer still puts each
   // tensor at a multiple of its element size.
   std::string b = pattern(3, 1), h = pattern(6, 2), d = pattern(16, 3), f = pattern(4, 4);
-  std::vector<SafetensorsView> views = {view("flag", SafetensorsDtype::BOOL, {3}, b),
-                                        view("half", SafetensorsDtype::F16, {3}, h),
-                                        view("double", SafetensorsDtype::F64, {2}, d),
-                                        view("float", SafetensorsDtype::F32, {1}, f)};
+  std::vector<SafetensorsView> views = {
+      view("flag", SafetensorsDtype::BOOL, {3}, b), view("half", SafetensorsDtype::F16, {3}, h),
+      view("double", SafetensorsDtype::F64, {2}, d), view("float", SafetensorsDtype::F32, {1}, f)};
   for (const std::string& name : {std::string("x"), std::string("longer_name_")}) {
     views[0].name = name;
     std::string file = serialize_safetensors(views, {});
@@ -220,10 +220,12 @@ TEST(Safetensors, WriterRefusesWhatNoReaderCouldLoad) {
       EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
     }
   };
-  refused({view("a", SafetensorsDtype::F32, {1}, four), view("a", SafetensorsDtype::F32, {1}, four)},
-          "two tensors are named 'a'");
+  refused(
+      {view("a", SafetensorsDtype::F32, {1}, four), view("a", SafetensorsDtype::F32, {1}, four)},
+      "two tensors are named 'a'");
   refused({view("__metadata__", SafetensorsDtype::F32, {1}, four)}, "reserves for metadata");
-  refused({view("a", SafetensorsDtype::F32, {2}, four)}, "has 4 bytes of data, but shape [2] of F32 needs 8");
+  refused({view("a", SafetensorsDtype::F32, {2}, four)},
+          "has 4 bytes of data, but shape [2] of F32 needs 8");
   refused({view("a", SafetensorsDtype::F32, {-1}, four)}, "negative or overflowing shape [-1]");
   refused({view("bad\xff", SafetensorsDtype::F32, {1}, four)}, "not UTF-8");
 }
@@ -260,15 +262,17 @@ TEST(Safetensors, RefusesHeadersThatAreNotAnObjectOfEntries) {
                  "tensor 'a': \"shape\" is not an array");
   expect_refused(file_of(R"({"a": {"dtype": "F32", "shape": [], "data_offsets": [0]}})", "1234"),
                  "\"data_offsets\" is not an array [begin, end]");
-  expect_refused(file_of(R"({"a": {"dtype": "F32", "shape": [], "data_offsets": [0, "4"]}})", "1234"),
-                 "tensor 'a': offset \"4\" is not an integer");
-  expect_refused(file_of(R"({"a": {"dtype": "F32", "shape": [[[1]]], "data_offsets": [0, 4]}})", "1234"),
-                 "header nests deeper than 3 levels");
+  expect_refused(
+      file_of(R"({"a": {"dtype": "F32", "shape": [], "data_offsets": [0, "4"]}})", "1234"),
+      "tensor 'a': offset \"4\" is not an integer");
+  expect_refused(
+      file_of(R"({"a": {"dtype": "F32", "shape": [[[1]]], "data_offsets": [0, 4]}})", "1234"),
+      "header nests deeper than 3 levels");
 }
 
 // One entry `a` with the given fields, over `data`.
-std::string one_entry(const std::string& dtype, const std::string& shape, const std::string& offsets,
-                      const std::string& data) {
+std::string one_entry(const std::string& dtype, const std::string& shape,
+                      const std::string& offsets, const std::string& data) {
   return file_of("{\"a\": {\"dtype\": \"" + dtype + "\", \"shape\": " + shape +
                      ", \"data_offsets\": " + offsets + "}}",
                  data);
@@ -276,14 +280,17 @@ std::string one_entry(const std::string& dtype, const std::string& shape, const 
 
 TEST(Safetensors, RefusesUnknownDtypesByName) {
   for (const char* dtype : {"U16", "F8_E4M3", "float32", "f32", "U64"})
-    expect_refused(one_entry(dtype, "[]", "[0, 4]", "1234"),
-                   std::string("tensor 'a': dtype '") + dtype +
-                       "' is not supported (lockstep reads F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
+    expect_refused(
+        one_entry(dtype, "[]", "[0, 4]", "1234"),
+        std::string("tensor 'a': dtype '") + dtype +
+            "' is not supported (lockstep reads F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
 }
 
 TEST(Safetensors, RefusesBadShapes) {
-  expect_refused(one_entry("F32", "[-2]", "[0, 8]", "12345678"), "tensor 'a': negative dimension -2");
-  expect_refused(one_entry("F32", "[2.5]", "[0, 8]", "12345678"), "dimension 2.5 is not an integer");
+  expect_refused(one_entry("F32", "[-2]", "[0, 8]", "12345678"),
+                 "tensor 'a': negative dimension -2");
+  expect_refused(one_entry("F32", "[2.5]", "[0, 8]", "12345678"),
+                 "dimension 2.5 is not an integer");
   expect_refused(one_entry("F32", "[9223372036854775808]", "[0, 0]", ""),
                  "dimension 9223372036854775808 overflows int64");
   // The product overflows before any allocation could be asked for.
@@ -297,10 +304,10 @@ TEST(Safetensors, RefusesOffsetsOutsideTheFileBeforeAllocating) {
   // A terabyte claimed by a 60-byte file is refused from the header alone.
   expect_refused(one_entry("F32", "[274877906944]", "[0, 1099511627776]", "1234"),
                  "tensor 'a': data_offsets [0, 1099511627776) run past the 4 data bytes");
-  expect_refused(one_entry("F32", "[]", "[4, 0]", "1234"), "tensor 'a': data_offsets end 0 < begin 4");
+  expect_refused(one_entry("F32", "[]", "[4, 0]", "1234"),
+                 "tensor 'a': data_offsets end 0 < begin 4");
   expect_refused(one_entry("F32", "[]", "[-4, 0]", "1234"), "tensor 'a': negative offset -4");
-  expect_refused(one_entry("F32", "[]", "[0, 18446744073709551616]", "1234"),
-                 "is not an integer");
+  expect_refused(one_entry("F32", "[]", "[0, 18446744073709551616]", "1234"), "is not an integer");
 }
 
 TEST(Safetensors, RefusesOverlapsHolesAndTrailingBytes) {
@@ -318,8 +325,11 @@ TEST(Safetensors, RefusesOverlapsHolesAndTrailingBytes) {
   expect_refused(one_entry("F32", "[]", "[4, 8]", "12345678"),
                  "data bytes [0, 4) before tensor 'a' belong to no tensor (a hole)");
   // Entries may come in any order in the header; ties of empty tensors are fine.
-  SafetensorsHeader ok = parse(file_of("{\"b\": {" + f32 + R"(, "data_offsets": [8, 16]}, "e": {"dtype": "I8", "shape": [0], "data_offsets": [8, 8]}, "a": {)" + f32 + R"(, "data_offsets": [0, 8]}})",
-                                       std::string(16, 'x')));
+  SafetensorsHeader ok = parse(file_of(
+      "{\"b\": {" + f32 +
+          R"(, "data_offsets": [8, 16]}, "e": {"dtype": "I8", "shape": [0], "data_offsets": [8, 8]}, "a": {)" +
+          f32 + R"(, "data_offsets": [0, 8]}})",
+      std::string(16, 'x')));
   ASSERT_EQ(ok.entries.size(), 3u);
   EXPECT_EQ(ok.entries[0].name, "b");
   EXPECT_EQ(ok.entries[2].name, "a");
@@ -328,8 +338,10 @@ TEST(Safetensors, RefusesOverlapsHolesAndTrailingBytes) {
 TEST(Safetensors, RefusesDuplicatesAndNonStringMetadata) {
   const std::string a = R"("a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]})";
   expect_refused(file_of("{" + a + ", " + a + "}", "x"), "duplicate tensor name 'a'");
-  expect_refused(file_of(R"({"a": {"dtype": "U8", "dtype": "I8", "shape": [1], "data_offsets": [0, 1]}})", "x"),
-                 "duplicate key 'dtype'");
+  expect_refused(
+      file_of(R"({"a": {"dtype": "U8", "dtype": "I8", "shape": [1], "data_offsets": [0, 1]}})",
+              "x"),
+      "duplicate key 'dtype'");
   expect_refused(file_of(R"({"__metadata__": {"k": 1}, )" + a + "}", "x"),
                  "metadata 'k' is a JSON number, not a string");
   expect_refused(file_of(R"({"__metadata__": ["k"], )" + a + "}", "x"),

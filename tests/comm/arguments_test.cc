@@ -40,7 +40,8 @@ TEST(Arguments, BadCallsAreRejectedBeforeCommunicating) {
     expect_invalid("allgather: recv_counts has 3 entries but the communicator has 2 ranks",
                    [&] { c.allgatherv(x, x, three, DataType::kFloat32); });
     expect_invalid("send: peer rank", [&] { c.send(x, 1, DataType::kFloat32, c.rank()); });
-    expect_invalid("recv: peer rank 7 is out of range", [&] { c.recv(x, 1, DataType::kFloat32, 7); });
+    expect_invalid("recv: peer rank 7 is out of range",
+                   [&] { c.recv(x, 1, DataType::kFloat32, 7); });
     // Nothing was consumed: a valid collective still lines up across ranks.
     c.allreduce(x, 4, DataType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(x[3], 8.0f);

@@ -34,12 +34,16 @@ class Collectives : public ::testing::TestWithParam<int> {
   }
 };
 
-TEST_P(Collectives, AllreduceEveryDtypeOpAndCount) { run(matrix::allreduce_every_dtype_op_and_count); }
+TEST_P(Collectives, AllreduceEveryDtypeOpAndCount) {
+  run(matrix::allreduce_every_dtype_op_and_count);
+}
 TEST_P(Collectives, ReduceToEveryRoot) { run(matrix::reduce_to_every_root); }
 TEST_P(Collectives, BroadcastFromEveryRoot) { run(matrix::broadcast_from_every_root); }
 TEST_P(Collectives, AllgatherAndAllgatherv) { run(matrix::allgather_and_allgatherv); }
 TEST_P(Collectives, GatherAndScatterEveryRoot) { run(matrix::gather_and_scatter_every_root); }
-TEST_P(Collectives, ReduceScatterEveryDtypeAndOp) { run(matrix::reduce_scatter_every_dtype_and_op); }
+TEST_P(Collectives, ReduceScatterEveryDtypeAndOp) {
+  run(matrix::reduce_scatter_every_dtype_and_op);
+}
 TEST_P(Collectives, AlltoallAndAlltoallv) { run(matrix::alltoall_and_alltoallv); }
 TEST_P(Collectives, SendRecvRingAndBarrier) { run(matrix::send_recv_ring_and_barrier); }
 

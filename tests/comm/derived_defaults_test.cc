@@ -30,8 +30,7 @@ class PrimitivesOnly final : public Backend {
   std::string_view name() const override { return "primitives-only"; }
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  void allreduce(const void* send, void* recv, size_t count, DataType dtype,
-                 ReduceOp op) override {
+  void allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) override {
     inner_->allreduce(send, recv, count, dtype, op);
   }
   void broadcast(void* buffer, size_t count, DataType dtype, int root) override {
@@ -57,7 +56,8 @@ class DerivedDefaults : public ::testing::TestWithParam<int> {
  protected:
   void run(void (*body)(Communicator&)) {
     expect_all_ok(run_workers_raw(GetParam(), [&](const comm::WorldInfo& world) {
-      Communicator c(world, std::make_unique<PrimitivesOnly>(comm::make_backend("shm", world, "w")));
+      Communicator c(world,
+                     std::make_unique<PrimitivesOnly>(comm::make_backend("shm", world, "w")));
       // The defaults reduce through the shm allreduce: rank order, bitwise.
       matrix::require_bitwise_reductions(true);
       // Chunking belongs to the shm primitives, tested with 1M elements in

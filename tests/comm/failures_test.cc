@@ -30,8 +30,8 @@ struct SharedClock {
 };
 
 SharedClock* map_shared_clock() {
-  void* p = mmap(nullptr, sizeof(SharedClock), PROT_READ | PROT_WRITE,
-                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* p =
+      mmap(nullptr, sizeof(SharedClock), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   return new (p) SharedClock{};
 }
 
@@ -63,7 +63,8 @@ TEST(PeerFailure, SigkillDuringLargeAllreduceIsReportedByEverySurvivorWithinFive
       // ("rank 0 cannot complete ...") as its own. Each message is either in
       // this rank's words or says it is relayed.
       bool own = what.find(fmt::format("rank {} cannot complete", c.rank())) != std::string::npos;
-      bool relayed = what.find(fmt::format("relayed to rank {} from rank", c.rank())) != std::string::npos;
+      bool relayed =
+          what.find(fmt::format("relayed to rank {} from rank", c.rank())) != std::string::npos;
       EXPECT_TRUE(own != relayed) << what;
     }
   });
@@ -81,21 +82,24 @@ TEST(PeerFailure, SigkillDuringLargeAllreduceIsReportedByEverySurvivorWithinFive
 TEST(PeerFailure, RankThatNeverJoinsTimesOutNamingOpAndRank) {
   MultiProcOptions options;
   options.env["LOCKSTEP_TIMEOUT"] = "1";
-  auto results = run_workers(3, [](Communicator& c) {
-    if (c.rank() == 2) {
-      std::this_thread::sleep_for(std::chrono::seconds(3));
-      return;
-    }
-    double x = 1;
-    try {
-      c.allreduce(&x, 1, DataType::kFloat64, ReduceOp::kSum);
-      ADD_FAILURE() << "allreduce without rank 2 returned";
-    } catch (const Error& e) {
-      std::string what = e.what();
-      EXPECT_NE(what.find("allreduce"), std::string::npos) << what;
-      EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
-    }
-  }, options);
+  auto results = run_workers(
+      3,
+      [](Communicator& c) {
+        if (c.rank() == 2) {
+          std::this_thread::sleep_for(std::chrono::seconds(3));
+          return;
+        }
+        double x = 1;
+        try {
+          c.allreduce(&x, 1, DataType::kFloat64, ReduceOp::kSum);
+          ADD_FAILURE() << "allreduce without rank 2 returned";
+        } catch (const Error& e) {
+          std::string what = e.what();
+          EXPECT_NE(what.find("allreduce"), std::string::npos) << what;
+          EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
+        }
+      },
+      options);
   expect_all_ok(results);
 }
 
@@ -108,8 +112,10 @@ TEST(Mismatch, DifferentCountsFailOnEveryRankAndTheCommunicatorStaysUsable) {
       ADD_FAILURE() << "mismatched counts were not detected";
     } catch (const MismatchError& e) {
       std::string what = e.what();
-      EXPECT_NE(what.find("rank 0: allreduce dtype=f32 op=sum count=10"), std::string::npos) << what;
-      EXPECT_NE(what.find("rank 1: allreduce dtype=f32 op=sum count=20"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 0: allreduce dtype=f32 op=sum count=10"), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("rank 1: allreduce dtype=f32 op=sum count=20"), std::string::npos)
+          << what;
     }
     float x = static_cast<float>(c.rank() + 1);
     c.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
@@ -123,10 +129,14 @@ TEST(Mismatch, DifferentCountsFailOnEveryRankAndTheCommunicatorStaysUsable) {
 TEST(Mismatch, BarrierAgainstAllreduceLeftTheNextAllreduceSummingOneRank) {
   expect_all_ok(run_workers(2, [](Communicator& c) {
     std::vector<float> data(100, 1.0f);
-    EXPECT_THROW({
-      if (c.rank() == 0) c.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
-      else c.barrier();
-    }, MismatchError);
+    EXPECT_THROW(
+        {
+          if (c.rank() == 0)
+            c.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+          else
+            c.barrier();
+        },
+        MismatchError);
     float x = 1.0f;
     c.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(x, 2.0f);
@@ -157,8 +167,10 @@ TEST(Mismatch, DifferentOpDtypeRootOrCollectiveAreNamed) {
     });
     expect_mismatch("root=1", [&] { c.broadcast(v, 4, DataType::kInt64, c.rank()); });
     expect_mismatch("broadcast", [&] {
-      if (c.rank()) c.broadcast(v, 4, DataType::kInt64, 0);
-      else c.allreduce(v, 4, DataType::kInt64, ReduceOp::kSum);
+      if (c.rank())
+        c.broadcast(v, 4, DataType::kInt64, 0);
+      else
+        c.allreduce(v, 4, DataType::kInt64, ReduceOp::kSum);
     });
     std::vector<size_t> sc = {1, static_cast<size_t>(1 + c.rank())}, rc = {1, 1};
     std::vector<int64_t> out(4);

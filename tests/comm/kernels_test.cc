@@ -46,8 +46,8 @@ TEST_P(KernelFamilies, MatchReferenceForEveryDtypeOpAndArity) {
           auto got = run_kernel(dt, op, count, n, salt);
           auto want = reference_reduce(dt, op, 0, count, count, n, salt);
           long i = first_difference(got, want, comm::dtype_size(dt));
-          ASSERT_EQ(i, -1) << comm::dtype_name(dt) << " " << comm::reduce_op_name(op)
-                           << " n=" << n << " count=" << count;
+          ASSERT_EQ(i, -1) << comm::dtype_name(dt) << " " << comm::reduce_op_name(op) << " n=" << n
+                           << " count=" << count;
         }
 }
 
@@ -68,8 +68,8 @@ TEST_P(KernelFamilies, OutputMayAliasAnInput) {
           EXPECT_EQ(first_difference(inputs[alias], reference_reduce(dt, op, 0, count, count, n, 1),
                                      comm::dtype_size(dt)),
                     -1)
-              << comm::dtype_name(dt) << " " << comm::reduce_op_name(op) << " n=" << n
-              << " out=in[" << alias << "]";
+              << comm::dtype_name(dt) << " " << comm::reduce_op_name(op) << " n=" << n << " out=in["
+              << alias << "]";
         }
 }
 

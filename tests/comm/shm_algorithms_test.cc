@@ -34,15 +34,18 @@ using comm::DataType;
 using comm::ReduceOp;
 
 void run_matrix(int np, const MultiProcOptions& options) {
-  expect_all_ok(run_workers(np, [](Communicator& c) {
-    matrix::require_bitwise_reductions(true);
-    matrix::limit_counts(1000);  // counts 0, 1, 7, 1000
-    matrix::allreduce_every_dtype_op_and_count(c);
-    matrix::reduce_to_every_root(c);
-    matrix::broadcast_from_every_root(c);
-    matrix::reduce_scatter_every_dtype_and_op(c);
-    matrix::send_recv_ring_and_barrier(c);
-  }, options));
+  expect_all_ok(run_workers(
+      np,
+      [](Communicator& c) {
+        matrix::require_bitwise_reductions(true);
+        matrix::limit_counts(1000);  // counts 0, 1, 7, 1000
+        matrix::allreduce_every_dtype_op_and_count(c);
+        matrix::reduce_to_every_root(c);
+        matrix::broadcast_from_every_root(c);
+        matrix::reduce_scatter_every_dtype_and_op(c);
+        matrix::send_recv_ring_and_barrier(c);
+      },
+      options));
   EXPECT_EQ(shm_leftovers(fmt::format("t{}x", getpid())), std::vector<std::string>{});
 }
 
@@ -66,15 +69,17 @@ TEST_P(ForcedAlgorithm, Matrix) {
   run_matrix(np, options);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Algorithms, ForcedAlgorithm,
-    ::testing::Values(Forced{3, "one_step", "dissemination"}, Forced{3, "two_step", "dissemination"},
-                      Forced{5, "one_step", "linear"}, Forced{5, "two_step", "dissemination"},
-                      Forced{8, "two_step", "dissemination"}, Forced{8, "legacy", "auto"}),
-    [](const auto& info) {
-      return fmt::format("np{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param),
-                         std::get<2>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Algorithms, ForcedAlgorithm,
+                         ::testing::Values(Forced{3, "one_step", "dissemination"},
+                                           Forced{3, "two_step", "dissemination"},
+                                           Forced{5, "one_step", "linear"},
+                                           Forced{5, "two_step", "dissemination"},
+                                           Forced{8, "two_step", "dissemination"},
+                                           Forced{8, "legacy", "auto"}),
+                         [](const auto& info) {
+                           return fmt::format("np{}_{}_{}", std::get<0>(info.param),
+                                              std::get<1>(info.param), std::get<2>(info.param));
+                         });
 
 // The pipeline's buffer places, for both parities and 1..9 chunks: the
 // first chunk in the parity slot (the only one free before the first step),
@@ -108,30 +113,34 @@ TEST(ShmPipeline, EveryChunkCountHandsOverCleanly) {
     MultiProcOptions options;
     options.env["LOCKSTEP_SHM_ALGORITHM"] = "two_step";
     options.env["LOCKSTEP_SHM_CHUNK_BYTES"] = "4096";  // 1024 floats
-    expect_all_ok(run_workers(np, [](Communicator& c) {
-      const int n = c.size(), me = c.rank();
-      for (size_t count : {size_t{1}, size_t{1023}, size_t{1025}, size_t{2048}, size_t{3001},
-                           size_t{4096}, size_t{5000}, size_t{7777}, size_t{8192}}) {
-        for (bool in_place : {false, true}) {
-          std::vector<float> in(count), out(count);
-          for (size_t i = 0; i < count; ++i) in[i] = float(me * 1000 + int(i % 97));
-          if (in_place) {
-            c.allreduce(in.data(), in.data(), count, DataType::kFloat32, ReduceOp::kSum);
-            out = in;
-          } else {
-            c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    expect_all_ok(run_workers(
+        np,
+        [](Communicator& c) {
+          const int n = c.size(), me = c.rank();
+          for (size_t count : {size_t{1}, size_t{1023}, size_t{1025}, size_t{2048}, size_t{3001},
+                               size_t{4096}, size_t{5000}, size_t{7777}, size_t{8192}}) {
+            for (bool in_place : {false, true}) {
+              std::vector<float> in(count), out(count);
+              for (size_t i = 0; i < count; ++i) in[i] = float(me * 1000 + int(i % 97));
+              if (in_place) {
+                c.allreduce(in.data(), in.data(), count, DataType::kFloat32, ReduceOp::kSum);
+                out = in;
+              } else {
+                c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+              }
+              for (size_t i = 0; i < count; ++i)
+                ASSERT_EQ(out[i], float(1000 * n * (n - 1) / 2 + n * int(i % 97)))
+                    << count << " " << i;
+              int64_t small = me, total = 0;  // a one-chunk pipeline right behind
+              c.allreduce(&small, &total, 1, DataType::kInt64, ReduceOp::kSum);
+              ASSERT_EQ(total, n * (n - 1) / 2);
+              std::vector<int32_t> b(3000, me == 1 ? 7 : 0);
+              c.broadcast(b.data(), b.size(), DataType::kInt32, 1);
+              ASSERT_EQ(b[2999], 7);
+            }
           }
-          for (size_t i = 0; i < count; ++i)
-            ASSERT_EQ(out[i], float(1000 * n * (n - 1) / 2 + n * int(i % 97))) << count << " " << i;
-          int64_t small = me, total = 0;  // a one-chunk pipeline right behind
-          c.allreduce(&small, &total, 1, DataType::kInt64, ReduceOp::kSum);
-          ASSERT_EQ(total, n * (n - 1) / 2);
-          std::vector<int32_t> b(3000, me == 1 ? 7 : 0);
-          c.broadcast(b.data(), b.size(), DataType::kInt32, 1);
-          ASSERT_EQ(b[2999], 7);
-        }
-      }
-    }, options));
+        },
+        options));
   }
 }
 
@@ -148,22 +157,26 @@ TEST(ShmPipeline, MismatchAtTheFirstStepLeavesTheCommunicatorUsable) {
       options.env["LOCKSTEP_SHM_ALGORITHM"] = "two_level";
       options.env["LOCKSTEP_SHM_NODES"] = "2";
     }
-    expect_all_ok(run_workers(two_level ? 4 : 3, [](Communicator& c) {
-      const int n = c.size(), me = c.rank();
-      for (size_t odd : {size_t{3000}, size_t{10}}) {  // another pipeline; one_step
-        const size_t count = me == 2 ? odd : 5000;
-        std::vector<float> in(count, 1.0f), out(count);
-        EXPECT_THROW(c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum),
-                     MismatchError);
-        std::vector<float> big(5000, float(me)), sum(5000);
-        c.allreduce(big.data(), sum.data(), big.size(), DataType::kFloat32, ReduceOp::kSum);
-        EXPECT_EQ(sum.front(), float(n * (n - 1) / 2));
-        EXPECT_EQ(sum.back(), float(n * (n - 1) / 2));
-        float one = 1, total = 0;
-        c.allreduce(&one, &total, 1, DataType::kFloat32, ReduceOp::kSum);
-        EXPECT_EQ(total, float(n));
-      }
-    }, options));
+    expect_all_ok(run_workers(
+        two_level ? 4 : 3,
+        [](Communicator& c) {
+          const int n = c.size(), me = c.rank();
+          for (size_t odd : {size_t{3000}, size_t{10}}) {  // another pipeline; one_step
+            const size_t count = me == 2 ? odd : 5000;
+            std::vector<float> in(count, 1.0f), out(count);
+            EXPECT_THROW(
+                c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum),
+                MismatchError);
+            std::vector<float> big(5000, float(me)), sum(5000);
+            c.allreduce(big.data(), sum.data(), big.size(), DataType::kFloat32, ReduceOp::kSum);
+            EXPECT_EQ(sum.front(), float(n * (n - 1) / 2));
+            EXPECT_EQ(sum.back(), float(n * (n - 1) / 2));
+            float one = 1, total = 0;
+            c.allreduce(&one, &total, 1, DataType::kFloat32, ReduceOp::kSum);
+            EXPECT_EQ(total, float(n));
+          }
+        },
+        options));
   }
 }
 
@@ -181,17 +194,20 @@ void expect_segment_traffic(Communicator& c, const char* algorithm, size_t count
   else
     c.reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, root);
   const comm::SegmentTraffic d = comm::segment_traffic(algorithm) - before;
-  const policy::ShmAlgorithm a = std::string(algorithm) == "one_step" ? policy::ShmAlgorithm::kOneStep
-                                                                    : policy::ShmAlgorithm::kTwoStep;
+  const policy::ShmAlgorithm a = std::string(algorithm) == "one_step"
+                                     ? policy::ShmAlgorithm::kOneStep
+                                     : policy::ShmAlgorithm::kTwoStep;
   const bool receives = root < 0 || root == c.rank();
-  const policy::SegmentBytes want = policy::shm_allreduce_bytes(a, n, 4.0 * double(count), receives);
+  const policy::SegmentBytes want =
+      policy::shm_allreduce_bytes(a, n, 4.0 * double(count), receives);
   EXPECT_EQ(d.calls, 1u) << algorithm;
   EXPECT_EQ(double(d.written_bytes), want.written) << algorithm << " count " << count;
   if (receives) {
     EXPECT_EQ(out[count - 1], float(n));
   }
   if (even) {
-    EXPECT_EQ(double(d.read_bytes), want.read) << algorithm << " count " << count << " root " << root;
+    EXPECT_EQ(double(d.read_bytes), want.read)
+        << algorithm << " count " << count << " root " << root;
     return;
   }
   int64_t read = static_cast<int64_t>(d.read_bytes), total = 0;
@@ -206,25 +222,30 @@ TEST_P(SegmentTraffic, EachAlgorithmMovesItsClosedForm) {
     MultiProcOptions options;
     options.env["LOCKSTEP_SHM_ALGORITHM"] = algorithm;
     options.env["LOCKSTEP_SHM_CHUNK_BYTES"] = "64KiB";
-    expect_all_ok(run_workers(GetParam(), [algorithm](Communicator& c) {
-      // 16 floats (one cache line) per share; then 3 chunks of 64 KiB at
-      // two_step, whose shares split evenly only when n divides 1024.
-      const size_t unit = 16 * static_cast<size_t>(c.size());
-      for (int root : {-1, c.size() - 1}) expect_segment_traffic(c, algorithm, unit, root, true);
-      expect_segment_traffic(c, algorithm, 3 * 16384 + 5, -1, false);
-      std::vector<float> x(1000, 1.0f);
-      const comm::SegmentTraffic b0 = comm::segment_traffic("broadcast");
-      c.broadcast(x.data(), x.size(), DataType::kFloat32, 0);
-      const comm::SegmentTraffic db = comm::segment_traffic("broadcast") - b0;
-      const policy::SegmentBytes want = policy::shm_broadcast_bytes(c.size(), c.rank() == 0, 4000);
-      EXPECT_EQ(double(db.read_bytes), want.read);
-      EXPECT_EQ(double(db.written_bytes), want.written);
-      const comm::SegmentTraffic w0 = comm::segment_traffic("barrier");
-      c.barrier();
-      const comm::SegmentTraffic dw = comm::segment_traffic("barrier") - w0;
-      EXPECT_EQ(dw.calls, 1u);
-      EXPECT_EQ(dw.read_bytes + dw.written_bytes, 0u);
-    }, options));
+    expect_all_ok(run_workers(
+        GetParam(),
+        [algorithm](Communicator& c) {
+          // 16 floats (one cache line) per share; then 3 chunks of 64 KiB at
+          // two_step, whose shares split evenly only when n divides 1024.
+          const size_t unit = 16 * static_cast<size_t>(c.size());
+          for (int root : {-1, c.size() - 1})
+            expect_segment_traffic(c, algorithm, unit, root, true);
+          expect_segment_traffic(c, algorithm, 3 * 16384 + 5, -1, false);
+          std::vector<float> x(1000, 1.0f);
+          const comm::SegmentTraffic b0 = comm::segment_traffic("broadcast");
+          c.broadcast(x.data(), x.size(), DataType::kFloat32, 0);
+          const comm::SegmentTraffic db = comm::segment_traffic("broadcast") - b0;
+          const policy::SegmentBytes want =
+              policy::shm_broadcast_bytes(c.size(), c.rank() == 0, 4000);
+          EXPECT_EQ(double(db.read_bytes), want.read);
+          EXPECT_EQ(double(db.written_bytes), want.written);
+          const comm::SegmentTraffic w0 = comm::segment_traffic("barrier");
+          c.barrier();
+          const comm::SegmentTraffic dw = comm::segment_traffic("barrier") - w0;
+          EXPECT_EQ(dw.calls, 1u);
+          EXPECT_EQ(dw.read_bytes + dw.written_bytes, 0u);
+        },
+        options));
   }
 }
 
@@ -238,32 +259,35 @@ TEST(ShmDecision, RuntimeRunsWhatThePlannerPredicts) {
   for (auto [np, nodes] : {std::pair{2, 1}, {5, 1}, {16, 1}, {4, 2}, {8, 2}}) {
     MultiProcOptions options;
     options.env["LOCKSTEP_SHM_NODES"] = std::to_string(nodes);
-    expect_all_ok(run_workers(np, [nodes](Communicator& c) {
-      plan::NetworkModel model;  // the defaults of the knobs
-      model.shm_nodes = nodes;
-      for (size_t bytes : {size_t{64}, size_t{1} << 10, size_t{4} << 10, size_t{16} << 10,
-                           size_t{64} << 10}) {
-        std::vector<float> x(bytes / 4, 1.0f);
-        const std::vector<const char*> names = {"one_step", "two_step", "two_level"};
-        std::vector<uint64_t> calls;
-        for (const char* a : names) calls.push_back(comm::segment_traffic(a).calls);
-        c.allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
-        std::string ran;  // the algorithms whose counter moved
-        for (size_t i = 0; i < names.size(); ++i)
-          if (comm::segment_traffic(names[i]).calls > calls[i]) ran += names[i];
-        const std::string planned = plan::algorithm_for(model, "shm", c.size(), double(bytes));
-        EXPECT_EQ(ran, planned) << c.size() << " ranks, " << nodes << " nodes, " << bytes;
-        // What the transport names (timeline, bench): the same, with its chunk.
-        const std::string named = c.backend().allreduce_algorithm(bytes, 4, false);
-        EXPECT_EQ(named.substr(0, planned.size()), planned) << named;
-        if (planned == "two_level") {  // a reduce runs two_step instead
-          EXPECT_EQ(c.backend().allreduce_algorithm(bytes, 4, true).substr(0, 8), "two_step");
-        }
-      }
-      if (nodes > 1) {  // the largest size is on the two_step side
-        EXPECT_EQ(plan::algorithm_for(model, "shm", c.size(), 64 << 10), "two_level");
-      }
-    }, options));
+    expect_all_ok(run_workers(
+        np,
+        [nodes](Communicator& c) {
+          plan::NetworkModel model;  // the defaults of the knobs
+          model.shm_nodes = nodes;
+          for (size_t bytes :
+               {size_t{64}, size_t{1} << 10, size_t{4} << 10, size_t{16} << 10, size_t{64} << 10}) {
+            std::vector<float> x(bytes / 4, 1.0f);
+            const std::vector<const char*> names = {"one_step", "two_step", "two_level"};
+            std::vector<uint64_t> calls;
+            for (const char* a : names) calls.push_back(comm::segment_traffic(a).calls);
+            c.allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+            std::string ran;  // the algorithms whose counter moved
+            for (size_t i = 0; i < names.size(); ++i)
+              if (comm::segment_traffic(names[i]).calls > calls[i]) ran += names[i];
+            const std::string planned = plan::algorithm_for(model, "shm", c.size(), double(bytes));
+            EXPECT_EQ(ran, planned) << c.size() << " ranks, " << nodes << " nodes, " << bytes;
+            // What the transport names (timeline, bench): the same, with its chunk.
+            const std::string named = c.backend().allreduce_algorithm(bytes, 4, false);
+            EXPECT_EQ(named.substr(0, planned.size()), planned) << named;
+            if (planned == "two_level") {  // a reduce runs two_step instead
+              EXPECT_EQ(c.backend().allreduce_algorithm(bytes, 4, true).substr(0, 8), "two_step");
+            }
+          }
+          if (nodes > 1) {  // the largest size is on the two_step side
+            EXPECT_EQ(plan::algorithm_for(model, "shm", c.size(), 64 << 10), "two_level");
+          }
+        },
+        options));
   }
 }
 
@@ -274,20 +298,23 @@ TEST(ShmDecision, RuntimeRunsWhatThePlannerPredicts) {
 TEST(ShmDecision, DisseminationTimeoutNamesTheRankThatNeverJoined) {
   MultiProcOptions options;
   options.env["LOCKSTEP_SHM_SYNC"] = "dissemination";
-  expect_all_ok(run_workers_raw(6, [](const comm::WorldInfo& world) {
-    setenv("LOCKSTEP_TIMEOUT", world.rank == 1 || world.rank == 5 ? "1" : "30", 1);
-    auto c = Communicator::create(world, "shm");
-    if (c->rank() == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-      return;
-    }
-    try {
-      c->barrier();
-      ADD_FAILURE() << "barrier without rank 2 returned";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("for rank 2,"), std::string::npos) << e.what();
-    }
-  }, options));
+  expect_all_ok(run_workers_raw(
+      6,
+      [](const comm::WorldInfo& world) {
+        setenv("LOCKSTEP_TIMEOUT", world.rank == 1 || world.rank == 5 ? "1" : "30", 1);
+        auto c = Communicator::create(world, "shm");
+        if (c->rank() == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+          return;
+        }
+        try {
+          c->barrier();
+          ADD_FAILURE() << "barrier without rank 2 returned";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("for rank 2,"), std::string::npos) << e.what();
+        }
+      },
+      options));
 }
 
 // Ranks started with different algorithm knobs fail at start-up, naming
@@ -304,8 +331,7 @@ TEST(ShmDecision, RanksWithDifferentKnobsFailAtStartUp) {
         ADD_FAILURE() << "expected InvalidArgument for " << knob;
       } catch (const InvalidArgument& e) {
         // The message names the knobs as LOCKSTEP_SHM_ALGORITHM, _SYNC, ... _NODES.
-        EXPECT_NE(std::string(e.what()).find("_" + knob.substr(13)), std::string::npos)
-            << e.what();
+        EXPECT_NE(std::string(e.what()).find("_" + knob.substr(13)), std::string::npos) << e.what();
       }
     });
     expect_all_ok(results);

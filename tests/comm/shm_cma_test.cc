@@ -41,7 +41,7 @@ struct Case {
 std::vector<Case> cases() {
   std::vector<Case> all;
   const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
-                             DataType::kFloat64, DataType::kInt8, DataType::kInt64};
+                             DataType::kFloat64, DataType::kInt8,    DataType::kInt64};
   const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct,
                           ReduceOp::kAverage};
   for (DataType dt : dtypes) {
@@ -87,22 +87,28 @@ MultiProcOptions with_env(std::map<std::string, std::string> env) {
 }
 
 TEST(ShmSingleCopy, BitwiseAgainstTheReferenceAroundTheCutOff) {
-  expect_all_ok(run_workers(2, [](Communicator& c) {
-    uint64_t before = comm::shm::cma_allreduces();
-    uint64_t eligible = allreduce_cases(c);
-    EXPECT_GT(eligible, 0u);
-    EXPECT_EQ(comm::shm::cma_allreduces() - before, eligible)
-        << "every allreduce at or above the cut-off takes the single-copy path";
-  }, with_env({})));
+  expect_all_ok(run_workers(
+      2,
+      [](Communicator& c) {
+        uint64_t before = comm::shm::cma_allreduces();
+        uint64_t eligible = allreduce_cases(c);
+        EXPECT_GT(eligible, 0u);
+        EXPECT_EQ(comm::shm::cma_allreduces() - before, eligible)
+            << "every allreduce at or above the cut-off takes the single-copy path";
+      },
+      with_env({})));
 }
 
 // Off is the default (the staged path measured faster here) and the switch.
 TEST(ShmSingleCopy, SwitchOffTakesTheStagedPath) {
-  expect_all_ok(run_workers(2, [](Communicator& c) {
-    uint64_t before = comm::shm::cma_allreduces();
-    allreduce_cases(c);
-    EXPECT_EQ(comm::shm::cma_allreduces(), before);
-  }, with_env({{"LOCKSTEP_SHM_CMA", "off"}})));
+  expect_all_ok(run_workers(
+      2,
+      [](Communicator& c) {
+        uint64_t before = comm::shm::cma_allreduces();
+        allreduce_cases(c);
+        EXPECT_EQ(comm::shm::cma_allreduces(), before);
+      },
+      with_env({{"LOCKSTEP_SHM_CMA", "off"}})));
 }
 
 // Makes process_vm_readv fail with EPERM in this process only, as a
@@ -122,34 +128,40 @@ void forbid_cma() {
 // Rank 1 cannot read rank 0 but rank 0 can read rank 1: both must agree on
 // the staged path, or each would wait on a different protocol.
 TEST(ShmSingleCopy, OneRankWithoutCmaSendsBothToTheStagedPath) {
-  expect_all_ok(run_workers_raw(2, [](const comm::WorldInfo& world) {
-    if (world.rank == 1) forbid_cma();
-    auto c = Communicator::create(world, "shm");
-    uint64_t before = comm::shm::cma_allreduces();
-    allreduce_cases(*c);
-    EXPECT_EQ(comm::shm::cma_allreduces(), before);
-    c->barrier();
-  }, with_env({})));
+  expect_all_ok(run_workers_raw(
+      2,
+      [](const comm::WorldInfo& world) {
+        if (world.rank == 1) forbid_cma();
+        auto c = Communicator::create(world, "shm");
+        uint64_t before = comm::shm::cma_allreduces();
+        allreduce_cases(*c);
+        EXPECT_EQ(comm::shm::cma_allreduces(), before);
+        c->barrier();
+      },
+      with_env({})));
 }
 
 // Only rank 0 turns the path on: every rank fails the call with an error
 // naming the knobs (instead of each following its own protocol), and the
 // communicator stays usable.
 TEST(ShmSingleCopy, SwitchOnOneRankOnlyFailsEveryRankNamingTheKnob) {
-  expect_all_ok(run_workers_raw(2, [](const comm::WorldInfo& world) {
-    setenv("LOCKSTEP_SHM_CMA", world.rank == 0 ? "on" : "off", 1);
-    auto c = Communicator::create(world, "shm");
-    std::vector<float> big(kCutOff / sizeof(float), 1.0f);
-    try {
-      c->allreduce(big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum);
-      ADD_FAILURE() << "rank " << world.rank << ": the allreduce did not fail";
-    } catch (const MismatchError& e) {
-      EXPECT_NE(std::string(e.what()).find("LOCKSTEP_SHM_CMA"), std::string::npos) << e.what();
-    }
-    float one = 1.0f;
-    c->allreduce(&one, 1, DataType::kFloat32, ReduceOp::kSum);
-    EXPECT_EQ(one, 2.0f);
-  }, with_env({})));
+  expect_all_ok(run_workers_raw(
+      2,
+      [](const comm::WorldInfo& world) {
+        setenv("LOCKSTEP_SHM_CMA", world.rank == 0 ? "on" : "off", 1);
+        auto c = Communicator::create(world, "shm");
+        std::vector<float> big(kCutOff / sizeof(float), 1.0f);
+        try {
+          c->allreduce(big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum);
+          ADD_FAILURE() << "rank " << world.rank << ": the allreduce did not fail";
+        } catch (const MismatchError& e) {
+          EXPECT_NE(std::string(e.what()).find("LOCKSTEP_SHM_CMA"), std::string::npos) << e.what();
+        }
+        float one = 1.0f;
+        c->allreduce(&one, 1, DataType::kFloat32, ReduceOp::kSum);
+        EXPECT_EQ(one, 2.0f);
+      },
+      with_env({})));
 }
 
 }  // namespace

@@ -16,9 +16,7 @@ namespace {
 
 class ShmFlagWordDeathTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    LOCKSTEP_DEATH_TEST_NEEDS_DCHECKS();
-  }
+  void SetUp() override { LOCKSTEP_DEATH_TEST_NEEDS_DCHECKS(); }
 };
 
 TEST(ShmFlagWord, StepsOfOneAreAcceptedAcrossTheWrap) {

@@ -34,10 +34,10 @@ TEST(ShmNuma, TheNodeHoldingEveryCpuOfTheRank) {
   EXPECT_EQ(numa_node_of(std::vector<int>{0, 1}, sys), 0);
   EXPECT_EQ(numa_node_of(std::vector<int>{4, 12}, sys), 1);
   EXPECT_EQ(numa_node_of(std::vector<int>{9}, sys), 0);
-  EXPECT_EQ(numa_node_of(std::vector<int>{3, 4}, sys), -1);      // spans both
-  EXPECT_EQ(numa_node_of(std::vector<int>{12, 0}, sys), -1);     // spans both
+  EXPECT_EQ(numa_node_of(std::vector<int>{3, 4}, sys), -1);   // spans both
+  EXPECT_EQ(numa_node_of(std::vector<int>{12, 0}, sys), -1);  // spans both
   EXPECT_EQ(numa_node_of(std::vector<int>{}, sys), -1);
-  EXPECT_EQ(numa_node_of(std::vector<int>{99}, sys), -1);        // on no node
+  EXPECT_EQ(numa_node_of(std::vector<int>{99}, sys), -1);  // on no node
 }
 
 TEST(ShmNuma, OneNodeOrNoSysfsMeansNoGrouping) {

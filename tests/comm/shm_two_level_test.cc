@@ -46,15 +46,18 @@ MultiProcOptions two_level_options(int nodes) {
 
 TEST_P(TwoLevel, MatrixMatchesTheRankOrderReferenceBitwise) {
   auto [np, nodes] = GetParam();
-  expect_all_ok(run_workers(np, [](Communicator& c) {
-    const comm::SegmentTraffic before = comm::segment_traffic("two_level");
-    matrix::require_bitwise_reductions(true);
-    matrix::limit_counts(1000);  // counts 0, 1, 7, 1000
-    matrix::allreduce_every_dtype_op_and_count(c);
-    matrix::reduce_to_every_root(c);  // two_step under a two_level policy
-    // Every dtype, op and count (but maybe count 0, which may skip the transport).
-    EXPECT_GE(comm::segment_traffic("two_level").calls - before.calls, 8u * 5 * 3);
-  }, two_level_options(nodes)));
+  expect_all_ok(run_workers(
+      np,
+      [](Communicator& c) {
+        const comm::SegmentTraffic before = comm::segment_traffic("two_level");
+        matrix::require_bitwise_reductions(true);
+        matrix::limit_counts(1000);  // counts 0, 1, 7, 1000
+        matrix::allreduce_every_dtype_op_and_count(c);
+        matrix::reduce_to_every_root(c);  // two_step under a two_level policy
+        // Every dtype, op and count (but maybe count 0, which may skip the transport).
+        EXPECT_GE(comm::segment_traffic("two_level").calls - before.calls, 8u * 5 * 3);
+      },
+      two_level_options(nodes)));
 }
 
 // Inputs whose sums round differently in every order: steps of 1/37 and
@@ -68,7 +71,7 @@ std::vector<uint8_t> input(DataType dtype, size_t count, int rank, int salt) {
     const uint16_t h = dtype == DataType::kFloat16 ? comm::float_to_f16(f) : comm::float_to_bf16(f);
     const int32_t n = int32_t(v * 1000) - 1100;
     const int8_t b = int8_t(n);
-    const void* src = dtype == DataType::kFloat64 ? static_cast<const void*>(&v)
+    const void* src = dtype == DataType::kFloat64   ? static_cast<const void*>(&v)
                       : dtype == DataType::kFloat32 ? static_cast<const void*>(&f)
                       : dtype == DataType::kInt32   ? static_cast<const void*>(&n)
                       : dtype == DataType::kInt8    ? static_cast<const void*>(&b)
@@ -83,29 +86,33 @@ TEST_P(TwoLevel, BitwiseEqualToFlatTwoStep) {
   auto [np, nodes] = GetParam();
   MultiProcOptions options = two_level_options(nodes);
   options.env["LOCKSTEP_SHM_SLOT_BYTES"] = "16KiB";  // int8: 1024-element chunks (int64 prefixes)
-  expect_all_ok(run_workers_raw(np, [](const comm::WorldInfo& world) {
-    setenv("LOCKSTEP_SHM_ALGORITHM", "two_step", 1);
-    auto flat = Communicator::create(world, "shm");
-    setenv("LOCKSTEP_SHM_ALGORITHM", "two_level", 1);
-    comm::WorldInfo second = world;
-    second.job_id += "L";
-    auto two = Communicator::create(second, "shm");
-    const comm::SegmentTraffic before = comm::segment_traffic("two_level");
-    int salt = 0, calls = 0;
-    for (DataType dt : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                        DataType::kBFloat16, DataType::kInt8, DataType::kInt32})
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kProduct, ReduceOp::kMax})
-        for (size_t count : {size_t{3}, size_t{1001}, size_t{5000}, size_t{12345}}) {
-          const std::vector<uint8_t> in = input(dt, count, world.rank, ++salt);
-          std::vector<uint8_t> a(in.size()), b(in.size());
-          flat->allreduce(in.data(), a.data(), count, dt, op);
-          two->allreduce(in.data(), b.data(), count, dt, op);
-          ++calls;
-          ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0)
-              << comm::dtype_name(dt) << " " << comm::reduce_op_name(op) << " count " << count;
-        }
-    EXPECT_EQ(comm::segment_traffic("two_level").calls - before.calls, uint64_t(calls));
-  }, options));
+  expect_all_ok(run_workers_raw(
+      np,
+      [](const comm::WorldInfo& world) {
+        setenv("LOCKSTEP_SHM_ALGORITHM", "two_step", 1);
+        auto flat = Communicator::create(world, "shm");
+        setenv("LOCKSTEP_SHM_ALGORITHM", "two_level", 1);
+        comm::WorldInfo second = world;
+        second.job_id += "L";
+        auto two = Communicator::create(second, "shm");
+        const comm::SegmentTraffic before = comm::segment_traffic("two_level");
+        int salt = 0, calls = 0;
+        for (DataType dt : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                            DataType::kBFloat16, DataType::kInt8, DataType::kInt32})
+          for (ReduceOp op :
+               {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kProduct, ReduceOp::kMax})
+            for (size_t count : {size_t{3}, size_t{1001}, size_t{5000}, size_t{12345}}) {
+              const std::vector<uint8_t> in = input(dt, count, world.rank, ++salt);
+              std::vector<uint8_t> a(in.size()), b(in.size());
+              flat->allreduce(in.data(), a.data(), count, dt, op);
+              two->allreduce(in.data(), b.data(), count, dt, op);
+              ++calls;
+              ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0)
+                  << comm::dtype_name(dt) << " " << comm::reduce_op_name(op) << " count " << count;
+            }
+        EXPECT_EQ(comm::segment_traffic("two_level").calls - before.calls, uint64_t(calls));
+      },
+      options));
 }
 
 // One fill per chunk hands the buffer parity over like the legacy
@@ -114,28 +121,31 @@ TEST_P(TwoLevel, BitwiseEqualToFlatTwoStep) {
 // through a reduce, broadcast), all checked exactly.
 TEST_P(TwoLevel, EveryChunkCountHandsOverCleanly) {
   auto [np, nodes] = GetParam();
-  expect_all_ok(run_workers(np, [](Communicator& c) {
-    const int n = c.size(), me = c.rank();
-    for (size_t count : {size_t{1}, size_t{1023}, size_t{1025}, size_t{2048}, size_t{3001},
-                         size_t{5000}}) {  // chunks of 1024 floats
-      std::vector<float> x(count);
-      for (size_t i = 0; i < count; ++i) x[i] = float(me * 1000 + int(i % 97));
-      c.allreduce(x.data(), count, DataType::kFloat32, ReduceOp::kSum);
-      for (size_t i = 0; i < count; ++i)
-        ASSERT_EQ(x[i], float(1000 * n * (n - 1) / 2 + n * int(i % 97))) << count << " " << i;
-      int64_t small = me, total = 0;
-      c.allreduce(&small, &total, 1, DataType::kInt64, ReduceOp::kSum);
-      ASSERT_EQ(total, n * (n - 1) / 2);
-      std::vector<float> r(count, 1.0f), sum(count);
-      c.reduce(r.data(), sum.data(), count, DataType::kFloat32, ReduceOp::kSum, n - 1);
-      if (me == n - 1) {
-        ASSERT_EQ(sum[count - 1], float(n));
-      }
-      std::vector<int32_t> b(3000, me == 1 ? 7 : 0);
-      c.broadcast(b.data(), b.size(), DataType::kInt32, 1);
-      ASSERT_EQ(b[2999], 7);
-    }
-  }, two_level_options(nodes)));
+  expect_all_ok(run_workers(
+      np,
+      [](Communicator& c) {
+        const int n = c.size(), me = c.rank();
+        for (size_t count : {size_t{1}, size_t{1023}, size_t{1025}, size_t{2048}, size_t{3001},
+                             size_t{5000}}) {  // chunks of 1024 floats
+          std::vector<float> x(count);
+          for (size_t i = 0; i < count; ++i) x[i] = float(me * 1000 + int(i % 97));
+          c.allreduce(x.data(), count, DataType::kFloat32, ReduceOp::kSum);
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(x[i], float(1000 * n * (n - 1) / 2 + n * int(i % 97))) << count << " " << i;
+          int64_t small = me, total = 0;
+          c.allreduce(&small, &total, 1, DataType::kInt64, ReduceOp::kSum);
+          ASSERT_EQ(total, n * (n - 1) / 2);
+          std::vector<float> r(count, 1.0f), sum(count);
+          c.reduce(r.data(), sum.data(), count, DataType::kFloat32, ReduceOp::kSum, n - 1);
+          if (me == n - 1) {
+            ASSERT_EQ(sum[count - 1], float(n));
+          }
+          std::vector<int32_t> b(3000, me == 1 ? 7 : 0);
+          c.broadcast(b.data(), b.size(), DataType::kInt32, 1);
+          ASSERT_EQ(b[2999], 7);
+        }
+      },
+      two_level_options(nodes)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Groupings, TwoLevel,
@@ -145,7 +155,6 @@ INSTANTIATE_TEST_SUITE_P(Groupings, TwoLevel,
                            return fmt::format("{}x{}", info.param.second,
                                               info.param.first / info.param.second);
                          });
-
 
 // Bytes read, written and read across nodes by one allreduce of `count`
 // floats, against the closed form for this rank's node: exactly when the
@@ -171,12 +180,13 @@ uint64_t expect_traffic(Communicator& c, policy::ShmAlgorithm algorithm, int nod
     return d.cross_node_read_bytes;
   }
   // Sums over ranks of what each rank moved and of what its closed form says.
-  int64_t mine[6] = {int64_t(d.read_bytes), int64_t(d.written_bytes),
-                     int64_t(d.cross_node_read_bytes), int64_t(want.read),
-                     int64_t(want.written), int64_t(want.cross_node_read)};
+  int64_t mine[6] = {
+      int64_t(d.read_bytes), int64_t(d.written_bytes), int64_t(d.cross_node_read_bytes),
+      int64_t(want.read),    int64_t(want.written),    int64_t(want.cross_node_read)};
   int64_t sum[6] = {};
   c.allreduce(mine, sum, 6, DataType::kInt64, ReduceOp::kSum);
-  for (int k = 0; k < 3; ++k) EXPECT_NEAR(double(sum[k]), double(sum[k + 3]), n) << what << " " << k;
+  for (int k = 0; k < 3; ++k)
+    EXPECT_NEAR(double(sum[k]), double(sum[k + 3]), n) << what << " " << k;
   return d.cross_node_read_bytes;
 }
 
@@ -189,23 +199,26 @@ TEST_P(TwoLevelTraffic, ClosedFormsAndLessAcrossNodesThanFlat) {
     MultiProcOptions options = two_level_options(nodes);
     options.env["LOCKSTEP_SHM_ALGORITHM"] = policy::algorithm_name(a);
     options.env["LOCKSTEP_SHM_CHUNK_BYTES"] = "64KiB";
-    expect_all_ok(run_workers(np, [a, nodes](Communicator& c) {
-      // One cache line per share under either split; then 3 chunks whose
-      // shares split evenly only for some rank counts.
-      const uint64_t cross = expect_traffic(c, a, nodes, 16 * size_t(c.size()), true);
-      expect_traffic(c, a, nodes, 3 * 16384 + 5, false);
-      // This rank's cross-node bytes against flat two_step's closed form at
-      // the same grouping (which the two_step pass checks its counters by).
-      const int n = c.size(), L = n / nodes;
-      const double flat = policy::shm_allreduce_bytes(policy::ShmAlgorithm::kTwoStep, n,
-                                                    64.0 * n, true, nodes, c.rank() / L)
-                              .cross_node_read;
-      EXPECT_EQ(flat, 2.0 * 64 * (n - L));  // 2B(n-L)/n of B = 64n bytes
-      if (a == policy::ShmAlgorithm::kTwoLevel) {
-        EXPECT_LT(double(cross), flat) << "rank " << c.rank();
-        EXPECT_GT(cross, 0u);
-      }
-    }, options));
+    expect_all_ok(run_workers(
+        np,
+        [a, nodes](Communicator& c) {
+          // One cache line per share under either split; then 3 chunks whose
+          // shares split evenly only for some rank counts.
+          const uint64_t cross = expect_traffic(c, a, nodes, 16 * size_t(c.size()), true);
+          expect_traffic(c, a, nodes, 3 * 16384 + 5, false);
+          // This rank's cross-node bytes against flat two_step's closed form at
+          // the same grouping (which the two_step pass checks its counters by).
+          const int n = c.size(), L = n / nodes;
+          const double flat = policy::shm_allreduce_bytes(policy::ShmAlgorithm::kTwoStep, n,
+                                                          64.0 * n, true, nodes, c.rank() / L)
+                                  .cross_node_read;
+          EXPECT_EQ(flat, 2.0 * 64 * (n - L));  // 2B(n-L)/n of B = 64n bytes
+          if (a == policy::ShmAlgorithm::kTwoLevel) {
+            EXPECT_LT(double(cross), flat) << "rank " << c.rank();
+            EXPECT_GT(cross, 0u);
+          }
+        },
+        options));
   }
 }
 
@@ -221,15 +234,18 @@ INSTANTIATE_TEST_SUITE_P(Groupings, TwoLevelTraffic,
 // run the flat algorithm, as the decision says.
 TEST(TwoLevelFallback, UnequalOrSingleRankGroupsRunFlat) {
   for (Grouping g : {Grouping{8, 3}, Grouping{4, 4}, Grouping{5, 2}}) {
-    expect_all_ok(run_workers(g.first, [](Communicator& c) {
-      std::vector<float> x(40000, 1.0f);
-      const comm::SegmentTraffic flat = comm::segment_traffic("two_step");
-      const comm::SegmentTraffic two = comm::segment_traffic("two_level");
-      c.allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
-      EXPECT_EQ(comm::segment_traffic("two_step").calls - flat.calls, 1u);
-      EXPECT_EQ(comm::segment_traffic("two_level").calls - two.calls, 0u);
-      EXPECT_EQ(x.back(), float(c.size()));
-    }, two_level_options(g.second)));
+    expect_all_ok(run_workers(
+        g.first,
+        [](Communicator& c) {
+          std::vector<float> x(40000, 1.0f);
+          const comm::SegmentTraffic flat = comm::segment_traffic("two_step");
+          const comm::SegmentTraffic two = comm::segment_traffic("two_level");
+          c.allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+          EXPECT_EQ(comm::segment_traffic("two_step").calls - flat.calls, 1u);
+          EXPECT_EQ(comm::segment_traffic("two_level").calls - two.calls, 0u);
+          EXPECT_EQ(x.back(), float(c.size()));
+        },
+        two_level_options(g.second)));
   }
 }
 

@@ -14,7 +14,7 @@ using comm::DataType;
 using comm::ReduceOp;
 
 TEST(Traffic, WireBytesFollowTheTextbookAlgorithms) {
-  EXPECT_EQ(comm::wire::allreduce(1000, 4), 1500u);   // 2(n-1)/n
+  EXPECT_EQ(comm::wire::allreduce(1000, 4), 1500u);  // 2(n-1)/n
   EXPECT_EQ(comm::wire::allreduce(1000, 1), 0u);
   EXPECT_EQ(comm::wire::reduce_scatter(1000, 4), 750u);
   EXPECT_EQ(comm::wire::broadcast(1000, 0, 0, 2), 1000u);  // root of a pair sends

@@ -54,10 +54,13 @@ class GlooTest : public ::testing::Test {
 class GlooCollectives : public GlooTest, public ::testing::WithParamInterface<int> {
  protected:
   void run(void (*body)(Communicator&)) {
-    expect_all_ok(run_workers(GetParam(), [&](Communicator& c) {
-      ASSERT_EQ(c.backend_name(), "gloo");
-      body(c);
-    }, options_));
+    expect_all_ok(run_workers(
+        GetParam(),
+        [&](Communicator& c) {
+          ASSERT_EQ(c.backend_name(), "gloo");
+          body(c);
+        },
+        options_));
   }
 };
 
@@ -98,17 +101,20 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooCollectives, ::testing::Values(1, 2, 3,
 // each fake host (distinct segments), Gloo between them.
 TEST_F(GlooTest, HierarchicalAllreduceOnFakedHosts) {
   options_.env["LOCKSTEP_HIERARCHICAL"] = "1";
-  expect_all_ok(run_workers_raw(4, [](const comm::WorldInfo& flat) {
-    comm::WorldInfo w = flat;
-    w.local_size = 2;
-    w.local_rank = w.rank % 2;
-    w.cross_size = 2;
-    w.cross_rank = w.rank / 2;
-    auto c = Communicator::create(w, "gloo");
-    ASSERT_EQ(c->backend_name(), "hierarchical-gloo");
-    matrix::allreduce_every_dtype_op_and_count(*c);
-    matrix::broadcast_from_every_root(*c);
-  }, options_));
+  expect_all_ok(run_workers_raw(
+      4,
+      [](const comm::WorldInfo& flat) {
+        comm::WorldInfo w = flat;
+        w.local_size = 2;
+        w.local_rank = w.rank % 2;
+        w.cross_size = 2;
+        w.cross_rank = w.rank / 2;
+        auto c = Communicator::create(w, "gloo");
+        ASSERT_EQ(c->backend_name(), "hierarchical-gloo");
+        matrix::allreduce_every_dtype_op_and_count(*c);
+        matrix::broadcast_from_every_root(*c);
+      },
+      options_));
 }
 
 struct SharedClock {
@@ -123,34 +129,37 @@ int64_t now_ns() {
 }
 
 TEST_F(GlooTest, SigkillDuringLargeAllreduceIsReportedByEverySurvivorWithinFiveSeconds) {
-  void* mem = mmap(nullptr, sizeof(SharedClock), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(SharedClock), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   auto* clock = new (mem) SharedClock{};
-  auto results = run_workers(3, [&](Communicator& c) {
-    std::vector<float> data(4 << 20, 1.0f);
-    if (c.rank() == 2) {
-      std::thread([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        clock->killed_at_ns.store(now_ns());
-        kill(getpid(), SIGKILL);
-      }).detach();
-    }
-    try {
-      for (;;) c.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
-    } catch (const Error& e) {
-      clock->detected_ns[c.rank()].store(now_ns());
-      std::string what = e.what();
-      EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
-      EXPECT_NE(what.find("died"), std::string::npos) << what;
-    }
-    // Known limitation (docs/backends.md): Gloo names the dead peer by
-    // checking liveness when a connection closes, so a survivor that already
-    // exited after its own error could be blamed. Survivors stay up until
-    // both have reported, as the processes of a real job would.
-    clock->reported.fetch_add(1);
-    for (int i = 0; i < 500 && clock->reported.load() < 2; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }, options_);
+  auto results = run_workers(
+      3,
+      [&](Communicator& c) {
+        std::vector<float> data(4 << 20, 1.0f);
+        if (c.rank() == 2) {
+          std::thread([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            clock->killed_at_ns.store(now_ns());
+            kill(getpid(), SIGKILL);
+          }).detach();
+        }
+        try {
+          for (;;) c.allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+        } catch (const Error& e) {
+          clock->detected_ns[c.rank()].store(now_ns());
+          std::string what = e.what();
+          EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
+          EXPECT_NE(what.find("died"), std::string::npos) << what;
+        }
+        // Known limitation (docs/backends.md): Gloo names the dead peer by
+        // checking liveness when a connection closes, so a survivor that already
+        // exited after its own error could be blamed. Survivors stay up until
+        // both have reported, as the processes of a real job would.
+        clock->reported.fetch_add(1);
+        for (int i = 0; i < 500 && clock->reported.load() < 2; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      },
+      options_);
   ASSERT_EQ(results.size(), 3u);
   EXPECT_EQ(results[2].signal, SIGKILL) << results[2].describe();
   for (int r : {0, 1}) {
@@ -166,47 +175,56 @@ TEST_F(GlooTest, RankThatNeverJoinsTimesOutNamingOpAndRank) {
   // The first rank to time out aborts its connections, so the other may see
   // its peer go away (PeerFailure) before its own deadline: at least one rank
   // must report the timeout, naming the op and the absent rank.
-  auto* timeouts = static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>),
-      PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* timeouts =
+      static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                                          MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   new (timeouts) std::atomic<int>(0);
-  expect_all_ok(run_workers(3, [&](Communicator& c) {
-    if (c.rank() == 2) {
-      std::this_thread::sleep_for(std::chrono::seconds(4));
-      return;
-    }
-    double x = 1;
-    try {
-      c.allreduce(&x, 1, DataType::kFloat64, ReduceOp::kSum);
-      ADD_FAILURE() << "allreduce without rank 2 returned";
-    } catch (const TimeoutError& e) {
-      timeouts->fetch_add(1);
-      std::string what = e.what();
-      EXPECT_NE(what.find("allreduce"), std::string::npos) << what;
-      EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
-    } catch (const PeerFailure&) {
-    }
-  }, options_));
+  expect_all_ok(run_workers(
+      3,
+      [&](Communicator& c) {
+        if (c.rank() == 2) {
+          std::this_thread::sleep_for(std::chrono::seconds(4));
+          return;
+        }
+        double x = 1;
+        try {
+          c.allreduce(&x, 1, DataType::kFloat64, ReduceOp::kSum);
+          ADD_FAILURE() << "allreduce without rank 2 returned";
+        } catch (const TimeoutError& e) {
+          timeouts->fetch_add(1);
+          std::string what = e.what();
+          EXPECT_NE(what.find("allreduce"), std::string::npos) << what;
+          EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
+        } catch (const PeerFailure&) {
+        }
+      },
+      options_));
   EXPECT_GE(timeouts->load(), 1);
   munmap(timeouts, sizeof(std::atomic<int>));
 }
 
 TEST_F(GlooTest, VerifyOpsReportsMismatchedCountsAndStaysUsable) {
   options_.env["LOCKSTEP_VERIFY_OPS"] = "1";
-  expect_all_ok(run_workers(2, [](Communicator& c) {
-    std::vector<float> data(20, 1.0f);
-    size_t count = c.rank() == 0 ? 10 : 20;
-    try {
-      c.allreduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum);
-      ADD_FAILURE() << "mismatched counts were not detected";
-    } catch (const MismatchError& e) {
-      std::string what = e.what();
-      EXPECT_NE(what.find("rank 0: allreduce dtype=f32 op=sum count=10"), std::string::npos) << what;
-      EXPECT_NE(what.find("rank 1: allreduce dtype=f32 op=sum count=20"), std::string::npos) << what;
-    }
-    float x = static_cast<float>(c.rank() + 1);
-    c.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
-    EXPECT_EQ(x, 3.0f);
-  }, options_));
+  expect_all_ok(run_workers(
+      2,
+      [](Communicator& c) {
+        std::vector<float> data(20, 1.0f);
+        size_t count = c.rank() == 0 ? 10 : 20;
+        try {
+          c.allreduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum);
+          ADD_FAILURE() << "mismatched counts were not detected";
+        } catch (const MismatchError& e) {
+          std::string what = e.what();
+          EXPECT_NE(what.find("rank 0: allreduce dtype=f32 op=sum count=10"), std::string::npos)
+              << what;
+          EXPECT_NE(what.find("rank 1: allreduce dtype=f32 op=sum count=20"), std::string::npos)
+              << what;
+        }
+        float x = static_cast<float>(c.rank() + 1);
+        c.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+        EXPECT_EQ(x, 3.0f);
+      },
+      options_));
 }
 
 // Issue 15.1 across Gloo: with LOCKSTEP_VERIFY_OPS=1 every pair of
@@ -218,20 +236,23 @@ TEST_F(GlooTest, EveryPairOfCollectivesFailsEverywhereAndLaterResultsAreRight) {
 }
 
 TEST_F(GlooTest, SendRecvTagDisagreement) {
-  expect_all_ok(run_workers(2, [](Communicator& c) {
-    int32_t v[8] = {};
-    if (c.rank() == 0) {
-      c.send(v, 8, DataType::kInt32, 1, /*tag=*/5);
-    } else {
-      try {
-        c.recv(v, 4, DataType::kInt32, 0, /*tag=*/6);
-        ADD_FAILURE() << "tag mismatch not detected";
-      } catch (const MismatchError& e) {
-        EXPECT_NE(std::string(e.what()).find("expected tag 6"), std::string::npos) << e.what();
-      }
-    }
-    c.barrier();
-  }, options_));
+  expect_all_ok(run_workers(
+      2,
+      [](Communicator& c) {
+        int32_t v[8] = {};
+        if (c.rank() == 0) {
+          c.send(v, 8, DataType::kInt32, 1, /*tag=*/5);
+        } else {
+          try {
+            c.recv(v, 4, DataType::kInt32, 0, /*tag=*/6);
+            ADD_FAILURE() << "tag mismatch not detected";
+          } catch (const MismatchError& e) {
+            EXPECT_NE(std::string(e.what()).find("expected tag 6"), std::string::npos) << e.what();
+          }
+        }
+        c.barrier();
+      },
+      options_));
 }
 
 #ifdef LOCKSTEP_TEST_RENDEZVOUS
@@ -239,9 +260,9 @@ TEST_F(GlooTest, SendRecvTagDisagreement) {
 // thread exists here), publishing its port through shared memory.
 TEST_F(GlooTest, RendezvousThroughTheAuthenticatedStore) {
   std::string secret = rendezvous::random_secret_hex();
-  auto* port = static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>),
-                                                   PROT_READ | PROT_WRITE,
-                                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* port =
+      static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                                          MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   new (port) std::atomic<int>(0);
   pid_t server_pid = fork();
   ASSERT_GE(server_pid, 0);
@@ -259,24 +280,27 @@ TEST_F(GlooTest, RendezvousThroughTheAuthenticatedStore) {
   ASSERT_NE(port->load(), 0) << "store server did not start";
   options_.env.erase("LOCKSTEP_GLOO_FILE_STORE");
   std::string address = fmt::format("127.0.0.1:{}", port->load());
-  expect_all_ok(run_workers_raw(3, [&](const comm::WorldInfo& flat) {
-    unsetenv("LOCKSTEP_GLOO_FILE_STORE");
-    comm::WorldInfo w = flat;
-    w.rendezvous = address;
-    w.secret = secret;
-    auto c = Communicator::create(w, "gloo");
-    ASSERT_EQ(c->backend_name(), "gloo");
-    matrix::broadcast_from_every_root(*c);
-    matrix::send_recv_ring_and_barrier(*c);
-    if (c->rank() != 1) {  // a sub-communicator rendezvouses under its own prefix
-      std::vector<int> ends = {0, 2};
-      auto sub = c->split(ends, "ends");
-      int64_t v = c->rank(), total = 0;
-      sub->allreduce(&v, &total, 1, DataType::kInt64, ReduceOp::kSum);
-      EXPECT_EQ(total, 2);
-    }
-    c->barrier();
-  }, options_));
+  expect_all_ok(run_workers_raw(
+      3,
+      [&](const comm::WorldInfo& flat) {
+        unsetenv("LOCKSTEP_GLOO_FILE_STORE");
+        comm::WorldInfo w = flat;
+        w.rendezvous = address;
+        w.secret = secret;
+        auto c = Communicator::create(w, "gloo");
+        ASSERT_EQ(c->backend_name(), "gloo");
+        matrix::broadcast_from_every_root(*c);
+        matrix::send_recv_ring_and_barrier(*c);
+        if (c->rank() != 1) {  // a sub-communicator rendezvouses under its own prefix
+          std::vector<int> ends = {0, 2};
+          auto sub = c->split(ends, "ends");
+          int64_t v = c->rank(), total = 0;
+          sub->allreduce(&v, &total, 1, DataType::kInt64, ReduceOp::kSum);
+          EXPECT_EQ(total, 2);
+        }
+        c->barrier();
+      },
+      options_));
   kill(server_pid, SIGKILL);
   waitpid(server_pid, nullptr, 0);
 }
@@ -284,15 +308,18 @@ TEST_F(GlooTest, RendezvousThroughTheAuthenticatedStore) {
 
 TEST_F(GlooTest, MissingStoreIsAClearError) {
   options_.env.erase("LOCKSTEP_GLOO_FILE_STORE");
-  auto results = run_workers_raw(2, [](const comm::WorldInfo& w) {
-    unsetenv("LOCKSTEP_GLOO_FILE_STORE");
-    try {
-      Communicator::create(w, "gloo");
-      ADD_FAILURE() << "gloo without a store connected";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("lockstep run"), std::string::npos) << e.what();
-    }
-  }, options_);
+  auto results = run_workers_raw(
+      2,
+      [](const comm::WorldInfo& w) {
+        unsetenv("LOCKSTEP_GLOO_FILE_STORE");
+        try {
+          Communicator::create(w, "gloo");
+          ADD_FAILURE() << "gloo without a store connected";
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("lockstep run"), std::string::npos) << e.what();
+        }
+      },
+      options_);
   expect_all_ok(results);
 }
 

@@ -66,16 +66,20 @@ int main(int argc, char** argv) {
   if (mode == "mismatch") {
     std::vector<float> v(1000, 1.0f);
     try {
-      if (c->rank() == 2) c->broadcast(v.data(), v.size(), comm::DataType::kFloat32, 0);
-      else c->allreduce(v.data(), v.size(), comm::DataType::kFloat32, comm::ReduceOp::kSum);
+      if (c->rank() == 2)
+        c->broadcast(v.data(), v.size(), comm::DataType::kFloat32, 0);
+      else
+        c->allreduce(v.data(), v.size(), comm::DataType::kFloat32, comm::ReduceOp::kSum);
       if (c->rank() != 2) report(c->rank(), false, "mismatched collectives returned");
     } catch (const MismatchError& e) {
       std::string what = e.what();
       bool named = what.find("broadcast") != std::string::npos &&
                    what.find("allreduce") != std::string::npos;
       double s = std::chrono::duration<double>(Clock::now() - start).count();
-      if (c->rank() != 2) report(c->rank(), named && s < 5, fmt::format("after {:.2f} s: {}", s, what));
-      else std::this_thread::sleep_for(std::chrono::seconds(2));
+      if (c->rank() != 2)
+        report(c->rank(), named && s < 5, fmt::format("after {:.2f} s: {}", s, what));
+      else
+        std::this_thread::sleep_for(std::chrono::seconds(2));
     }
     return 0;
   }

@@ -91,8 +91,8 @@ void StagedBackend::allgatherv(const void* send, void* recv, std::span<const siz
   back(recv, out, total * es);
 }
 
-void StagedBackend::reduce(const void* send, void* recv, size_t count, DataType dtype,
-                           ReduceOp op, int root) {
+void StagedBackend::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                           int root) {
   size_t bytes = count * comm::dtype_size(dtype);
   Buffer in = input(send, bytes);
   Buffer out = output(rank() == root ? bytes : 0);
@@ -110,8 +110,7 @@ void StagedBackend::gatherv(const void* send, void* recv, std::span<const size_t
   back(rank() == root ? recv : nullptr, out, total * es);
 }
 
-void StagedBackend::scatter(const void* send, void* recv, size_t count, DataType dtype,
-                            int root) {
+void StagedBackend::scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
   size_t bytes = count * comm::dtype_size(dtype);
   Buffer in = input(rank() == root ? send : nullptr, rank() == root ? bytes * size() : 0);
   Buffer out = output(bytes);

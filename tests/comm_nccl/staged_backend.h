@@ -33,12 +33,11 @@ class StagedBackend final : public comm::Backend {
   void allgatherv(const void* send, void* recv, std::span<const size_t> counts,
                   comm::DataType dtype) override;
   void barrier() override { inner_->barrier(); }
-  void reduce(const void* send, void* recv, size_t count, comm::DataType dtype,
-              comm::ReduceOp op, int root) override;
-  void gatherv(const void* send, void* recv, std::span<const size_t> counts,
-               comm::DataType dtype, int root) override;
-  void scatter(const void* send, void* recv, size_t count, comm::DataType dtype,
+  void reduce(const void* send, void* recv, size_t count, comm::DataType dtype, comm::ReduceOp op,
+              int root) override;
+  void gatherv(const void* send, void* recv, std::span<const size_t> counts, comm::DataType dtype,
                int root) override;
+  void scatter(const void* send, void* recv, size_t count, comm::DataType dtype, int root) override;
   void reduce_scatter(const void* send, void* recv, size_t count, comm::DataType dtype,
                       comm::ReduceOp op) override;
   void alltoallv(const void* send, std::span<const size_t> send_counts, void* recv,

@@ -20,8 +20,8 @@ Records expand(const std::vector<Segment>& segments) {
   return out;
 }
 
-Records plan(const std::vector<uint64_t>& shards, Assignment a, Remainder rem, int rank,
-             int world, uint64_t epoch = 0, uint64_t block = 2) {
+Records plan(const std::vector<uint64_t>& shards, Assignment a, Remainder rem, int rank, int world,
+             uint64_t epoch = 0, uint64_t block = 2) {
   return expand(plan_epoch(shards, {a, rem, /*seed=*/7, epoch, rank, world, block}));
 }
 
@@ -58,11 +58,11 @@ TEST(PlanEpoch, PartitionWithPadCoversEverythingAndDropIsDisjoint) {
     std::vector<uint64_t> shards{4, 3, 3};
     std::map<std::pair<uint32_t, uint64_t>, int> seen_pad, seen_drop;
     for (int rank = 0; rank < 3; ++rank) {
-      for (auto r : expand(plan_epoch(shards, {Assignment::kPartition, Remainder::kPad, 7, 1,
-                                               rank, 3, block})))
+      for (auto r : expand(
+               plan_epoch(shards, {Assignment::kPartition, Remainder::kPad, 7, 1, rank, 3, block})))
         ++seen_pad[r];
-      for (auto r : expand(plan_epoch(shards, {Assignment::kPartition, Remainder::kDrop, 7, 1,
-                                               rank, 3, block})))
+      for (auto r : expand(plan_epoch(
+               shards, {Assignment::kPartition, Remainder::kDrop, 7, 1, rank, 3, block})))
         ++seen_drop[r];
     }
     EXPECT_EQ(seen_pad.size(), 10u) << "block " << block;  // 12 slots: 2 records twice

@@ -62,8 +62,8 @@ TEST(ConvertCli, IdxToHdf5ThenLmdbThenRecords) {
                 &output),
             0)
       << output;
-  ASSERT_EQ(run(convert_binary() + " data --in " + (out / "t10k.lmdb") + " --format records --out " +
-                    (out / "rec") + " --name t10k",
+  ASSERT_EQ(run(convert_binary() + " data --in " + (out / "t10k.lmdb") +
+                    " --format records --out " + (out / "rec") + " --name t10k",
                 &output),
             0)
       << output;
@@ -78,8 +78,8 @@ TEST(ConvertCli, IdxToHdf5ThenLmdbThenRecords) {
 TEST(ConvertCli, MissingInputFailsWithAMessage) {
   TempDir out;
   std::string output;
-  EXPECT_EQ(run(convert_binary() + " idx --images /nonexistent.gz --labels /nonexistent2.gz --out " +
-                    out.str(),
+  EXPECT_EQ(run(convert_binary() +
+                    " idx --images /nonexistent.gz --labels /nonexistent2.gz --out " + out.str(),
                 &output),
             1);
   EXPECT_NE(output.find("/nonexistent.gz"), std::string::npos) << output;

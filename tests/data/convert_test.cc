@@ -33,9 +33,9 @@ void expect_matches_idx(const std::string& split, uint64_t expected_count) {
   if (!fs::exists(dir + "/" + split + "-labels-idx1-ubyte.gz"))
     GTEST_SKIP() << "dataset-fashion-mnist not installed";
   TempDir out;
-  ConvertResult result = convert_idx(dir + "/" + split + "-images-idx3-ubyte.gz",
-                                     dir + "/" + split + "-labels-idx1-ubyte.gz",
-                                     {out.str(), split, 4, nullptr});
+  ConvertResult result =
+      convert_idx(dir + "/" + split + "-images-idx3-ubyte.gz",
+                  dir + "/" + split + "-labels-idx1-ubyte.gz", {out.str(), split, 4, nullptr});
   EXPECT_EQ(result.records, expected_count);
   MnistSplit idx = load_mnist_split(dir, split);
   RecordTable table(RecordIndex::load(result.index_path));
@@ -77,7 +77,8 @@ TEST(ConvertImages, LabelsFollowSortedClassFolders) {
   testing::write_file(src / "ant/a.png", encode_png(gradient(5, 6, 3)));
   testing::write_file(src / "ant/notes.txt", "not an image");
   uint64_t ignored = 0;
-  ConvertResult result = convert_image_folder(src.str(), {out.str(), "pets", 2, nullptr}, 0, &ignored);
+  ConvertResult result =
+      convert_image_folder(src.str(), {out.str(), "pets", 2, nullptr}, 0, &ignored);
   EXPECT_EQ(result.records, 3u);
   EXPECT_EQ(ignored, 1u);
   RecordTable table(RecordIndex::load(result.index_path));

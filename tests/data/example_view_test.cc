@@ -12,8 +12,10 @@ namespace {
 
 TEST(ExampleView, AgreesWithProtobufOnAllKinds) {
   Example e;
-  e.set_bytes("image", std::string("\0\xff", 2)).set_int64s("label", {-5, 1LL << 40})
-      .set_floats("f", {1.5f}).set_bytes("empty", "");
+  e.set_bytes("image", std::string("\0\xff", 2))
+      .set_int64s("label", {-5, 1LL << 40})
+      .set_floats("f", {1.5f})
+      .set_bytes("empty", "");
   std::string payload = serialize_example(e);
   const std::array<std::string_view, 4> keys{"image", "label", "f", "absent"};
   std::array<FeatureView, 4> views;
@@ -32,7 +34,11 @@ TEST(ExampleView, AgreesWithProtobufOnAllKinds) {
 TEST(ExampleView, ReadsUnpackedInt64s) {
   // Example{features{feature{"a": int64_list{value: 7, value: 8}}}} with the
   // values unpacked (field 1, wire type 0), which parsers must accept.
-  const std::string payload("\x0a\x0d\x0a\x0b\x0a\x01" "a" "\x12\x06\x1a\x04\x08\x07\x08\x08", 15);
+  const std::string payload(
+      "\x0a\x0d\x0a\x0b\x0a\x01"
+      "a"
+      "\x12\x06\x1a\x04\x08\x07\x08\x08",
+      15);
   std::string error;
   auto reference = parse_example(payload, &error);
   ASSERT_TRUE(reference) << error;

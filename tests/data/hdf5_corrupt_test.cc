@@ -90,7 +90,8 @@ TEST(SourceCorruptHdf5, MetadataThatCrashesLibhdf5IsAnErrorAndNoCrashHandlerRuns
   int fds[2];
   ASSERT_EQ(::pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
   g_crash_pipe = fds[1];
-  struct sigaction reporter {}, previous {};
+  struct sigaction reporter {
+  }, previous{};
   reporter.sa_handler = crash_reporter;
   ASSERT_EQ(::sigaction(SIGSEGV, &reporter, &previous), 0);
   std::string h5 = std::string(LOCKSTEP_HDF5_CORPUS) + "/probe-null-heap.h5";

@@ -100,7 +100,8 @@ TEST(DecodeSample, JpegPngAndRawRecordsGiveCHWFloats) {
   o.crop_height = o.crop_width = 16;
   Sample s;
   DecodeFailure failure;
-  for (const std::string& bytes : {encode_jpeg(pattern(20, 24, 3)), encode_png(pattern(18, 16, 1))}) {
+  for (const std::string& bytes :
+       {encode_jpeg(pattern(20, 24, 3)), encode_png(pattern(18, 16, 1))}) {
     Example e;
     e.set_bytes("image", bytes).set_int64s("label", {3});
     ASSERT_TRUE(decode_sample(serialize_example(e), o, 9, &s, &failure)) << failure.detail;
@@ -108,8 +109,10 @@ TEST(DecodeSample, JpegPngAndRawRecordsGiveCHWFloats) {
     EXPECT_EQ(s.label, 3);
   }
   Example raw;
-  raw.set_bytes("image", std::string(28 * 28, '\x80')).set_int64s("label", {1})
-      .set_int64s("shape", {28, 28}).set_bytes("format", "raw");
+  raw.set_bytes("image", std::string(28 * 28, '\x80'))
+      .set_int64s("label", {1})
+      .set_int64s("shape", {28, 28})
+      .set_bytes("format", "raw");
   ASSERT_TRUE(decode_sample(serialize_example(raw), DecodeOptions{}, 0, &s, &failure));
   EXPECT_EQ(s.shape, (std::vector<int64_t>{1, 28, 28}));
   EXPECT_FLOAT_EQ(s.data[0], 128 / 255.0f);

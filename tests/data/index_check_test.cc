@@ -61,7 +61,7 @@ class IndexCheck : public ::testing::Test {
 
 TEST_F(IndexCheck, ShardCutAtARecordBoundaryIsAnErrorNamingTheFile) {
   rewrite(bytes_.substr(0, shard_.offsets[2]));  // two whole records
-  RecordReader unchecked(path_);                  // what read the shard before
+  RecordReader unchecked(path_);                 // what read the shard before
   std::string payload;
   int n = 0;
   while (unchecked.next(&payload)) ++n;

@@ -17,7 +17,9 @@ namespace {
 using testing::read_file;
 using testing::TempDir;
 
-std::string payload_for(int i) { return std::string(size_t(10 + (i * 37) % 300), char('a' + i % 26)); }
+std::string payload_for(int i) {
+  return std::string(size_t(10 + (i * 37) % 300), char('a' + i % 26));
+}
 
 TEST(ShardSetWriter, WritesNamedShardsOfNearlyEqualSize) {
   TempDir dir;
@@ -50,8 +52,8 @@ TEST(RecordIndex, OffsetsLocateEveryRecordAndSurviveSaveLoad) {
     std::string bytes = read_file(shard.path);
     for (uint64_t r = 0; r < shard.records(); ++r) {
       uint64_t begin = shard.begin_of(r), end = shard.end_of(r, 1);
-      Frame frame = parse_frame({reinterpret_cast<const uint8_t*>(bytes.data()) + begin,
-                                 end - begin});
+      Frame frame =
+          parse_frame({reinterpret_cast<const uint8_t*>(bytes.data()) + begin, end - begin});
       ASSERT_EQ(frame.problem, Problem::kNone);
       ASSERT_EQ(frame.size, end - begin);
       seen.emplace_back(frame.payload);
@@ -104,9 +106,10 @@ TEST(RecordIndex, OffsetsThatDoNotRiseByAFrameAreRefusedAtLoad) {
     return dir / "set.index.json";
   };
   EXPECT_EQ(RecordIndex::load(index_with("0, 26, 62", 3, 108)).shards[0].records(), 3u);
-  for (auto [offsets, bytes, bad] : {std::tuple{"0, 62, 26", 108, "record 1 spans bytes [62, 26)"},
-                                     std::tuple{"0, 26, 30", 108, "record 1 spans bytes [26, 30)"},
-                                     std::tuple{"0, 26, 62", 70, "record 2 spans bytes [62, 70)"}}) {
+  for (auto [offsets, bytes, bad] :
+       {std::tuple{"0, 62, 26", 108, "record 1 spans bytes [62, 26)"},
+        std::tuple{"0, 26, 30", 108, "record 1 spans bytes [26, 30)"},
+        std::tuple{"0, 26, 62", 70, "record 2 spans bytes [62, 70)"}}) {
     try {
       RecordIndex::load(index_with(offsets, 3, bytes));
       ADD_FAILURE() << "offsets " << offsets << " of " << bytes << " bytes were accepted";

@@ -26,8 +26,10 @@ constexpr int kBad = 7;  // the damaged record (the last one for truncations)
 
 std::string good_record(int64_t id) {
   Example e;
-  e.set_bytes("image", std::string(4, static_cast<char>(id))).set_int64s("label", {id})
-      .set_int64s("shape", {2, 2}).set_bytes("format", "raw");
+  e.set_bytes("image", std::string(4, static_cast<char>(id)))
+      .set_int64s("label", {id})
+      .set_int64s("shape", {2, 2})
+      .set_bytes("format", "raw");
   return serialize_example(e);
 }
 
@@ -35,7 +37,7 @@ struct Damage {
   const char* name;
   Problem problem;
   int record;
-  std::function<std::string(int)> payload;                       // replaces record kBad's payload
+  std::function<std::string(int)> payload;                     // replaces record kBad's payload
   std::function<void(std::string&, const ShardInfo&)> damage;  // edits the file bytes
 };
 
@@ -56,7 +58,8 @@ const Damage kDamages[] = {
     {"undecodable jpeg", Problem::kUndecodable, kBad,
      [](int id) {
        Example e;
-       e.set_bytes("image", "\xff\xd8\xff garbage").set_int64s("label", {id})
+       e.set_bytes("image", "\xff\xd8\xff garbage")
+           .set_int64s("label", {id})
            .set_bytes("format", "jpeg");
        return serialize_example(e);
      },
@@ -163,7 +166,7 @@ TEST(LoaderTail, BytesAfterTheLastIndexedRecordAreRefused) {
         EXPECT_EQ(e.file(), shard.path);
         EXPECT_EQ(e.offset(), shard.bytes);
         EXPECT_THAT(e.what(), HasSubstr(std::to_string(tail.size()) + " bytes after the last "
-                                        "indexed record"));
+                                                                      "indexed record"));
       }
     }
   }

@@ -23,7 +23,9 @@ std::string record_for(int64_t id) {
   std::string pixels(16, '\0');
   for (int i = 0; i < 16; ++i) pixels[i] = static_cast<char>((id * 31 + i * 7) & 0xff);
   Example e;
-  e.set_bytes("image", pixels).set_int64s("label", {id}).set_int64s("shape", {4, 4})
+  e.set_bytes("image", pixels)
+      .set_int64s("label", {id})
+      .set_int64s("shape", {4, 4})
       .set_bytes("format", "raw");
   return serialize_example(e);
 }
@@ -174,8 +176,16 @@ TEST(Loader, StopsCleanlyMidEpoch) {
 
 TEST(Loader, BuilderFillsOptions) {
   LoaderBuilder b("x.index.json");
-  b.rank(1, 4).seed(9).batch(64, true).shuffle(100).threads(2).prefetch(3).cache().interleave(5)
-      .assignment(Assignment::kSample, Remainder::kDrop).bad_data(BadDataPolicy::kSkip);
+  b.rank(1, 4)
+      .seed(9)
+      .batch(64, true)
+      .shuffle(100)
+      .threads(2)
+      .prefetch(3)
+      .cache()
+      .interleave(5)
+      .assignment(Assignment::kSample, Remainder::kDrop)
+      .bad_data(BadDataPolicy::kSkip);
   const LoaderOptions& o = b.options();
   EXPECT_EQ(o.rank, 1);
   EXPECT_EQ(o.world_size, 4);

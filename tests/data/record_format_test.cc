@@ -72,7 +72,8 @@ TEST(RecordFormat, RoundTripsEmptySmallAndLargePayloads) {
   TempDir dir;
   std::string path = dir / "mixed.tfrecord";
   std::vector<std::string> payloads = {"", "x", std::string(100000, 'y'), "tail"};
-  for (int i = 0; i < 1000; ++i) payloads.push_back(std::string(size_t(i % 97), char('a' + i % 26)));
+  for (int i = 0; i < 1000; ++i)
+    payloads.push_back(std::string(size_t(i % 97), char('a' + i % 26)));
   {
     RecordWriter writer(path);
     for (const auto& p : payloads) writer.write(p);
@@ -98,7 +99,11 @@ TEST(RecordFormat, EmptyFileHasNoRecords) {
 TEST(ExampleProto, SerializesWithTensorFlowFieldNumbers) {
   // Example{features{feature{key:"a" value{int64_list{value:1}}}}}, assembled
   // by hand from the field numbers in tensorflow/core/example/*.proto.
-  const std::string expected("\x0a\x0c\x0a\x0a\x0a\x01" "a" "\x12\x05\x1a\x03\x0a\x01\x01", 14);
+  const std::string expected(
+      "\x0a\x0c\x0a\x0a\x0a\x01"
+      "a"
+      "\x12\x05\x1a\x03\x0a\x01\x01",
+      14);
   Example example;
   example.set_int64s("a", {1});
   EXPECT_EQ(serialize_example(example), expected);

@@ -29,7 +29,8 @@ const std::string kLabels = std::string(kFashionMnistDir) + "/t10k-labels-idx1-u
 
 // Runs write_reference.py with /usr/bin/python3 (Debian's, which has h5py and lmdb).
 void write_reference(const std::string& args) {
-  std::string cmd = fmt::format("/usr/bin/python3 {} {} >/dev/null", LOCKSTEP_WRITE_REFERENCE, args);
+  std::string cmd =
+      fmt::format("/usr/bin/python3 {} {} >/dev/null", LOCKSTEP_WRITE_REFERENCE, args);
   ASSERT_EQ(std::system(cmd.c_str()), 0)
       << cmd << "\nneeds Debian's python3-h5py and python3-lmdb (scripts/setup.sh installs them)";
 }
@@ -50,21 +51,25 @@ class SourceTest : public ::testing::Test {
   void expect_matches_idx(const SampleSource& source, uint64_t count) {
     ASSERT_EQ(source.total_records(), count);
     uint64_t i = 0;
-    for_each_record(source, [&](const SegmentData& data, size_t at) {
-      Example e = source.example(data, at);
-      if (!e.bytes("image") || !e.int64s("label")) {
-        ADD_FAILURE() << "record " << i << " lacks image/label";
-        return;
-      }
-      EXPECT_TRUE(e.bytes("image")->at(0) == idx_pixels(i)) << "record " << i;
-      EXPECT_EQ(e.int64s("label")->at(0), idx_label(i)) << "record " << i;
-      Sample sample;
-      source.decode(data, at, DecodeOptions{}, 0, &sample);
-      ASSERT_EQ(sample.data.size(), 784u);
-      EXPECT_EQ(sample.label, idx_label(i));
-      EXPECT_FLOAT_EQ(sample.data[300], float(uint8_t(idx_pixels(i)[300])) / 255.0f) << "record " << i;
-      ++i;
-    }, 97);  // an odd block size: segments cross the HDF5 chunks
+    for_each_record(
+        source,
+        [&](const SegmentData& data, size_t at) {
+          Example e = source.example(data, at);
+          if (!e.bytes("image") || !e.int64s("label")) {
+            ADD_FAILURE() << "record " << i << " lacks image/label";
+            return;
+          }
+          EXPECT_TRUE(e.bytes("image")->at(0) == idx_pixels(i)) << "record " << i;
+          EXPECT_EQ(e.int64s("label")->at(0), idx_label(i)) << "record " << i;
+          Sample sample;
+          source.decode(data, at, DecodeOptions{}, 0, &sample);
+          ASSERT_EQ(sample.data.size(), 784u);
+          EXPECT_EQ(sample.label, idx_label(i));
+          EXPECT_FLOAT_EQ(sample.data[300], float(uint8_t(idx_pixels(i)[300])) / 255.0f)
+              << "record " << i;
+          ++i;
+        },
+        97);  // an odd block size: segments cross the HDF5 chunks
     EXPECT_EQ(i, count);
   }
 
@@ -124,7 +129,8 @@ TEST_F(SourceTest, ConvertersRoundTripThroughEveryFormat) {
   uint64_t n = 0, wrong = 0;
   for_each_record(*source, [&](const SegmentData& data, size_t at) {
     Example e = source->example(data, at);
-    if (e.bytes("image")->at(0) != idx_pixels(order[n]) || e.int64s("label")->at(0) != idx_label(order[n]))
+    if (e.bytes("image")->at(0) != idx_pixels(order[n]) ||
+        e.int64s("label")->at(0) != idx_label(order[n]))
       ++wrong;
     ++n;
   });
@@ -141,15 +147,16 @@ std::vector<Key> epoch_of(Loader& p, uint64_t epoch) {
   p.start_epoch(epoch);
   while (auto batch = p.next())
     for (size_t i = 0; i < batch->size(); ++i)
-      out.emplace_back(std::vector<float>(batch->data.begin() + i * 784,
-                                          batch->data.begin() + (i + 1) * 784),
-                       batch->labels[i]);
+      out.emplace_back(
+          std::vector<float>(batch->data.begin() + i * 784, batch->data.begin() + (i + 1) * 784),
+          batch->labels[i]);
   return out;
 }
 
 TEST_F(SourceTest, LoaderOverHdf5GivesTheSameBatchesAsRecordShards) {
   ConvertResult h5 = convert_idx(kImages, kLabels, {dir_.str(), "h", 1, {}, SourceFormat::kHdf5});
-  ConvertResult rec = convert_idx(kImages, kLabels, {dir_.str(), "r", 1, {}, SourceFormat::kRecords});
+  ConvertResult rec =
+      convert_idx(kImages, kLabels, {dir_.str(), "r", 1, {}, SourceFormat::kRecords});
   ConvertResult db = convert_idx(kImages, kLabels, {dir_.str(), "l", 1, {}, SourceFormat::kLmdb});
   auto build = [](const std::string& path) {
     return LoaderBuilder(path).rank(1, 3).seed(9).batch(64).shuffle(500).threads(2).build();
@@ -168,12 +175,18 @@ TEST_F(SourceTest, RanksSplitHdf5AndLmdbWithEqualBatchCounts) {
   for (const std::string& path : {h5, db})
     for (auto assignment : {Assignment::kPartition, Assignment::kSample})
       for (auto remainder : {Remainder::kPad, Remainder::kDrop}) {
-        SCOPED_TRACE(fmt::format("{} assignment {} remainder {}", path, int(assignment), int(remainder)));
+        SCOPED_TRACE(
+            fmt::format("{} assignment {} remainder {}", path, int(assignment), int(remainder)));
         std::multiset<Key> seen;
         std::set<uint64_t> batches;
         for (int rank = 0; rank < 3; ++rank) {
-          Loader p = LoaderBuilder(path).rank(rank, 3).assignment(assignment, remainder)
-                           .seed(5).batch(32).block_records(40).build();
+          Loader p = LoaderBuilder(path)
+                         .rank(rank, 3)
+                         .assignment(assignment, remainder)
+                         .seed(5)
+                         .batch(32)
+                         .block_records(40)
+                         .build();
           batches.insert(p.batches_per_epoch());
           for (Key& k : epoch_of(p, 1)) seen.insert(std::move(k));
         }
@@ -232,8 +245,8 @@ TEST_F(SourceTest, Hdf5UnsupportedDtypeIsAnError) {
 TEST_F(SourceTest, Hdf5HugeChunkIsRefusedBeforeAnyRead) {
   std::string h5 = dir_ / "huge-chunk.h5";
   // 400000 rows of 28x28 bytes: a 299 MiB chunk, never written (so the file is small).
-  write_reference(fmt::format("h5 {} {} {} --count 10 --empty-chunk-rows 400000", h5, kImages,
-                              kLabels));
+  write_reference(
+      fmt::format("h5 {} {} {} --count 10 --empty-chunk-rows 400000", h5, kImages, kLabels));
   std::string error = open_error({{h5}});
   EXPECT_NE(error.find(h5), std::string::npos) << error;
   EXPECT_NE(error.find("dataset '/images' has chunks of more than 256 MiB"), std::string::npos)
@@ -262,8 +275,8 @@ TEST_F(SourceTest, Hdf5ChunksNeverWrittenAreRefused) {
 
 TEST_F(SourceTest, Hdf5ExternalStorageIsRefused) {
   std::string h5 = dir_ / "external.h5";
-  write_reference(fmt::format("h5 {} {} {} --count 10 --external-images {}", h5, kImages,
-                              kLabels, std::string(dir_ / "pixels.raw")));
+  write_reference(fmt::format("h5 {} {} {} --count 10 --external-images {}", h5, kImages, kLabels,
+                              std::string(dir_ / "pixels.raw")));
   std::string error = open_error({{h5}});
   EXPECT_NE(error.find("dataset '/images' keeps its data in external files"), std::string::npos)
       << error;
@@ -295,8 +308,8 @@ TEST_F(SourceTest, Hdf5CorruptChunkIsABadRecordOrSkipped) {
     EXPECT_EQ(e.file(), h5.index_path + " (/images)");
     EXPECT_NE(std::string(e.what()).find("HDF5 read failed"), std::string::npos) << e.what();
   }
-  Loader lenient = LoaderBuilder(h5.index_path).batch(100).shuffle(0)
-                         .bad_data(BadDataPolicy::kSkip).build();
+  Loader lenient =
+      LoaderBuilder(h5.index_path).batch(100).shuffle(0).bad_data(BadDataPolicy::kSkip).build();
   uint64_t samples = 0;
   lenient.start_epoch(0);
   while (auto batch = lenient.next()) samples += batch->size();

@@ -19,8 +19,10 @@ std::string make_dataset(const TempDir& dir, int records) {
   ShardSetWriter writer(dir.str(), "t", 2);
   for (int i = 0; i < records; ++i) {
     Example e;
-    e.set_bytes("image", std::string(6, static_cast<char>(i))).set_int64s("label", {i})
-        .set_int64s("shape", {2, 3}).set_bytes("format", "raw");
+    e.set_bytes("image", std::string(6, static_cast<char>(i)))
+        .set_int64s("label", {i})
+        .set_int64s("shape", {2, 3})
+        .set_bytes("format", "raw");
     writer.add(serialize_example(e));
   }
   writer.finish();

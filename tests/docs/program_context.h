@@ -58,7 +58,7 @@ void train();
 void save_checkpoint_locally();
 }  // namespace torch_md
 
-namespace report_md {}  // its TensorBoard example is a whole program
-namespace extending_md {}  // its gradient-scheme example is a whole program
+namespace report_md {}     // namespace report_md
+namespace extending_md {}  // namespace extending_md
 
 }  // namespace docs_context

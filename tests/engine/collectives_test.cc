@@ -11,7 +11,8 @@ namespace lockstep::testing {
 namespace {
 
 float value_of(int rank, int tensor, int i) {
-  return static_cast<float>(rank + 1) * 0.25f + static_cast<float>(tensor) + 0.001f * static_cast<float>(i);
+  return static_cast<float>(rank + 1) * 0.25f + static_cast<float>(tensor) +
+         0.001f * static_cast<float>(i);
 }
 
 // Reference sum in rank order, as the shm transport reduces.
@@ -25,7 +26,8 @@ TEST(EngineCollectives, SingleProcessAllreduce) {
   auto world = local_world(0, 1, unique_job_id());
   Engine engine(comm::Communicator::create(world, "shm"));
   std::vector<float> in = {1, 2, 3}, out(3);
-  engine.allreduce_async("x", in.data(), out.data(), {3}, DataType::kFloat32, ReduceOp::kAverage).wait();
+  engine.allreduce_async("x", in.data(), out.data(), {3}, DataType::kFloat32, ReduceOp::kAverage)
+      .wait();
   EXPECT_EQ(out, in);
   EXPECT_EQ(engine.size(), 1);
   engine.barrier();
@@ -102,24 +104,27 @@ TEST(EngineCollectives, ManySmallTensorsOverManySteps) {
 TEST(EngineCollectives, TinyResponseCacheStillCompletesEverything) {
   MultiProcOptions options;
   options.env["LOCKSTEP_CACHE_CAPACITY"] = "4";
-  auto results = run_engines(3, [](Engine& e) {
-    std::vector<int> order(30);
-    std::iota(order.begin(), order.end(), 0);
-    for (int step = 0; step < 4; ++step) {
-      std::shuffle(order.begin(), order.end(), std::mt19937(step * 10 + e.rank()));
-      std::vector<std::vector<int64_t>> data(30);
-      std::vector<engine::Handle> hs(30);
-      for (int t : order) {
-        data[t].assign(3, t + e.rank());
-        hs[t] = e.allreduce_async("c" + std::to_string(t), data[t].data(), data[t].data(), {3},
-                                  DataType::kInt64);
-      }
-      for (int t = 0; t < 30; ++t) {
-        hs[t].wait();
-        ASSERT_EQ(data[t][2], 3 * t + 3);
-      }
-    }
-  }, options);
+  auto results = run_engines(
+      3,
+      [](Engine& e) {
+        std::vector<int> order(30);
+        std::iota(order.begin(), order.end(), 0);
+        for (int step = 0; step < 4; ++step) {
+          std::shuffle(order.begin(), order.end(), std::mt19937(step * 10 + e.rank()));
+          std::vector<std::vector<int64_t>> data(30);
+          std::vector<engine::Handle> hs(30);
+          for (int t : order) {
+            data[t].assign(3, t + e.rank());
+            hs[t] = e.allreduce_async("c" + std::to_string(t), data[t].data(), data[t].data(), {3},
+                                      DataType::kInt64);
+          }
+          for (int t = 0; t < 30; ++t) {
+            hs[t].wait();
+            ASSERT_EQ(data[t][2], 3 * t + 3);
+          }
+        }
+      },
+      options);
   expect_all_ok(results);
 }
 
@@ -134,13 +139,19 @@ TEST(EngineCollectives, MixedDtypesAndOps) {
     std::vector<uint16_t> b = {comm::float_to_bf16(2.0f), comm::float_to_bf16(-1.0f * r)};
     std::vector<int32_t> avg = {3 * r + 1};
     std::vector<engine::Handle> hs;
-    hs.push_back(e.allreduce_async("d", d.data(), d.data(), {2}, DataType::kFloat64, ReduceOp::kMax));
-    hs.push_back(e.allreduce_async("i64", i64.data(), i64.data(), {2}, DataType::kInt64, ReduceOp::kProduct));
-    hs.push_back(e.allreduce_async("i8", i8.data(), i8.data(), {2}, DataType::kInt8, ReduceOp::kMin));
-    hs.push_back(e.allreduce_async("f", f.data(), f.data(), {2}, DataType::kFloat32, ReduceOp::kAverage, 2.0, 0.5));
+    hs.push_back(
+        e.allreduce_async("d", d.data(), d.data(), {2}, DataType::kFloat64, ReduceOp::kMax));
+    hs.push_back(e.allreduce_async("i64", i64.data(), i64.data(), {2}, DataType::kInt64,
+                                   ReduceOp::kProduct));
+    hs.push_back(
+        e.allreduce_async("i8", i8.data(), i8.data(), {2}, DataType::kInt8, ReduceOp::kMin));
+    hs.push_back(e.allreduce_async("f", f.data(), f.data(), {2}, DataType::kFloat32,
+                                   ReduceOp::kAverage, 2.0, 0.5));
     hs.push_back(e.allreduce_async("h", h.data(), h.data(), {2}, DataType::kFloat16));
-    hs.push_back(e.allreduce_async("b", b.data(), b.data(), {2}, DataType::kBFloat16, ReduceOp::kSum, 0.5));
-    hs.push_back(e.allreduce_async("avg", avg.data(), avg.data(), {1}, DataType::kInt32, ReduceOp::kAverage));
+    hs.push_back(
+        e.allreduce_async("b", b.data(), b.data(), {2}, DataType::kBFloat16, ReduceOp::kSum, 0.5));
+    hs.push_back(e.allreduce_async("avg", avg.data(), avg.data(), {1}, DataType::kInt32,
+                                   ReduceOp::kAverage));
     for (auto& x : hs) x.wait();
     EXPECT_EQ(d, (std::vector<double>{3.0, 0.0}));
     EXPECT_EQ(i64, (std::vector<int64_t>{6, 1000}));
@@ -161,42 +172,46 @@ TEST(EngineCollectives, MixedDtypesAndOps) {
 TEST(EngineCollectives, FusedEqualsUnfusedBitwise) {
   MultiProcOptions options;
   options.env["LOCKSTEP_DETERMINISTIC"] = "1";
-  auto results = run_workers_raw(3, [](const comm::WorldInfo& world) {
-    std::vector<std::vector<float>> outputs;
-    for (size_t threshold : {size_t{0}, size_t{4096}, size_t{64} << 20}) {
-      comm::WorldInfo w = world;
-      w.job_id += "f" + std::to_string(threshold);
-      EngineConfig config = EngineConfig::from_knobs();
-      config.fusion_threshold = threshold;
-      Engine e(comm::Communicator::create(w, "shm"), config);
-      std::vector<std::vector<float>> in(60), out(60);
-      std::vector<engine::Handle> hs;
-      for (int t = 0; t < 60; ++t) {
-        for (int i = 0; i < 37 + t; ++i) in[t].push_back(value_of(e.rank(), t, i) * 1.37f);
-        out[t].resize(in[t].size());
-        hs.push_back(e.allreduce_async("p" + std::to_string(t), in[t].data(), out[t].data(),
-                                       {37 + t}, DataType::kFloat32, ReduceOp::kAverage, 0.3, 1.7));
-      }
-      std::vector<float> flat;
-      for (int t = 0; t < 60; ++t) {
-        hs[t].wait();
-        flat.insert(flat.end(), out[t].begin(), out[t].end());
-        for (int i = 0; i < 37 + t; ++i) {
-          float ref = 0;
-          for (int r = 0; r < 3; ++r) {
-            float x = value_of(r, t, i) * 1.37f * 0.3f;
-            ref = r == 0 ? x : ref + x;
+  auto results = run_workers_raw(
+      3,
+      [](const comm::WorldInfo& world) {
+        std::vector<std::vector<float>> outputs;
+        for (size_t threshold : {size_t{0}, size_t{4096}, size_t{64} << 20}) {
+          comm::WorldInfo w = world;
+          w.job_id += "f" + std::to_string(threshold);
+          EngineConfig config = EngineConfig::from_knobs();
+          config.fusion_threshold = threshold;
+          Engine e(comm::Communicator::create(w, "shm"), config);
+          std::vector<std::vector<float>> in(60), out(60);
+          std::vector<engine::Handle> hs;
+          for (int t = 0; t < 60; ++t) {
+            for (int i = 0; i < 37 + t; ++i) in[t].push_back(value_of(e.rank(), t, i) * 1.37f);
+            out[t].resize(in[t].size());
+            hs.push_back(e.allreduce_async("p" + std::to_string(t), in[t].data(), out[t].data(),
+                                           {37 + t}, DataType::kFloat32, ReduceOp::kAverage, 0.3,
+                                           1.7));
           }
-          ref *= static_cast<float>(1.7 / 3);
-          ASSERT_EQ(std::memcmp(&ref, &out[t][i], 4), 0) << "tensor " << t << " element " << i;
+          std::vector<float> flat;
+          for (int t = 0; t < 60; ++t) {
+            hs[t].wait();
+            flat.insert(flat.end(), out[t].begin(), out[t].end());
+            for (int i = 0; i < 37 + t; ++i) {
+              float ref = 0;
+              for (int r = 0; r < 3; ++r) {
+                float x = value_of(r, t, i) * 1.37f * 0.3f;
+                ref = r == 0 ? x : ref + x;
+              }
+              ref *= static_cast<float>(1.7 / 3);
+              ASSERT_EQ(std::memcmp(&ref, &out[t][i], 4), 0) << "tensor " << t << " element " << i;
+            }
+          }
+          outputs.push_back(flat);
+          e.shutdown();
         }
-      }
-      outputs.push_back(flat);
-      e.shutdown();
-    }
-    EXPECT_EQ(std::memcmp(outputs[0].data(), outputs[1].data(), outputs[0].size() * 4), 0);
-    EXPECT_EQ(std::memcmp(outputs[0].data(), outputs[2].data(), outputs[0].size() * 4), 0);
-  }, options);
+        EXPECT_EQ(std::memcmp(outputs[0].data(), outputs[1].data(), outputs[0].size() * 4), 0);
+        EXPECT_EQ(std::memcmp(outputs[0].data(), outputs[2].data(), outputs[0].size() * 4), 0);
+      },
+      options);
   expect_all_ok(results);
 }
 
@@ -205,7 +220,8 @@ TEST(EngineCollectives, AllgatherBroadcastAlltoallReduceScatter) {
     const int r = e.rank();
     // allgather: rank r contributes r+1 rows of 2.
     std::vector<int32_t> rows(2 * (r + 1), r), gathered;
-    auto g = e.allgather_async("ag", rows.data(), {r + 1, 2}, DataType::kInt32, vector_allocator(gathered));
+    auto g = e.allgather_async("ag", rows.data(), {r + 1, 2}, DataType::kInt32,
+                               vector_allocator(gathered));
     // broadcast from rank 1.
     std::vector<double> w = {r * 1.0, r * 2.0};
     auto b = e.broadcast_async("bc", w.data(), {2}, DataType::kFloat64, 1);
@@ -217,13 +233,16 @@ TEST(EngineCollectives, AllgatherBroadcastAlltoallReduceScatter) {
       for (int k = 0; k <= d; ++k) send.push_back(10.0f * r + d);
     }
     std::vector<float> received;
-    auto a = e.alltoall_async("a2a", send.data(), {6}, DataType::kFloat32, splits, vector_allocator(received));
+    auto a = e.alltoall_async("a2a", send.data(), {6}, DataType::kFloat32, splits,
+                              vector_allocator(received));
     // reduce_scatter of 7 rows (uneven: 3,2,2) and of 6 rows (even).
     std::vector<int64_t> rs7(7), rs6(6), out7, out6;
     std::iota(rs7.begin(), rs7.end(), 0);
     std::iota(rs6.begin(), rs6.end(), 100);
-    auto s7 = e.reduce_scatter_async("rs7", rs7.data(), {7}, DataType::kInt64, ReduceOp::kSum, vector_allocator(out7));
-    auto s6 = e.reduce_scatter_async("rs6", rs6.data(), {6}, DataType::kInt64, ReduceOp::kMax, vector_allocator(out6));
+    auto s7 = e.reduce_scatter_async("rs7", rs7.data(), {7}, DataType::kInt64, ReduceOp::kSum,
+                                     vector_allocator(out7));
+    auto s6 = e.reduce_scatter_async("rs6", rs6.data(), {6}, DataType::kInt64, ReduceOp::kMax,
+                                     vector_allocator(out6));
     g.wait();
     b.wait();
     a.wait();
@@ -285,10 +304,10 @@ TEST(EngineCollectives, GroupedAllgatherAndReduceScatterCompleteAsOne) {
     std::vector<int64_t> rs7(7), out7;
     std::vector<float> rs3(3, float(r + 1)), out3;
     std::iota(rs7.begin(), rs7.end(), 0);
-    engine::Handle s = e.grouped_reduce_scatter_async(
-        {"grs.7", "grs.3"}, {rs7.data(), rs3.data()}, {{7}, {3}},
-        {DataType::kInt64, DataType::kFloat32}, ReduceOp::kSum,
-        {vector_allocator(out7), vector_allocator(out3)});
+    engine::Handle s =
+        e.grouped_reduce_scatter_async({"grs.7", "grs.3"}, {rs7.data(), rs3.data()}, {{7}, {3}},
+                                       {DataType::kInt64, DataType::kFloat32}, ReduceOp::kSum,
+                                       {vector_allocator(out7), vector_allocator(out3)});
     g.wait();
     s.wait();
     EXPECT_EQ(gathered_rows, (std::vector<int32_t>{0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2}));

@@ -37,11 +37,12 @@ TEST(EngineDeadlock, DisjointNamesAreReportedWithinTwoSeconds) {
   auto results = run_engines(2, [](Engine& e) {
     std::vector<float> x(4, 1.0f);
     e.barrier();
-    Handle h = e.allreduce_async(e.rank() == 0 ? "x" : "y", x.data(), x.data(), {4},
-                                 DataType::kFloat32);
-    double waited = expect_deadlock(h, {"deadlock", "process set 0",
-                                        "rank 0 waits in allreduce 'x', which rank 1 never submitted",
-                                        "rank 1 waits in allreduce 'y', which rank 0 never submitted"});
+    Handle h =
+        e.allreduce_async(e.rank() == 0 ? "x" : "y", x.data(), x.data(), {4}, DataType::kFloat32);
+    double waited =
+        expect_deadlock(h, {"deadlock", "process set 0",
+                            "rank 0 waits in allreduce 'x', which rank 1 never submitted",
+                            "rank 1 waits in allreduce 'y', which rank 0 never submitted"});
     std::printf("rank %d: disjoint-names deadlock reported after %.3f s\n", e.rank(), waited);
     EXPECT_LT(waited, 2.0);
     expect_usable(e);
@@ -56,8 +57,9 @@ TEST(EngineDeadlock, CrossedBlockingOrderIsReportedWithinTwoSeconds) {
     // Rank 0 waits for 'a' before it would submit 'b'; rank 1 the other way.
     const char* first = e.rank() == 0 ? "a" : "b";
     Handle h = e.allreduce_async(first, a.data(), a.data(), {4}, DataType::kFloat32);
-    double waited = expect_deadlock(h, {"rank 0 waits in allreduce 'a', which rank 1 never submitted",
-                                        "rank 1 waits in allreduce 'b', which rank 0 never submitted"});
+    double waited =
+        expect_deadlock(h, {"rank 0 waits in allreduce 'a', which rank 1 never submitted",
+                            "rank 1 waits in allreduce 'b', which rank 0 never submitted"});
     std::printf("rank %d: crossed-order deadlock reported after %.3f s\n", e.rank(), waited);
     EXPECT_LT(waited, 2.0);
     expect_usable(e);
@@ -104,13 +106,16 @@ TEST(EngineDeadlock, AMetricReducedOnRankZeroOnlyIsNamedFirst) {
 TEST(EngineDeadlock, SlowButAliveRankIsNotReported) {
   MultiProcOptions options;
   options.env["LOCKSTEP_DEADLOCK_TIMEOUT"] = "0.25";
-  auto results = run_engines(2, [](Engine& e) {
-    std::vector<float> x(4, 1.0f);
-    e.barrier();
-    if (e.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(5));
-    e.allreduce_async("late", x.data(), x.data(), {4}, DataType::kFloat32).wait();
-    EXPECT_EQ(x[0], 2.0f);
-  }, options);
+  auto results = run_engines(
+      2,
+      [](Engine& e) {
+        std::vector<float> x(4, 1.0f);
+        e.barrier();
+        if (e.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(5));
+        e.allreduce_async("late", x.data(), x.data(), {4}, DataType::kFloat32).wait();
+        EXPECT_EQ(x[0], 2.0f);
+      },
+      options);
   expect_all_ok(results);
 }
 
@@ -119,16 +124,19 @@ TEST(EngineDeadlock, SlowButAliveRankIsNotReported) {
 TEST(EngineDeadlock, JoinedRankWithWorkingPeersIsNotReported) {
   MultiProcOptions options;
   options.env["LOCKSTEP_DEADLOCK_TIMEOUT"] = "0.25";
-  auto results = run_engines(2, [](Engine& e) {
-    std::vector<float> x(4, 1.0f);
-    if (e.rank() == 1) {
-      for (int i = 0; i < 3; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(400));
-        e.allreduce_async("step", x.data(), x.data(), {4}, DataType::kFloat32).wait();
-      }
-    }
-    e.join();
-  }, options);
+  auto results = run_engines(
+      2,
+      [](Engine& e) {
+        std::vector<float> x(4, 1.0f);
+        if (e.rank() == 1) {
+          for (int i = 0; i < 3; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(400));
+            e.allreduce_async("step", x.data(), x.data(), {4}, DataType::kFloat32).wait();
+          }
+        }
+        e.join();
+      },
+      options);
   expect_all_ok(results);
 }
 

@@ -142,7 +142,7 @@ TEST(EngineDevice, FusedBatchPacksScalesOnceAndWaitsOnce) {
     EXPECT_GE(dev.scaled, 1);
     EXPECT_EQ(dev.waited.size(), 2u);  // each input's ready event, before reading it
     EXPECT_GE(dev.syncs, 1);
-    EXPECT_LE(dev.syncs, 2);           // one host wait per batch (1 fused, or 2 unfused)
+    EXPECT_LE(dev.syncs, 2);  // one host wait per batch (1 fused, or 2 unfused)
     if (dev.syncs == 1) {
       EXPECT_EQ(dev.copies, 4);  // 2 packed in, 2 unpacked
     }
@@ -158,17 +158,20 @@ TEST(EngineDevice, ScaleFactorsAndEveryCollectiveOnDeviceBuffers) {
     const float r = static_cast<float>(world.rank + 1);
     std::vector<float> x = {r, -r};
     e.allreduce_async("scaled", x.data(), x.data(), {2}, DataType::kFloat32, ReduceOp::kSum, 0.5,
-                      4.0, on_device()).wait();
+                      4.0, on_device())
+        .wait();
     EXPECT_EQ(x, (std::vector<float>{6.0f, -6.0f}));  // 4 * (0.5 + 1)
     const int scaled_before = dev.scaled;
     std::vector<float> avg = {r};
     e.allreduce_async("avg", avg.data(), avg.data(), {1}, DataType::kFloat32, ReduceOp::kAverage,
-                      1.0, 1.0, on_device()).wait();
+                      1.0, 1.0, on_device())
+        .wait();
     EXPECT_EQ(avg[0], 1.5f);
     EXPECT_EQ(dev.scaled, scaled_before);  // no factors: the transport's own average
     std::vector<float> m = {r};
-    e.allreduce_async("max", m.data(), m.data(), {1}, DataType::kFloat32, ReduceOp::kMax, 1.0,
-                      1.0, on_device()).wait();
+    e.allreduce_async("max", m.data(), m.data(), {1}, DataType::kFloat32, ReduceOp::kMax, 1.0, 1.0,
+                      on_device())
+        .wait();
     EXPECT_EQ(m[0], 2.0f);
     // Factors with min/max/product cannot ride the device sum: refused up front.
     expect_throw_with<InvalidArgument>(
@@ -183,13 +186,15 @@ TEST(EngineDevice, ScaleFactorsAndEveryCollectiveOnDeviceBuffers) {
     std::vector<float> gathered;
     std::vector<float> mine(world.rank + 1, r);  // rank 0: 1 row, rank 1: 2 rows
     e.allgather_async("ag", mine.data(), {world.rank + 1}, DataType::kFloat32,
-                      vector_allocator(gathered), on_device()).wait();
+                      vector_allocator(gathered), on_device())
+        .wait();
     EXPECT_EQ(gathered, (std::vector<float>{1.0f, 2.0f, 2.0f}));
     std::vector<float> rs_in = {r, 2 * r, 3 * r, 4 * r}, rs_out;
     e.reduce_scatter_async("rs", rs_in.data(), {4}, DataType::kFloat32, ReduceOp::kAverage,
-                           vector_allocator(rs_out), on_device()).wait();
-    const std::vector<float> want_rs = world.rank == 0 ? std::vector<float>{1.5f, 3.0f}
-                                                       : std::vector<float>{4.5f, 6.0f};
+                           vector_allocator(rs_out), on_device())
+        .wait();
+    const std::vector<float> want_rs =
+        world.rank == 0 ? std::vector<float>{1.5f, 3.0f} : std::vector<float>{4.5f, 6.0f};
     EXPECT_EQ(rs_out, want_rs);
     EXPECT_GE(dev.collectives, 5);
     // Host operations keep the engine's own communicator meanwhile.
@@ -214,22 +219,23 @@ TEST(EngineDevice, AlltoallAndUnevenReduceScatterOnDeviceBuffersMatchTheHostPath
       const engine::OpOptions where = device ? on_device() : engine::OpOptions{};
       // Rank 0 sends 1 row to itself and 2 to rank 1; rank 1 sends 2 and 1.
       std::vector<float> send = {r, 10 * r, 100 * r}, received;
-      std::vector<int64_t> splits = world.rank == 0 ? std::vector<int64_t>{1, 2}
-                                                    : std::vector<int64_t>{2, 1};
+      std::vector<int64_t> splits =
+          world.rank == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{2, 1};
       auto a = e.alltoall_async("a2a" + tag, send.data(), {3}, DataType::kFloat32, splits,
                                 vector_allocator(received), where);
       a.wait();
-      EXPECT_EQ(a.received_splits(), world.rank == 0 ? (std::vector<int64_t>{1, 2})
-                                                     : (std::vector<int64_t>{2, 1}));
+      EXPECT_EQ(a.received_splits(),
+                world.rank == 0 ? (std::vector<int64_t>{1, 2}) : (std::vector<int64_t>{2, 1}));
       EXPECT_EQ(received, world.rank == 0 ? (std::vector<float>{1, 2, 20})
                                           : (std::vector<float>{10, 100, 200}))
           << tag;
       // 3 rows over 2 ranks: rank 0 gets 2, rank 1 gets 1 (averaged).
       std::vector<float> rs_in = {r, 2 * r, 3 * r}, rs_out;
-      e.reduce_scatter_async("rs3" + tag, rs_in.data(), {3}, DataType::kFloat32,
-                             ReduceOp::kAverage, vector_allocator(rs_out), where).wait();
-      EXPECT_EQ(rs_out, world.rank == 0 ? (std::vector<float>{1.5f, 3.0f})
-                                        : (std::vector<float>{4.5f}))
+      e.reduce_scatter_async("rs3" + tag, rs_in.data(), {3}, DataType::kFloat32, ReduceOp::kAverage,
+                             vector_allocator(rs_out), where)
+          .wait();
+      EXPECT_EQ(rs_out,
+                world.rank == 0 ? (std::vector<float>{1.5f, 3.0f}) : (std::vector<float>{4.5f}))
           << tag;
     }
     e.shutdown();
@@ -245,8 +251,8 @@ TEST(ExecutorBodies, ACollectiveWithoutABodyIsAnErrorOnTheHostAndTheDevicePath) 
     auto host = comm::Communicator::create(world, "shm");
     comm::WorldInfo dev_world = world;
     dev_world.job_id += "-dev";
-    comm::Communicator device(dev_world, std::make_unique<HostAsDevice>(
-                                             comm::Communicator::create(dev_world, "shm")));
+    comm::Communicator device(
+        dev_world, std::make_unique<HostAsDevice>(comm::Communicator::create(dev_world, "shm")));
     std::atomic<comm::Communicator*> device_ptr{&device};
     engine::detail::Executor executor(*host, nullptr, &device_ptr);
     for (MemoryKind memory : {MemoryKind::kHost, MemoryKind::kCuda}) {
@@ -269,12 +275,12 @@ TEST(ExecutorBodies, ACollectiveWithoutABodyIsAnErrorOnTheHostAndTheDevicePath) 
       try {
         std::rethrow_exception(errors[0]);
       } catch (const Error& e) {
-        EXPECT_THAT(e.what(), ::testing::AllOf(
-                                  ::testing::HasSubstr("'dummy': the executor has no body for "
-                                                       "collective 42"),
-                                  ::testing::HasSubstr(memory == MemoryKind::kCuda ? "device path"
-                                                                                   : "host path"),
-                                  ::testing::HasSubstr("Executor::run_body")));
+        EXPECT_THAT(e.what(),
+                    ::testing::AllOf(::testing::HasSubstr("'dummy': the executor has no body for "
+                                                          "collective 42"),
+                                     ::testing::HasSubstr(
+                                         memory == MemoryKind::kCuda ? "device path" : "host path"),
+                                     ::testing::HasSubstr("Executor::run_body")));
       }
     }
   });
@@ -287,8 +293,8 @@ TEST(EngineDevice, RanksDisagreeingOnWhereATensorLivesGetAMismatchNamingIt) {
     attach_device(e, world);
     std::vector<float> x = {1.0f};
     engine::OpOptions o = world.rank == 0 ? engine::OpOptions{} : on_device();
-    auto h = e.allreduce_async("where", x.data(), x.data(), {1}, DataType::kFloat32,
-                               ReduceOp::kSum, 1.0, 1.0, o);
+    auto h = e.allreduce_async("where", x.data(), x.data(), {1}, DataType::kFloat32, ReduceOp::kSum,
+                               1.0, 1.0, o);
     expect_throw_with<MismatchError>([&] { h.wait(); },
                                      {"'where'", "memory host on rank 0 but cuda on rank 1"});
     e.shutdown();
@@ -322,10 +328,10 @@ TEST(EngineDevice, TimelineShowsTheGpuPhasesFromTheStreamsMarks) {
     Engine e(comm::Communicator::create(world, "shm"), config);
     attach_device(e, world);
     std::vector<float> a(4, 1.0f), b(2, 2.0f);
-    auto ha = e.allreduce_async("a", a.data(), a.data(), {4}, DataType::kFloat32,
-                                ReduceOp::kSum, 1.0, 1.0, on_device());
-    auto hb = e.allreduce_async("b", b.data(), b.data(), {2}, DataType::kFloat32,
-                                ReduceOp::kSum, 1.0, 1.0, on_device());
+    auto ha = e.allreduce_async("a", a.data(), a.data(), {4}, DataType::kFloat32, ReduceOp::kSum,
+                                1.0, 1.0, on_device());
+    auto hb = e.allreduce_async("b", b.data(), b.data(), {2}, DataType::kFloat32, ReduceOp::kSum,
+                                1.0, 1.0, on_device());
     ha.wait();
     hb.wait();
     e.broadcast_async("c", a.data(), {4}, DataType::kFloat32, 0, on_device()).wait();

@@ -29,9 +29,9 @@ inline engine::OpOptions in_set(int id) {
 
 // body runs in every child after the env of `options` is set; `tweak` edits
 // the knob-derived config before the Engine starts.
-inline std::vector<ChildResult> run_engines(
-    int size, const std::function<void(Engine&)>& body, MultiProcOptions options = {},
-    const std::function<void(EngineConfig&)>& tweak = {}) {
+inline std::vector<ChildResult> run_engines(int size, const std::function<void(Engine&)>& body,
+                                            MultiProcOptions options = {},
+                                            const std::function<void(EngineConfig&)>& tweak = {}) {
   return run_workers_raw(
       size,
       [&](const comm::WorldInfo& world) {

@@ -50,9 +50,8 @@ TEST(EngineFailure, ShutdownOnOneRankAbortsOthersPendingHandles) {
     if (e.rank() == 0) {
       Handle h = e.allreduce_async("orphan", x.data(), x.data(), {4}, DataType::kFloat32);
       // Issue 30.6: uneven batch counts ended here with no hint of the fix.
-      expect_throw_with<Aborted>([&] { h.wait(); },
-                                 {"shut down by rank 1", "uneven batch counts", "join()",
-                                  "DistributedSampler"});
+      expect_throw_with<Aborted>([&] { h.wait(); }, {"shut down by rank 1", "uneven batch counts",
+                                                     "join()", "DistributedSampler"});
     }
     // rank 1 returns at once and its harness shuts its engine down.
   });

@@ -36,15 +36,18 @@ TEST(FlightRecorder, EveryRankDumpsOnFailureAndTheDoctorNamesTheDivergingRank) {
   const std::string dir = fresh_dir("flight-diverge");
   MultiProcOptions options;
   options.env["LOCKSTEP_FLIGHT_DIR"] = dir;
-  auto results = run_engines(3, [](Engine& e) {
-    std::vector<float> x(256, 1.0f);
-    for (int step = 0; step < 3; ++step)
-      for (const char* name : {"conv.grad", "fc.grad"})
-        e.allreduce_async(name, x.data(), x.data(), {256}, DataType::kFloat32).wait();
-    const char* name = e.rank() == 2 ? "fc.grad_typo" : "fc.grad";
-    Handle h = e.allreduce_async(name, x.data(), x.data(), {256}, DataType::kFloat32);
-    EXPECT_THROW(h.wait(), DeadlockError);
-  }, options);
+  auto results = run_engines(
+      3,
+      [](Engine& e) {
+        std::vector<float> x(256, 1.0f);
+        for (int step = 0; step < 3; ++step)
+          for (const char* name : {"conv.grad", "fc.grad"})
+            e.allreduce_async(name, x.data(), x.data(), {256}, DataType::kFloat32).wait();
+        const char* name = e.rank() == 2 ? "fc.grad_typo" : "fc.grad";
+        Handle h = e.allreduce_async(name, x.data(), x.data(), {256}, DataType::kFloat32);
+        EXPECT_THROW(h.wait(), DeadlockError);
+      },
+      options);
   expect_all_ok(results);
 
   std::vector<doctor::RankDump> dumps = doctor::load_dumps(dir);
@@ -68,7 +71,8 @@ TEST(FlightRecorder, EveryRankDumpsOnFailureAndTheDoctorNamesTheDivergingRank) {
   doctor::Diagnosis diagnosis = doctor::diagnose(dumps);
   EXPECT_EQ(diagnosis.verdict, doctor::Verdict::kDiverged) << diagnosis.summary;
   EXPECT_EQ(diagnosis.culprits, std::vector<int>{2}) << diagnosis.summary;
-  EXPECT_NE(diagnosis.summary.find("rank 2 diverged first"), std::string::npos) << diagnosis.summary;
+  EXPECT_NE(diagnosis.summary.find("rank 2 diverged first"), std::string::npos)
+      << diagnosis.summary;
   EXPECT_NE(diagnosis.summary.find("allreduce 'fc.grad_typo'"), std::string::npos);
   std::printf("%s", doctor::report(dumps, diagnosis).c_str());
   fs::remove_all(dir);
@@ -78,23 +82,26 @@ TEST(FlightRecorder, SigusrOneDumpsARunningRank) {
   const std::string dir = fresh_dir("flight-sigusr1");
   MultiProcOptions options;
   options.env["LOCKSTEP_FLIGHT_DIR"] = dir;
-  auto results = run_engines(1, [&](Engine& e) {
-    std::vector<float> x(8, 1.0f);
-    e.allreduce_async("before.signal", x.data(), x.data(), {8}, DataType::kFloat32).wait();
-    ::raise(SIGUSR1);
-    const std::string path = dir + "/rank0.json";
-    for (int i = 0; i < 200 && !fs::exists(path); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    ASSERT_TRUE(fs::exists(path)) << "no dump 2 s after SIGUSR1";
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    doctor::RankDump d = doctor::parse_dump(text.str(), path);
-    EXPECT_EQ(d.reason.rfind("SIGUSR1", 0), 0u) << d.reason;
-    ASSERT_FALSE(d.operations.empty());
-    EXPECT_EQ(d.operations.back().name, "before.signal");
-    EXPECT_EQ(d.operations.back().state, "done");
-  }, options);
+  auto results = run_engines(
+      1,
+      [&](Engine& e) {
+        std::vector<float> x(8, 1.0f);
+        e.allreduce_async("before.signal", x.data(), x.data(), {8}, DataType::kFloat32).wait();
+        ::raise(SIGUSR1);
+        const std::string path = dir + "/rank0.json";
+        for (int i = 0; i < 200 && !fs::exists(path); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ASSERT_TRUE(fs::exists(path)) << "no dump 2 s after SIGUSR1";
+        std::ifstream in(path);
+        std::stringstream text;
+        text << in.rdbuf();
+        doctor::RankDump d = doctor::parse_dump(text.str(), path);
+        EXPECT_EQ(d.reason.rfind("SIGUSR1", 0), 0u) << d.reason;
+        ASSERT_FALSE(d.operations.empty());
+        EXPECT_EQ(d.operations.back().name, "before.signal");
+        EXPECT_EQ(d.operations.back().state, "done");
+      },
+      options);
   expect_all_ok(results);
   fs::remove_all(dir);
 }

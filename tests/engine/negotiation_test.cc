@@ -19,7 +19,8 @@ TEST(EngineNegotiation, ShapeMismatchNamesFieldAndRanks) {
     std::vector<float> x(10 * 128);
     Shape shape = e.rank() == 1 ? Shape{10, 64} : Shape{10, 128};
     Handle h = e.allreduce_async("fc.weight", x.data(), x.data(), shape, DataType::kFloat32);
-    expect_throw_with<MismatchError>([&] { h.wait(); },
+    expect_throw_with<MismatchError>(
+        [&] { h.wait(); },
         {"allreduce 'fc.weight': shape [10,128] on ranks 0,2 but [10,64] on rank 1"});
     // The engine keeps working afterwards.
     Handle ok = e.allreduce_async("fc.weight", x.data(), x.data(), {10, 128}, DataType::kFloat32);
@@ -41,10 +42,14 @@ TEST(EngineNegotiation, EveryKindOfMismatch) {
                       : e.allreduce_async("coll", buf.data(), buf.data(), {2}, DataType::kFloat32);
     Handle scale = e.allreduce_async("scale", buf.data(), buf.data(), {2}, DataType::kFloat32,
                                      ReduceOp::kSum, odd ? 2.0 : 1.0);
-    expect_throw_with<MismatchError>([&] { dtype.wait(); }, {"'dtype'", "dtype f32 on rank 0 but f64 on rank 1"});
-    expect_throw_with<MismatchError>([&] { op.wait(); }, {"'op'", "op sum on rank 0 but max on rank 1"});
-    expect_throw_with<MismatchError>([&] { root.wait(); }, {"'root'", "root 0 on rank 0 but 1 on rank 1"});
-    expect_throw_with<MismatchError>([&] { coll.wait(); }, {"'coll'", "collective allreduce on rank 0 but broadcast on rank 1"});
+    expect_throw_with<MismatchError>([&] { dtype.wait(); },
+                                     {"'dtype'", "dtype f32 on rank 0 but f64 on rank 1"});
+    expect_throw_with<MismatchError>([&] { op.wait(); },
+                                     {"'op'", "op sum on rank 0 but max on rank 1"});
+    expect_throw_with<MismatchError>([&] { root.wait(); },
+                                     {"'root'", "root 0 on rank 0 but 1 on rank 1"});
+    expect_throw_with<MismatchError>(
+        [&] { coll.wait(); }, {"'coll'", "collective allreduce on rank 0 but broadcast on rank 1"});
     expect_throw_with<MismatchError>([&] { scale.wait(); }, {"'scale'", "scale factors"});
   });
   expect_all_ok(results);
@@ -57,7 +62,8 @@ TEST(EngineNegotiation, MismatchAfterTheNameWasCached) {
       e.allreduce_async("w", x.data(), x.data(), {4}, DataType::kFloat32).wait();
     Shape changed = e.rank() == 1 ? Shape{8} : Shape{4};
     Handle h = e.allreduce_async("w", x.data(), x.data(), changed, DataType::kFloat32);
-    expect_throw_with<MismatchError>([&] { h.wait(); }, {"'w'", "shape [4] on rank 0 but [8] on rank 1"});
+    expect_throw_with<MismatchError>([&] { h.wait(); },
+                                     {"'w'", "shape [4] on rank 0 but [8] on rank 1"});
     // Both ranks changing together is fine.
     std::fill(x.begin(), x.end(), 1.0f);
     e.allreduce_async("w", x.data(), x.data(), {8}, DataType::kFloat32).wait();
@@ -73,18 +79,20 @@ TEST(EngineNegotiation, ReduceScatterCountAndOpMismatchesAreNamed) {
   auto results = run_engines(2, [](Engine& e) {
     const bool odd = e.rank() == 1;
     std::vector<float> in(8, 1.0f), out_count, out_op, out_ok;
-    Handle count = e.reduce_scatter_async("rs.count", in.data(), {odd ? int64_t{8} : int64_t{6}},
-                                          DataType::kFloat32, ReduceOp::kSum,
-                                          vector_allocator(out_count));
-    Handle op = e.reduce_scatter_async("rs.op", in.data(), {4}, DataType::kFloat32,
-                                       odd ? ReduceOp::kMax : ReduceOp::kSum,
-                                       vector_allocator(out_op));
+    Handle count =
+        e.reduce_scatter_async("rs.count", in.data(), {odd ? int64_t{8} : int64_t{6}},
+                               DataType::kFloat32, ReduceOp::kSum, vector_allocator(out_count));
+    Handle op =
+        e.reduce_scatter_async("rs.op", in.data(), {4}, DataType::kFloat32,
+                               odd ? ReduceOp::kMax : ReduceOp::kSum, vector_allocator(out_op));
     expect_throw_with<MismatchError>([&] { count.wait(); },
                                      {"'rs.count'", "shape [6] on rank 0 but [8] on rank 1"});
-    expect_throw_with<MismatchError>([&] { op.wait(); }, {"'rs.op'", "op sum on rank 0 but max on rank 1"});
+    expect_throw_with<MismatchError>([&] { op.wait(); },
+                                     {"'rs.op'", "op sum on rank 0 but max on rank 1"});
     // The engine keeps working afterwards.
     e.reduce_scatter_async("rs.ok", in.data(), {4}, DataType::kFloat32, ReduceOp::kSum,
-                           vector_allocator(out_ok)).wait();
+                           vector_allocator(out_ok))
+        .wait();
     EXPECT_EQ(out_ok, (std::vector<float>{2.0f, 2.0f}));
   });
   expect_all_ok(results);
@@ -134,7 +142,10 @@ TEST(EngineNegotiation, InvalidArgumentsFailLocally) {
   expect_throw_with<InvalidArgument>(
       [&] { e.broadcast_async("b", x.data(), {4}, DataType::kInt32, 3); }, {"'b'", "root 3"});
   expect_throw_with<InvalidArgument>(
-      [&] { e.allreduce_async("p", x.data(), x.data(), {4}, DataType::kInt32, ReduceOp::kSum, 1, 1, in_set(7)); },
+      [&] {
+        e.allreduce_async("p", x.data(), x.data(), {4}, DataType::kInt32, ReduceOp::kSum, 1, 1,
+                          in_set(7));
+      },
       {"process set 7"});
 }
 
@@ -158,19 +169,23 @@ TEST(EngineNegotiation, StallWarningNamesMissingRanksThenCompletes) {
   MultiProcOptions options;
   options.env["LOCKSTEP_STALL_WARNING"] = "0.2";
   options.env["LOCKSTEP_STALL_TIMEOUT"] = "30";
-  auto results = run_engines(3, [](Engine& e) {
-    std::string log_path = e.rank() == 0 ? capture_stderr() : "";
-    std::vector<float> x(4, 1.0f);
-    if (e.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    e.allreduce_async("late", x.data(), x.data(), {4}, DataType::kFloat32).wait();
-    EXPECT_EQ(x[0], 3.0f);
-    if (e.rank() == 0) {
-      std::string log = read_file(log_path);
-      EXPECT_NE(log.find("allreduce 'late' submitted by ranks 0,1 but not by rank 2"), std::string::npos)
-          << log;
-      ::unlink(log_path.c_str());
-    }
-  }, options);
+  auto results = run_engines(
+      3,
+      [](Engine& e) {
+        std::string log_path = e.rank() == 0 ? capture_stderr() : "";
+        std::vector<float> x(4, 1.0f);
+        if (e.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        e.allreduce_async("late", x.data(), x.data(), {4}, DataType::kFloat32).wait();
+        EXPECT_EQ(x[0], 3.0f);
+        if (e.rank() == 0) {
+          std::string log = read_file(log_path);
+          EXPECT_NE(log.find("allreduce 'late' submitted by ranks 0,1 but not by rank 2"),
+                    std::string::npos)
+              << log;
+          ::unlink(log_path.c_str());
+        }
+      },
+      options);
   expect_all_ok(results);
 }
 
@@ -178,26 +193,31 @@ TEST(EngineNegotiation, StallTimeoutFailsEveryPendingHandle) {
   MultiProcOptions options;
   options.env["LOCKSTEP_STALL_WARNING"] = "0.1";
   options.env["LOCKSTEP_STALL_TIMEOUT"] = "0.5";
-  auto results = run_engines(2, [](Engine& e) {
-    std::vector<float> x(4, 1.0f), y(4, 1.0f);
-    e.barrier();  // both ranks running, so both names are announced at once
-    // Rank 0 waits for 'a', rank 1 for 'b': neither ever completes.
-    Handle h = e.rank() == 0 ? e.allreduce_async("a", x.data(), x.data(), {4}, DataType::kFloat32)
-                             : e.allreduce_async("b", x.data(), x.data(), {4}, DataType::kFloat32);
-    expect_throw_with<TimeoutError>([&] { h.wait(); },
-        {"stall", "allreduce 'a' submitted by rank 0 but not by rank 1",
-         "allreduce 'b' submitted by rank 1 but not by rank 0"});
-    // Cached names stall too: both ran once, then each rank submits only one.
-    std::vector<float> z(4, 1.0f);
-    e.allreduce_async("c", y.data(), y.data(), {4}, DataType::kFloat32).wait();
-    e.allreduce_async("d", z.data(), z.data(), {4}, DataType::kFloat32).wait();
-    Handle c = e.rank() == 0 ? e.allreduce_async("c", y.data(), y.data(), {4}, DataType::kFloat32)
-                             : e.allreduce_async("d", z.data(), z.data(), {4}, DataType::kFloat32);
-    expect_throw_with<TimeoutError>([&] { c.wait(); },
-        {"allreduce 'c' submitted by rank 0 but not by rank 1",
-         "allreduce 'd' submitted by rank 1 but not by rank 0"});
-    e.barrier();
-  }, options);
+  auto results = run_engines(
+      2,
+      [](Engine& e) {
+        std::vector<float> x(4, 1.0f), y(4, 1.0f);
+        e.barrier();  // both ranks running, so both names are announced at once
+        // Rank 0 waits for 'a', rank 1 for 'b': neither ever completes.
+        Handle h = e.rank() == 0
+                       ? e.allreduce_async("a", x.data(), x.data(), {4}, DataType::kFloat32)
+                       : e.allreduce_async("b", x.data(), x.data(), {4}, DataType::kFloat32);
+        expect_throw_with<TimeoutError>(
+            [&] { h.wait(); }, {"stall", "allreduce 'a' submitted by rank 0 but not by rank 1",
+                                "allreduce 'b' submitted by rank 1 but not by rank 0"});
+        // Cached names stall too: both ran once, then each rank submits only one.
+        std::vector<float> z(4, 1.0f);
+        e.allreduce_async("c", y.data(), y.data(), {4}, DataType::kFloat32).wait();
+        e.allreduce_async("d", z.data(), z.data(), {4}, DataType::kFloat32).wait();
+        Handle c = e.rank() == 0
+                       ? e.allreduce_async("c", y.data(), y.data(), {4}, DataType::kFloat32)
+                       : e.allreduce_async("d", z.data(), z.data(), {4}, DataType::kFloat32);
+        expect_throw_with<TimeoutError>([&] { c.wait(); },
+                                        {"allreduce 'c' submitted by rank 0 but not by rank 1",
+                                         "allreduce 'd' submitted by rank 1 but not by rank 0"});
+        e.barrier();
+      },
+      options);
   expect_all_ok(results);
 }
 

@@ -20,31 +20,42 @@ namespace {
 using engine::Handle;
 
 TEST(EngineProcessSets, StaticAndRuntimeSets) {
-  auto results = run_engines(3, [](Engine& e) {
-    const int r = e.rank();
-    // Set 1 = {0,2} from the config; set 2 = {1,2} added now by everyone.
-    int added = e.add_process_set({2, 1});
-    EXPECT_EQ(added, 2);
-    std::vector<float> x(3, static_cast<float>(r + 1));
-    if (r == 0 || r == 2) {
-      e.allreduce_async("x", x.data(), x.data(), {3}, DataType::kFloat32, ReduceOp::kSum, 1, 1, in_set(1)).wait();
-      EXPECT_EQ(x[0], 4.0f);  // 1 + 3
-    } else {
-      expect_throw_with<InvalidArgument>(
-          [&] { e.allreduce_async("x", x.data(), x.data(), {3}, DataType::kFloat32, ReduceOp::kSum, 1, 1, in_set(1)); },
-          {"not a member of process set 1"});
-    }
-    std::vector<int32_t> y = {r * 10};
-    if (r != 0) {
-      // Same name in two sets is fine; broadcast root is a set rank (1 = job rank 2).
-      e.broadcast_async("x", y.data(), {1}, DataType::kInt32, 1, in_set(2)).wait();
-      EXPECT_EQ(y[0], 20);
-      e.barrier(2);
-    }
-    std::vector<float> all(1, 1.0f);
-    e.allreduce_async("x", all.data(), all.data(), {1}, DataType::kFloat32).wait();
-    EXPECT_EQ(all[0], 3.0f);
-  }, {}, [](EngineConfig& c) { c.process_sets = {{0, 2}}; });
+  auto results = run_engines(
+      3,
+      [](Engine& e) {
+        const int r = e.rank();
+        // Set 1 = {0,2} from the config; set 2 = {1,2} added now by everyone.
+        int added = e.add_process_set({2, 1});
+        EXPECT_EQ(added, 2);
+        std::vector<float> x(3, static_cast<float>(r + 1));
+        if (r == 0 || r == 2) {
+          e.allreduce_async("x", x.data(), x.data(), {3}, DataType::kFloat32, ReduceOp::kSum, 1, 1,
+                            in_set(1))
+              .wait();
+          EXPECT_EQ(x[0], 4.0f);  // 1 + 3
+        } else {
+          expect_throw_with<InvalidArgument>(
+              [&] {
+                e.allreduce_async("x", x.data(), x.data(), {3}, DataType::kFloat32, ReduceOp::kSum,
+                                  1, 1, in_set(1));
+              },
+              {"not a member of process set 1"});
+        }
+        std::vector<int32_t> y = {r * 10};
+        if (r != 0) {
+          // Same name in two sets is fine; broadcast root is a set rank (1 = job rank 2).
+          e.broadcast_async("x", y.data(), {1}, DataType::kInt32, 1, in_set(2)).wait();
+          EXPECT_EQ(y[0], 20);
+          e.barrier(2);
+        }
+        std::vector<float> all(1, 1.0f);
+        e.allreduce_async("x", all.data(), all.data(), {1}, DataType::kFloat32).wait();
+        EXPECT_EQ(all[0], 3.0f);
+      },
+      {},
+      [](EngineConfig& c) {
+        c.process_sets = {{0, 2}};
+      });
   expect_all_ok(results);
 }
 
@@ -52,16 +63,19 @@ TEST(EngineTimeline, WritesEveryPhaseAsChromeTrace) {
   std::string path = "/tmp/lockstep-timeline-" + std::to_string(getpid()) + ".json";
   MultiProcOptions options;
   options.env["LOCKSTEP_TIMELINE"] = path;
-  auto results = run_engines(2, [](Engine& e) {
-    for (int step = 0; step < 3; ++step) {
-      std::vector<std::vector<float>> t(5, std::vector<float>(16, 1.0f));
-      std::vector<Handle> hs;
-      for (int i = 0; i < 5; ++i)
-        hs.push_back(e.allreduce_async("grad" + std::to_string(i), t[i].data(), t[i].data(), {16},
-                                       DataType::kFloat32));
-      for (auto& h : hs) h.wait();
-    }
-  }, options);
+  auto results = run_engines(
+      2,
+      [](Engine& e) {
+        for (int step = 0; step < 3; ++step) {
+          std::vector<std::vector<float>> t(5, std::vector<float>(16, 1.0f));
+          std::vector<Handle> hs;
+          for (int i = 0; i < 5; ++i)
+            hs.push_back(e.allreduce_async("grad" + std::to_string(i), t[i].data(), t[i].data(),
+                                           {16}, DataType::kFloat32));
+          for (auto& h : hs) h.wait();
+        }
+      },
+      options);
   expect_all_ok(results);
   nlohmann::json trace = parse_trace(path);
   ASSERT_TRUE(trace.is_array());
@@ -88,7 +102,8 @@ TEST(EngineTimeline, KilledProcessLeavesALoadableTrace) {
     Engine e(comm::Communicator::create(world, "shm"), config);
     std::vector<float> x(8);
     for (int i = 0; i < 20; ++i)
-      e.allreduce_async("k" + std::to_string(i), x.data(), x.data(), {8}, DataType::kFloat32).wait();
+      e.allreduce_async("k" + std::to_string(i), x.data(), x.data(), {8}, DataType::kFloat32)
+          .wait();
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the writer drain
     ::raise(SIGKILL);
   });
@@ -134,8 +149,8 @@ TEST(EngineTimeline, MarksEveryCycleWhenAsked) {
     e.start_timeline(path, /*mark_cycles=*/true);  // rank 0 writes
     for (int step = 0; step < 3; ++step) {
       std::vector<float> x(16, 1.0f);
-      e.allreduce_async("step" + std::to_string(step), x.data(), x.data(), {16},
-                        DataType::kFloat32).wait();
+      e.allreduce_async("step" + std::to_string(step), x.data(), x.data(), {16}, DataType::kFloat32)
+          .wait();
     }
     e.stop_timeline();
   });
@@ -157,8 +172,8 @@ TEST(EngineTimeline, MarksEveryCycleWhenAsked) {
   // Each step ran in a cycle that started after the previous step's collective.
   double previous = -1;
   for (double c : collectives) {
-    EXPECT_TRUE(std::any_of(cycles.begin(), cycles.end(),
-                            [&](double t) { return t > previous && t <= c; }))
+    EXPECT_TRUE(
+        std::any_of(cycles.begin(), cycles.end(), [&](double t) { return t > previous && t <= c; }))
         << "no CYCLE_START between " << previous << " and " << c;
     previous = c;
   }
@@ -171,53 +186,57 @@ TEST(EngineTimeline, MarksEveryCycleWhenAsked) {
 TEST(EngineProcessSets, RemoveProcessSet) {
   MultiProcOptions options;
   options.env["LOCKSTEP_DEADLOCK_TIMEOUT"] = "30";  // rank 0's pending op below waits on purpose
-  auto results = run_engines(3, [](Engine& e) {
-    const int r = e.rank();
-    const bool member = r != 1;
-    int id = e.add_process_set({0, 2});
-    ASSERT_EQ(id, 1);
-    expect_throw_with<InvalidArgument>([&] { e.remove_process_set(0); },
-                                       {"remove_process_set(0)", "global set"});
-    expect_throw_with<InvalidArgument>([&] { e.remove_process_set(7); },
-                                       {"remove_process_set(7)", "no such process set"});
-    std::vector<float> x(2, 1.0f);
-    Handle late;
-    if (r == 0)  // pending: rank 2 submits it only after the refused removal
-      late = e.allreduce_async("late", x.data(), x.data(), {2}, DataType::kFloat32,
-                               ReduceOp::kSum, 1, 1, in_set(id));
-    std::vector<std::string> want = {"remove_process_set(1)", "1 on rank 0", "wait for"};
-    if (r == 0) want.push_back("here: 'late'");
-    expect_throw_with<InvalidArgument>([&] { e.remove_process_set(id); }, want);
-    if (r == 2)
-      late = e.allreduce_async("late", x.data(), x.data(), {2}, DataType::kFloat32,
-                               ReduceOp::kSum, 1, 1, in_set(id));
-    if (member) {
-      late.wait();
-      EXPECT_EQ(x[0], 2.0f);
-    }
-    e.remove_process_set(id);
-    if (member)
-      expect_throw_with<InvalidArgument>(
-          [&] {
-            e.allreduce_async("after", x.data(), x.data(), {2}, DataType::kFloat32,
-                              ReduceOp::kSum, 1, 1, in_set(id));
-          },
-          {"process set 1 was removed"});
-    expect_throw_with<InvalidArgument>([&] { e.remove_process_set(id); },
-                                       {"remove_process_set(1)", "already removed"});
-    // The same ranks again: a new id, which works.
-    int again = e.add_process_set({0, 2});
-    EXPECT_EQ(again, 2);
-    if (member) {
-      std::vector<float> y(1, static_cast<float>(r));
-      e.allreduce_async("y", y.data(), y.data(), {1}, DataType::kFloat32, ReduceOp::kSum, 1, 1,
-                        in_set(again)).wait();
-      EXPECT_EQ(y[0], 2.0f);
-    }
-    std::vector<float> all(1, 1.0f);
-    e.allreduce_async("all", all.data(), all.data(), {1}, DataType::kFloat32).wait();
-    EXPECT_EQ(all[0], 3.0f);
-  }, options);
+  auto results = run_engines(
+      3,
+      [](Engine& e) {
+        const int r = e.rank();
+        const bool member = r != 1;
+        int id = e.add_process_set({0, 2});
+        ASSERT_EQ(id, 1);
+        expect_throw_with<InvalidArgument>([&] { e.remove_process_set(0); },
+                                           {"remove_process_set(0)", "global set"});
+        expect_throw_with<InvalidArgument>([&] { e.remove_process_set(7); },
+                                           {"remove_process_set(7)", "no such process set"});
+        std::vector<float> x(2, 1.0f);
+        Handle late;
+        if (r == 0)  // pending: rank 2 submits it only after the refused removal
+          late = e.allreduce_async("late", x.data(), x.data(), {2}, DataType::kFloat32,
+                                   ReduceOp::kSum, 1, 1, in_set(id));
+        std::vector<std::string> want = {"remove_process_set(1)", "1 on rank 0", "wait for"};
+        if (r == 0) want.push_back("here: 'late'");
+        expect_throw_with<InvalidArgument>([&] { e.remove_process_set(id); }, want);
+        if (r == 2)
+          late = e.allreduce_async("late", x.data(), x.data(), {2}, DataType::kFloat32,
+                                   ReduceOp::kSum, 1, 1, in_set(id));
+        if (member) {
+          late.wait();
+          EXPECT_EQ(x[0], 2.0f);
+        }
+        e.remove_process_set(id);
+        if (member)
+          expect_throw_with<InvalidArgument>(
+              [&] {
+                e.allreduce_async("after", x.data(), x.data(), {2}, DataType::kFloat32,
+                                  ReduceOp::kSum, 1, 1, in_set(id));
+              },
+              {"process set 1 was removed"});
+        expect_throw_with<InvalidArgument>([&] { e.remove_process_set(id); },
+                                           {"remove_process_set(1)", "already removed"});
+        // The same ranks again: a new id, which works.
+        int again = e.add_process_set({0, 2});
+        EXPECT_EQ(again, 2);
+        if (member) {
+          std::vector<float> y(1, static_cast<float>(r));
+          e.allreduce_async("y", y.data(), y.data(), {1}, DataType::kFloat32, ReduceOp::kSum, 1, 1,
+                            in_set(again))
+              .wait();
+          EXPECT_EQ(y[0], 2.0f);
+        }
+        std::vector<float> all(1, 1.0f);
+        e.allreduce_async("all", all.data(), all.data(), {1}, DataType::kFloat32).wait();
+        EXPECT_EQ(all[0], 3.0f);
+      },
+      options);
   expect_all_ok(results);
 }
 
@@ -225,28 +244,32 @@ TEST(EngineAutotune, ConvergesToTheSameValidThresholdEverywhere) {
   MultiProcOptions options;
   options.env["LOCKSTEP_AUTOTUNE"] = "1";
   options.env["LOCKSTEP_AUTOTUNE_SAMPLES"] = "2";
-  auto results = run_engines(2, [](Engine& e) {
-    int steps = 0;
-    while (!e.autotune_converged() && steps < 200) {
-      std::vector<std::vector<float>> t(8, std::vector<float>(1000, 1.0f));
-      std::vector<Handle> hs;
-      for (int i = 0; i < 8; ++i)
-        hs.push_back(e.allreduce_async("w" + std::to_string(i), t[i].data(), t[i].data(), {1000},
-                                       DataType::kFloat32));
-      for (auto& h : hs) h.wait();
-      ++steps;
-      // Every rank must see convergence in the same cycle order; agree on it.
-      int32_t converged = e.autotune_converged() ? 1 : 0;
-      e.allreduce_async("conv", &converged, &converged, {}, DataType::kInt32, ReduceOp::kMin).wait();
-      if (converged) break;
-    }
-    EXPECT_TRUE(e.autotune_converged());
-    int64_t threshold = static_cast<int64_t>(e.fusion_threshold());
-    EXPECT_TRUE(threshold >= (1 << 20) && threshold <= (128 << 20)) << threshold;
-    int64_t max = threshold;
-    e.allreduce_async("thr", &max, &max, {}, DataType::kInt64, ReduceOp::kMax).wait();
-    EXPECT_EQ(max, threshold);
-  }, options);
+  auto results = run_engines(
+      2,
+      [](Engine& e) {
+        int steps = 0;
+        while (!e.autotune_converged() && steps < 200) {
+          std::vector<std::vector<float>> t(8, std::vector<float>(1000, 1.0f));
+          std::vector<Handle> hs;
+          for (int i = 0; i < 8; ++i)
+            hs.push_back(e.allreduce_async("w" + std::to_string(i), t[i].data(), t[i].data(),
+                                           {1000}, DataType::kFloat32));
+          for (auto& h : hs) h.wait();
+          ++steps;
+          // Every rank must see convergence in the same cycle order; agree on it.
+          int32_t converged = e.autotune_converged() ? 1 : 0;
+          e.allreduce_async("conv", &converged, &converged, {}, DataType::kInt32, ReduceOp::kMin)
+              .wait();
+          if (converged) break;
+        }
+        EXPECT_TRUE(e.autotune_converged());
+        int64_t threshold = static_cast<int64_t>(e.fusion_threshold());
+        EXPECT_TRUE(threshold >= (1 << 20) && threshold <= (128 << 20)) << threshold;
+        int64_t max = threshold;
+        e.allreduce_async("thr", &max, &max, {}, DataType::kInt64, ReduceOp::kMax).wait();
+        EXPECT_EQ(max, threshold);
+      },
+      options);
   expect_all_ok(results);
 }
 

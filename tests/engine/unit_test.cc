@@ -220,7 +220,8 @@ TEST(StallInspector, ReportsThenAbortsOnlyOnRankZerosClock) {
 TEST(StallInspector, DescribeLeadsWithTheOddOneOut) {
   CycleResult r;
   r.joined = {0, 0, 0};
-  for (int i = 0; i < 10; ++i) r.partial.push_back({"g" + std::to_string(i), Collective::kAllreduce, {1, 2}});
+  for (int i = 0; i < 10; ++i)
+    r.partial.push_back({"g" + std::to_string(i), Collective::kAllreduce, {1, 2}});
   r.partial.push_back({"avg_loss", Collective::kAllreduce, {0}});
   std::vector<int> ranks = {0, 1, 2};
   EXPECT_EQ(describe_stall(r, ranks),
@@ -228,8 +229,9 @@ TEST(StallInspector, DescribeLeadsWithTheOddOneOut) {
             "allreduce 'g1', allreduce 'g2', allreduce 'g3', allreduce 'g4', allreduce 'g5', "
             "allreduce 'g6' and 3 more submitted by ranks 1,2 but not by rank 0");
   std::string deadlock = describe_stall(r, ranks, /*deadlock=*/true);
-  EXPECT_TRUE(deadlock.starts_with("rank 0 waits in allreduce 'avg_loss', which ranks 1,2 never "
-                                   "submitted; ranks 1,2 wait in one of allreduce 'g0', "))
+  EXPECT_TRUE(
+      deadlock.starts_with("rank 0 waits in allreduce 'avg_loss', which ranks 1,2 never "
+                           "submitted; ranks 1,2 wait in one of allreduce 'g0', "))
       << deadlock;
 }
 

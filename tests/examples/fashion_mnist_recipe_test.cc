@@ -22,8 +22,9 @@ TEST(FashionMnistRecipe, FastTurnsOnItsPiecesUnlessAFlagSaysOtherwise) {
   };
   EXPECT_NE(run("--recipe fast").find("recipe fast: pool-first, channels-last, ema 0.99"),
             std::string::npos);
-  EXPECT_NE(run("--recipe fast --no-channels-last --ema 0.9").find("recipe fast: pool-first, ema 0.9"),
-            std::string::npos);
+  EXPECT_NE(
+      run("--recipe fast --no-channels-last --ema 0.9").find("recipe fast: pool-first, ema 0.9"),
+      std::string::npos);
   EXPECT_EQ(run("").find("recipe"), std::string::npos);  // the default says nothing
   // plain: the default before the recipe pieces, less whatever is asked.
   EXPECT_NE(run("--recipe plain").find("recipe plain: none"), std::string::npos);
@@ -43,10 +44,11 @@ TEST(FashionMnistRecipe, ResumedFastRunEvaluatesLikeAnUninterruptedOne) {
     // intra-op thread: otherwise init() fits the thread count to the CPUs
     // idle at start, a busy CI machine gives the three runs different
     // counts, and OpenMP's reduction order moves the loss in the 7th digit.
-    auto cmd = fmt::format("LOCKSTEP_INTRA_OP_THREADS=1 '{}' --recipe fast --schedule constant --train-subset 2000 "
-                           "--test-subset 500 --checkpoint-dir '{}' --metrics '{}' {} 2>>'{}'",
-                           main_job(), (dir / name).string(), (dir / (name + ".jsonl")).string(),
-                           flags, (dir / "err.txt").string());
+    auto cmd = fmt::format(
+        "LOCKSTEP_INTRA_OP_THREADS=1 '{}' --recipe fast --schedule constant --train-subset 2000 "
+        "--test-subset 500 --checkpoint-dir '{}' --metrics '{}' {} 2>>'{}'",
+        main_job(), (dir / name).string(), (dir / (name + ".jsonl")).string(), flags,
+        (dir / "err.txt").string());
     ASSERT_EQ(exit_code(cmd), 0) << cmd;
   };
   job("whole", "--epochs 2");
@@ -64,7 +66,8 @@ TEST(FashionMnistRecipe, ResumedFastRunEvaluatesLikeAnUninterruptedOne) {
     EXPECT_DOUBLE_EQ(split[1]["train_loss"].get<double>(), whole[1]["train_loss"].get<double>())
         << format;
     EXPECT_DOUBLE_EQ(split[1]["test_accuracy"].get<double>(),
-                     whole[1]["test_accuracy"].get<double>()) << format;
+                     whole[1]["test_accuracy"].get<double>())
+        << format;
   }
   EXPECT_EQ(read_text(dir / "err.txt").find("no averaged weights"), std::string::npos);
 }

@@ -30,8 +30,8 @@ std::string state_hash(const fs::path& dir, int np, const std::string& flags) {
   const std::string text = read_text(out);
   static const std::regex line("state hash: ([0-9a-f]{16})\n");
   if (!std::regex_search(text, match, line)) {
-    ADD_FAILURE() << "no state hash from -np " << np << " " << flags << ":\n" << text
-                  << read_text(err);
+    ADD_FAILURE() << "no state hash from -np " << np << " " << flags << ":\n"
+                  << text << read_text(err);
     return {};
   }
   return match[1];

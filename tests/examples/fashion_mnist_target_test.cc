@@ -39,8 +39,8 @@ TEST(FashionMnistFlags, BadValuesExitTwoNamingTheFlagBeforeLoadingData) {
       {fmt::format("--checkpoint-dir '{}'", (dir / "a-file").string()), "--checkpoint-dir"},
   };
   for (const auto& [args, flag] : cases) {
-    auto cmd = fmt::format("'{}' --data '{}' {} 2>'{}'", main_job(), (dir / "empty").string(),
-                           args, (dir / "err.txt").string());
+    auto cmd = fmt::format("'{}' --data '{}' {} 2>'{}'", main_job(), (dir / "empty").string(), args,
+                           (dir / "err.txt").string());
     EXPECT_EQ(exit_code(cmd), 2) << args;
     auto err = read_text(dir / "err.txt");
     EXPECT_NE(err.find(flag), std::string::npos) << args << ": " << err;
@@ -54,15 +54,17 @@ TEST(FashionMnistFlags, BadValuesExitTwoNamingTheFlagBeforeLoadingData) {
 TEST(FashionMnistTarget, StopsAtTheFirstEvaluationAtOrAboveTheTarget) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   auto dir = scratch("target");
-  auto cmd = fmt::format("'{}' --train-subset 4000 --test-subset 1000 --epochs 3 "
-                         "--target-accuracy 0.7 --metrics '{}' >'{}' 2>'{}'",
-                         main_job(), (dir / "m.jsonl").string(), (dir / "out.txt").string(),
-                         (dir / "err.txt").string());
+  auto cmd = fmt::format(
+      "'{}' --train-subset 4000 --test-subset 1000 --epochs 3 "
+      "--target-accuracy 0.7 --metrics '{}' >'{}' 2>'{}'",
+      main_job(), (dir / "m.jsonl").string(), (dir / "out.txt").string(),
+      (dir / "err.txt").string());
   ASSERT_EQ(exit_code(cmd), 0) << read_text(dir / "err.txt");
   auto out = read_text(dir / "out.txt");
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(time to target 0\.7: ([0-9.]+) s training, )"
-                                                   R"(([0-9.]+) s wall, ([0-9.]+) epochs)")))
+  ASSERT_TRUE(std::regex_search(out, m,
+                                std::regex(R"(time to target 0\.7: ([0-9.]+) s training, )"
+                                           R"(([0-9.]+) s wall, ([0-9.]+) epochs)")))
       << out;
   auto lines = read_metrics(dir / "m.jsonl");
   ASSERT_GE(lines.size(), 2u);
@@ -93,10 +95,11 @@ TEST(FashionMnistTarget, StopsAtTheFirstEvaluationAtOrAboveTheTarget) {
 TEST(FashionMnistTarget, MissedTargetTrainsAllEpochsAndReportsNulls) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   auto dir = scratch("missed");
-  auto cmd = fmt::format("'{}' --train-subset 1000 --test-subset 200 --epochs 1 "
-                         "--target-accuracy 1 --metrics '{}' >'{}' 2>'{}'",
-                         main_job(), (dir / "m.jsonl").string(), (dir / "out.txt").string(),
-                         (dir / "err.txt").string());
+  auto cmd = fmt::format(
+      "'{}' --train-subset 1000 --test-subset 200 --epochs 1 "
+      "--target-accuracy 1 --metrics '{}' >'{}' 2>'{}'",
+      main_job(), (dir / "m.jsonl").string(), (dir / "out.txt").string(),
+      (dir / "err.txt").string());
   ASSERT_EQ(exit_code(cmd), 0) << read_text(dir / "err.txt");
   EXPECT_NE(read_text(dir / "out.txt").find("time to target 1: not reached in 1 epoch"),
             std::string::npos);
@@ -117,9 +120,10 @@ TEST(FashionMnistTarget, MissedTargetTrainsAllEpochsAndReportsNulls) {
 fs::path shards_with_cut(const fs::path& dir, int cut) {
   auto shards = dir / "shards";
   for (const char* split : {"train", "t10k"}) {
-    auto convert = fmt::format("'{}' convert idx --mnist-dir /usr/share/datasets/fashion-mnist "
-                               "--split {} --out '{}' --shards 3 2>>'{}'",
-                               bin("lockstep"), split, shards.string(), (dir / "err.txt").string());
+    auto convert = fmt::format(
+        "'{}' convert idx --mnist-dir /usr/share/datasets/fashion-mnist "
+        "--split {} --out '{}' --shards 3 2>>'{}'",
+        bin("lockstep"), split, shards.string(), (dir / "err.txt").string());
     EXPECT_EQ(exit_code(convert), 0) << convert;
   }
   auto index = nlohmann::json::parse(read_text(shards / "train.index.json"));
@@ -137,8 +141,8 @@ TEST(FashionMnistData, ShardCutAtRecordBoundaryIsNotSilentlyDropped) {
   if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep CLI is not built";
   auto dir = scratch("cut");
   auto shards = shards_with_cut(dir, 100);
-  const std::string run = fmt::format("'{}' --data '{}' --test-subset 200 --max-steps 2",
-                                      main_job(), shards.string());
+  const std::string run =
+      fmt::format("'{}' --data '{}' --test-subset 200 --max-steps 2", main_job(), shards.string());
   EXPECT_EQ(exit_code(fmt::format("{} 2>'{}'", run, (dir / "fail.txt").string())), 1);
   auto fail = read_text(dir / "fail.txt");
   EXPECT_NE(fail.find("train-00000-of-00003.tfrecord"), std::string::npos) << fail;

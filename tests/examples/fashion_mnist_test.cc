@@ -30,10 +30,10 @@ TEST(FashionMnist, TrainsFromRecordShards) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   auto dir = scratch("shards");
   for (const char* split : {"train", "t10k"}) {
-    auto convert = fmt::format("'{}' convert idx --mnist-dir /usr/share/datasets/fashion-mnist "
-                               "--split {} --out '{}' --shards 3 2>>'{}'",
-                               bin("lockstep"), split, (dir / "shards").string(),
-                               (dir / "err.txt").string());
+    auto convert = fmt::format(
+        "'{}' convert idx --mnist-dir /usr/share/datasets/fashion-mnist "
+        "--split {} --out '{}' --shards 3 2>>'{}'",
+        bin("lockstep"), split, (dir / "shards").string(), (dir / "err.txt").string());
     ASSERT_EQ(std::system(convert.c_str()), 0) << convert;
   }
   auto cmd = fmt::format("'{}' {} --data '{}' --metrics '{}' 2>>'{}'",
@@ -48,10 +48,11 @@ TEST(FashionMnist, TrainsFromRecordShards) {
 TEST(FashionMnist, ResumeContinuesFromCheckpoint) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   auto dir = scratch("resume");
-  auto base = fmt::format("'{}' --train-subset 2000 --test-subset 500 --batch-size 64 "
-                          "--checkpoint-dir '{}' --metrics '{}' 2>>'{}'",
-                          bin("lockstep-fashion-mnist"), (dir / "ckpt").string(),
-                          (dir / "m.jsonl").string(), (dir / "err.txt").string());
+  auto base = fmt::format(
+      "'{}' --train-subset 2000 --test-subset 500 --batch-size 64 "
+      "--checkpoint-dir '{}' --metrics '{}' 2>>'{}'",
+      bin("lockstep-fashion-mnist"), (dir / "ckpt").string(), (dir / "m.jsonl").string(),
+      (dir / "err.txt").string());
   ASSERT_EQ(std::system((base + " --epochs 1").c_str()), 0);
   ASSERT_TRUE(fs::exists(dir / "ckpt" / "checkpoint.pt"));
   ASSERT_EQ(std::system((base + " --epochs 2 --resume").c_str()), 0);
@@ -79,7 +80,8 @@ void expect_step_rows_and_events(const fs::path& metrics, const fs::path& run_di
                                  const std::vector<nlohmann::json>& epochs) {
   auto steps = read_metrics(metrics, /*steps=*/true);
   const int total = epochs.back()["step"].get<int>();  // 47 steps per epoch
-  ASSERT_EQ(static_cast<int>(steps.size()), total / 10) << "a row every 10 of " << total << " steps";
+  ASSERT_EQ(static_cast<int>(steps.size()), total / 10)
+      << "a row every 10 of " << total << " steps";
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& r = steps[i];
     EXPECT_EQ(r["step"].get<int>(), 10 * static_cast<int>(i + 1)) << r;
@@ -99,7 +101,9 @@ void expect_step_rows_and_events(const fs::path& metrics, const fs::path& run_di
   for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) events.append(buf, n);
   ASSERT_TRUE(p && pclose(p) == 0) << events;
   // The reader prints the float32 TensorBoard stores to 6 digits: the same here.
-  auto f32 = [](const nlohmann::json& v) { return static_cast<double>(static_cast<float>(v.get<double>())); };
+  auto f32 = [](const nlohmann::json& v) {
+    return static_cast<double>(static_cast<float>(v.get<double>()));
+  };
   std::vector<std::string> want = {"0 config plugin=text\n"};
   for (const auto& r : steps) {
     const int s = r["step"].get<int>();
@@ -120,10 +124,10 @@ TEST(FashionMnist, TwoWorkersViaLauncher) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep launcher is not built";
   auto dir = scratch("np2");
-  auto cmd = fmt::format("'{}' run -np 2 '{}' {} --log-ranks --metrics '{}' --run-dir '{}' 2>'{}'",
-                         bin("lockstep"), bin("lockstep-fashion-mnist"), kQuick,
-                         (dir / "m.jsonl").string(), (dir / "run").string(),
-                         (dir / "err.txt").string());
+  auto cmd =
+      fmt::format("'{}' run -np 2 '{}' {} --log-ranks --metrics '{}' --run-dir '{}' 2>'{}'",
+                  bin("lockstep"), bin("lockstep-fashion-mnist"), kQuick,
+                  (dir / "m.jsonl").string(), (dir / "run").string(), (dir / "err.txt").string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto lines = read_metrics(dir / "m.jsonl");
   ASSERT_EQ(lines.size(), 2u);  // rank 0 only
@@ -147,9 +151,11 @@ TEST(FashionMnist, TwoWorkersOneBitAdamAndBadCompression) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep launcher is not built";
   auto dir = scratch("np2-onebit-adam");
-  auto cmd = fmt::format("'{}' run -np 2 '{}' {} --compression onebit-adam --compression-warmup 20 "
-                         "--metrics '{}' 2>'{}'", bin("lockstep"), bin("lockstep-fashion-mnist"),
-                         kQuick, (dir / "m.jsonl").string(), (dir / "err.txt").string());
+  auto cmd = fmt::format(
+      "'{}' run -np 2 '{}' {} --compression onebit-adam --compression-warmup 20 "
+      "--metrics '{}' 2>'{}'",
+      bin("lockstep"), bin("lockstep-fashion-mnist"), kQuick, (dir / "m.jsonl").string(),
+      (dir / "err.txt").string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto lines = read_metrics(dir / "m.jsonl");
   ASSERT_EQ(lines.size(), 2u);
@@ -172,11 +178,11 @@ TEST(FashionMnist, TwoWorkersSyncBatchNormAndTimeline) {
   if (!have_dataset()) GTEST_SKIP() << "install dataset-fashion-mnist";
   if (!fs::exists(bin("lockstep"))) GTEST_SKIP() << "the lockstep launcher is not built";
   auto dir = scratch("sbn");
-  auto cmd = fmt::format("'{}' run -np 2 '{}' --train-subset 3000 --test-subset 1000 --epochs 1 "
-                         "--sync-batch-norm --timeline '{}' --metrics '{}' 2>'{}'",
-                         bin("lockstep"), bin("lockstep-fashion-mnist"),
-                         (dir / "timeline.json").string(), (dir / "m.jsonl").string(),
-                         (dir / "err.txt").string());
+  auto cmd = fmt::format(
+      "'{}' run -np 2 '{}' --train-subset 3000 --test-subset 1000 --epochs 1 "
+      "--sync-batch-norm --timeline '{}' --metrics '{}' 2>'{}'",
+      bin("lockstep"), bin("lockstep-fashion-mnist"), (dir / "timeline.json").string(),
+      (dir / "m.jsonl").string(), (dir / "err.txt").string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto lines = read_metrics(dir / "m.jsonl");
   ASSERT_EQ(lines.size(), 1u);

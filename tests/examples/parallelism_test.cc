@@ -31,10 +31,11 @@ nlohmann::json run(const std::string& launcher_flags, const std::string& flags) 
   auto dir = fs::temp_directory_path() / fmt::format("lockstep-parallelism-{}", getpid());
   fs::create_directories(dir);
   auto out = dir / "out.json", err = dir / "err.txt";
-  auto cmd = fmt::format("'{}' run -np 2 {} -x LOCKSTEP_INTRA_OP_THREADS=1 -- '{}' {} --train-subset "
-                         "2000 --test-subset 1000 --max-steps 12 --json >'{}' 2>'{}'",
-                         bin("lockstep"), launcher_flags, bin("lockstep-parallelism"), flags,
-                         out.string(), err.string());
+  auto cmd = fmt::format(
+      "'{}' run -np 2 {} -x LOCKSTEP_INTRA_OP_THREADS=1 -- '{}' {} --train-subset "
+      "2000 --test-subset 1000 --max-steps 12 --json >'{}' 2>'{}'",
+      bin("lockstep"), launcher_flags, bin("lockstep-parallelism"), flags, out.string(),
+      err.string());
   const int status = std::system(cmd.c_str());
   std::ifstream in(out);
   std::string line, last;
@@ -66,7 +67,8 @@ TEST(Parallelism, EveryStrategyReportsAndShardsMemory) {
     // Measured traffic is the closed form plus negotiation: within 25%.
     EXPECT_NEAR(j["bytes_sent_per_step"].get<double>(),
                 j["bytes_sent_per_step_closed_form"].get<double>(),
-                0.25 * j["bytes_sent_per_step_closed_form"].get<double>()) << name;
+                0.25 * j["bytes_sent_per_step_closed_form"].get<double>())
+        << name;
   }
   const double data_params = r["data"]["param_bytes_per_rank"];
   const double data_state = r["data"]["optimizer_state_bytes_per_rank"];
@@ -103,11 +105,14 @@ TEST(Parallelism, CompressionAndActivationCheckpointing) {
   ASSERT_FALSE(adam.is_null());
   EXPECT_GT(adam["test_acc"].get<double>(), 0.2) << "onebit-adam: a NaN model predicts one class";
   for (const char* s : {"data", "pipeline"}) {
-    const auto plain = s == std::string("data") ? data : run("", "--strategy pipeline --micro-batches 2");
-    const auto ckpt = run("", fmt::format("--strategy {} --micro-batches 2 --checkpoint-activations 4", s));
+    const auto plain =
+        s == std::string("data") ? data : run("", "--strategy pipeline --micro-batches 2");
+    const auto ckpt =
+        run("", fmt::format("--strategy {} --micro-batches 2 --checkpoint-activations 4", s));
     ASSERT_FALSE(ckpt.is_null() || plain.is_null()) << s;
     EXPECT_LT(ckpt["activation_bytes_per_rank"].get<double>(),
-              0.7 * plain["activation_bytes_per_rank"].get<double>()) << s;
+              0.7 * plain["activation_bytes_per_rank"].get<double>())
+        << s;
     EXPECT_DOUBLE_EQ(ckpt["test_acc"].get<double>(), plain["test_acc"].get<double>()) << s;
   }
 }
@@ -122,7 +127,8 @@ TEST(Parallelism, DedicatedParameterServerViaLauncher) {
   EXPECT_EQ(j["servers"], 1);
   EXPECT_GT(j["test_acc"].get<double>(), 0.3);
   // A worker sends its whole gradient (plus one control word) per step.
-  EXPECT_NEAR(j["bytes_sent_per_step"].get<double>(), j["bytes_sent_per_step_closed_form"].get<double>(),
+  EXPECT_NEAR(j["bytes_sent_per_step"].get<double>(),
+              j["bytes_sent_per_step_closed_form"].get<double>(),
               0.25 * j["bytes_sent_per_step_closed_form"].get<double>());
 }
 

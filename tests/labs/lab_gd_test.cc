@@ -34,8 +34,9 @@ TEST(LabGd, WritesEveryMethodsPathForTheReport) {
   const char* dir_env = std::getenv("LOCKSTEP_BIN_DIR");
   // Removed at exit unless a test failed (it used to stay in /tmp).
   const fs::path dir = lockstep::testing::scratch_folder("lockstep-lab-gd", "run");
-  const auto cmd = fmt::format("'{}/lockstep-lab-gd' --samples 300 --epochs 5 --run-dir '{}' > /dev/null",
-                               dir_env ? dir_env : ".", dir.string());
+  const auto cmd =
+      fmt::format("'{}/lockstep-lab-gd' --samples 300 --epochs 5 --run-dir '{}' > /dev/null",
+                  dir_env ? dir_env : ".", dir.string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream in(dir / "lab.jsonl");
   std::map<std::string, int> steps;

@@ -93,13 +93,13 @@ TEST(ElasticPlan, DiscoveryOutputFormats) {
 }
 
 TEST(ElasticProtocol, AssignmentRoundTripsAndRejectsBadText) {
-  el::Assignment a{.rank = 3, .size = 4, .local_rank = 1, .local_size = 2, .cross_rank = 1,
-                   .cross_size = 2};
+  el::Assignment a{
+      .rank = 3, .size = 4, .local_rank = 1, .local_size = 2, .cross_rank = 1, .cross_size = 2};
   auto b = el::Assignment::decode(a.encode());
   EXPECT_EQ(b.rank, 3);
   EXPECT_EQ(b.cross_size, 2);
-  for (const char* bad : {"", "1 2 3", "4 4 0 1 0 1", "0 1 0 1 0 1 extra", "x 1 0 1 0 1",
-                          "0 1 0 1 -1 1"}) {
+  for (const char* bad :
+       {"", "1 2 3", "4 4 0 1 0 1", "0 1 0 1 0 1 extra", "x 1 0 1 0 1", "0 1 0 1 -1 1"}) {
     try {
       el::Assignment::decode(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

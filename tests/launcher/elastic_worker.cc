@@ -137,18 +137,20 @@ int main() {
     }
     en::init(world.world);
     ++reformations;
-    std::fprintf(stderr, "elastic-worker %s: generation %d, rank %d of %d, formed %.0f ms after the error\n",
-                 id.c_str(), world.generation, en::rank(), en::size(),
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - lost_at).count());
+    std::fprintf(
+        stderr, "elastic-worker %s: generation %d, rank %d of %d, formed %.0f ms after the error\n",
+        id.c_str(), world.generation, en::rank(), en::size(),
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - lost_at)
+            .count());
   }
   // Everyone must agree on the result.
   const double n = en::size();
   const bool agree = allreduce_sum(committed.total, "check.total") == n * committed.total;
   if (en::rank() == 0)
-    std::printf("elastic-worker: done generation=%d size=%d steps=%.0f total=%.0f "
-                "reformations=%d agree=%d\n",
-                world.generation, en::size(), committed.step, committed.total, reformations,
-                agree ? 1 : 0);
+    std::printf(
+        "elastic-worker: done generation=%d size=%d steps=%.0f total=%.0f "
+        "reformations=%d agree=%d\n",
+        world.generation, en::size(), committed.step, committed.total, reformations, agree ? 1 : 0);
   std::fflush(stdout);
   en::shutdown();
   for (int ms : plan_for("ELASTIC_TEST_LINGER", id))

@@ -43,8 +43,8 @@ TEST(HostList, RejectsBadEntriesNamingThem) {
 }
 
 TEST(Hostfile, ReadsMpirunSyntaxWithComments) {
-  auto hosts = parse_hostfile_text("# cluster\nnode1 slots=2\n\n  node2 slots = 3  # big\nnode3:2\nnode4\n",
-                                   "hf");
+  auto hosts = parse_hostfile_text(
+      "# cluster\nnode1 slots=2\n\n  node2 slots = 3  # big\nnode3:2\nnode4\n", "hf");
   ASSERT_EQ(hosts.size(), 4u);
   EXPECT_EQ(hosts[0].slots, 2);
   EXPECT_EQ(hosts[1].host, "node2");
@@ -73,7 +73,7 @@ TEST(Placement, FillsHostsInOrderAndNumbersLocalAndCrossRanks) {
   EXPECT_EQ(p[2].local_rank, 0);
   EXPECT_EQ(p[3].local_rank, 1);
   EXPECT_EQ(p[0].local_size, 2);
-  EXPECT_EQ(p[3].local_size, 2);  // only 2 of b's 3 slots are used
+  EXPECT_EQ(p[3].local_size, 2);                       // only 2 of b's 3 slots are used
   for (const auto& r : p) EXPECT_EQ(r.cross_size, 2);  // c gets no rank
   EXPECT_EQ(p[3].cross_rank, 1);
   EXPECT_FALSE(p[0].local);
@@ -208,7 +208,8 @@ TEST(FailureNote, TheTerminateHandlersLineIsFoundAcrossReadsAndSummarised) {
   EXPECT_EQ(line, "lockstep: uncaught lockstep::MismatchError on rank 1: allreduce 'w': 3 vs 4");
   FailureNoteScanner scanner;
   std::string stream = "training...\n" + line + "\nmore\n";
-  for (size_t at = 0; at < stream.size(); at += 5) scanner.feed(std::string_view(stream).substr(at, 5));
+  for (size_t at = 0; at < stream.size(); at += 5)
+    scanner.feed(std::string_view(stream).substr(at, 5));
   EXPECT_EQ(scanner.note(), "MismatchError: allreduce 'w': 3 vs 4");
   EXPECT_EQ(uncaught_error_summary(uncaught_error_line("std::out_of_range", "x", -1)),
             "out_of_range: x");
@@ -217,8 +218,8 @@ TEST(FailureNote, TheTerminateHandlersLineIsFoundAcrossReadsAndSummarised) {
 
 TEST(FailureNote, OverlongOrUnfinishedLinesAreNotNotes) {
   FailureNoteScanner scanner;
-  scanner.feed(std::string(kUncaughtErrorMarker) + "X: " +
-               std::string(FailureNoteScanner::kMaxLineBytes, 'a') + "\n");
+  scanner.feed(std::string(kUncaughtErrorMarker) +
+               "X: " + std::string(FailureNoteScanner::kMaxLineBytes, 'a') + "\n");
   scanner.feed(std::string(kUncaughtErrorMarker) + "Y: no newline yet");
   EXPECT_EQ(scanner.note(), "");
 }

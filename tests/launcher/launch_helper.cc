@@ -17,7 +17,9 @@ using Clock = std::chrono::steady_clock;
 
 size_t count_of(const std::string& haystack, const std::string& needle) {
   size_t n = 0;
-  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + 1))
+    ++n;
   return n;
 }
 
@@ -33,7 +35,8 @@ bool pump(Launch& l, Clock::time_point deadline) {
     if (fd < 0 || !fds[i].revents) continue;
     char buf[4096];
     ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n > 0) (i == 0 ? l.out : l.err).append(buf, static_cast<size_t>(n));
+    if (n > 0)
+      (i == 0 ? l.out : l.err).append(buf, static_cast<size_t>(n));
     else {
       ::close(fd);
       fd = -1;
@@ -75,7 +78,8 @@ Launch start_lockstep(const std::vector<std::string>& args) {
   return l;
 }
 
-bool wait_for_output(Launch& l, const std::string& needle, int count, std::chrono::seconds deadline) {
+bool wait_for_output(Launch& l, const std::string& needle, int count,
+                     std::chrono::seconds deadline) {
   auto until = Clock::now() + deadline;
   while (count_of(l.out, needle) < static_cast<size_t>(count))
     if (!pump(l, until)) return false;

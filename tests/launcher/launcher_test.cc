@@ -61,7 +61,8 @@ TEST(LauncherTest, NonZeroExitIsPropagatedNamingTheRankAndStopsTheOthers) {
 }
 
 TEST(LauncherTest, WorkerKilledBySigkillGives137AndTheJobIsDownWithinFiveSeconds) {
-  Finished f = run_lockstep(sh_job(3, "if [ \"$LOCKSTEP_RANK\" = 1 ]; then kill -9 $$; fi; sleep 60"));
+  Finished f =
+      run_lockstep(sh_job(3, "if [ \"$LOCKSTEP_RANK\" = 1 ]; then kill -9 $$; fi; sleep 60"));
   EXPECT_EQ(f.status, 137) << describe(f);
   EXPECT_TRUE(contains(f.err, "rank 1 (pid ")) << describe(f);
   EXPECT_TRUE(contains(f.err, "was killed by signal 9 (SIGKILL)")) << describe(f);
@@ -73,9 +74,10 @@ TEST(LauncherTest, WorkersIgnoringSigtermAreKilledWithinFiveSeconds) {
   std::string fifo = ::testing::TempDir() + "lockstep_fifo_" + std::to_string(::getpid());
   std::filesystem::remove(fifo);
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  Finished f = run_lockstep(sh_job(
-      2, "if [ \"$LOCKSTEP_RANK\" = 0 ]; then read x < " + fifo + "; exit 1; fi; "
-         "trap '' TERM; echo armed > " + fifo + "; sleep 60"));
+  Finished f = run_lockstep(sh_job(2, "if [ \"$LOCKSTEP_RANK\" = 0 ]; then read x < " + fifo +
+                                          "; exit 1; fi; "
+                                          "trap '' TERM; echo armed > " +
+                                          fifo + "; sleep 60"));
   std::filesystem::remove(fifo);
   EXPECT_EQ(f.status, 1) << describe(f);
   EXPECT_TRUE(contains(f.err, "sending SIGKILL")) << describe(f);
@@ -90,8 +92,9 @@ TEST_P(SignalForwardingTest, EveryWorkerReceivesTheSignal) {
                     std::to_string(sig);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  Launch l = start_lockstep(sh_job(
-      2, "trap 'echo got > " + dir + "/rank$LOCKSTEP_RANK; exit 0' TERM INT; echo ready; sleep 60 & wait"));
+  Launch l = start_lockstep(
+      sh_job(2, "trap 'echo got > " + dir +
+                    "/rank$LOCKSTEP_RANK; exit 0' TERM INT; echo ready; sleep 60 & wait"));
   ASSERT_TRUE(wait_for_output(l, "ready", 2)) << l.out << l.err;
   ASSERT_EQ(::kill(l.pid, sig), 0);
   Finished f = finish(l);
@@ -119,10 +122,11 @@ TEST(LauncherTest, SecondInterruptKillsWorkersThatIgnoreTheFirst) {
 }
 
 TEST(LauncherTest, EveryRankGetsItsIdentity) {
-  Finished f = run_lockstep(sh_job(
-      3, "echo \"$LOCKSTEP_RANK $LOCKSTEP_SIZE $LOCKSTEP_LOCAL_RANK $LOCKSTEP_LOCAL_SIZE "
-         "$LOCKSTEP_CROSS_RANK $LOCKSTEP_CROSS_SIZE $LOCKSTEP_JOB_ID $LOCKSTEP_RENDEZVOUS "
-         "$LOCKSTEP_SECRET\""));
+  Finished f = run_lockstep(
+      sh_job(3,
+             "echo \"$LOCKSTEP_RANK $LOCKSTEP_SIZE $LOCKSTEP_LOCAL_RANK $LOCKSTEP_LOCAL_SIZE "
+             "$LOCKSTEP_CROSS_RANK $LOCKSTEP_CROSS_SIZE $LOCKSTEP_JOB_ID $LOCKSTEP_RENDEZVOUS "
+             "$LOCKSTEP_SECRET\""));
   ASSERT_EQ(f.status, 0) << describe(f);
   std::map<int, std::vector<std::string>> by_rank;
   std::istringstream lines(f.out);
@@ -142,7 +146,8 @@ TEST(LauncherTest, EveryRankGetsItsIdentity) {
     EXPECT_EQ(v[4], "0");
     EXPECT_EQ(v[5], "1");
     EXPECT_EQ(v[6], by_rank[0][6]) << "one job id for the whole job";
-    EXPECT_TRUE(v[6].find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz") == std::string::npos);
+    EXPECT_TRUE(v[6].find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz") ==
+                std::string::npos);
     EXPECT_FALSE(v[6].empty());
     EXPECT_EQ(v[7].rfind("127.0.0.1:", 0), 0u) << v[7];
     EXPECT_EQ(v[8].size(), 64u);
@@ -164,14 +169,15 @@ TEST(LauncherTest, KnobFlagsAndExtraEnvironmentReachTheWorkers) {
   ::setenv("LOCKSTEP_TEST_PASSTHROUGH", "from-launcher", 1);
   ::setenv("PASS_ME", "passed", 1);
   Finished f = run_lockstep(sh_job(
-      1, "echo \"$LOCKSTEP_BACKEND $LOCKSTEP_TIMEOUT $LOCKSTEP_TIMELINE $LOCKSTEP_BIND_TO "
-         "$LOCKSTEP_LOG_LEVEL $LOCKSTEP_INTRA_OP_THREADS $FOO $PASS_ME\"",
+      1,
+      "echo \"$LOCKSTEP_BACKEND $LOCKSTEP_TIMEOUT $LOCKSTEP_TIMELINE $LOCKSTEP_BIND_TO "
+      "$LOCKSTEP_LOG_LEVEL $LOCKSTEP_INTRA_OP_THREADS $FOO $PASS_ME\"",
       {"--backend", "gloo", "--timeout", "7", "--timeline", "/tmp/t.json", "--bind-to", "core",
-       "--log-level", "debug", "--threads-per-worker", "3", "-x", "FOO=a=b", "--env",
-       "PASS_ME"}));
+       "--log-level", "debug", "--threads-per-worker", "3", "-x", "FOO=a=b", "--env", "PASS_ME"}));
   ASSERT_EQ(f.status, 0) << describe(f);
   EXPECT_EQ(f.out, "gloo 7 /tmp/t.json core debug 3 a=b passed\n") << describe(f);
-  Finished a = run_lockstep(sh_job(1, "echo $LOCKSTEP_INTRA_OP_THREADS", {"--threads-per-worker", "auto"}));
+  Finished a =
+      run_lockstep(sh_job(1, "echo $LOCKSTEP_INTRA_OP_THREADS", {"--threads-per-worker", "auto"}));
   EXPECT_EQ(a.out, "auto\n") << describe(a);
 }
 
@@ -190,7 +196,8 @@ TEST(LauncherTest, OutputLinesArePrefixedWithTheRankAndPartialLinesFlushed) {
   EXPECT_TRUE(f.out.ends_with("\n")) << describe(f);
   for (std::string r : {"0", "1"}) {
     std::string p = "[" + r + "]: ";
-    EXPECT_EQ(lines_with_prefix(f.out, p), p + "one\n" + p + "two\n" + p + "partial\n") << describe(f);
+    EXPECT_EQ(lines_with_prefix(f.out, p), p + "one\n" + p + "two\n" + p + "partial\n")
+        << describe(f);
     EXPECT_EQ(lines_with_prefix(f.err, p), p + "oops\n") << describe(f);
   }
 }
@@ -209,7 +216,8 @@ TEST(LauncherTest, SingleWorkerOutputIsNotPrefixedByDefault) {
 }
 
 TEST(LauncherTest, LargeOutputIsNotLost) {
-  Finished f = run_lockstep(sh_job(2, "i=0; while [ $i -lt 5000 ]; do echo line$i; i=$((i+1)); done"));
+  Finished f =
+      run_lockstep(sh_job(2, "i=0; while [ $i -lt 5000 ]; do echo line$i; i=$((i+1)); done"));
   ASSERT_EQ(f.status, 0) << describe(f);
   std::istringstream lines(f.out);
   int count = 0;
@@ -247,8 +255,10 @@ TEST(LauncherTest, BadUsageExitsTwoWithAMessage) {
 TEST(LauncherTest, MisspeltKnobInEnvFlagNamesTheNearestKnob) {
   Finished f = run_lockstep({"run", "-np", "1", "-x", "LOCKSTEP_FUSION_TRESHOLD=1", "--", "true"});
   EXPECT_EQ(f.status, 2) << describe(f);
-  EXPECT_TRUE(contains(f.err, "-x LOCKSTEP_FUSION_TRESHOLD: unknown knob (did you mean "
-                              "LOCKSTEP_FUSION_THRESHOLD?)")) << describe(f);
+  EXPECT_TRUE(contains(f.err,
+                       "-x LOCKSTEP_FUSION_TRESHOLD: unknown knob (did you mean "
+                       "LOCKSTEP_FUSION_THRESHOLD?)"))
+      << describe(f);
   Finished far = run_lockstep({"run", "-np", "1", "-x", "LOCKSTEP_ZZZZZZZZZZZZ=1", "--", "true"});
   EXPECT_EQ(far.status, 2) << describe(far);
   EXPECT_FALSE(contains(far.err, "did you mean")) << describe(far);
@@ -267,11 +277,12 @@ TEST(LauncherTest, BackendThisBuildLacksIsRefusedBeforeAnyWorkerStarts) {
     if (contains(built, "|" + backend)) continue;
     const std::string marker = ::testing::TempDir() + "/started-" + backend;
     std::remove(marker.c_str());
-    Finished f = run_lockstep({"run", "-np", "2", "--backend", backend, "--", "/bin/sh", "-c",
-                               "touch " + marker});
+    Finished f = run_lockstep(
+        {"run", "-np", "2", "--backend", backend, "--", "/bin/sh", "-c", "touch " + marker});
     EXPECT_EQ(f.status, 2) << backend << describe(f);
-    EXPECT_TRUE(contains(f.err, "lockstep run: backend " + backend +
-                                    " is not built into this lockstep (it has: ")) << describe(f);
+    EXPECT_TRUE(contains(
+        f.err, "lockstep run: backend " + backend + " is not built into this lockstep (it has: "))
+        << describe(f);
     if (backend == "nccl") {
       EXPECT_TRUE(contains(f.err, "scripts/setup.sh --gpu")) << describe(f);
     }
@@ -284,10 +295,9 @@ TEST(LauncherTest, BackendThisBuildLacksIsRefusedBeforeAnyWorkerStarts) {
 TEST(LauncherTest, HelpDocumentsEveryFlag) {
   Finished f = run_lockstep({"run", "--help"});
   EXPECT_EQ(f.status, 0);
-  for (const char* flag : {"-np", "--num-proc", "--prefix-output", "--no-prefix-output", "--backend",
-                           "--timeout", "--timeline", "--bind-to", "--threads-per-worker", "-x",
-                           "--env", "--log-level",
-                           "--verbose"})
+  for (const char* flag : {"-np", "--num-proc", "--prefix-output", "--no-prefix-output",
+                           "--backend", "--timeout", "--timeline", "--bind-to",
+                           "--threads-per-worker", "-x", "--env", "--log-level", "--verbose"})
     EXPECT_TRUE(contains(f.out, flag)) << flag << "\n" << f.out;
 }
 
@@ -306,11 +316,13 @@ TEST(LauncherTest, ProgramMayFollowTheFlagsWithoutSeparator) {
 // Issue 16.1: without "--" the program's own arguments were rewritten
 // (-np became --num-proc) or swallowed by -x.
 TEST(LauncherTest, ProgramArgumentsThatLookLikeLauncherFlagsReachTheProgramUntouched) {
-  Finished f = run_lockstep({"run", "-np", "2", "/bin/echo", "-np", "5", "--verbose", "-x",
-                             "FOO=1", "--", "--timeout", "0", "-np=3"});
+  Finished f = run_lockstep({"run", "-np", "2", "/bin/echo", "-np", "5", "--verbose", "-x", "FOO=1",
+                             "--", "--timeout", "0", "-np=3"});
   EXPECT_EQ(f.status, 0) << describe(f);
-  EXPECT_TRUE(contains(f.out, "[0]: -np 5 --verbose -x FOO=1 -- --timeout 0 -np=3\n")) << describe(f);
-  EXPECT_TRUE(contains(f.out, "[1]: -np 5 --verbose -x FOO=1 -- --timeout 0 -np=3\n")) << describe(f);
+  EXPECT_TRUE(contains(f.out, "[0]: -np 5 --verbose -x FOO=1 -- --timeout 0 -np=3\n"))
+      << describe(f);
+  EXPECT_TRUE(contains(f.out, "[1]: -np 5 --verbose -x FOO=1 -- --timeout 0 -np=3\n"))
+      << describe(f);
   EXPECT_FALSE(contains(f.err, "job ")) << "--verbose reached the launcher\n" << describe(f);
 }
 
@@ -363,7 +375,8 @@ TEST(LauncherTest, ProgramThatCannotBeExecutedIsNamedWithTheReason) {
   std::filesystem::permissions(text, std::filesystem::perms::owner_all);
   Finished d = run_lockstep({"run", "-np", "2", dir});
   EXPECT_EQ(d.status, 126) << describe(d);
-  EXPECT_TRUE(contains(d.err, "cannot execute the program '" + dir + "': Permission denied (it is a directory)"))
+  EXPECT_TRUE(contains(
+      d.err, "cannot execute the program '" + dir + "': Permission denied (it is a directory)"))
       << describe(d);
   Finished t = run_lockstep({"run", "-np", "2", text});
   EXPECT_EQ(t.status, 126) << describe(t);
@@ -376,11 +389,13 @@ TEST(LauncherTest, ProgramThatCannotBeExecutedIsNamedWithTheReason) {
 // SIGINT ignored; its workers must not, or the forwarded SIGINT does nothing
 // and they are SIGKILLed 2 s later without cleaning up.
 TEST(LauncherTest, WorkersOfALauncherStartedWithSigintIgnoredStillStopOnTheForwardedSigint) {
-  struct sigaction ignore {}, old_int {}, old_quit {};
+  struct sigaction ignore {
+  }, old_int{}, old_quit{};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGINT, &ignore, &old_int);
   ::sigaction(SIGQUIT, &ignore, &old_quit);
-  Launch l = start_lockstep({"run", "--verbose", "-np", "2", "/bin/sh", "-c", "echo ready; exec sleep 60"});
+  Launch l = start_lockstep(
+      {"run", "--verbose", "-np", "2", "/bin/sh", "-c", "echo ready; exec sleep 60"});
   ::sigaction(SIGINT, &old_int, nullptr);
   ::sigaction(SIGQUIT, &old_quit, nullptr);
   ASSERT_TRUE(wait_for_output(l, "ready", 2)) << l.out << l.err;
@@ -400,13 +415,16 @@ TEST(LauncherTest, WorkersOfALauncherStartedWithSigintIgnoredStillStopOnTheForwa
 TEST(LauncherTest, ALauncherStartedWithSighupIgnoredSurvivesSighup) {
   std::string go = ::testing::TempDir() + "lockstep_nohup_" + std::to_string(::getpid());
   std::filesystem::remove(go);
-  struct sigaction ignore {}, old_hup {};
+  struct sigaction ignore {
+  }, old_hup{};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGHUP, &ignore, &old_hup);
   // Each worker reports whether SIGHUP is ignored in it (bit 0 of SigIgn).
-  Launch l = start_lockstep(sh_job(
-      2, "echo ign=$(awk '/^SigIgn/ {print substr($2, length($2))}' /proc/$$/status); "
-         "echo ready; while [ ! -e " + go + " ]; do sleep 0.05; done; echo finished"));
+  Launch l = start_lockstep(
+      sh_job(2,
+             "echo ign=$(awk '/^SigIgn/ {print substr($2, length($2))}' /proc/$$/status); "
+             "echo ready; while [ ! -e " +
+                 go + " ]; do sleep 0.05; done; echo finished"));
   ::sigaction(SIGHUP, &old_hup, nullptr);
   ASSERT_TRUE(wait_for_output(l, "ready", 2)) << l.out << l.err;
   ASSERT_EQ(::kill(l.pid, SIGHUP), 0);
@@ -417,7 +435,8 @@ TEST(LauncherTest, ALauncherStartedWithSighupIgnoredSurvivesSighup) {
   EXPECT_EQ(f.status, 0) << describe(f);
   EXPECT_FALSE(contains(f.err, "received SIGHUP")) << describe(f);
   size_t finished = 0;
-  for (size_t at = f.out.find("finished"); at != std::string::npos; at = f.out.find("finished", at + 1))
+  for (size_t at = f.out.find("finished"); at != std::string::npos;
+       at = f.out.find("finished", at + 1))
     ++finished;
   EXPECT_EQ(finished, 2u) << describe(f);
   size_t at_default = 0;  // SIGHUP's bit (the last hex digit's lowest) clear
@@ -432,11 +451,13 @@ TEST(LauncherTest, UncaughtLockstepErrorIsReportedWithItsTypeMessageAndRank) {
   std::string worker = lockstep_binary() + "-test-uncaught-worker";
   Finished f = run_lockstep({"run", "-np", "2", worker, "lockstep"});
   EXPECT_EQ(f.status, 70) << describe(f);
-  EXPECT_TRUE(contains(f.err, "[1]: lockstep: uncaught lockstep::MismatchError on rank 1: allreduce "
-                              "'w': rank 0 sent 3 floats, rank 1 sent 4\n"))
+  EXPECT_TRUE(contains(f.err,
+                       "[1]: lockstep: uncaught lockstep::MismatchError on rank 1: allreduce "
+                       "'w': rank 0 sent 3 floats, rank 1 sent 4\n"))
       << describe(f);
-  EXPECT_TRUE(contains(f.err, ") failed with MismatchError: allreduce 'w': rank 0 sent 3 floats, "
-                              "rank 1 sent 4; stopping the other workers"))
+  EXPECT_TRUE(contains(f.err,
+                       ") failed with MismatchError: allreduce 'w': rank 0 sent 3 floats, "
+                       "rank 1 sent 4; stopping the other workers"))
       << describe(f);
   EXPECT_TRUE(contains(f.err, "lockstep run: rank 1 (pid ")) << describe(f);
   EXPECT_FALSE(contains(f.err, "terminate called")) << describe(f);
@@ -448,8 +469,9 @@ TEST(LauncherTest, ACollectiveBeforeInitIsANamedError) {
   std::string worker = lockstep_binary() + "-test-uncaught-worker";
   Finished f = run_lockstep({"run", "-np", "2", worker, "before-init"});
   EXPECT_EQ(f.status, 70) << describe(f);
-  EXPECT_TRUE(contains(f.err, "lockstep: uncaught lockstep::InvalidArgument: engine: not "
-                              "initialized; call lockstep::engine::init()"))
+  EXPECT_TRUE(contains(f.err,
+                       "lockstep: uncaught lockstep::InvalidArgument: engine: not "
+                       "initialized; call lockstep::engine::init()"))
       << describe(f);
   EXPECT_TRUE(contains(f.err, "failed with InvalidArgument: engine: not initialized"))
       << describe(f);
@@ -461,8 +483,9 @@ TEST(LauncherTest, UncaughtForeignExceptionStillAbortsButIsNamed) {
   std::string worker = lockstep_binary() + "-test-uncaught-worker";
   Finished f = run_lockstep({"run", "-np", "2", worker, "std"});
   EXPECT_EQ(f.status, 128 + SIGABRT) << describe(f);
-  EXPECT_TRUE(contains(f.err, "was killed by signal 6 (SIGABRT) after an uncaught "
-                              "out_of_range: index 7 of 3"))
+  EXPECT_TRUE(contains(f.err,
+                       "was killed by signal 6 (SIGABRT) after an uncaught "
+                       "out_of_range: index 7 of 3"))
       << describe(f);
 }
 
@@ -474,7 +497,8 @@ std::string job_id_from(const std::string& out) {
 
 TEST(LauncherTest, SharedMemoryOfAKilledJobIsRemoved) {
   Finished f = run_lockstep(sh_job(
-      2, "touch /dev/shm/lockstep-$LOCKSTEP_JOB_ID-x$LOCKSTEP_RANK; echo $LOCKSTEP_JOB_ID; kill -9 $$"));
+      2,
+      "touch /dev/shm/lockstep-$LOCKSTEP_JOB_ID-x$LOCKSTEP_RANK; echo $LOCKSTEP_JOB_ID; kill -9 $$"));
   EXPECT_EQ(f.status, 137) << describe(f);
   std::string id = job_id_from(f.out);
   ASSERT_FALSE(id.empty()) << describe(f);
@@ -483,7 +507,11 @@ TEST(LauncherTest, SharedMemoryOfAKilledJobIsRemoved) {
 
 TEST(LauncherTest, SharedMemoryOfAFinishedJobIsRemovedAndOthersKept) {
   std::string other = "/dev/shm/lockstep-launchertest-other-" + std::to_string(::getpid());
-  { std::FILE* keep = std::fopen(other.c_str(), "w"); ASSERT_NE(keep, nullptr); std::fclose(keep); }
+  {
+    std::FILE* keep = std::fopen(other.c_str(), "w");
+    ASSERT_NE(keep, nullptr);
+    std::fclose(keep);
+  }
   Finished f = run_lockstep(
       sh_job(2, "touch /dev/shm/lockstep-$LOCKSTEP_JOB_ID-x$LOCKSTEP_RANK; echo $LOCKSTEP_JOB_ID"));
   EXPECT_EQ(f.status, 0) << describe(f);
@@ -495,22 +523,27 @@ TEST(LauncherTest, SharedMemoryOfAFinishedJobIsRemovedAndOthersKept) {
 }
 
 TEST(LauncherTest, WorkersMeetThroughTheAuthenticatedRendezvousStore) {
-  std::string worker = std::string(std::getenv("LOCKSTEP_BIN_DIR") ? std::getenv("LOCKSTEP_BIN_DIR") : ".") +
-                       "/lockstep-test-rendezvous-worker";
+  std::string worker =
+      std::string(std::getenv("LOCKSTEP_BIN_DIR") ? std::getenv("LOCKSTEP_BIN_DIR") : ".") +
+      "/lockstep-test-rendezvous-worker";
   Finished f = run_lockstep({"run", "-np", "4", "--", worker});
   ASSERT_EQ(f.status, 0) << describe(f);
   for (int r = 0; r < 4; ++r)
-    EXPECT_TRUE(contains(f.out, "[" + std::to_string(r) + "]: rank " + std::to_string(r) + " saw ")) << describe(f);
+    EXPECT_TRUE(contains(f.out, "[" + std::to_string(r) + "]: rank " + std::to_string(r) + " saw "))
+        << describe(f);
 }
 
 TEST(LauncherTest, WorkerWithAWrongSecretIsRefusedAndTheRefusalLogged) {
-  std::string worker = std::string(std::getenv("LOCKSTEP_BIN_DIR") ? std::getenv("LOCKSTEP_BIN_DIR") : ".") +
-                       "/lockstep-test-rendezvous-worker";
+  std::string worker =
+      std::string(std::getenv("LOCKSTEP_BIN_DIR") ? std::getenv("LOCKSTEP_BIN_DIR") : ".") +
+      "/lockstep-test-rendezvous-worker";
   Finished f = run_lockstep(sh_job(1, "LOCKSTEP_SECRET=00112233 " + worker));
   EXPECT_EQ(f.status, 1) << describe(f);
-  EXPECT_TRUE(contains(f.err, "lockstep run: refused rendezvous connection from 127.0.0.1:")) << describe(f);
+  EXPECT_TRUE(contains(f.err, "lockstep run: refused rendezvous connection from 127.0.0.1:"))
+      << describe(f);
   EXPECT_TRUE(contains(f.err, ": bad authentication\n")) << describe(f);
-  EXPECT_TRUE(contains(f.err, "LOCKSTEP_SECRET")) << "the worker is told what to check\n" << describe(f);
+  EXPECT_TRUE(contains(f.err, "LOCKSTEP_SECRET")) << "the worker is told what to check\n"
+                                                  << describe(f);
 }
 
 }  // namespace

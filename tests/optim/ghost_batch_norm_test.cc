@@ -117,7 +117,8 @@ TEST(GhostBatchNorm, DropInForBatchNorm2d) {
   EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-5));
   a.pow(2).sum().backward();
   EXPECT_TRUE(gbn->weight.grad().defined());
-  torch::nn::Sequential seq(torch::nn::Conv2d(1, 3, 3), GhostBatchNorm2d(GhostBatchNormOptions(3, 2)));
+  torch::nn::Sequential seq(torch::nn::Conv2d(1, 3, 3),
+                            GhostBatchNorm2d(GhostBatchNormOptions(3, 2)));
   EXPECT_EQ(seq->forward(torch::randn({4, 1, 5, 5})).sizes(), (std::vector<int64_t>{4, 3, 3, 3}));
   auto copy = std::dynamic_pointer_cast<GhostBatchNorm2dImpl>(gbn->clone());
   ASSERT_TRUE(copy);

@@ -70,7 +70,8 @@ void check_against_reference(LambOptions o) {
     for (size_t k = 0; k < params.size(); ++k) {
       auto got = values(params[k].detach());
       for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_NEAR(got[i], ref[k].x[i], 1e-12) << "step " << step << " tensor " << k << " elem " << i;
+        ASSERT_NEAR(got[i], ref[k].x[i], 1e-12)
+            << "step " << step << " tensor " << k << " elem " << i;
     }
   }
 }
@@ -88,7 +89,9 @@ TEST(Lamb, MatchesReferenceWithoutBiasCorrectionAndWithTrustCap) {
 }
 
 TEST(Lamb, StateRoundTripGivesIdenticalContinuation) {
-  auto make = [] { return torch::linspace(-2, 3, 20, torch::kFloat64).reshape({4, 5}).requires_grad_(); };
+  auto make = [] {
+    return torch::linspace(-2, 3, 20, torch::kFloat64).reshape({4, 5}).requires_grad_();
+  };
   auto a = make(), b = make();
   LambOptions o(0.01);
   Lamb first({a}, o);
@@ -116,7 +119,8 @@ TEST(Lamb, InvalidOptionsAreRejectedPerGroup) {
   bad.beta2(1.0);
   EXPECT_THROW(Lamb({a}, bad), InvalidArgument);
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::vector<torch::Tensor>{a}, std::make_unique<LambOptions>(LambOptions(-1.0)));
+  groups.emplace_back(std::vector<torch::Tensor>{a},
+                      std::make_unique<LambOptions>(LambOptions(-1.0)));
   EXPECT_THROW(Lamb(std::move(groups), LambOptions(0.1)), InvalidArgument);
 }
 

@@ -86,7 +86,8 @@ void check_against_reference(const LarcOptions& o) {
     for (size_t k = 0; k < params.size(); ++k) {
       auto got = values(params[k].detach());
       for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_NEAR(got[i], ref[k].w[i], 1e-12) << "step " << step << " tensor " << k << " elem " << i;
+        ASSERT_NEAR(got[i], ref[k].w[i], 1e-12)
+            << "step " << step << " tensor " << k << " elem " << i;
     }
     // The decay is suspended only during the inner step.
     auto& sgd_options = static_cast<torch::optim::SGDOptions&>(sgd->param_groups()[0].options());
@@ -124,7 +125,8 @@ TEST(Larc, StateRoundTripThroughTheInnerOptimizer) {
   auto a = make_params(), b = make_params();
   Larc first(make_sgd(a), {});
   auto feed = [](std::vector<torch::Tensor>& ps, int s) {
-    for (size_t k = 0; k < ps.size(); ++k) ps[k].mutable_grad() = gradient(ps[k], s, static_cast<int>(k));
+    for (size_t k = 0; k < ps.size(); ++k)
+      ps[k].mutable_grad() = gradient(ps[k], s, static_cast<int>(k));
   };
   for (int s = 0; s < 3; ++s) {
     feed(a, s);
@@ -141,7 +143,8 @@ TEST(Larc, StateRoundTripThroughTheInnerOptimizer) {
     first.step();
     second.step();
   }
-  for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(torch::equal(a[k].detach(), b[k].detach())) << k;
+  for (size_t k = 0; k < a.size(); ++k)
+    EXPECT_TRUE(torch::equal(a[k].detach(), b[k].detach())) << k;
 }
 
 TEST(Larc, ReadsDecayOfKnownOptionTypesAndValidates) {
@@ -187,12 +190,13 @@ TEST(Larc, RefusesAnOptimizerWhoseWeightDecayItCannotRead) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("PlainOptions"), std::string::npos) << e.what();
   }
-  LarcOptions o{.weight_decay_of = [](const auto& g) { return static_cast<const PlainOptions&>(g).decay; },
-                .set_weight_decay = [](auto& g, double wd) { static_cast<PlainOptions&>(g).decay = wd; }};
+  LarcOptions o{
+      .weight_decay_of = [](const auto& g) { return static_cast<const PlainOptions&>(g).decay; },
+      .set_weight_decay = [](auto& g, double wd) { static_cast<PlainOptions&>(g).decay = wd; }};
   Larc with_plain(std::make_shared<Plain>(a), o);
   auto b = make_params();
-  Larc with_sgd(std::make_shared<torch::optim::SGD>(
-      b, torch::optim::SGDOptions(kLr).weight_decay(kDecay)));
+  Larc with_sgd(
+      std::make_shared<torch::optim::SGD>(b, torch::optim::SGDOptions(kLr).weight_decay(kDecay)));
   for (int s = 0; s < 3; ++s) {
     for (size_t k = 0; k < a.size(); ++k) {
       a[k].mutable_grad() = gradient(a[k], s, static_cast<int>(k));
@@ -203,7 +207,8 @@ TEST(Larc, RefusesAnOptimizerWhoseWeightDecayItCannotRead) {
   }
   for (size_t k = 0; k < a.size(); ++k)
     EXPECT_TRUE(torch::allclose(a[k].detach(), b[k].detach(), 0, 1e-15)) << k;
-  EXPECT_THROW(Larc(std::make_shared<Plain>(make_params()), LarcOptions{.weight_decay_of = o.weight_decay_of}),
+  EXPECT_THROW(Larc(std::make_shared<Plain>(make_params()),
+                    LarcOptions{.weight_decay_of = o.weight_decay_of}),
                InvalidArgument);
 }
 
@@ -213,18 +218,20 @@ TEST(Larc, RefusesAnOptimizerWhoseWeightDecayItCannotRead) {
 // Larc reaches the inner optimizer.
 TEST(Larc, IsAnOptimizerWhoseGroupsDriveTheInner) {
   auto w = torch::full({3}, 2.0, torch::kFloat64).requires_grad_();
-  auto sgd = std::make_shared<torch::optim::SGD>(std::vector<torch::Tensor>{w},
-                                                 torch::optim::SGDOptions(kLr).weight_decay(kDecay));
+  auto sgd = std::make_shared<torch::optim::SGD>(
+      std::vector<torch::Tensor>{w}, torch::optim::SGDOptions(kLr).weight_decay(kDecay));
   Larc larc(sgd, {.trust_coefficient = 1e6});  // clip: the factor is 1, g ← g + wd·w
   torch::optim::Optimizer& as_optimizer = larc;
   as_optimizer.param_groups()[0].options().set_lr(0.05);
   w.mutable_grad() = torch::ones({3}, torch::kFloat64);
   as_optimizer.step();
-  EXPECT_TRUE(torch::allclose(w.detach(), torch::full({3}, 2.0 - 0.05 * (1 + kDecay * 2.0), torch::kFloat64)));
+  EXPECT_TRUE(torch::allclose(w.detach(),
+                              torch::full({3}, 2.0 - 0.05 * (1 + kDecay * 2.0), torch::kFloat64)));
   EXPECT_EQ(group_weight_decay(sgd->param_groups()[0].options()), kDecay);  // restored
   EXPECT_EQ(group_weight_decay(larc.param_groups()[0].options()), kDecay);
   auto v = torch::ones({2}, torch::kFloat64).requires_grad_();
-  larc.add_param_group(torch::optim::OptimizerParamGroup({v}, std::make_unique<torch::optim::SGDOptions>(0.5)));
+  larc.add_param_group(
+      torch::optim::OptimizerParamGroup({v}, std::make_unique<torch::optim::SGDOptions>(0.5)));
   v.mutable_grad() = torch::ones({2}, torch::kFloat64);
   w.mutable_grad() = torch::zeros({3}, torch::kFloat64);
   larc.step();

@@ -26,8 +26,8 @@ double norm(const std::vector<double>& x) {
 // One LARS step on one tensor, from the formulas in lars.h.
 void reference_step(Ref& r, const std::vector<double>& g, const LarsOptions& o, bool adapt) {
   double wn = norm(r.w), gn = norm(g);
-  double local = adapt && wn > 0 && gn > 0 ? o.trust_coefficient() * wn / (gn + o.weight_decay() * wn)
-                                           : 1.0;
+  double local =
+      adapt && wn > 0 && gn > 0 ? o.trust_coefficient() * wn / (gn + o.weight_decay() * wn) : 1.0;
   for (size_t i = 0; i < r.w.size(); ++i) {
     double d = adapt ? g[i] + o.weight_decay() * r.w[i] : g[i];
     r.v[i] = o.momentum() * r.v[i] + o.lr() * local * d;
@@ -51,7 +51,7 @@ TEST(Lars, MatchesReferenceIncludingZeroNormsAndExcludedBiases) {
   o.momentum(0.9).weight_decay(0.01).trust_coefficient(0.02).exclude_1d(true);
   auto weight = torch::linspace(-1, 1, 12, torch::kFloat64).reshape({3, 4}).requires_grad_();
   auto bias = torch::linspace(0.1, 0.4, 4, torch::kFloat64).requires_grad_();
-  auto zero_grad = torch::ones({2, 2}, torch::kFloat64).requires_grad_();  // ‖g‖ = 0
+  auto zero_grad = torch::ones({2, 2}, torch::kFloat64).requires_grad_();     // ‖g‖ = 0
   auto zero_weight = torch::zeros({2, 3}, torch::kFloat64).requires_grad_();  // ‖w‖ = 0
   std::vector<torch::Tensor> params = {weight, bias, zero_grad, zero_weight};
   Lars lars(params, o);
@@ -66,13 +66,16 @@ TEST(Lars, MatchesReferenceIncludingZeroNormsAndExcludedBiases) {
     for (size_t k = 0; k < params.size(); ++k) {
       auto got = values(params[k].detach());
       for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_NEAR(got[i], ref[k].w[i], 1e-12) << "step " << step << " tensor " << k << " elem " << i;
+        ASSERT_NEAR(got[i], ref[k].w[i], 1e-12)
+            << "step " << step << " tensor " << k << " elem " << i;
     }
   }
 }
 
 TEST(Lars, StateRoundTripGivesIdenticalContinuation) {
-  auto make = [] { return torch::linspace(-2, 3, 20, torch::kFloat64).reshape({4, 5}).requires_grad_(); };
+  auto make = [] {
+    return torch::linspace(-2, 3, 20, torch::kFloat64).reshape({4, 5}).requires_grad_();
+  };
   auto a = make(), b = make();
   LarsOptions o(0.1);
   o.weight_decay(1e-3);
@@ -100,7 +103,8 @@ TEST(Lars, PerGroupOptionsAndValidation) {
   auto b = torch::ones({2, 2}, torch::kFloat64).requires_grad_();
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<torch::Tensor>{a});
-  groups.emplace_back(std::vector<torch::Tensor>{b}, std::make_unique<LarsOptions>(LarsOptions(0.0)));
+  groups.emplace_back(std::vector<torch::Tensor>{b},
+                      std::make_unique<LarsOptions>(LarsOptions(0.0)));
   Lars lars(std::move(groups), LarsOptions(1.0));
   a.mutable_grad() = torch::ones_like(a);
   b.mutable_grad() = torch::ones_like(b);

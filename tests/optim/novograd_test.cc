@@ -51,8 +51,8 @@ void check_against_reference(const NovoGradOptions& o) {
   std::vector<torch::Tensor> params = {
       torch::linspace(-1, 2, 12, torch::kFloat64).reshape({3, 4}).requires_grad_(),
       torch::linspace(0.1, 0.4, 4, torch::kFloat64).requires_grad_(),  // 1-D
-      torch::ones({2, 2}, torch::kFloat64).requires_grad_(),          // zero gradient
-      torch::zeros({5}, torch::kFloat64).requires_grad_()};           // zero weight
+      torch::ones({2, 2}, torch::kFloat64).requires_grad_(),           // zero gradient
+      torch::zeros({5}, torch::kFloat64).requires_grad_()};            // zero weight
   NovoGrad opt(params, o);
   std::vector<Ref> ref;
   for (auto& p : params) ref.push_back({values(p), std::vector<double>(p.numel())});
@@ -65,7 +65,8 @@ void check_against_reference(const NovoGradOptions& o) {
     for (size_t k = 0; k < params.size(); ++k) {
       auto got = values(params[k].detach());
       for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_NEAR(got[i], ref[k].w[i], 1e-12) << "step " << step << " tensor " << k << " elem " << i;
+        ASSERT_NEAR(got[i], ref[k].w[i], 1e-12)
+            << "step " << step << " tensor " << k << " elem " << i;
     }
   }
 }
@@ -93,7 +94,9 @@ TEST(NovoGrad, FirstStepIsTheNormalisedGradient) {
 }
 
 TEST(NovoGrad, StateRoundTripGivesIdenticalContinuation) {
-  auto make = [] { return torch::linspace(-2, 3, 20, torch::kFloat64).reshape({4, 5}).requires_grad_(); };
+  auto make = [] {
+    return torch::linspace(-2, 3, 20, torch::kFloat64).reshape({4, 5}).requires_grad_();
+  };
   auto a = make(), b = make();
   NovoGradOptions o(0.1);
   o.weight_decay(1e-3).amsgrad(true);

@@ -44,9 +44,9 @@ TEST(Decays, ClosedFormValues) {
 // formula the schedule uses.
 TEST(Decays, MultiStepDividesAtEachMilestone) {
   auto s = multi_step(0.1, {30, 60, 80}, 0.1);
-  const std::pair<int64_t, double> expected[] = {
-      {0, 0.1}, {29, 0.1}, {30, 0.01}, {59, 0.01}, {60, 0.001}, {79, 0.001},
-      {80, 0.0001}, {90, 0.0001}, {10000, 0.0001}};
+  const std::pair<int64_t, double> expected[] = {{0, 0.1},     {29, 0.1},    {30, 0.01},
+                                                 {59, 0.01},   {60, 0.001},  {79, 0.001},
+                                                 {80, 0.0001}, {90, 0.0001}, {10000, 0.0001}};
   for (auto [epoch, lr] : expected) EXPECT_NEAR(s->lr_at(epoch), lr, 1e-15) << "epoch " << epoch;
   EXPECT_DOUBLE_EQ(multi_step(1.0, {1}, 0.5)->lr_at(1), 0.5);
   EXPECT_THROW(multi_step(0.1, {}, 0.1), InvalidArgument);
@@ -110,8 +110,8 @@ TEST(OneCycle, RisesToThePeakThenAnnealsToTheFloor) {
   EXPECT_NEAR(s->lr_at(100), 0.004 / 1e4, 1e-15);
   EXPECT_NEAR(s->lr_at(1000), 0.004 / 1e4, 1e-15);
   // Linear legs: a quarter of the way down is a quarter of the drop.
-  auto lin = one_cycle(1.0, 100, {.pct_start = 0.2, .div_factor = 10, .final_div_factor = 10,
-                                  .cosine = false});
+  auto lin = one_cycle(
+      1.0, 100, {.pct_start = 0.2, .div_factor = 10, .final_div_factor = 10, .cosine = false});
   EXPECT_NEAR(lin->lr_at(10), (0.1 + 1.0) / 2, 1e-12);
   EXPECT_NEAR(lin->lr_at(40), 1.0 - 0.25 * (1.0 - 0.01), 1e-12);
   EXPECT_NEAR(one_cycle(1.0, 10, {.pct_start = 1.0})->lr_at(10), 1.0, 1e-12);

@@ -21,9 +21,9 @@ TEST(SwitchedOptimizer, FirstOptimizerBeforeTheSwitchThenPlainSgd) {
   auto w = ::torch::tensor({1.0, -2.0, 0.5}, ::torch::kFloat64).requires_grad_();
   auto reference = w.detach().clone().requires_grad_();
   auto rms = std::make_shared<::torch::optim::RMSprop>(std::vector<::torch::Tensor>{w},
-                                                     ::torch::optim::RMSpropOptions(0.01));
+                                                       ::torch::optim::RMSpropOptions(0.01));
   auto sgd = std::make_shared<::torch::optim::SGD>(std::vector<::torch::Tensor>{w},
-                                                 ::torch::optim::SGDOptions(0.1));
+                                                   ::torch::optim::SGDOptions(0.1));
   ::torch::optim::RMSprop rms_alone({reference}, ::torch::optim::RMSpropOptions(0.01));
   SwitchedOptimizer opt(rms, sgd, OptimizerSwitch{.switch_epoch = 2});
   for (int64_t epoch = 0; epoch < 4; ++epoch) {
@@ -48,7 +48,7 @@ TEST(SwitchedOptimizer, FirstOptimizerBeforeTheSwitchThenPlainSgd) {
 TEST(SwitchedOptimizer, RejectsMissingOptimizersAndNegativeEpochs) {
   auto w = ::torch::zeros({2}, ::torch::requires_grad());
   auto sgd = std::make_shared<::torch::optim::SGD>(std::vector<::torch::Tensor>{w},
-                                                 ::torch::optim::SGDOptions(0.1));
+                                                   ::torch::optim::SGDOptions(0.1));
   EXPECT_THROW(SwitchedOptimizer(nullptr, sgd, {}), InvalidArgument);
   EXPECT_THROW(SwitchedOptimizer(sgd, sgd, OptimizerSwitch{.switch_epoch = -1}), InvalidArgument);
   auto other = std::make_shared<::torch::optim::SGD>(

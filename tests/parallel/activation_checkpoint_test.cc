@@ -53,7 +53,8 @@ struct Outcome {
 
 // One forward and backward with the global generator seeded; `model` is the
 // plain or the checkpointed layout of the same layers.
-Outcome run(nn::Sequential model, ::torch::Dtype dtype, lt::Precision precision = lt::Precision::kFp32,
+Outcome run(nn::Sequential model, ::torch::Dtype dtype,
+            lt::Precision precision = lt::Precision::kFp32,
             ::torch::Device device = ::torch::kCPU) {
   auto [cpu_x, cpu_y] = make_batch(dtype);
   model->to(device);
@@ -92,8 +93,8 @@ TEST(ActivationCheckpoint, GradientsBitwiseEqualInF32AndF64) {
 
 TEST(ActivationCheckpoint, DropoutMasksAreReplayed) {
   const Outcome plain = run(make_model(3, 0.5, ::torch::kFloat32), ::torch::kFloat32);
-  const Outcome ckpt = run(checkpoint_layers(make_model(3, 0.5, ::torch::kFloat32), 3),
-                       ::torch::kFloat32);
+  const Outcome ckpt =
+      run(checkpoint_layers(make_model(3, 0.5, ::torch::kFloat32), 3), ::torch::kFloat32);
   expect_bitwise(plain, ckpt, "dropout 0.5");
   // The check has teeth: another seed draws other masks, other gradients.
   auto model = make_model(3, 0.5, ::torch::kFloat32);
@@ -104,10 +105,10 @@ TEST(ActivationCheckpoint, DropoutMasksAreReplayed) {
 }
 
 TEST(ActivationCheckpoint, Bf16AutocastGradientsBitwiseEqual) {
-  const Outcome plain = run(make_model(3, 0.25, ::torch::kFloat32), ::torch::kFloat32,
-                        lt::Precision::kBf16);
+  const Outcome plain =
+      run(make_model(3, 0.25, ::torch::kFloat32), ::torch::kFloat32, lt::Precision::kBf16);
   const Outcome ckpt = run(checkpoint_layers(make_model(3, 0.25, ::torch::kFloat32), 2),
-                       ::torch::kFloat32, lt::Precision::kBf16);
+                           ::torch::kFloat32, lt::Precision::kBf16);
   expect_bitwise(plain, ckpt, "bf16 autocast");
   // Autocast really ran (bf16 compute gives other gradients than fp32).
   const Outcome fp32 = run(make_model(3, 0.25, ::torch::kFloat32), ::torch::kFloat32);
@@ -148,11 +149,12 @@ TEST(ActivationCheckpoint, HoldsOnlySegmentInputsAndPeaksLower) {
   EXPECT_GE(ckpt.held_after_forward, 4 * kActivation + logits + 5 * rng);
   EXPECT_LE(ckpt.held_after_forward, 4 * kActivation + 2 * logits + 5 * rng + loss);
   EXPECT_LT(ckpt.peak, plain.peak);
-  std::printf("activation bytes (one layer output: %lld): held after forward %lld plain, %lld "
-              "checkpointed; peak %lld plain, %lld checkpointed\n",
-              static_cast<long long>(kActivation), static_cast<long long>(plain.held_after_forward),
-              static_cast<long long>(ckpt.held_after_forward), static_cast<long long>(plain.peak),
-              static_cast<long long>(ckpt.peak));
+  std::printf(
+      "activation bytes (one layer output: %lld): held after forward %lld plain, %lld "
+      "checkpointed; peak %lld plain, %lld checkpointed\n",
+      static_cast<long long>(kActivation), static_cast<long long>(plain.held_after_forward),
+      static_cast<long long>(ckpt.held_after_forward), static_cast<long long>(plain.peak),
+      static_cast<long long>(ckpt.peak));
 }
 
 TEST(ActivationCheckpoint, WrapperKeepsNamesAndReachesTrainEval) {
@@ -175,8 +177,8 @@ TEST(ActivationCheckpoint, WrapperKeepsNamesAndReachesTrainEval) {
 TEST(ActivationCheckpoint, CudaDropoutMasksAreReplayed) {
   if (!::torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const ::torch::Device cuda(::torch::kCUDA, 0);
-  const Outcome plain = run(make_model(3, 0.5, ::torch::kFloat32), ::torch::kFloat32,
-                            lt::Precision::kFp32, cuda);
+  const Outcome plain =
+      run(make_model(3, 0.5, ::torch::kFloat32), ::torch::kFloat32, lt::Precision::kFp32, cuda);
   const Outcome ckpt = run(checkpoint_layers(make_model(3, 0.5, ::torch::kFloat32), 3),
                            ::torch::kFloat32, lt::Precision::kFp32, cuda);
   expect_bitwise(plain, ckpt, "CUDA dropout 0.5");
@@ -205,8 +207,9 @@ void expect_data_parallel_steps_bitwise_equal() {
     auto model = make_model(2, 0.25, ::torch::kFloat32);
     if (checkpointed) model = checkpoint_layers(model, 3);
     ::torch::optim::SGD sgd(model->parameters(), 0.1);
-    lt::DistributedOptimizer dist(sgd, *model, {.name_prefix = fmt::format("dp{}", checkpointed),
-                                                .overlap = lt::Overlap::kOn});
+    lt::DistributedOptimizer dist(
+        sgd, *model,
+        {.name_prefix = fmt::format("dp{}", checkpointed), .overlap = lt::Overlap::kOn});
     auto [x, y] = make_batch(::torch::kFloat32);
     ::torch::manual_seed(31 + lt::rank());
     for (int step = 0; step < 2; ++step) {
@@ -235,7 +238,8 @@ TEST(ActivationCheckpoint, PipelineOfCheckpointedSegmentsMatchesOneProcess) {
     expect_data_parallel_steps_bitwise_equal();
     for (Schedule schedule : {Schedule::kGPipe, Schedule::k1F1B}) {
       Pipeline pipe(checkpoint_layers(make_model(3, 0, ::torch::kFloat32), 2),
-                    {.micro_batches = 4, .schedule = schedule,
+                    {.micro_batches = 4,
+                     .schedule = schedule,
                      .name = fmt::format("ckpt{}", static_cast<int>(schedule))});
       auto [x, y] = make_batch(::torch::kFloat32);
       pipe.train_step(x, y, [](const Tensor& out, const Tensor& target) {

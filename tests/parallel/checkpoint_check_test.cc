@@ -20,8 +20,8 @@ namespace lockstep::parallel {
 namespace {
 
 namespace lt = lockstep::torch;
-using ::testing::HasSubstr;
 using testing::CheckpointDir;
+using ::testing::HasSubstr;
 using testing::local_batch;
 
 ::torch::nn::Sequential model_of_width(int64_t hidden, uint64_t seed) {
@@ -50,16 +50,16 @@ TEST(ShardedCheckpointCheck, FsdpThroughTheDataParallelSaveIsRefusedAndWritesNot
     FullyShardedModel fsdp(model_of_width(16, 1));
     ::torch::optim::Adam adam(fsdp.parameters(), 0.01);
     fsdp_step(fsdp, adam, 0);
-    EXPECT_THAT([&] { lt::save_checkpoint(path, fsdp.wrapped(), adam, {}); },
-                ::testing::ThrowsMessage<InvalidArgument>(
-                    HasSubstr("pass the FullyShardedModel instead")));
+    EXPECT_THAT(
+        [&] { lt::save_checkpoint(path, fsdp.wrapped(), adam, {}); },
+        ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("pass the FullyShardedModel instead")));
     EXPECT_FALSE(std::filesystem::exists(path));
     // The checkpoint directory's whole-model overloads refuse it the same way.
     const std::string root = path + ".dir";
     CheckpointWriter writer(root);
-    EXPECT_THAT([&] { writer.save(fsdp.wrapped(), adam, {}); },
-                ::testing::ThrowsMessage<InvalidArgument>(
-                    HasSubstr("CheckpointWriter::save(fsdp, ...)")));
+    EXPECT_THAT(
+        [&] { writer.save(fsdp.wrapped(), adam, {}); },
+        ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("CheckpointWriter::save(fsdp, ...)")));
     lt::TrainingProgress progress;
     EXPECT_THAT([&] { load_checkpoint_dir(root, fsdp.wrapped(), adam, progress); },
                 ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("load_checkpoint_dir")));
@@ -128,8 +128,7 @@ TEST(ShardedCheckpointCheck, TensorParallelThroughTheOneRankCallsIsRefusedByName
                                   ColumnParallelLinear(ColumnParallelLinearOptions(8, 6)));
     ::torch::optim::SGD sgd(model->parameters(), 0.1);
     lt::TrainingProgress progress;
-    for (int load = 0; load < 2; ++load)
-      try {
+    for (int load = 0; load < 2; ++load) try {
         if (load)
           lt::load_checkpoint(path, *model, sgd, progress);
         else
@@ -172,7 +171,8 @@ TEST(ShardedCheckpointCheck, TensorParallelCheckpointDirectoryLoadsDenseAndTenso
     // Dense: the whole 6x8 weight, this rank's rows equal to its slice.
     ::torch::manual_seed(7);
     ::torch::nn::Sequential dense(::torch::nn::Linear(8, 8), ::torch::nn::Linear(8, 6));
-    ::torch::optim::SGD dense_sgd(dense->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
+    ::torch::optim::SGD dense_sgd(dense->parameters(),
+                                  ::torch::optim::SGDOptions(0.1).momentum(0.9));
     lt::TrainingProgress progress;
     ASSERT_TRUE(load_checkpoint_dir(root, *dense, dense_sgd, progress));
     EXPECT_EQ(progress.user, "tp");
@@ -181,9 +181,11 @@ TEST(ShardedCheckpointCheck, TensorParallelCheckpointDirectoryLoadsDenseAndTenso
     EXPECT_TRUE(whole["1.weight"].narrow(0, 3 * r, 3).equal(local["1.weight"]));
     // Tensor-parallel again, from other initial values.
     auto fresh = make_tp(9);
-    ::torch::optim::SGD fresh_sgd(fresh->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
+    ::torch::optim::SGD fresh_sgd(fresh->parameters(),
+                                  ::torch::optim::SGDOptions(0.1).momentum(0.9));
     ASSERT_TRUE(load_checkpoint_dir(root, model_parts(*fresh), fresh_sgd, progress));
-    for (const auto& item : local) EXPECT_TRUE(fresh->named_parameters()[item.key()].equal(item.value()));
+    for (const auto& item : local)
+      EXPECT_TRUE(fresh->named_parameters()[item.key()].equal(item.value()));
     // The momentum came back too: one more identical step stays identical.
     for (auto* pair : {&tp, &fresh}) {
       auto& opt = pair == &tp ? sgd : fresh_sgd;

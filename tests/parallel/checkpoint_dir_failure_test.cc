@@ -57,7 +57,8 @@ TEST(CheckpointDirFailure, BackgroundWriteErrorIsRethrownBySaveAndPollAndWait) {
   CheckpointWriter writer(root, {.async = true});
   fs::remove_all(root);
   std::ofstream(root) << "a file where the root directory should be";  // root cannot stop root
-  writer.save(*model, sgd, {.epoch = 0, .step = 1, .sampler = {}, .user = {}});  // returns: snapshot only
+  writer.save(*model, sgd,
+              {.epoch = 0, .step = 1, .sampler = {}, .user = {}});  // returns: snapshot only
   try {
     writer.save(*model, sgd, {.epoch = 0, .step = 2, .sampler = {}, .user = {}});
     ADD_FAILURE() << "the failed background write was not reported by the next save";
@@ -166,13 +167,14 @@ bool has_step_at_least(const std::string& root, int64_t step) {
 
 bool has_incomplete_step(const std::string& root) {
   for (const auto& e : fs::directory_iterator(root))
-    if (e.path().filename().string().rfind("step-", 0) == 0 && !fs::exists(e.path() / "manifest.json"))
+    if (e.path().filename().string().rfind("step-", 0) == 0 &&
+        !fs::exists(e.path() / "manifest.json"))
       return true;
   return false;
 }
 
 void kill_during_saves(bool async) {
-  ::torch::set_num_threads(1);  // no thread pool across fork()
+  ::torch::set_num_threads(1);                       // no thread pool across fork()
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // the ranks become ours to reap
   const fs::path dir = fresh(async ? "kill-async" : "kill-sync");
   const std::string root = (dir / "ckpt").string();

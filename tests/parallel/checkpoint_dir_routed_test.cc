@@ -190,7 +190,8 @@ TEST_F(RoutedCheckpointTest, ARankHoldingNoTensorSavesAndLoads) {
     train(fsdp, *lamb, 3);
     CheckpointWriter(a).save(fsdp, *lamb, kProgress);
   });
-  run_torch_workers(2, [&] { load_fsdp_and_compare(a, {.optimizer = "lamb", .compute = std::nullopt}); });
+  run_torch_workers(
+      2, [&] { load_fsdp_and_compare(a, {.optimizer = "lamb", .compute = std::nullopt}); });
 }
 
 // A module whose parameters outside the units (the root unit) stay gathered.
@@ -267,13 +268,13 @@ void save_zero_both(int stage, const std::string& routed, const std::string& ful
   }
   CheckpointWriter(routed).save(*model, zero, kProgress);
   CheckpointWriter reference(full);
-  zero.with_full_view(zero.gather_full_state(),
-                      [&] { reference.save(*model, adam, kProgress); });
+  zero.with_full_view(zero.gather_full_state(), [&] { reference.save(*model, adam, kProgress); });
 }
 
 TEST_F(RoutedCheckpointTest, ZeroWritesTheFullViewsFilesAndLoadsItsRanges) {
   for (int stage : {1, 2}) {
-    const std::string a = root(fmt::format("routed-{}", stage)), b = root(fmt::format("full-{}", stage));
+    const std::string a = root(fmt::format("routed-{}", stage)),
+                      b = root(fmt::format("full-{}", stage));
     run_torch_workers(3, [&] { save_zero_both(stage, a, b); });
     expect_same_files(a, b);
     run_torch_workers(2, [&] {

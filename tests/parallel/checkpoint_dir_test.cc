@@ -47,8 +47,8 @@ double train_step(::torch::nn::Sequential& model, Wrapper& dist, int step) {
   auto x = ::torch::randn({kGlobalBatch, 8}, g), y = ::torch::randn({kGlobalBatch, 4}, g);
   const int64_t rows = kGlobalBatch / lt::size();
   dist.zero_grad();
-  auto loss = ::torch::nn::functional::mse_loss(model->forward(x.narrow(0, lt::rank() * rows, rows)),
-                                                y.narrow(0, lt::rank() * rows, rows));
+  auto loss = ::torch::nn::functional::mse_loss(
+      model->forward(x.narrow(0, lt::rank() * rows, rows)), y.narrow(0, lt::rank() * rows, rows));
   loss.backward();
   dist.step();
   return lt::allreduce(loss.detach(), fmt::format("loss.{}", step)).item<double>();
@@ -78,8 +78,9 @@ void write_and_continue(const std::string& root, const std::string& reference) {
   std::vector<double> losses;
   for (int s = kBefore; s < kBefore + kAfter; ++s) losses.push_back(train_step(model, dist, s));
   if (lt::rank() == 0)
-    ::torch::save(std::vector<Tensor>{::torch::tensor(losses, ::torch::kFloat64), flat_parameters(*model)},
-                  reference);
+    ::torch::save(
+        std::vector<Tensor>{::torch::tensor(losses, ::torch::kFloat64), flat_parameters(*model)},
+        reference);
 }
 
 void resume_and_compare(const std::string& root, const std::string& reference, bool bitwise) {
@@ -104,7 +105,8 @@ void resume_and_compare(const std::string& root, const std::string& reference, b
     if (bitwise) {
       EXPECT_EQ(loss, want) << "step " << kBefore + i;
     } else {
-      EXPECT_NEAR(loss, want, 1e-5 * std::max(1.0, want)) << "step " << kBefore + i << " at " << lt::size();
+      EXPECT_NEAR(loss, want, 1e-5 * std::max(1.0, want))
+          << "step " << kBefore + i << " at " << lt::size();
     }
   }
   if (bitwise) {
@@ -117,8 +119,8 @@ TEST_F(CheckpointDirTest, DataParallelAtTwoResumesBitwiseAtTwoAndAtOneAndThree) 
   run_torch_workers(2, [&] { write_and_continue(r, ref); });
   ASSERT_TRUE(fs::is_regular_file(r + "/step-00000003/manifest.json"));
   for (const char* f : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-                        "optimizer-00001-of-00002.safetensors", "optimizer-00002-of-00002.safetensors",
-                        "model.safetensors.index.json"})
+                        "optimizer-00001-of-00002.safetensors",
+                        "optimizer-00002-of-00002.safetensors", "model.safetensors.index.json"})
     EXPECT_TRUE(fs::is_regular_file(r + "/step-00000003/" + f)) << f;
   EXPECT_FALSE(fs::exists(r + "/step-00000003/rank-0.done")) << "markers are removed";
   run_torch_workers(2, [&] { resume_and_compare(r, ref, /*bitwise=*/true); });
@@ -133,7 +135,8 @@ void write_zero_and_continue(const std::string& root, const std::string& referen
   ::torch::optim::Adam adam(model->parameters(), 0.02);
   ShardedOptimizer zero(adam, *model, {.stage = 2, .bucket_bytes = 256});
   for (int s = 0; s < kBefore; ++s) train_step(model, zero, s);
-  CheckpointWriter(root, {.async = true}).save(*model, zero, {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
+  CheckpointWriter(root, {.async = true})
+      .save(*model, zero, {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
   std::vector<double> losses;
   for (int s = kBefore; s < kBefore + kAfter; ++s) losses.push_back(train_step(model, zero, s));
   if (lt::rank() == 0) ::torch::save(::torch::tensor(losses, ::torch::kFloat64), reference);
@@ -157,7 +160,8 @@ void resume_zero_and_compare(const std::string& root, const std::string& referen
   }
   EXPECT_EQ(progress.step, kBefore);
   for (int i = 0; i < kAfter; ++i)
-    EXPECT_NEAR(losses[i], expected[i].item<double>(), 1e-5) << "step " << kBefore + i << " at " << lt::size();
+    EXPECT_NEAR(losses[i], expected[i].item<double>(), 1e-5)
+        << "step " << kBefore + i << " at " << lt::size();
 }
 
 TEST_F(CheckpointDirTest, ZeroAtTwoResumesAsZeroAtThreeAndPlainAtOne) {
@@ -188,7 +192,8 @@ TEST_F(CheckpointDirTest, AsyncSaveWritesTheBytesSyncSaveWrites) {
     train_step(model, dist, kBefore);  // changes parameters and moments while the write runs
     async.wait();
   });
-  const fs::path a = fs::path(sync_root) / "step-00000003", b = fs::path(async_root) / "step-00000003";
+  const fs::path a = fs::path(sync_root) / "step-00000003",
+                 b = fs::path(async_root) / "step-00000003";
   int files = 0;
   for (const auto& e : fs::directory_iterator(a)) {
     ++files;
@@ -238,9 +243,11 @@ TEST_F(CheckpointDirTest, ModelFilesArePlainSafetensorsThroughTheirIndex) {
   EXPECT_FALSE(lt::read_safetensors_info(step + "/model-00002-of-00002.safetensors").empty());
   std::vector<std::string> state;
   for (int f = 1; f <= 2; ++f)
-    for (const auto& info : lt::read_safetensors_info(fmt::format("{}/optimizer-{:05d}-of-00002.safetensors", step, f)))
+    for (const auto& info : lt::read_safetensors_info(
+             fmt::format("{}/optimizer-{:05d}-of-00002.safetensors", step, f)))
       state.push_back(info.name);
-  EXPECT_THAT(state, ::testing::IsSupersetOf({"0.weight.exp_avg", "0.weight.exp_avg_sq", "0.weight.step"}));
+  EXPECT_THAT(
+      state, ::testing::IsSupersetOf({"0.weight.exp_avg", "0.weight.exp_avg_sq", "0.weight.step"}));
 }
 
 // Written at 2 by FSDP; the reference is the whole-model file of
@@ -275,9 +282,12 @@ Tensor everything(::torch::nn::Module& module, ::torch::optim::Optimizer& optimi
   std::vector<Tensor> parts{flat_parameters(module)};
   for (const auto& p : optimizer.param_groups()[0].params())
     for (const auto& [key, value] : state_values(*optimizer.state().at(state_key(p))))
-      if (value.isTensor() && !value.toTensor().defined()) continue;
-      else if (value.isTensor()) parts.push_back(value.toTensor().flatten().to(::torch::kFloat64));
-      else parts.push_back(::torch::tensor({static_cast<double>(value.toInt())}, ::torch::kFloat64));
+      if (value.isTensor() && !value.toTensor().defined())
+        continue;
+      else if (value.isTensor())
+        parts.push_back(value.toTensor().flatten().to(::torch::kFloat64));
+      else
+        parts.push_back(::torch::tensor({static_cast<double>(value.toInt())}, ::torch::kFloat64));
   return ::torch::cat(parts);
 }
 
@@ -298,8 +308,9 @@ void load_fsdp_and_compare(const std::string& root, const std::string& reference
   ::torch::optim::Adam adam(fsdp.parameters(), 0.01);
   ASSERT_TRUE(load_checkpoint_dir(root, fsdp, adam, progress));
   EXPECT_EQ(progress.step, 3);
-  fsdp.with_full_view(adam, /*keep_changes=*/false,
-                      [&] { EXPECT_TRUE(::torch::equal(everything(fsdp.wrapped(), adam), expected)); });
+  fsdp.with_full_view(adam, /*keep_changes=*/false, [&] {
+    EXPECT_TRUE(::torch::equal(everything(fsdp.wrapped(), adam), expected));
+  });
 }
 
 TEST_F(CheckpointDirTest, FullyShardedAtTwoLoadsAtOneAndThree) {
@@ -322,7 +333,8 @@ TEST_F(CheckpointDirTest, RetentionKeepsExactlyTheNewestK) {
     for (const auto& e : fs::directory_iterator(r))
       if (e.path().filename().string().rfind("step-", 0) == 0) steps.push_back(e.path().filename());
     std::sort(steps.begin(), steps.end());
-    EXPECT_EQ(steps, (std::vector<std::string>{"step-00000004", "step-00000005"})) << "async " << async;
+    EXPECT_EQ(steps, (std::vector<std::string>{"step-00000004", "step-00000005"}))
+        << "async " << async;
     EXPECT_EQ(newest_checkpoint_dir(r), r + "/step-00000005");
   }
 }
@@ -348,7 +360,8 @@ TEST_F(CheckpointDirTest, AnotherModelIsRefusedBeforeAnythingChanges) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("0.weight"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("step-00000007"));
   }
-  EXPECT_TRUE(::torch::equal(everything(*other, other_adam), before)) << "the model or optimizer changed";
+  EXPECT_TRUE(::torch::equal(everything(*other, other_adam), before))
+      << "the model or optimizer changed";
   EXPECT_EQ(progress.step, 50);
   EXPECT_EQ(progress.sampler, "mine");
   // Another optimizer type over the right model is refused too, naming both.

@@ -37,8 +37,8 @@ double train_step(::torch::nn::Sequential& model, Wrapper& wrapper, int step) {
   auto [x, y] = global_batch(step);
   const int64_t rows = kGlobalBatch / lt::size();
   wrapper.zero_grad();
-  auto loss = ::torch::nn::functional::mse_loss(model->forward(x.narrow(0, lt::rank() * rows, rows)),
-                                                y.narrow(0, lt::rank() * rows, rows));
+  auto loss = ::torch::nn::functional::mse_loss(
+      model->forward(x.narrow(0, lt::rank() * rows, rows)), y.narrow(0, lt::rank() * rows, rows));
   loss.backward();
   wrapper.step();
   return lt::allreduce(loss.detach(), fmt::format("loss.{}", step)).item<double>();
@@ -71,7 +71,8 @@ void write(Kind kind, const std::string& path) {
   } else {
     lt::DistributedOptimizer dist(adam, *model);
     for (int s = 0; s < kBefore; ++s) train_step(model, dist, s);
-    lt::save_checkpoint(path, *model, adam, {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
+    lt::save_checkpoint(path, *model, adam,
+                        {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
   }
 }
 

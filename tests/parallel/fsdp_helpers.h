@@ -21,13 +21,14 @@ namespace lockstep::parallel::testing {
 
 constexpr int64_t kGlobalBatch = 8;
 
-inline std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const std::string& kind,
-                                                                 std::vector<::torch::Tensor> params) {
+inline std::unique_ptr<::torch::optim::Optimizer> make_optimizer(
+    const std::string& kind, std::vector<::torch::Tensor> params) {
   if (kind == "adam")
     return std::make_unique<::torch::optim::Adam>(params, ::torch::optim::AdamOptions(0.01));
   if (kind == "lamb")
     return std::make_unique<optim::Lamb>(params, optim::LambOptions(0.01).weight_decay(0.01));
-  return std::make_unique<::torch::optim::SGD>(params, ::torch::optim::SGDOptions(0.05).momentum(0.9));
+  return std::make_unique<::torch::optim::SGD>(params,
+                                               ::torch::optim::SGDOptions(0.05).momentum(0.9));
 }
 
 // This rank's rows of step s's global batch (8 inputs, 4 targets).
@@ -64,7 +65,8 @@ template <class MakeModel>
     }
     half->to(::torch::kBFloat16);
     auto [x, y] = local_batch(s);
-    ::torch::nn::functional::mse_loss(half->forward(x.to(::torch::kBFloat16)).to(::torch::kFloat32), y)
+    ::torch::nn::functional::mse_loss(half->forward(x.to(::torch::kBFloat16)).to(::torch::kFloat32),
+                                      y)
         .backward();
     reference.zero_grad();
     for (size_t i = 0; i < half->parameters().size(); ++i)

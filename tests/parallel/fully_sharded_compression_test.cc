@@ -41,7 +41,8 @@ Tensor train_data_parallel(Compression compression) {
   ::torch::optim::Adam adam(model->parameters(), 0.01);
   lt::DistributedOptimizer dist(
       adam, *model,
-      {.compression = compression, .name_prefix = fmt::format("dp{}", static_cast<int>(compression))});
+      {.compression = compression,
+       .name_prefix = fmt::format("dp{}", static_cast<int>(compression))});
   for (int s = 0; s < kSteps; ++s) {
     auto [x, y] = local_batch(s);
     dist.zero_grad();
@@ -107,8 +108,8 @@ void check_follows_data_parallel_compression(bool hybrid) {
 // whose count varies with timing by a few hundred bytes, stay under 1%.
 uint64_t step_payload(std::optional<::torch::ScalarType> reduce_dtype, const std::string& name,
                       int64_t* padded) {
-  FullyShardedModel fsdp(make_model(1000), {.layers_per_unit = 2, .reduce_dtype = reduce_dtype,
-                                            .name = name});
+  FullyShardedModel fsdp(make_model(1000),
+                         {.layers_per_unit = 2, .reduce_dtype = reduce_dtype, .name = name});
   ::torch::optim::Adam adam(fsdp.parameters(), 0.01);
   *padded = fsdp.shard_elements() * lt::size();
   uint64_t bytes = 0;
@@ -131,8 +132,9 @@ void check_reduce_scatter_bytes_halve() {
   const double saved = 2.0 * static_cast<double>(padded);
   EXPECT_NEAR(f32 - bf16, saved, 0.02 * saved) << f32 << " vs " << bf16;
   if (lt::rank() == 0)
-    std::printf("payload per step: %.0f B uncompressed, %.0f B bf16 (saved %.0f, closed form %.0f)\n",
-                f32, bf16, f32 - bf16, saved);
+    std::printf(
+        "payload per step: %.0f B uncompressed, %.0f B bf16 (saved %.0f, closed form %.0f)\n", f32,
+        bf16, f32 - bf16, saved);
 }
 
 // ZeRO-1/2 with reduce_dtype against the same DistributedOptimizer runs.
@@ -140,7 +142,8 @@ Tensor train_zero(Compression compression, int stage) {
   auto model = make_model();
   ::torch::optim::Adam adam(model->parameters(), 0.01);
   ShardedOptimizer zero(adam, *model,
-                        {.stage = stage, .reduce_dtype = fsdp_reduce_dtype(compression),
+                        {.stage = stage,
+                         .reduce_dtype = fsdp_reduce_dtype(compression),
                          .name = fmt::format("zero{}.{}", static_cast<int>(compression), stage)});
   for (int s = 0; s < kSteps; ++s) {
     auto [x, y] = local_batch(s);

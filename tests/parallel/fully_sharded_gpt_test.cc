@@ -127,9 +127,8 @@ void check_mlp(const Recipe& r, const std::string& kind, FullyShardedOptions o =
   o.name = fmt::format("{}.{}{}{}{}", o.name, kind, r.passes, r.max_norm, r.norm_type);
   FullyShardedModel fsdp(model, o);
   auto opt = make_optimizer(kind, fsdp.parameters());
-  const auto norms = train_fsdp(fsdp, r, *opt, [&](int b) {
-    return mlp_loss([&](Tensor x) { return fsdp.forward(x); }, b);
-  });
+  const auto norms = train_fsdp(
+      fsdp, r, *opt, [&](int b) { return mlp_loss([&](Tensor x) { return fsdp.forward(x); }, b); });
   const std::string what = fmt::format("{} passes={} max_norm={} norm_type={} on {} ranks", kind,
                                        r.passes, r.max_norm, r.norm_type, lt::size());
   EXPECT_LE(relative_error(whole(fsdp), flat_parameters(*dense)), 1e-6) << what;
@@ -231,16 +230,17 @@ Tensor gpt_loss(Gpt& gpt, int b) {
 
 void check_gpt(Tie tie, const Recipe& r, FullyShardedOptions o = {}) {
   Gpt dense(Tie::kNone);
-  const auto expected_norms = train_dp(*dense, r, "adam", [&](int b) { return gpt_loss(dense, b); });
+  const auto expected_norms =
+      train_dp(*dense, r, "adam", [&](int b) { return gpt_loss(dense, b); });
   Gpt gpt(tie);
   o.name = fmt::format("gpt{}{}{}{}", static_cast<int>(tie), r.passes, r.max_norm, o.name);
   FullyShardedModel fsdp(gpt, o);
   EXPECT_EQ(fsdp.units(), tie == Tie::kOneUnit ? 4 : 3);  // + the root
   auto opt = make_optimizer("adam", fsdp.parameters());
   const auto norms = train_fsdp(fsdp, r, *opt, [&](int b) { return gpt_loss(gpt, b); });
-  const std::string what = fmt::format("tie {} passes={} max_norm={} {} on {} ranks",
-                                       static_cast<int>(tie), r.passes, r.max_norm, o.name,
-                                       lt::size());
+  const std::string what =
+      fmt::format("tie {} passes={} max_norm={} {} on {} ranks", static_cast<int>(tie), r.passes,
+                  r.max_norm, o.name, lt::size());
   EXPECT_LE(relative_error(whole(fsdp), flat_parameters(*dense)), 1e-6) << what;
   expect_same_norms(norms, expected_norms, r, what);
 }
@@ -255,8 +255,8 @@ void check_gpt_recipes() {
 
 void check_gpt_hybrid() {
   Mesh mesh({{"replicate", 2}, {"shard", 2}});
-  FullyShardedOptions o{.group = mesh.group("shard"), .replicate = mesh.group("replicate"),
-                        .name = "hsdp"};
+  FullyShardedOptions o{
+      .group = mesh.group("shard"), .replicate = mesh.group("replicate"), .name = "hsdp"};
   check_gpt(Tie::kOneUnit, {.passes = 2, .max_norm = 0.1}, o);
   check_gpt(Tie::kRoot, {.max_norm = 0.1, .norm_type = kInf}, o);
 }
@@ -289,17 +289,24 @@ void check_reads_outside_the_unit_are_named() {
   nn::Linear first(8, 6);
   nn::Sequential seq(first, nn::Tanh(), BorrowedHead(first));
   FullyShardedModel fsdp(seq, {.name = "borrow"});
-  expect_invalid([&] { fsdp.forward(::torch::ones({2, 8})); },
-                 {"layer 2 (in unit 2 (layers 2..2)) read a parameter outside its unit, where it "
-                  "holds no memory (", "0.weight (unit 0 (layers 0..0))", "Tied weights"});
+  expect_invalid(
+      [&] {
+        fsdp.forward(::torch::ones({2, 8}));
+      },
+      {"layer 2 (in unit 2 (layers 2..2)) read a parameter outside its unit, where it "
+       "holds no memory (",
+       "0.weight (unit 0 (layers 0..0))", "Tied weights"});
   auto net = std::make_shared<nn::Module>();  // a unit's forward reads another unit's weight
   auto fc = net->register_module("fc", fsdp_unit(nn::Linear(8, 6)));
   nn::Linear inner(std::dynamic_pointer_cast<nn::LinearImpl>(fc->wrapped()));
   auto head = net->register_module("head", fsdp_unit(BorrowedHead(inner)));
   FullyShardedModel sharded(net, {.name = "borrow2"});
-  expect_invalid([&] { head->forward(::torch::ones({2, 6})); },
-                 {"the forward of unit 1 (head) read a parameter outside its unit",
-                  "fc.weight (unit 0 (fc))"});
+  expect_invalid(
+      [&] {
+        head->forward(::torch::ones({2, 6}));
+      },
+      {"the forward of unit 1 (head) read a parameter outside its unit",
+       "fc.weight (unit 0 (fc))"});
 }
 
 // Over a module with compute_dtype = bf16, a loss on the bf16 output warns
@@ -307,8 +314,8 @@ void check_reads_outside_the_unit_are_named() {
 std::string stderr_of_two_steps(bool cast) {
   auto net = std::make_shared<nn::Module>();
   auto fc = net->register_module("fc", fsdp_unit(nn::Linear(8, 4)));
-  FullyShardedModel fsdp(net, {.compute_dtype = ::torch::kBFloat16,
-                               .name = fmt::format("bf16loss{}", cast)});
+  FullyShardedModel fsdp(
+      net, {.compute_dtype = ::torch::kBFloat16, .name = fmt::format("bf16loss{}", cast)});
   ::torch::optim::SGD sgd(fsdp.parameters(), 0.1);
   ::testing::internal::CaptureStderr();
   try {

@@ -28,10 +28,10 @@ namespace {
 namespace lt = lockstep::torch;
 namespace nn = ::torch::nn;
 namespace F = ::torch::nn::functional;
-using ::testing::HasSubstr;
-using ::torch::Tensor;
 using testing::CheckpointDir;
+using ::testing::HasSubstr;
 using testing::local_batch;
+using ::torch::Tensor;
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -178,7 +178,7 @@ TEST(FullyShardedMisuse, ShutdownAfterAForwardWithoutBackwardReportsNothing) {
     ::torch::NoGradGuard no_grad;
     net->forward(local_batch(2).first);
     net->forward(local_batch(3).first, /*all=*/false);  // stops before c
-    lt::shutdown();  // fsdp is still alive
+    lt::shutdown();                                     // fsdp is still alive
   });
 }
 
@@ -195,7 +195,7 @@ TEST(FullyShardedMisuse, ShutdownAfterABackwardWithoutStepReportsNothing) {
     auto [x, y] = local_batch(1);
     fsdp.zero_grad();
     F::mse_loss(net->forward(x), y).backward();  // no step()
-    lt::shutdown();  // fsdp is still alive
+    lt::shutdown();                              // fsdp is still alive
   });
 }
 

@@ -54,9 +54,9 @@ class Block : public nn::ModuleHolder<BlockImpl> {
 };
 
 struct Shape {
-  bool units = true;        // FullyShardedUnit submodules (false: the plain model)
-  bool inner_units = true;  // block2's fc1 and fc2 units (else block2 is root)
-  bool twice = false;       // block1 runs twice per forward (shared weights)
+  bool units = true;          // FullyShardedUnit submodules (false: the plain model)
+  bool inner_units = true;    // block2's fc1 and fc2 units (else block2 is root)
+  bool twice = false;         // block1 runs twice per forward (shared weights)
   bool checkpointed = false;  // block1 is also Checkpointed (recomputed in backward)
   int64_t d = 16, w = 32;
 };
@@ -267,9 +267,10 @@ void check_memory_below_data_parallel() {
   EXPECT_LT(sharded, dense);
   EXPECT_LE(sharded, dense / lt::size() + 4 * unit + 4 * root);
   if (lt::rank() == 0)
-    fmt::print("[memory] module at {} ranks: data parallel peak {} B, FSDP peak {} B: ratio "
-               "{:.3f}; largest unit {} B\n", lt::size(), dense, sharded,
-               static_cast<double>(sharded) / dense, unit);
+    fmt::print(
+        "[memory] module at {} ranks: data parallel peak {} B, FSDP peak {} B: ratio "
+        "{:.3f}; largest unit {} B\n",
+        lt::size(), dense, sharded, static_cast<double>(sharded) / dense, unit);
 }
 
 // Prefetch is visible in memory: a unit's buffer is allocated while the one
@@ -362,8 +363,11 @@ void check_named_errors() {
                   ::testing::HasSubstr("compute_dtype Int is not a floating type")));
   Net net(Shape{});
   FullyShardedModel fsdp(net, {.name = "errors"});
-  EXPECT_THAT([&] { fsdp.forward(::torch::ones({2, 8})); },
-              ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("own forward")));
+  EXPECT_THAT(
+      [&] {
+        fsdp.forward(::torch::ones({2, 8}));
+      },
+      ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("own forward")));
   EXPECT_THAT([&] { fsdp.module(); },
               ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("use wrapped()")));
   EXPECT_THAT([&] { FullyShardedModel again(net, {.name = "again"}); },

@@ -23,10 +23,10 @@ namespace lockstep::parallel {
 namespace {
 
 using lockstep::torch::testing::flat_parameters;
+using lockstep::torch::testing::run_torch_workers;
 using testing::local_batch;
 using testing::make_optimizer;
 using testing::relative_error;
-using lockstep::torch::testing::run_torch_workers;
 namespace lt = lockstep::torch;
 using ::torch::Tensor;
 
@@ -88,16 +88,16 @@ void check_equals_data_parallel(FullyShardedOptions base = {}) {
         train(fsdp, *opt, 0, kSteps, dtype);
         const double tolerance = dtype == ::torch::kFloat64 ? 1e-12 : 1e-6;
         EXPECT_LE(relative_error(whole_parameters(fsdp), expected), tolerance)
-            << kind << (checkpointed ? " checkpointed" : "") << " " << dtype << " on "
-            << lt::size() << " ranks";
+            << kind << (checkpointed ? " checkpointed" : "") << " " << dtype << " on " << lt::size()
+            << " ranks";
       }
 }
 
 // Peak tracked bytes of training steps, counting what the strategy already
 // holds when they start (allocated inside the tracker's window).
 struct Peak {
-  int64_t steps = 0;     // parameters + gradients + optimizer state + transients
-  int64_t held = 0;      // after construction, before the first step
+  int64_t steps = 0;  // parameters + gradients + optimizer state + transients
+  int64_t held = 0;   // after construction, before the first step
 };
 
 Peak data_parallel_peak(::torch::nn::Sequential (*make)()) {
@@ -109,7 +109,8 @@ Peak data_parallel_peak(::torch::nn::Sequential (*make)()) {
   for (int s = 0; s < 3; ++s) {
     adam.zero_grad();
     auto [x, y] = local_batch(s);
-    ::torch::nn::functional::mse_loss(model->forward(x.repeat({1, 4})), y.repeat({1, 8})).backward();
+    ::torch::nn::functional::mse_loss(model->forward(x.repeat({1, 4})), y.repeat({1, 8}))
+        .backward();
     adam.step();
   }
   peak.steps = tracker.peak_bytes();
@@ -147,9 +148,11 @@ void check_memory_is_one_nth_plus_a_unit() {
       << "FSDP peak " << peak << " B, data parallel " << dense.steps << " B, unit " << unit;
   EXPECT_LE(held, dense.held / n + fsdp.max_unit_elements() * 4);
   if (lt::rank() == 0)
-    fmt::print("[memory] {} ranks: data parallel peak {} B (held {} B), FSDP peak {} B (held {} "
-               "B): ratio {:.3f}; bound DP/N + unit = {} B\n", n, dense.steps, dense.held, peak,
-               held, static_cast<double>(peak) / dense.steps, dense.steps / n + unit);
+    fmt::print(
+        "[memory] {} ranks: data parallel peak {} B (held {} B), FSDP peak {} B (held {} "
+        "B): ratio {:.3f}; bound DP/N + unit = {} B\n",
+        n, dense.steps, dense.held, peak, held, static_cast<double>(peak) / dense.steps,
+        dense.steps / n + unit);
 }
 
 // 30 layers of 128 x 128 whose parameters alone (2 MB) exceed a per-rank
@@ -199,8 +202,8 @@ void check_hybrid_sharding() {
   Mesh mesh({{"replicate", 2}, {"shard", 2}});
   const Tensor expected = train_data_parallel("adam", ::torch::kFloat32);
   auto model = make_model();
-  FullyShardedModel fsdp(model, {.group = mesh.group("shard"),
-                                 .replicate = mesh.group("replicate"), .name = "hsdp"});
+  FullyShardedModel fsdp(
+      model, {.group = mesh.group("shard"), .replicate = mesh.group("replicate"), .name = "hsdp"});
   auto opt = make_optimizer("adam", fsdp.parameters());
   train(fsdp, *opt, 0, kSteps);
   EXPECT_LE(relative_error(whole_parameters(fsdp), expected), 1e-6);
@@ -212,10 +215,11 @@ void check_hybrid_sharding() {
 // gradients averaged, Adam on f32 masters); the masters, read back through
 // a checkpoint into a plain f32 model, agree within 1e-6.
 void check_mixed_precision(const std::string& path) {
-  const Tensor expected = testing::mixed_precision_by_hand([] { return make_model(); }, kSteps, "mp");
+  const Tensor expected =
+      testing::mixed_precision_by_hand([] { return make_model(); }, kSteps, "mp");
   auto model = make_model();
-  FullyShardedModel fsdp(model, {.layers_per_unit = 2, .compute_dtype = ::torch::kBFloat16,
-                                 .name = "mixed"});
+  FullyShardedModel fsdp(
+      model, {.layers_per_unit = 2, .compute_dtype = ::torch::kBFloat16, .name = "mixed"});
   EXPECT_EQ(model->parameters()[0].scalar_type(), ::torch::kBFloat16);
   ::torch::optim::Adam adam(fsdp.parameters(), 0.01);
   train(fsdp, adam, 0, kSteps);
@@ -236,8 +240,8 @@ void check_offload_is_a_no_op_on_the_cpu() {
   Tensor result[2];
   for (bool offload : {false, true}) {
     auto model = make_model();
-    FullyShardedModel fsdp(model, {.offload_optimizer = offload,
-                                   .name = fmt::format("offload{}", offload)});
+    FullyShardedModel fsdp(
+        model, {.offload_optimizer = offload, .name = fmt::format("offload{}", offload)});
     auto opt = make_optimizer("adam", fsdp.parameters());
     train(fsdp, *opt, 0, kSteps);
     result[offload] = whole_parameters(fsdp);
@@ -275,7 +279,9 @@ void check_named_errors() {
               ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("layers_per_unit=0")));
 }
 
-TEST(FullyShardedModel, OneRankIsThePlainModel) { run_torch_workers(1, [] { check_equals_data_parallel(); }); }
+TEST(FullyShardedModel, OneRankIsThePlainModel) {
+  run_torch_workers(1, [] { check_equals_data_parallel(); });
+}
 
 TEST(FullyShardedModel, TwoRanksComputeWhatDataParallelismComputes) {
   run_torch_workers(2, [] {
@@ -396,8 +402,9 @@ TEST_F(FullyShardedCheckpoint, AnotherModelIsANamedError) {
       load_checkpoint(p, other, adam2, progress);
       ADD_FAILURE() << "a checkpoint of another model was loaded";
     } catch (const Error& e) {
-      EXPECT_THAT(e.what(), ::testing::HasSubstr(
-                                "'0.weight' is 40x8 Float in the file but 41x8 Float in the model"));
+      EXPECT_THAT(
+          e.what(),
+          ::testing::HasSubstr("'0.weight' is 40x8 Float in the file but 41x8 Float in the model"));
     }
   });
 }

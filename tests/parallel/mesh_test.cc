@@ -29,7 +29,8 @@ TEST(MeshParse, BadFactorisationsNameTheProblem) {
     }
     return std::string("no error");
   };
-  EXPECT_THAT(message("data=2,tensor=2", 6), ::testing::HasSubstr("covers 4 rank(s) but the job has 6"));
+  EXPECT_THAT(message("data=2,tensor=2", 6),
+              ::testing::HasSubstr("covers 4 rank(s) but the job has 6"));
   EXPECT_THAT(message("data=0,tensor=2", 2), ::testing::HasSubstr("data=0 must be at least 1"));
   EXPECT_THAT(message("data=2,data=1", 2), ::testing::HasSubstr("'data' is given twice"));
   EXPECT_THAT(message("data=two", 2), ::testing::HasSubstr("is not NAME=SIZE"));
@@ -58,17 +59,17 @@ TEST(Mesh, DataByTensorOnFourRanks) {
     EXPECT_EQ(mesh.group("tensor").rank(), r % 2);
     EXPECT_EQ(mesh.rank_at({1, 0}), 2);
     auto t = ::torch::full({3}, static_cast<double>(r), ::torch::kFloat64);
-    auto in_tensor = lt::allreduce(t, "mesh.t", {.op = lt::ReduceOp::kSum,
-                                                 .process_set = mesh.group("tensor").id()});
+    auto in_tensor = lt::allreduce(
+        t, "mesh.t", {.op = lt::ReduceOp::kSum, .process_set = mesh.group("tensor").id()});
     EXPECT_EQ(in_tensor[0].item<double>(), (r / 2 * 2) * 2 + 1);
-    auto in_data = lt::allreduce(t, "mesh.d", {.op = lt::ReduceOp::kSum,
-                                               .process_set = mesh.group("data").id()});
+    auto in_data = lt::allreduce(
+        t, "mesh.d", {.op = lt::ReduceOp::kSum, .process_set = mesh.group("data").id()});
     EXPECT_EQ(in_data[0].item<double>(), (r % 2) * 2 + 2);
-    auto scattered = lt::reduce_scatter(::torch::arange(4, ::torch::kFloat64), "mesh.rs",
-                                        {.op = lt::ReduceOp::kSum,
-                                         .process_set = mesh.group("data").id()});
-    EXPECT_TRUE(scattered.equal(::torch::arange(4, ::torch::kFloat64)
-                                    .narrow(0, 2 * mesh.coordinate("data"), 2) * 2));
+    auto scattered =
+        lt::reduce_scatter(::torch::arange(4, ::torch::kFloat64), "mesh.rs",
+                           {.op = lt::ReduceOp::kSum, .process_set = mesh.group("data").id()});
+    EXPECT_TRUE(scattered.equal(
+        ::torch::arange(4, ::torch::kFloat64).narrow(0, 2 * mesh.coordinate("data"), 2) * 2));
     // A group this rank is not in: it still takes part in creating it.
     auto odd = Group::create({1, 3});
     EXPECT_EQ(odd.is_member(), r % 2 == 1);

@@ -26,7 +26,7 @@ using ::torch::Tensor;
 
 constexpr int kBefore = 3, kAfter = 3;
 constexpr int64_t kIn = 6, kHidden = 10, kOut = 4;  // 10 = 4+3+3 on 3 ranks
-constexpr uint64_t kSeed = 5, kOtherSeed = 77;    // resumed models start elsewhere
+constexpr uint64_t kSeed = 5, kOtherSeed = 77;      // resumed models start elsewhere
 
 void use_f64() { ::torch::set_default_dtype(caffe2::TypeMeta::Make<double>()); }
 
@@ -67,8 +67,8 @@ struct Layout {
   Layout(Kind k, uint64_t seed) : kind(k) {
     model = k == kTensor ? tensor_parallel_model(seed) : dense_model(seed);
     if (k == kPipeline) {
-      pipe = std::make_unique<Pipeline>(model, PipelineOptions{.micro_batches = 2,
-                                                               .partition = {2, 1}});
+      pipe = std::make_unique<Pipeline>(model,
+                                        PipelineOptions{.micro_batches = 2, .partition = {2, 1}});
       parts = model_parts(*pipe);
       adam = std::make_unique<::torch::optim::Adam>(pipe->parameters(), 0.05);
     } else {
@@ -147,7 +147,8 @@ double relative_error(const Tensor& actual, const Tensor& expected) {
 void expect_reference_state(const Layout& layout, const Reference& ref) {
   for (const auto& [name, param] : layout.parts.parameters) {
     auto it = layout.adam->state().find(state_key(param));
-    ASSERT_NE(it, layout.adam->state().end()) << name << " has no Adam state on rank " << lt::rank();
+    ASSERT_NE(it, layout.adam->state().end())
+        << name << " has no Adam state on rank " << lt::rank();
     const StateValues mine = state_values(*it->second);
     const StateValues& whole = ref.state.at(name);
     ASSERT_EQ(mine.size(), whole.size()) << name;
@@ -268,8 +269,9 @@ TEST_F(ModelCheckpointTest, APipelineStageIsRefusedInFavourOfThePipeline) {
     lt::TrainingProgress progress;
     const auto names_the_pipeline = ::testing::ThrowsMessage<InvalidArgument>(
         ::testing::HasSubstr("(path, pipeline, optimizer, progress)"));
-    for (::torch::nn::Module* m : {static_cast<::torch::nn::Module*>(layout.pipe->module().ptr().get()),
-                                   static_cast<::torch::nn::Module*>(layout.model.ptr().get())}) {
+    for (::torch::nn::Module* m :
+         {static_cast<::torch::nn::Module*>(layout.pipe->module().ptr().get()),
+          static_cast<::torch::nn::Module*>(layout.model.ptr().get())}) {
       EXPECT_THAT([&] { lt::save_checkpoint(p, *m, *layout.adam, progress); }, names_the_pipeline);
       EXPECT_THAT([&] { lt::load_checkpoint(p, *m, *layout.adam, progress); }, names_the_pipeline);
       EXPECT_THAT([&] { save_checkpoint(p, *m, *layout.adam, progress); }, names_the_pipeline);
@@ -309,8 +311,8 @@ struct ParallelMlp {
     for (const auto& [name, p] : parts.parameters) {
       auto shard = parts.shards.find(name);
       const int64_t numel = shard == parts.shards.end()
-                                ? p.numel() : p.numel() / p.size(shard->second.dim) *
-                                                  shard->second.full_size;
+                                ? p.numel()
+                                : p.numel() / p.size(shard->second.dim) * shard->second.full_size;
       whole += 3 * numel * static_cast<int64_t>(sizeof(float));
     }
     return whole;
@@ -328,9 +330,11 @@ TEST_F(ModelCheckpointTest, TensorParallelDirectorySaveHoldsLessThanTheWholeMode
     ParallelMlp mlp(3);
     CheckpointWriter writer(root);
     lt::AllocationTracker tracker;
-    writer.save(model_parts(*mlp.model), mlp.adam, {.epoch = 0, .step = 1, .sampler = {}, .user = {}});
+    writer.save(model_parts(*mlp.model), mlp.adam,
+                {.epoch = 0, .step = 1, .sampler = {}, .user = {}});
     EXPECT_GT(tracker.allocations(), 0);
-    EXPECT_LT(tracker.peak_bytes(), mlp.whole_bytes()) << "rank " << lt::rank() << " of " << lt::size();
+    EXPECT_LT(tracker.peak_bytes(), mlp.whole_bytes())
+        << "rank " << lt::rank() << " of " << lt::size();
     std::printf("rank %d: save peak %lld B, whole model + Adam state %lld B\n", lt::rank(),
                 static_cast<long long>(tracker.peak_bytes()),
                 static_cast<long long>(mlp.whole_bytes()));
@@ -365,7 +369,8 @@ TEST_F(ModelCheckpointTest, TensorParallelDirectoryLoadHoldsLessThanTheWholeMode
     const auto want = saved.model->parameters(), got = loaded.model->parameters();
     ASSERT_EQ(want.size(), got.size());
     for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_TRUE(::torch::equal(want[i], got[i])) << "parameter " << i << " on rank " << lt::rank();
+      EXPECT_TRUE(::torch::equal(want[i], got[i]))
+          << "parameter " << i << " on rank " << lt::rank();
       const auto& a = static_cast<const ::torch::optim::AdamParamState&>(
           *saved.adam.state().at(state_key(want[i])));
       const auto& b = static_cast<const ::torch::optim::AdamParamState&>(
@@ -397,8 +402,9 @@ TEST_F(ModelCheckpointTest, ASliceThatDoesNotFitItsShardStopsEveryRankAlike) {
     const auto expected = lt::rank() == 1
                               ? ::testing::HasSubstr("rank 1's slice of 0.weight holds 36 elements")
                               : ::testing::HasSubstr("rank 1 could not take its share of step 2");
-    EXPECT_THAT([&] { writer.save(parts, adam, {.epoch = 0, .step = 2, .sampler = {}, .user = {}}); },
-                ::testing::ThrowsMessage<Error>(expected));
+    EXPECT_THAT(
+        [&] { writer.save(parts, adam, {.epoch = 0, .step = 2, .sampler = {}, .user = {}}); },
+        ::testing::ThrowsMessage<Error>(expected));
     EXPECT_EQ(newest_checkpoint_dir(root), "");
   });
 }
@@ -411,8 +417,8 @@ TEST_F(ModelCheckpointTest, PlainCheckpointResumesAsTensorParallel) {
     use_f64();
     Layout dense(Layout::kDense, kSeed);
     for (int s = 0; s < kBefore; ++s) dense.step(s);
-    lt::save_checkpoint(p, *dense.model, *dense.adam, {.epoch = 0, .step = kBefore, .sampler = {},
-                                                       .user = {}});
+    lt::save_checkpoint(p, *dense.model, *dense.adam,
+                        {.epoch = 0, .step = kBefore, .sampler = {}, .user = {}});
   });
   run_torch_workers(3, [&] { resume_and_compare(Layout::kTensor, p); });
 }

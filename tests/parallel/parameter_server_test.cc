@@ -35,8 +35,8 @@ void check_equals_allreduce(int colocated) {
     local_gradients(*model, workers.rank() + 10 * round);
     std::vector<Tensor> expected;
     for (auto& p : model->parameters())
-      expected.push_back(lt::allreduce(p.grad(), "", {.op = lt::ReduceOp::kAverage,
-                                                      .process_set = workers.id()}));
+      expected.push_back(
+          lt::allreduce(p.grad(), "", {.op = lt::ReduceOp::kAverage, .process_set = workers.id()}));
     ps.synchronize();
     auto params = model->parameters();
     for (size_t i = 0; i < params.size(); ++i)
@@ -47,8 +47,8 @@ void check_equals_allreduce(int colocated) {
 
 TEST(ParameterServer, ColocatedServersGiveTheAllreduceAverage) {
   run_torch_workers(3, [] {
-    check_equals_allreduce(2);   // ranks 0 and 1 serve
-    check_equals_allreduce(0);   // every worker serves
+    check_equals_allreduce(2);  // ranks 0 and 1 serve
+    check_equals_allreduce(0);  // every worker serves
   });
 }
 
@@ -57,17 +57,16 @@ TEST(ParameterServer, DedicatedServersGiveTheAllreduceAverage) {
 }
 
 TEST(ParameterServer, TooManyServersIsAnError) {
-  run_torch_workers(2, [] {
-    EXPECT_THROW(dedicated_servers(), InvalidArgument);
-  }, {{"LOCKSTEP_SERVERS", "2"}});
+  run_torch_workers(2, [] { EXPECT_THROW(dedicated_servers(), InvalidArgument); },
+                    {{"LOCKSTEP_SERVERS", "2"}});
 }
 
 // Rank 2 serves ranks 0 and 1; worker 0 kills it after a healthy step. Both
 // workers' next step fails with a PeerFailure naming the server.
 TEST(ParameterServer, DeadServerIsNamed) {
   lockstep::testing::MultiProcOptions options;
-  options.env = {{"LOCKSTEP_BIND_TO", "none"}, {"LOCKSTEP_INTRA_OP_THREADS", "1"},
-                 {"LOCKSTEP_SERVERS", "1"}};
+  options.env = {
+      {"LOCKSTEP_BIND_TO", "none"}, {"LOCKSTEP_INTRA_OP_THREADS", "1"}, {"LOCKSTEP_SERVERS", "1"}};
   options.deadline = std::chrono::seconds(60);
   auto results = lockstep::testing::run_workers_raw(
       3,

@@ -50,7 +50,8 @@ Reference single_process() {
   auto loss = cross_entropy(model->forward(x), y);
   loss.backward();
   Reference r{loss.item<double>(), {}};
-  for (const auto& item : model->named_parameters()) r.grads[item.key()] = item.value().grad().clone();
+  for (const auto& item : model->named_parameters())
+    r.grads[item.key()] = item.value().grad().clone();
   return r;
 }
 
@@ -60,14 +61,16 @@ void check_all_cases(const Group& group) {
   const Reference ref = single_process();
   for (Schedule schedule : {Schedule::kGPipe, Schedule::k1F1B})
     for (int m : {1, 3, 4}) {
-      Pipeline pipe(make_model(), {.micro_batches = m, .schedule = schedule, .group = group,
+      Pipeline pipe(make_model(), {.micro_batches = m,
+                                   .schedule = schedule,
+                                   .group = group,
                                    .name = fmt::format("pp{}{}", static_cast<int>(schedule), m)});
       auto [x, y] = make_batch();
       for (auto& p : pipe.parameters()) p.mutable_grad() = Tensor();
       const double loss = pipe.train_step(x, y, cross_entropy);
-      const std::string what = fmt::format("stage {} of {}, m={}, {}", pipe.stage(),
-                                           pipe.num_stages(), m,
-                                           schedule == Schedule::kGPipe ? "gpipe" : "1f1b");
+      const std::string what =
+          fmt::format("stage {} of {}, m={}, {}", pipe.stage(), pipe.num_stages(), m,
+                      schedule == Schedule::kGPipe ? "gpipe" : "1f1b");
       if (pipe.is_last()) {
         EXPECT_NEAR(loss, ref.loss, 1e-5 * std::abs(ref.loss)) << what;
       }
@@ -128,15 +131,20 @@ TEST(Pipeline, FourStagesEqualSingleProcess) {
 
 TEST(Pipeline, BadPartitionsAreNamed) {
   run_torch_workers(2, [] {
-    EXPECT_THAT([] { Pipeline(make_model(), {.partition = {3, 2}}); },
-                ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("adding up to the model's 6")));
+    EXPECT_THAT(
+        [] {
+          Pipeline(make_model(), {.partition = {3, 2}});
+        },
+        ::testing::ThrowsMessage<InvalidArgument>(
+            ::testing::HasSubstr("adding up to the model's 6")));
     EXPECT_THAT([] { Pipeline(make_model(), {.micro_batches = 0}); },
                 ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("micro_batches=0")));
     Pipeline pipe(make_model(), {.micro_batches = 4, .partition = {2, 4}, .name = "bad"});
     EXPECT_EQ(pipe.layers_of(1), std::make_pair(2, 4));
     auto [x, y] = make_batch();
-    EXPECT_THAT([&] { pipe.train_step(x.narrow(0, 0, 3), y.narrow(0, 0, 3), cross_entropy); },
-                ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("cannot be cut into 4")));
+    EXPECT_THAT(
+        [&] { pipe.train_step(x.narrow(0, 0, 3), y.narrow(0, 0, 3), cross_entropy); },
+        ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("cannot be cut into 4")));
   });
 }
 

@@ -52,8 +52,8 @@ Dense run_dense(const Batch& b) {
   auto out = model->forward(x);
   (out * b.weights).sum().backward();
   auto l1 = model[0]->as<::torch::nn::Linear>(), l2 = model[2]->as<::torch::nn::Linear>();
-  return {out.detach(), l1->weight.grad(), l1->bias.grad(), l2->weight.grad(), l2->bias.grad(),
-          x.grad()};
+  return {out.detach(),      l1->weight.grad(), l1->bias.grad(),
+          l2->weight.grad(), l2->bias.grad(),   x.grad()};
 }
 
 void expect_close(const Tensor& actual, const Tensor& expected, const std::string& what) {
@@ -90,8 +90,10 @@ void check_against_dense(const Group& group) {
   auto full = full_state_dict(*mlp);
   auto reference = dense_mlp(11);
   ASSERT_EQ(full.size(), 4u);
-  expect_close(full[0].second, reference[0]->as<::torch::nn::Linear>()->weight.detach(), "full fc1.weight");
-  expect_close(full[2].second, reference[2]->as<::torch::nn::Linear>()->weight.detach(), "full fc2.weight");
+  expect_close(full[0].second, reference[0]->as<::torch::nn::Linear>()->weight.detach(),
+               "full fc1.weight");
+  expect_close(full[2].second, reference[2]->as<::torch::nn::Linear>()->weight.detach(),
+               "full fc2.weight");
   {
     ::torch::NoGradGuard no_grad;
     mlp->fc1->weight.zero_();
@@ -153,7 +155,9 @@ TEST(TensorParallel, DataByTensorOnFourRanksMatchesLargeBatch) {
     const int64_t half = kBatch / 2, d = mesh.coordinate("data");
     dist.zero_grad();
     (mlp->forward(batch.x.narrow(0, d * half, half)) * batch.weights.narrow(0, d * half, half))
-        .sum().div(half).backward();
+        .sum()
+        .div(half)
+        .backward();
     dist.step();
     auto [h0, hn] = shard_range(kHidden, mesh.coordinate("tensor"), 2);
     auto l1 = dense[0]->as<::torch::nn::Linear>(), l2 = dense[2]->as<::torch::nn::Linear>();
@@ -180,8 +184,11 @@ TEST(TensorParallel, ShardRangesCoverEveryFeatureOnce) {
 
 TEST(TensorParallel, RowRejectsAnInputOfTheWrongWidth) {
   RowParallelLinear row(RowParallelLinearOptions(4, 2));
-  EXPECT_THAT([&] { row->forward(::torch::ones({1, 3})); },
-              ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("has 3 features")));
+  EXPECT_THAT(
+      [&] {
+        row->forward(::torch::ones({1, 3}));
+      },
+      ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("has 3 features")));
 }
 
 }  // namespace

@@ -34,9 +34,11 @@ constexpr int64_t kGlobalBatch = 12;
 std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const std::string& kind,
                                                           ::torch::nn::Module& m) {
   if (kind == "adam")
-    return std::make_unique<::torch::optim::Adam>(m.parameters(), ::torch::optim::AdamOptions(0.01));
+    return std::make_unique<::torch::optim::Adam>(m.parameters(),
+                                                  ::torch::optim::AdamOptions(0.01));
   if (kind == "lamb")
-    return std::make_unique<optim::Lamb>(m.parameters(), optim::LambOptions(0.01).weight_decay(0.01));
+    return std::make_unique<optim::Lamb>(m.parameters(),
+                                         optim::LambOptions(0.01).weight_decay(0.01));
   return std::make_unique<::torch::optim::SGD>(m.parameters(),
                                                ::torch::optim::SGDOptions(0.05).momentum(0.9));
 }
@@ -71,8 +73,9 @@ void check_against_distributed_optimizer() {
     for (int stage : {1, 2}) {
       auto model = make_model();
       auto opt = make_optimizer(kind, *model);
-      ShardedOptimizer zero(*opt, *model, {.stage = stage, .bucket_bytes = 2048,
-                                            .name = fmt::format("z{}{}", kind, stage)});
+      ShardedOptimizer zero(
+          *opt, *model,
+          {.stage = stage, .bucket_bytes = 2048, .name = fmt::format("z{}{}", kind, stage)});
       EXPECT_EQ(zero.element_granularity(), kind != "lamb");
       const Tensor actual = train(zero, model);
       const double scale = expected.abs().max().item<double>();
@@ -93,7 +96,9 @@ void check_against_distributed_optimizer() {
   }
 }
 
-TEST(ShardedOptimizer, SingleProcessEqualsThePlainOptimizer) { run_torch_workers(1, check_against_distributed_optimizer); }
+TEST(ShardedOptimizer, SingleProcessEqualsThePlainOptimizer) {
+  run_torch_workers(1, check_against_distributed_optimizer);
+}
 
 TEST(ShardedOptimizer, TwoRanksFollowDistributedOptimizer) {
   run_torch_workers(2, check_against_distributed_optimizer);
@@ -112,7 +117,8 @@ void check_overlapped_gather_is_bitwise_synchronous() {
       auto plain = make_model();
       auto plain_opt = make_optimizer(kind, *plain);
       ShardedOptimizer sync(*plain_opt, *plain,
-                            {.stage = stage, .bucket_bytes = 2048,
+                            {.stage = stage,
+                             .bucket_bytes = 2048,
                              .gather_overlap = lt::Overlap::kOff,
                              .name = fmt::format("s{}{}", kind, stage)});
       const Tensor expected = train(sync, plain);
@@ -120,7 +126,8 @@ void check_overlapped_gather_is_bitwise_synchronous() {
       auto model = make_model();
       auto opt = make_optimizer(kind, *model);
       ShardedOptimizer zero(*opt, *model,
-                            {.stage = stage, .bucket_bytes = 2048,
+                            {.stage = stage,
+                             .bucket_bytes = 2048,
                              .gather_overlap = lt::Overlap::kOn,
                              .name = fmt::format("o{}{}", kind, stage)});
       ASSERT_TRUE(zero.overlaps_gather());
@@ -154,8 +161,8 @@ void check_overlapped_gather_is_bitwise_synchronous() {
 void check_reading_before_the_gather_lands_is_named() {
   auto model = make_model();
   ::torch::optim::SGD sgd(model->parameters(), 0.05);
-  ShardedOptimizer zero(sgd, *model, {.bucket_bytes = 2048, .gather_overlap = lt::Overlap::kOn,
-                                      .name = "stale"});
+  ShardedOptimizer zero(
+      sgd, *model, {.bucket_bytes = 2048, .gather_overlap = lt::Overlap::kOn, .name = "stale"});
   for (int s = 0; s < 2; ++s) {
     auto [x, y] = local_batch(s);
     zero.zero_grad();
@@ -218,15 +225,17 @@ TEST(ShardedOptimizer, RefusesWhatItCannotShard) {
   EXPECT_THAT([&] { ShardedOptimizer z(lbfgs, *model); },
               ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("LBFGS")));
   optim::Lamb lamb(model->parameters(), optim::LambOptions(0.01));
-  EXPECT_THAT([&] { ShardedOptimizer z(lamb, *model, {.granularity = ShardGranularity::kElement}); },
-              ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("elementwise")));
+  EXPECT_THAT(
+      [&] { ShardedOptimizer z(lamb, *model, {.granularity = ShardGranularity::kElement}); },
+      ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("elementwise")));
   ::torch::optim::SGD sgd(model->parameters(), 0.1);
   EXPECT_THAT([&] { ShardedOptimizer z(sgd, *model, {.stage = 3}); },
               ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("stage=3")));
   auto other = make_model();
   ::torch::optim::SGD partial(other->parameters(), 0.1);
-  EXPECT_THAT([&] { ShardedOptimizer z(partial, *model); },
-              ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("not in the wrapped list")));
+  EXPECT_THAT(
+      [&] { ShardedOptimizer z(partial, *model); },
+      ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr("not in the wrapped list")));
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ TEST(PlanCompression, ParsesTheNamesAndRefusesOthers) {
   EXPECT_EQ(p.name(), "powersgd:4");
   EXPECT_TRUE(p.replaces_allreduce());
   EXPECT_FALSE(parse_compression("fp16").replaces_allreduce());
-  for (const char* bad : {"powersgd:0", "powersgd:", "powersgd:2x", "zip", "onebit_adam", "onebit-lamb2"})
+  for (const char* bad :
+       {"powersgd:0", "powersgd:", "powersgd:2x", "zip", "onebit_adam", "onebit-lamb2"})
     EXPECT_THROW(parse_compression(bad), InvalidArgument) << bad;
 }
 

@@ -56,8 +56,8 @@ TEST(PlanCost, SharedMemoryAlgorithmsFollowShmCollectives) {
   const double mib = 1 << 20;
   Coefficients two = shm_two_step(2, 3 * mib, mib);
   EXPECT_DOUBLE_EQ(two.steps, 4);
-  EXPECT_DOUBLE_EQ(two.bytes, 1.5 * 3 * mib);   // (2n-1)/n B
-  EXPECT_DOUBLE_EQ(two.reduced, 0.5 * 3 * mib); // (n-1)/n B
+  EXPECT_DOUBLE_EQ(two.bytes, 1.5 * 3 * mib);    // (2n-1)/n B
+  EXPECT_DOUBLE_EQ(two.reduced, 0.5 * 3 * mib);  // (n-1)/n B
   // A message smaller than a slot is still one chunk.
   EXPECT_DOUBLE_EQ(shm_two_step(2, 100, mib).steps, 2);
   // Reduce-scatter of 4 MiB among 4: blocks of 1 MiB in rounds of slot/4.
@@ -153,8 +153,8 @@ TEST(PlanCost, SizePicksTheBandAroundTheKnot) {
   EXPECT_DOUBLE_EQ(alpha_us(100e6), 10);  // above the last band: its line
   // A flat allreduce over 2 hosts: ring(2, B) at that size's band.
   Topology flat{2, 1, "gloo", "auto"};
-  EXPECT_NEAR(allreduce_cost(m, flat, 1024, 4).cost.total(),
-              2 * 150e-6 + 1024 * 2e-8 + 512 * 1e-9, 1e-15);
+  EXPECT_NEAR(allreduce_cost(m, flat, 1024, 4).cost.total(), 2 * 150e-6 + 1024 * 2e-8 + 512 * 1e-9,
+              1e-15);
   EXPECT_NEAR(allreduce_cost(m, flat, 1 << 20, 4).cost.total(),
               2 * 10e-6 + (1 << 20) * 8e-9 + (1 << 19) * 1e-9, 1e-15);
 }
@@ -168,8 +168,8 @@ TEST(PlanCost, HierarchicalCrossStageTakesTheBandOfItsBlock) {
   EXPECT_NEAR(allreduce_cost(m, t, 8 * mib, 4).cost.total(),
               hierarchical_4x2(8 * mib, {10e-6, 16e-9}), 1e-12);
   // ... and 16 KiB makes 8 KiB blocks (lower band).
-  EXPECT_NEAR(allreduce_cost(m, t, 16384, 4).cost.total(),
-              hierarchical_4x2(16384, {150e-6, 4e-8}), 1e-12);
+  EXPECT_NEAR(allreduce_cost(m, t, 16384, 4).cost.total(), hierarchical_4x2(16384, {150e-6, 4e-8}),
+              1e-12);
 }
 
 TEST(PlanCost, MissingTransportIsAnErrorNamingTheFix) {
@@ -195,13 +195,16 @@ TEST(PlanCost, HierarchicalPathFollowsTheTransportsRule) {
   EXPECT_FALSE(policy::hierarchical_taken(HierarchicalMode::kOff, 4, 4));
   EXPECT_EQ((Topology{.nodes = 2, .ranks_per_node = 2}).backend(), "hierarchical-gloo");
   EXPECT_EQ((Topology{.nodes = 2, .ranks_per_node = 1}).backend(), "gloo");
-  EXPECT_EQ((Topology{.nodes = 2, .ranks_per_node = 1, .cross = "gloo", .hierarchical = "on"}).backend(),
-            "hierarchical-gloo");  // the runtime's spelling, which the planner refused as off
-  EXPECT_EQ((Topology{.nodes = 2, .ranks_per_node = 4, .cross = "mpi", .hierarchical = "0"}).backend(),
-            "mpi");
-  EXPECT_THROW((Topology{.nodes = 2, .ranks_per_node = 2, .cross = "gloo", .hierarchical = "yes"}).backend(),
-               InvalidArgument);
-  EXPECT_TRUE(policy::hierarchical_goes_flat(3, 4, false));   // fewer elements than local ranks
+  EXPECT_EQ(
+      (Topology{.nodes = 2, .ranks_per_node = 1, .cross = "gloo", .hierarchical = "on"}).backend(),
+      "hierarchical-gloo");  // the runtime's spelling, which the planner refused as off
+  EXPECT_EQ(
+      (Topology{.nodes = 2, .ranks_per_node = 4, .cross = "mpi", .hierarchical = "0"}).backend(),
+      "mpi");
+  EXPECT_THROW(
+      (Topology{.nodes = 2, .ranks_per_node = 2, .cross = "gloo", .hierarchical = "yes"}).backend(),
+      InvalidArgument);
+  EXPECT_TRUE(policy::hierarchical_goes_flat(3, 4, false));  // fewer elements than local ranks
   EXPECT_FALSE(policy::hierarchical_goes_flat(4, 4, false));
   EXPECT_TRUE(policy::hierarchical_goes_flat(1 << 20, 4, true));  // integer average
 }
@@ -251,10 +254,12 @@ TEST(PlanCost, CastWireWidthAndScalePassAfterTheSum) {
   EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kFp16, 4, true), 2);
   EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kBf16, 8, true), 2);
   EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kBf16, 2, true), 2);
-  EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kFp16, 4, false), 4);  // integers as they are
+  EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kFp16, 4, false),
+            4);  // integers as they are
   EXPECT_EQ(policy::wire_element_bytes(CompressionKind::kNone, 8, true), 8);
   EXPECT_TRUE(policy::scales_after_reduce(CompressionKind::kNone, true));
-  EXPECT_FALSE(policy::scales_after_reduce(CompressionKind::kFp16, true));  // divided before the cast
+  EXPECT_FALSE(
+      policy::scales_after_reduce(CompressionKind::kFp16, true));  // divided before the cast
   EXPECT_FALSE(policy::scales_after_reduce(CompressionKind::kBf16, true));
   EXPECT_FALSE(policy::scales_after_reduce(CompressionKind::kNone, false));  // a sum
 }

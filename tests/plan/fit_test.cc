@@ -36,7 +36,8 @@ TEST(PlanFit, NetworkFitRecoversAlphaBetaPerAlgorithm) {
       for (const char* t : {"shm", "gloo"}) {
         std::string algo = algorithm_for(truth, t, np, b);
         double s = apply(coefficients(truth, t, algo, np, b), truth.cost(t, algo, b),
-                         host.gamma_s_per_byte).total();
+                         host.gamma_s_per_byte)
+                       .total();
         // +-2% measurement noise, alternating.
         samples.push_back({t, np, int64_t(b), s * (samples.size() % 2 ? 1.02 : 0.98)});
       }
@@ -89,7 +90,8 @@ TEST(PlanFitBands, RecoversTwoLinesAndTheirKnot) {
   auto t = [](double b) { return b <= 16384 ? 2 * 150e-6 + 2e-8 * b : 2 * 10e-6 + 8e-9 * b; };
   NetworkModel m = fit_gloo(gloo_sweep(t));
   const AlgorithmModel& a = m.transports["gloo"]["ring"];
-  EXPECT_GT(a.fit.max_rel_error, 0.10) << "one line must miss these points, or the test proves nothing";
+  EXPECT_GT(a.fit.max_rel_error, 0.10)
+      << "one line must miss these points, or the test proves nothing";
   ASSERT_EQ(a.bands.size(), 2u);
   EXPECT_EQ(a.bands[0].min_bytes, 4);
   EXPECT_EQ(a.bands[0].max_bytes, 16384);
@@ -131,8 +133,9 @@ TEST(PlanFitBands, FollowsABentSweepAtEveryPoint) {
     EXPECT_LT(std::fabs(p.fitted_s - p.measured_s) / p.measured_s, 0.05) << p.bytes << " B";
   // The model's cost at each measured size is the point's fitted time.
   for (const auto& p : m.points)
-    EXPECT_NEAR(apply(ring(2, double(p.bytes)), m.cost("gloo", "ring", double(p.bytes)), kGamma)
-                    .total(), p.fitted_s, 1e-15);
+    EXPECT_NEAR(
+        apply(ring(2, double(p.bytes)), m.cost("gloo", "ring", double(p.bytes)), kGamma).total(),
+        p.fitted_s, 1e-15);
 }
 
 TEST(PlanFitBands, TooFewSizesForTwoBandsKeepTheLine) {

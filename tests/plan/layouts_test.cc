@@ -139,7 +139,7 @@ TEST(PlanLayouts, PlacementLayoutsAreWhatThePlacementGives) {
   const auto layouts = placement_layouts(16);
   ASSERT_EQ(layouts.size(), 16u);
   for (int n = 1; n <= 16; ++n) EXPECT_EQ(layouts[n - 1], (Layout{n, worker_cpus(16, n)}));
-  EXPECT_EQ(layouts[2], (Layout{3, 5}));   // 15 of 16 CPUs
+  EXPECT_EQ(layouts[2], (Layout{3, 5}));  // 15 of 16 CPUs
   EXPECT_EQ(layouts[8], (Layout{9, 1}));
   EXPECT_EQ(placement_layouts(1), (std::vector<Layout>{{1, 1}}));
   // Without a list, every placement layout is ranked.
@@ -147,11 +147,11 @@ TEST(PlanLayouts, PlacementLayoutsAreWhatThePlacementGives) {
 }
 
 TEST(PlanLayouts, SerialFractionAndContentionFitsMatchHandValues) {
-  EXPECT_NEAR(fit_serial_fraction(100, 1, 40, 4), 0.2, 1e-12);      // 2.5x on 4 threads
-  EXPECT_NEAR(fit_serial_fraction(40, 4, 100, 1), 0.2, 1e-12);      // either order
-  EXPECT_NEAR(fit_serial_fraction(55, 2, 21.25, 8), 0.1, 1e-12);    // neither at 1 thread
-  EXPECT_EQ(fit_serial_fraction(100, 1, 10, 8), 0.0);               // better than linear
-  EXPECT_NEAR(fit_serial_fraction(100, 1, 120, 2), 1.4, 1e-12);     // slower: A(2) = 1.2
+  EXPECT_NEAR(fit_serial_fraction(100, 1, 40, 4), 0.2, 1e-12);    // 2.5x on 4 threads
+  EXPECT_NEAR(fit_serial_fraction(40, 4, 100, 1), 0.2, 1e-12);    // either order
+  EXPECT_NEAR(fit_serial_fraction(55, 2, 21.25, 8), 0.1, 1e-12);  // neither at 1 thread
+  EXPECT_EQ(fit_serial_fraction(100, 1, 10, 8), 0.0);             // better than linear
+  EXPECT_NEAR(fit_serial_fraction(100, 1, 120, 2), 1.4, 1e-12);   // slower: A(2) = 1.2
   EXPECT_NEAR(amdahl_time(1.4, 2), 1.2, 1e-12);
   EXPECT_NEAR(fit_contention(100, 135, 8), 0.05, 1e-12);
   EXPECT_EQ(fit_contention(100, 90, 2), 0.0);
@@ -188,14 +188,20 @@ void expect_error(const std::function<void()>& f, const std::string& part) {
 
 TEST(PlanLayouts, BadInputIsNamed) {
   const Profile p = lone_profile();
-  expect_error([&] { predict_layout(p, alpha_only(1e-3), query(8, 0.2, 0), {4, 4}); },
-               "layout 4x4 needs 16 CPUs but the host has 8");
+  expect_error(
+      [&] {
+        predict_layout(p, alpha_only(1e-3), query(8, 0.2, 0), {4, 4});
+      },
+      "layout 4x4 needs 16 CPUs but the host has 8");
   NetworkModel no_shm = alpha_only(1e-3);
   no_shm.transports.clear();
   expect_error([&] { predict_layout(p, no_shm, query(8, 0.2, 0), {2, 4}); }, "no shm costs");
   EXPECT_NO_THROW(predict_layout(p, no_shm, query(8, 0.2, 0), {1, 8}));  // one worker: none needed
-  expect_error([&] { predict_layout(p, alpha_only(1e-3), query(8, -0.5, 0), {1, 8}); },
-               "serial fraction -0.5 must be >= 0");
+  expect_error(
+      [&] {
+        predict_layout(p, alpha_only(1e-3), query(8, -0.5, 0), {1, 8});
+      },
+      "serial fraction -0.5 must be >= 0");
   expect_error([&] { parse_layouts("2x8,4x", "--layouts"); }, "'4x' is not WORKERSxTHREADS");
   expect_error([&] { parse_layouts("2x8x1", "--layouts"); }, "'2x8x1'");
   EXPECT_EQ(parse_layouts("1x16,2x8", "--layouts"), (std::vector<Layout>{{1, 16}, {2, 8}}));

@@ -16,12 +16,14 @@ namespace {
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
-          (name + "-" + std::to_string(::getpid()) + ".json")).string();
+          (name + "-" + std::to_string(::getpid()) + ".json"))
+      .string();
 }
 
 void train(int steps, lt::Overlap overlap = lt::Overlap::kAuto) {
   torch::manual_seed(0);
-  torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 4));
+  torch::nn::Sequential model(torch::nn::Linear(8, 16), torch::nn::ReLU(),
+                              torch::nn::Linear(16, 4));
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   lt::DistributedOptimizer opt(sgd, *model, {.overlap = overlap});
   lt::DistributedSampler sampler({.dataset_size = 1000, .rank = 0, .size = 1});
@@ -71,7 +73,8 @@ TEST(PlanProfileRecorder, RecordsStepsGradientsAndSamples) {
     EXPECT_GT(s.forward_ms, 0);
     EXPECT_GE(s.step_ms + 1e-9, s.forward_ms + s.backward_ms + s.sync_ms + s.optimizer_ms);
   }
-  for (const auto& g : p.gradients) EXPECT_LE(g.ready_ms, lockstep::plan::summarize(p).backward_ms * 3);
+  for (const auto& g : p.gradients)
+    EXPECT_LE(g.ready_ms, lockstep::plan::summarize(p).backward_ms * 3);
   std::filesystem::remove(path);
 }
 

@@ -61,8 +61,9 @@ TEST(PlanSchema, BadProfilesNameTheFieldAndTheFile) {
             std::string::npos);
   wrong = j;
   wrong["steps"][2]["backward_ms"] = "slow";
-  EXPECT_NE(error_of([&] { parse_profile(wrong.dump(), "p.json"); })
-                .find("p.json.steps[2].backward_ms: must be a number"),
+  EXPECT_NE(error_of([&] {
+              parse_profile(wrong.dump(), "p.json");
+            }).find("p.json.steps[2].backward_ms: must be a number"),
             std::string::npos);
   wrong = j;
   wrong["gradients"][0]["dtype"] = "f128";
@@ -74,8 +75,9 @@ TEST(PlanSchema, BadProfilesNameTheFieldAndTheFile) {
             std::string::npos);
   wrong = j;
   wrong.erase("gradients");
-  EXPECT_NE(error_of([&] { parse_profile(wrong.dump(), "p.json"); }).find("p.json.gradients: missing"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { parse_profile(wrong.dump(), "p.json"); }).find("p.json.gradients: missing"),
+      std::string::npos);
 }
 
 TEST(PlanSchema, NetworkRoundTripsAndMerges) {
@@ -142,8 +144,9 @@ TEST(PlanSchema, NetworkBandsRoundTripAndBadRangesAreNamed) {
   EXPECT_EQ(network_to_json(q), written);
   nlohmann::json j = nlohmann::json::parse(written);
   j["transports"]["gloo"]["ring"]["bands"][1]["min_bytes"] = 8192;  // overlaps band 0
-  EXPECT_NE(error_of([&] { parse_network(j.dump(), "n.json"); })
-                .find("n.json.transports.gloo.ring.bands[1]"),
+  EXPECT_NE(error_of([&] {
+              parse_network(j.dump(), "n.json");
+            }).find("n.json.transports.gloo.ring.bands[1]"),
             std::string::npos);
 }
 
@@ -168,8 +171,9 @@ TEST(PlanSchema, PresetsAreMarkedAndComplete) {
 TEST(PlanSchema, BadNetworksNameTheField) {
   auto j = nlohmann::json::parse(network_to_json(testing::make_network()));
   j["transports"]["gloo"]["ring"]["alpha_s"] = -1;
-  EXPECT_NE(error_of([&] { parse_network(j.dump(), "n.json"); })
-                .find("n.json.transports.gloo.ring.alpha_s: must be a number >= 0"),
+  EXPECT_NE(error_of([&] {
+              parse_network(j.dump(), "n.json");
+            }).find("n.json.transports.gloo.ring.alpha_s: must be a number >= 0"),
             std::string::npos);
   j = nlohmann::json::parse(network_to_json(testing::make_network()));
   j["transports"]["carrier-pigeon"] = nlohmann::json::object();

@@ -23,10 +23,10 @@ TEST(ShmAlgorithm, OneStepWhileThePeerBytesStayUnderSmallBytes) {
   ShmPolicy p;  // 16 KiB
   EXPECT_EQ(algo(p, 2, 16 * KiB), ShmAlgorithm::kOneStep);
   EXPECT_EQ(algo(p, 2, 16 * KiB + 4), ShmAlgorithm::kTwoStep);
-  EXPECT_EQ(algo(p, 5, 4 * KiB), ShmAlgorithm::kOneStep);      // reads 16 KiB
+  EXPECT_EQ(algo(p, 5, 4 * KiB), ShmAlgorithm::kOneStep);  // reads 16 KiB
   EXPECT_EQ(algo(p, 5, 4 * KiB + 4), ShmAlgorithm::kTwoStep);
-  EXPECT_EQ(algo(p, 16, 1 * KiB), ShmAlgorithm::kOneStep);     // reads 15 KiB
-  EXPECT_EQ(algo(p, 16, 4 * KiB), ShmAlgorithm::kTwoStep);     // issue 28: was one_step
+  EXPECT_EQ(algo(p, 16, 1 * KiB), ShmAlgorithm::kOneStep);  // reads 15 KiB
+  EXPECT_EQ(algo(p, 16, 4 * KiB), ShmAlgorithm::kTwoStep);  // issue 28: was one_step
   EXPECT_EQ(algo(p, 16, 0), ShmAlgorithm::kOneStep);
 }
 
@@ -54,8 +54,8 @@ TEST(ShmAlgorithm, ForcedAlgorithmsAndTheSlotBound) {
 
 TEST(ShmAlgorithm, ChunkIsCacheSizedAndWholeElements) {
   ShmPolicy p;
-  EXPECT_EQ(shm_chunk_bytes(p, 2), 512 * KiB);   // half a slot: three rotate in two
-  EXPECT_EQ(shm_chunk_bytes(p, 8), 512 * KiB);   // 4 MiB in flight
+  EXPECT_EQ(shm_chunk_bytes(p, 2), 512 * KiB);  // half a slot: three rotate in two
+  EXPECT_EQ(shm_chunk_bytes(p, 8), 512 * KiB);  // 4 MiB in flight
   EXPECT_EQ(shm_chunk_bytes(p, 16), 256 * KiB);
   EXPECT_EQ(shm_chunk_bytes(p, 128), 64 * KiB);  // floor
   p.chunk_bytes = 8 * KiB;
@@ -120,8 +120,8 @@ TEST(ShmAlgorithm, TwoLevelWhereRanksFormNodeGroups) {
   EXPECT_EQ(c.algorithm, ShmAlgorithm::kTwoLevel);
   EXPECT_EQ(c.name(), "two_level/2x4/512KiB+dissemination");
   EXPECT_EQ(shm_allreduce_choice(p, 4, MiB, 4).name(), "two_level/2x2/512KiB");
-  EXPECT_EQ(algo(p, 2, MiB), ShmAlgorithm::kTwoStep);   // groups of one rank
-  EXPECT_EQ(algo(p, 5, MiB), ShmAlgorithm::kTwoStep);   // does not split
+  EXPECT_EQ(algo(p, 2, MiB), ShmAlgorithm::kTwoStep);  // groups of one rank
+  EXPECT_EQ(algo(p, 5, MiB), ShmAlgorithm::kTwoStep);  // does not split
   p.nodes = 3;
   EXPECT_EQ(shm_node_groups(p, 8), 1);
   EXPECT_EQ(shm_node_groups(p, 6), 3);

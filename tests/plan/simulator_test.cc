@@ -13,8 +13,8 @@
 namespace lockstep::plan {
 namespace {
 
-using policy::FusionItem;  // the rule the simulator shares with the engine
 using policy::fusion_batches;
+using policy::FusionItem;  // the rule the simulator shares with the engine
 
 using testing::make_network;
 using testing::make_profile;
@@ -62,8 +62,8 @@ TEST(PlanSimulator, NeverFasterThanComputeOrThanCommunicationWithoutOverlap) {
         for (const char* overlap : {"on", "off"}) {
           Profile p = make_profile(30, bytes);
           StepPrediction r = simulate(p, make_network(), scenario(nodes, per_node, overlap));
-          SCOPED_TRACE(fmt::format("bytes {} nodes {} x {} overlap {}", bytes, nodes, per_node,
-                                   overlap));
+          SCOPED_TRACE(
+              fmt::format("bytes {} nodes {} x {} overlap {}", bytes, nodes, per_node, overlap));
           EXPECT_GE(r.step_ms, r.compute_ms);
           EXPECT_GE(r.step_ms, r.comm_ms);  // the engine's work fits inside the step
           if (std::string(overlap) == "off") {
@@ -112,10 +112,10 @@ TEST(PlanSimulator, OverlapAutoFollowsDistributedOptimizer) {
   s.threads_per_rank = 1;
   EXPECT_FALSE(overlap_for(s));  // one host, no spare core
   s.cores_per_node = 4;
-  EXPECT_TRUE(overlap_for(s));   // a spare core per worker
+  EXPECT_TRUE(overlap_for(s));  // a spare core per worker
   s = scenario(2, 2);
   s.cores_per_node = 2;
-  EXPECT_TRUE(overlap_for(s));   // across hosts
+  EXPECT_TRUE(overlap_for(s));  // across hosts
 }
 
 TEST(PlanSimulator, SharedMemoryOnBusyCoresCannotOverlap) {
@@ -239,8 +239,9 @@ TEST(PlanSimulator, OneCycleCostsTheHeaderAllreduceOfEveryRank) {
   EXPECT_EQ(r.collectives, 1);
   const double header = 4.0 * (3 + 4 * 4096 + 2);
   const double copies = (2 * 8 + 8) * m.host->copy_s_per_byte;  // in, out, 1/size pass
-  const double want = m.host->cycle_overhead_s + allreduce_cost(m, s.topology, header, 4).cost.total() +
-                      copies + allreduce_cost(m, s.topology, 8, 4).cost.total();
+  const double want = m.host->cycle_overhead_s +
+                      allreduce_cost(m, s.topology, header, 4).cost.total() + copies +
+                      allreduce_cost(m, s.topology, 8, 4).cost.total();
   EXPECT_NEAR(r.comm_ms, want * 1e3, 1e-9);
 }
 

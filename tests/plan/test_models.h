@@ -25,7 +25,8 @@ inline Profile make_profile(int grads = 20, int64_t bytes = 1 << 20, double jitt
 inline NetworkModel make_network(double alpha_s = 20e-6, double beta = 1e-9) {
   NetworkModel m;
   m.name = "test";
-  m.host = HostModel{.gamma_s_per_byte = 2e-10, .copy_s_per_byte = 1e-10, .cycle_overhead_s = 20e-6};
+  m.host =
+      HostModel{.gamma_s_per_byte = 2e-10, .copy_s_per_byte = 1e-10, .cycle_overhead_s = 20e-6};
   m.transports["shm"]["one_step"].cost = {1e-6, 1e-10};
   m.transports["shm"]["two_step"].cost = {2e-6, 2e-10};
   m.transports["gloo"]["ring"].cost = {alpha_s, beta};

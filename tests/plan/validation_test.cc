@@ -27,25 +27,25 @@ TEST(PlanValidationSchedule, EveryMeasurementFollowsItsOwnProfileRoundAfterRound
   const std::vector<ValidationPoint> points = {{1, 1, "none", false, false},
                                                {2, 1, "shm", true, true}};
   const auto runs = validation_schedule(points, 2);
-  EXPECT_EQ(describe(runs, points),
-            (std::vector<std::string>{
-                "r0 profile none@1", "r0 measure none@1", "r0 profile shm@2", "r0 fit-shm shm@2",
-                "r0 calibrate shm@2", "r0 measure shm@2",  //
-                "r1 profile none@1", "r1 measure none@1", "r1 profile shm@2", "r1 fit-shm shm@2",
-                "r1 calibrate shm@2", "r1 measure shm@2"}));
+  EXPECT_EQ(
+      describe(runs, points),
+      (std::vector<std::string>{"r0 profile none@1", "r0 measure none@1", "r0 profile shm@2",
+                                "r0 fit-shm shm@2", "r0 calibrate shm@2", "r0 measure shm@2",  //
+                                "r1 profile none@1", "r1 measure none@1", "r1 profile shm@2",
+                                "r1 fit-shm shm@2", "r1 calibrate shm@2", "r1 measure shm@2"}));
 }
 
 TEST(PlanValidationSchedule, ShapedLinksAreFittedOnceBeforeTheirFirstProfile) {
-  const std::vector<ValidationPoint> points = {
-      {2, 2, "gloo 1gbit", false, false}, {2, 2, "gloo 200mbit", false, false}};
+  const std::vector<ValidationPoint> points = {{2, 2, "gloo 1gbit", false, false},
+                                               {2, 2, "gloo 200mbit", false, false}};
   const auto runs = validation_schedule(points, 2);
   EXPECT_EQ(describe(runs, points),
-            (std::vector<std::string>{
-                "r0 fit-netns gloo 1gbit@2", "r0 profile gloo 1gbit@2", "r0 measure gloo 1gbit@2",
-                "r0 fit-netns gloo 200mbit@2", "r0 profile gloo 200mbit@2",
-                "r0 measure gloo 200mbit@2",  //
-                "r1 profile gloo 1gbit@2", "r1 measure gloo 1gbit@2", "r1 profile gloo 200mbit@2",
-                "r1 measure gloo 200mbit@2"}));
+            (std::vector<std::string>{"r0 fit-netns gloo 1gbit@2", "r0 profile gloo 1gbit@2",
+                                      "r0 measure gloo 1gbit@2", "r0 fit-netns gloo 200mbit@2",
+                                      "r0 profile gloo 200mbit@2",
+                                      "r0 measure gloo 200mbit@2",  //
+                                      "r1 profile gloo 1gbit@2", "r1 measure gloo 1gbit@2",
+                                      "r1 profile gloo 200mbit@2", "r1 measure gloo 200mbit@2"}));
 }
 
 TEST(PlanValidationSchedule, ZeroRoundsAreRefused) {

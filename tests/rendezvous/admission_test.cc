@@ -141,8 +141,9 @@ TEST_F(Admission, UnauthenticatedFramesCannotAmplifyServerMemory) {
   }
   double seconds = serve_honest_client(server_, secret_, 1);
   const size_t peak = server_.status_kib("VmHWM");
-  std::printf("server RSS: %zu KiB before the attack, peak %zu KiB; honest client served in %.3f s\n",
-              baseline, peak, seconds);
+  std::printf(
+      "server RSS: %zu KiB before the attack, peak %zu KiB; honest client served in %.3f s\n",
+      baseline, peak, seconds);
   // 32 connections × 1 MiB would be 32 MiB if bodies were buffered.
   EXPECT_LT(peak, baseline + 8 * 1024) << "unauthenticated bytes were buffered";
   EXPECT_LT(seconds, 1.0);
@@ -179,9 +180,10 @@ TEST_F(Admission, IdleConnectionFloodDoesNotLockOutClients) {
   size_t rss = server_.status_kib("VmHWM");
   stop.store(true);
   attacker.join();
-  std::printf("flood of %zu idle connections, %zu reconnects: slowest honest client %.3f s; "
-              "server holds %zu descriptors, peak RSS %zu KiB\n",
-              flood, reconnects.load(), worst, server_fds, rss);
+  std::printf(
+      "flood of %zu idle connections, %zu reconnects: slowest honest client %.3f s; "
+      "server holds %zu descriptors, peak RSS %zu KiB\n",
+      flood, reconnects.load(), worst, server_fds, rss);
   EXPECT_LT(worst, 1.0);
   // 256 unauthenticated + the few honest ones + listener, eventfd, stdio.
   EXPECT_LT(server_fds, 300u);

@@ -128,14 +128,14 @@ TEST_F(HostileInputTest, PipelinedFramesAreAnsweredInOrder) {
     std::string rest(wire::load_u32(length) + wire::kMacBytes, '\0');
     ASSERT_TRUE(net::read_exact(c.fd.get(), rest.data(), rest.size(), deadline, "reply"));
     std::string body = rest.substr(0, rest.size() - wire::kMacBytes);
-    EXPECT_TRUE(wire::mac_matches(
-        wire::mac(secret_, c.nonce, wire::Direction::kToClient, seq, body),
-        std::string_view(rest).substr(body.size())));
+    EXPECT_TRUE(
+        wire::mac_matches(wire::mac(secret_, c.nonce, wire::Direction::kToClient, seq, body),
+                          std::string_view(rest).substr(body.size())));
     bodies.push_back(body);
   }
-  EXPECT_EQ(bodies[0], std::string(1, '\0'));                                          // SET ok
-  EXPECT_EQ(bodies[1], std::string(1, '\0') + wire::Writer().u64(5).take());           // ADD -> 5
-  EXPECT_EQ(bodies[2], std::string(1, '\0') + wire::Writer().bytes("1").take());       // GET -> "1"
+  EXPECT_EQ(bodies[0], std::string(1, '\0'));                                     // SET ok
+  EXPECT_EQ(bodies[1], std::string(1, '\0') + wire::Writer().u64(5).take());      // ADD -> 5
+  EXPECT_EQ(bodies[2], std::string(1, '\0') + wire::Writer().bytes("1").take());  // GET -> "1"
   EXPECT_EQ(server_.refused_connections(), 0u);
 }
 

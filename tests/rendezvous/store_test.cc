@@ -117,7 +117,8 @@ TEST_F(StoreTest, ManyThreadsAddAtomicallyAndExchangeValues) {
       got[t] = c.get("from" + std::to_string((t + 1) % kThreads), 20s);
     });
   for (auto& th : threads) th.join();
-  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(got[t], "value" + std::to_string((t + 1) % kThreads));
+  for (int t = 0; t < kThreads; ++t)
+    EXPECT_EQ(got[t], "value" + std::to_string((t + 1) % kThreads));
   EXPECT_EQ(client().add("counter", 0), kThreads * kAdds);
 }
 

@@ -57,21 +57,40 @@ TEST(Report, EveryChartDrawsInChromiumWithoutErrors) {
   const auto html = kArtifacts / "report.html";
   const auto f = kFixtures;
   std::string inputs;
-  for (const char* in : {"train", "sweep", "sweep_batch", "large_batch", "lab_gd", "bench_allreduce.jsonl",
-                         "plan_r101_eth25g.jsonl", "plan_r101_eth100g.jsonl", "plan_validate_netns.out"})
+  for (const char* in :
+       {"train", "sweep", "sweep_batch", "large_batch", "lab_gd", "bench_allreduce.jsonl",
+        "plan_r101_eth25g.jsonl", "plan_r101_eth100g.jsonl", "plan_validate_netns.out"})
     inputs += fmt::format(" '{}'", (f / in).string());
   const auto log = kArtifacts / "report.log";
-  ASSERT_EQ(report(fmt::format("{} -o '{}' --check --screenshot '{}' --png '{}'", inputs, html.string(),
-                               (kArtifacts / "report.png").string(), (kArtifacts / "png").string()),
-                   log), 0) << slurp(log);
+  ASSERT_EQ(
+      report(fmt::format("{} -o '{}' --check --screenshot '{}' --png '{}'", inputs, html.string(),
+                         (kArtifacts / "report.png").string(), (kArtifacts / "png").string()),
+             log),
+      0)
+      << slurp(log);
   const std::string out = slurp(log);
   // One chart of each kind the fixtures call for, each with content.
-  for (const char* chart : {"train-loss", "test-accuracy", "throughput", "loss-per-step", "lr-per-step",
-                            "grad-norm-per-step", "comm-wait-per-step", "comm-share",
-                            "top-collectives-0", "sweep-lr", "sweep-curves-0", "sweep-batch_size",
-                            "sweep-batch_size-throughput", "large-batch-0",
-                            "lab-gd-path-0", "lab-gd-loss-time-0", "bench-busbw",
-                            "plan-efficiency", "plan-step", "validate-step", "validate-error"}) {
+  for (const char* chart : {"train-loss",
+                            "test-accuracy",
+                            "throughput",
+                            "loss-per-step",
+                            "lr-per-step",
+                            "grad-norm-per-step",
+                            "comm-wait-per-step",
+                            "comm-share",
+                            "top-collectives-0",
+                            "sweep-lr",
+                            "sweep-curves-0",
+                            "sweep-batch_size",
+                            "sweep-batch_size-throughput",
+                            "large-batch-0",
+                            "lab-gd-path-0",
+                            "lab-gd-loss-time-0",
+                            "bench-busbw",
+                            "plan-efficiency",
+                            "plan-step",
+                            "validate-step",
+                            "validate-error"}) {
     EXPECT_NE(out.find(fmt::format("  {} ", chart)), std::string::npos) << chart << "\n" << out;
     EXPECT_TRUE(is_png(kArtifacts / "png" / (std::string(chart) + ".png"))) << chart;
   }
@@ -81,8 +100,10 @@ TEST(Report, EveryChartDrawsInChromiumWithoutErrors) {
   EXPECT_NE(chart_line(out, "rank-step-time-0"), "") << "--log-ranks rows draw per-rank step times";
   // Epochs are whole numbers; a choice of batch sizes is on a log2 axis, a
   // choice of other numbers (lr 0.002, 4, 6, 0.003) is categorical.
-  for (const char* chart : {"train-loss", "test-accuracy", "throughput", "sweep-curves-0", "sweep-curves-1"})
-    EXPECT_NE(chart_line(out, chart).find(" x integer "), std::string::npos) << chart << "\n" << out;
+  for (const char* chart :
+       {"train-loss", "test-accuracy", "throughput", "sweep-curves-0", "sweep-curves-1"})
+    EXPECT_NE(chart_line(out, chart).find(" x integer "), std::string::npos) << chart << "\n"
+                                                                             << out;
   EXPECT_NE(chart_line(out, "sweep-batch_size").find(" x log2 "), std::string::npos) << out;
   EXPECT_NE(chart_line(out, "sweep-lr").find(" x category "), std::string::npos) << out;
   EXPECT_NE(chart_line(out, "loss-per-step").find(" x value "), std::string::npos) << out;
@@ -103,7 +124,10 @@ TEST(Report, CheckFailsOnAnEmptyChart) {
   fs::create_directories(kArtifacts);
   const auto log = kArtifacts / "empty.log";
   EXPECT_EQ(report(fmt::format("'{}' -o '{}' --check", (kFixtures / "no_accuracy").string(),
-                               (kArtifacts / "empty.html").string()), log), 1) << slurp(log);
+                               (kArtifacts / "empty.html").string()),
+                   log),
+            1)
+      << slurp(log);
   EXPECT_NE(slurp(log).find("test-accuracy"), std::string::npos);
   EXPECT_NE(slurp(log).find("EMPTY"), std::string::npos);
 }
@@ -111,8 +135,10 @@ TEST(Report, CheckFailsOnAnEmptyChart) {
 TEST(Report, NamesAnInputItCannotRead) {
   fs::create_directories(kArtifacts);
   const auto log = kArtifacts / "bad.log";
-  EXPECT_EQ(report(fmt::format("'{}' -o '{}'", kFixtures.string(), (kArtifacts / "bad.html").string()),
-                   log), 2);
+  EXPECT_EQ(
+      report(fmt::format("'{}' -o '{}'", kFixtures.string(), (kArtifacts / "bad.html").string()),
+             log),
+      2);
   EXPECT_NE(slurp(log).find("not a run directory"), std::string::npos) << slurp(log);
 }
 

@@ -31,8 +31,8 @@ struct Reader {
 };
 
 Reader read_events(const std::string& args) {
-  const std::string cmd = fmt::format("/usr/bin/python3 {}/read_events.py {} 2>&1",
-                                      LOCKSTEP_SUMMARY_TEST_DIR, args);
+  const std::string cmd =
+      fmt::format("/usr/bin/python3 {}/read_events.py {} 2>&1", LOCKSTEP_SUMMARY_TEST_DIR, args);
   Reader r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -43,7 +43,9 @@ Reader read_events(const std::string& args) {
   return r;
 }
 
-std::string schema() { return fmt::format("{}/tensorboard_subset.proto", LOCKSTEP_SUMMARY_TEST_DIR); }
+std::string schema() {
+  return fmt::format("{}/tensorboard_subset.proto", LOCKSTEP_SUMMARY_TEST_DIR);
+}
 
 TEST(SummaryWire, VarintsAndKeysFollowTheEncodingRules) {
   std::string out;
@@ -57,7 +59,10 @@ TEST(SummaryWire, ScalarIsTagThenSimpleValueAsFloat) {
   Summary s;
   s.scalar("a", 1.0);
   // Summary.value (1, length 8) { tag (1, length 1) "a"; simple_value (2, fixed32) 1.0f }
-  EXPECT_EQ(s.bytes(), std::string("\x0a\x08\x0a\x01" "a" "\x15\x00\x00\x80\x3f", 10));
+  EXPECT_EQ(s.bytes(), std::string("\x0a\x08\x0a\x01"
+                                   "a"
+                                   "\x15\x00\x00\x80\x3f",
+                                   10));
   EXPECT_EQ(s.values(), 1);
 }
 
@@ -76,7 +81,8 @@ TEST(EventWriter, IndependentReaderFindsEveryTagAndStep) {
     EventWriter w(dir.string());
     w.write(0, Summary().text("config", "`lockstep-fashion-mnist --lr 0.01`"));
     for (int64_t step : {10, 20, 30})
-      w.write(step, Summary().scalar("train/loss", 2.0 / static_cast<double>(step))
+      w.write(step, Summary()
+                        .scalar("train/loss", 2.0 / static_cast<double>(step))
                         .scalar("rank_1/step_time_ms", static_cast<double>(step) + 0.5));
     w.write(1, Summary().scalar("test/accuracy", 0.875));
   }
@@ -106,8 +112,8 @@ TEST(EventWriter, SchemaDecodesTextAndHParamsRecords) {
     e.hparams[1].choices = {32.0, 64.0};
     e.hparams[2].name = "optimizer";
     e.hparams[2].choices = {std::string("sgd")};
-    e.metrics.push_back({.tag = "sweep/test_accuracy", .display_name = "test_accuracy",
-                         .description = ""});
+    e.metrics.push_back(
+        {.tag = "sweep/test_accuracy", .display_name = "test_accuracy", .description = ""});
     w.write(0, hparams::experiment(e));
     w.write(0, hparams::session_start({{"lr", 0.01}, {"optimizer", std::string("adam")}}, 1.6e9));
     w.write(2, Summary().scalar("sweep/test_accuracy", 0.75));
@@ -116,15 +122,31 @@ TEST(EventWriter, SchemaDecodesTextAndHParamsRecords) {
   }
   const Reader r = read_events(fmt::format("--schema {} {}", schema(), dir.string()));
   ASSERT_EQ(r.status, 0) << r.out;
-  for (const char* want :
-       {"file_version: \"brain.Event:2\"", "tag: \"_hparams_/experiment\"", "plugin_name: \"hparams\"",
-        "data_class: DATA_CLASS_TENSOR", "name: \"lr sweep\"", "type: DATA_TYPE_FLOAT64",
-        "min_value: 0.0001", "max_value: 0.1", "number_value: 64", "type: DATA_TYPE_STRING",
-        "string_value: \"sgd\"", "tag: \"sweep/test_accuracy\"", "display_name: \"test_accuracy\"",
-        "tag: \"_hparams_/session_start_info\"", "key: \"lr\"", "number_value: 0.01",
-        "string_value: \"adam\"", "start_time_secs: 1600000000", "step: 2",
-        "simple_value: 0.75", "status: STATUS_FAILURE", "end_time_secs: 1700000000",
-        "plugin_name: \"text\"", "dtype: DT_STRING", "string_val: \"**bold**\""})
+  for (const char* want : {"file_version: \"brain.Event:2\"",
+                           "tag: \"_hparams_/experiment\"",
+                           "plugin_name: \"hparams\"",
+                           "data_class: DATA_CLASS_TENSOR",
+                           "name: \"lr sweep\"",
+                           "type: DATA_TYPE_FLOAT64",
+                           "min_value: 0.0001",
+                           "max_value: 0.1",
+                           "number_value: 64",
+                           "type: DATA_TYPE_STRING",
+                           "string_value: \"sgd\"",
+                           "tag: \"sweep/test_accuracy\"",
+                           "display_name: \"test_accuracy\"",
+                           "tag: \"_hparams_/session_start_info\"",
+                           "key: \"lr\"",
+                           "number_value: 0.01",
+                           "string_value: \"adam\"",
+                           "start_time_secs: 1600000000",
+                           "step: 2",
+                           "simple_value: 0.75",
+                           "status: STATUS_FAILURE",
+                           "end_time_secs: 1700000000",
+                           "plugin_name: \"text\"",
+                           "dtype: DT_STRING",
+                           "string_val: \"**bold**\""})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
 }
 

@@ -25,7 +25,7 @@ using comm::Communicator;
 
 constexpr std::array kDTypes = {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
                                 DataType::kFloat64, DataType::kInt8,     DataType::kUInt8,
-                                DataType::kInt32,   DataType::kInt64, DataType::kInt16};
+                                DataType::kInt32,   DataType::kInt64,    DataType::kInt16};
 std::vector<DataType> g_skipped;
 
 // kDTypes less those a transport lacks (skip_dtype).
@@ -71,17 +71,32 @@ void expect_same(const std::vector<uint8_t>& got, const std::vector<uint8_t>& wa
   ASSERT_EQ(got.size(), want.size()) << what;
   long i = first_difference(got, want, es);
   EXPECT_EQ(i, -1) << what << ": element " << i << " is "
-                   << (i >= 0 ? describe_element(dtype, got.data() + i * es) : "")
-                   << ", reference "
+                   << (i >= 0 ? describe_element(dtype, got.data() + i * es) : "") << ", reference "
                    << (i >= 0 ? describe_element(dtype, want.data() + i * es) : "");
 }
 
 double as_double(DataType dtype, const uint8_t* p) {
   switch (dtype) {
-    case DataType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return comm::f16_to_float(v); }
-    case DataType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return comm::bf16_to_float(v); }
-    case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-    default: { double v; std::memcpy(&v, p, 8); return v; }
+    case DataType::kFloat16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return comm::f16_to_float(v);
+    }
+    case DataType::kBFloat16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return comm::bf16_to_float(v);
+    }
+    case DataType::kFloat32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
   }
 }
 
@@ -167,7 +182,7 @@ void reduce_to_every_root(Communicator& c) {
           c.reduce(in.data(), c.rank() == root ? out.data() : nullptr, count, dt, op, root);
           if (c.rank() == root)
             expect_reduced(op, out, reference_reduce(dt, op, 0, count, count, c.size(), salt), dt,
-                        label("reduce", dt, count) + fmt::format(" root={}", root));
+                           label("reduce", dt, count) + fmt::format(" root={}", root));
         }
 }
 
@@ -221,7 +236,8 @@ void gather_and_scatter_every_root(Communicator& c) {
         std::vector<uint8_t> gathered(all.size(), 0x11);
         c.gather(mine.data(), c.rank() == root ? gathered.data() : nullptr, count, dt, root);
         if (c.rank() == root)
-          expect_same(gathered, all, dt, label("gather", dt, count) + fmt::format(" root={}", root));
+          expect_same(gathered, all, dt,
+                      label("gather", dt, count) + fmt::format(" root={}", root));
         std::vector<uint8_t> piece(mine.size(), 0x22);
         c.scatter(c.rank() == root ? all.data() : nullptr, piece.data(), count, dt, root);
         expect_same(piece, mine, dt, label("scatter", dt, count) + fmt::format(" root={}", root));
@@ -240,9 +256,9 @@ void reduce_scatter_every_dtype_and_op(Communicator& c) {
         auto in = make_input(dt, op, full, c.rank(), salt);
         std::vector<uint8_t> out(block * comm::dtype_size(dt));
         c.reduce_scatter(in.data(), out.data(), block, dt, op);
-        expect_reduced(op, out, reference_reduce(dt, op, block * c.rank(), block, full, c.size(), salt),
-                    dt, label("reduce_scatter", dt, block) + " op=" +
-                            std::string(comm::reduce_op_name(op)));
+        expect_reduced(
+            op, out, reference_reduce(dt, op, block * c.rank(), block, full, c.size(), salt), dt,
+            label("reduce_scatter", dt, block) + " op=" + std::string(comm::reduce_op_name(op)));
       }
 }
 

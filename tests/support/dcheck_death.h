@@ -9,9 +9,9 @@
 #include "lockstep/base/check.h"
 
 // In a test body or a fixture's SetUp().
-#define LOCKSTEP_DEATH_TEST_NEEDS_DCHECKS()                                  \
-  do {                                                                      \
-    if (!LOCKSTEP_DCHECK_IS_ON)                                             \
-      GTEST_SKIP() << "LOCKSTEP_DCHECKs are compiled out (NDEBUG build)";   \
-    GTEST_FLAG_SET(death_test_style, "threadsafe");                         \
+#define LOCKSTEP_DEATH_TEST_NEEDS_DCHECKS()                               \
+  do {                                                                    \
+    if (!LOCKSTEP_DCHECK_IS_ON)                                           \
+      GTEST_SKIP() << "LOCKSTEP_DCHECKs are compiled out (NDEBUG build)"; \
+    GTEST_FLAG_SET(death_test_style, "threadsafe");                       \
   } while (false)

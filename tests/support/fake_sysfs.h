@@ -33,7 +33,8 @@ inline std::string fake_sysfs_tree(const std::string& name, const std::vector<Cp
   }
   for (const auto& [node, list] : members) {
     std::filesystem::create_directories(nodes / fmt::format("node{}", node));
-    std::ofstream(nodes / fmt::format("node{}", node) / "cpulist") << fmt::format("{}\n", fmt::join(list, ","));
+    std::ofstream(nodes / fmt::format("node{}", node) / "cpulist")
+        << fmt::format("{}\n", fmt::join(list, ","));
   }
   std::filesystem::create_directories(nodes / "power");
   std::ofstream(nodes / "online") << "0-" << members.size() - 1 << "\n";

@@ -19,9 +19,9 @@ using comm::DataType;
 using comm::ReduceOp;
 
 // The user-facing names, as MismatchError spells them.
-constexpr std::array<std::string_view, 9> kKinds = {
-    "allreduce", "reduce", "broadcast", "allgather", "gather",
-    "scatter",   "reduce_scatter",      "alltoall",  "barrier"};
+constexpr std::array<std::string_view, 9> kKinds = {"allreduce",      "reduce",   "broadcast",
+                                                    "allgather",      "gather",   "scatter",
+                                                    "reduce_scatter", "alltoall", "barrier"};
 
 // One valid call of `kind` with 100 f32 per block, root 0.
 void call(Communicator& c, std::string_view kind) {
@@ -29,15 +29,24 @@ void call(Communicator& c, std::string_view kind) {
   size_t n = static_cast<size_t>(c.size());
   std::vector<float> in(count * n, 1.0f), out(count * n, 0.0f);
   auto f32 = DataType::kFloat32;
-  if (kind == "allreduce") c.allreduce(in.data(), out.data(), count, f32, ReduceOp::kSum);
-  else if (kind == "reduce") c.reduce(in.data(), out.data(), count, f32, ReduceOp::kSum, 0);
-  else if (kind == "broadcast") c.broadcast(in.data(), count, f32, 0);
-  else if (kind == "allgather") c.allgather(in.data(), out.data(), count, f32);
-  else if (kind == "gather") c.gather(in.data(), out.data(), count, f32, 0);
-  else if (kind == "scatter") c.scatter(in.data(), out.data(), count, f32, 0);
-  else if (kind == "reduce_scatter") c.reduce_scatter(in.data(), out.data(), count, f32, ReduceOp::kSum);
-  else if (kind == "alltoall") c.alltoall(in.data(), out.data(), count, f32);
-  else c.barrier();
+  if (kind == "allreduce")
+    c.allreduce(in.data(), out.data(), count, f32, ReduceOp::kSum);
+  else if (kind == "reduce")
+    c.reduce(in.data(), out.data(), count, f32, ReduceOp::kSum, 0);
+  else if (kind == "broadcast")
+    c.broadcast(in.data(), count, f32, 0);
+  else if (kind == "allgather")
+    c.allgather(in.data(), out.data(), count, f32);
+  else if (kind == "gather")
+    c.gather(in.data(), out.data(), count, f32, 0);
+  else if (kind == "scatter")
+    c.scatter(in.data(), out.data(), count, f32, 0);
+  else if (kind == "reduce_scatter")
+    c.reduce_scatter(in.data(), out.data(), count, f32, ReduceOp::kSum);
+  else if (kind == "alltoall")
+    c.alltoall(in.data(), out.data(), count, f32);
+  else
+    c.barrier();
 }
 
 // How the descriptor of `kind` starts in the message ("reduce dtype", not

@@ -124,8 +124,7 @@ std::vector<ChildResult> run_workers_raw(int size,
   return results;
 }
 
-std::vector<ChildResult> run_workers(int size,
-                                     const std::function<void(comm::Communicator&)>& body,
+std::vector<ChildResult> run_workers(int size, const std::function<void(comm::Communicator&)>& body,
                                      const MultiProcOptions& options) {
   std::string backend = options.backend;
   return run_workers_raw(

@@ -20,9 +20,9 @@ namespace lockstep::testing {
 struct ChildResult {
   int rank = -1;
   pid_t pid = -1;
-  bool exited = false;   // normal exit
-  int exit_code = -1;    // when exited
-  int signal = 0;        // when killed
+  bool exited = false;  // normal exit
+  int exit_code = -1;   // when exited
+  int signal = 0;       // when killed
   bool ok() const { return exited && exit_code == 0; }
   std::string describe() const;
 };
@@ -42,8 +42,7 @@ std::string unique_job_id();
 // the raw world: see run_workers_raw) and runs body(comm). A child exits 0
 // when the body returns without gtest failures, 1 on failures, 2 on an
 // escaped exception (printed).
-std::vector<ChildResult> run_workers(int size,
-                                     const std::function<void(comm::Communicator&)>& body,
+std::vector<ChildResult> run_workers(int size, const std::function<void(comm::Communicator&)>& body,
                                      const MultiProcOptions& options = {});
 std::vector<ChildResult> run_workers_raw(int size,
                                          const std::function<void(const comm::WorldInfo&)>& body,

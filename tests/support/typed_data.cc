@@ -39,7 +39,8 @@ double float_acc(DataType dtype, ReduceOp op, size_t i, int rank, int salt) {
   double v = raw_value(op, i, rank, salt);
   switch (dtype) {
     case DataType::kFloat16: return comm::f16_to_float(comm::float_to_f16(static_cast<float>(v)));
-    case DataType::kBFloat16: return comm::bf16_to_float(comm::float_to_bf16(static_cast<float>(v)));
+    case DataType::kBFloat16:
+      return comm::bf16_to_float(comm::float_to_bf16(static_cast<float>(v)));
     case DataType::kFloat32: return static_cast<float>(v);
     default: return v;
   }
@@ -70,8 +71,12 @@ A combine(ReduceOp op, A acc, A v) {
 
 void store_float(DataType dtype, std::vector<uint8_t>& out, size_t i, double v) {
   switch (dtype) {
-    case DataType::kFloat16: put<uint16_t>(out, i, comm::float_to_f16(static_cast<float>(v))); break;
-    case DataType::kBFloat16: put<uint16_t>(out, i, comm::float_to_bf16(static_cast<float>(v))); break;
+    case DataType::kFloat16:
+      put<uint16_t>(out, i, comm::float_to_f16(static_cast<float>(v)));
+      break;
+    case DataType::kBFloat16:
+      put<uint16_t>(out, i, comm::float_to_bf16(static_cast<float>(v)));
+      break;
     case DataType::kFloat32: put<float>(out, i, static_cast<float>(v)); break;
     default: put<double>(out, i, v); break;
   }

@@ -75,7 +75,8 @@ TEST(SweepCommand, SubstitutesParametersAndChecksNames) {
     check_template({"--lr", "{learning_rate}"}, {"lr", "metrics"});
     ADD_FAILURE();
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("{learning_rate} is neither"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("{learning_rate} is neither"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(check_template({"{lr"}, {"lr"}), InvalidArgument);
 }

@@ -36,7 +36,8 @@ TEST(SweepSpace, ParsesTheDocumentedForm) {
 // and an int range reaches both of its ends.
 TEST(SweepSpace, SamplesLogUniformlyAndCoversIntEnds) {
   Space s = Space::parse_text(R"({"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-1},
-                                  "k": {"type": "int", "low": 1, "high": 3}})", "t");
+                                  "k": {"type": "int", "low": 1, "high": 3}})",
+                              "t");
   std::mt19937_64 rng(1);
   int decade[3] = {0, 0, 0}, ends[4] = {0, 0, 0, 0};
   const int n = 30000;
@@ -52,7 +53,8 @@ TEST(SweepSpace, SamplesLogUniformlyAndCoversIntEnds) {
 TEST(SweepSpace, GridEnumeratesEveryCombination) {
   Space s = Space::parse_text(R"({"a": {"type": "choice", "values": ["x", "y"]},
                                   "lr": {"type": "loguniform", "low": 0.001, "high": 0.1},
-                                  "k": {"type": "int", "low": 1, "high": 2}})", "t");
+                                  "k": {"type": "int", "low": 1, "high": 2}})",
+                              "t");
   auto grid = s.grid(3);
   ASSERT_EQ(grid.size(), 2u * 3u * 2u);
   std::set<std::string> seen;
@@ -84,11 +86,16 @@ TEST(SweepSpace, RejectsBadInputNamingTheProblem) {
   expect_error(R"({"lr": {"low": 1, "high": 2}})", "'lr': missing \"type\"");
   expect_error(R"({"lr": {"type": "gaussian", "low": 1, "high": 2}})", "unknown type 'gaussian'");
   expect_error(R"({"lr": {"type": "uniform", "low": 1}})", "'lr': missing \"high\"");
-  expect_error(R"({"lr": {"type": "uniform", "low": 2, "high": 1}})", "low (2) must be below high (1)");
-  expect_error(R"({"lr": {"type": "uniform", "low": "a", "high": 1}})", "\"low\" must be a finite number");
-  expect_error(R"({"lr": {"type": "loguniform", "low": 0, "high": 1}})", "loguniform needs low > 0");
-  expect_error(R"({"lr": {"type": "uniform", "low": 0, "hgih": 1, "high": 2}})", "unknown key 'hgih'");
-  expect_error(R"({"w": {"type": "int", "low": 1.5, "high": 4}})", "int \"low\" must be an integer");
+  expect_error(R"({"lr": {"type": "uniform", "low": 2, "high": 1}})",
+               "low (2) must be below high (1)");
+  expect_error(R"({"lr": {"type": "uniform", "low": "a", "high": 1}})",
+               "\"low\" must be a finite number");
+  expect_error(R"({"lr": {"type": "loguniform", "low": 0, "high": 1}})",
+               "loguniform needs low > 0");
+  expect_error(R"({"lr": {"type": "uniform", "low": 0, "hgih": 1, "high": 2}})",
+               "unknown key 'hgih'");
+  expect_error(R"({"w": {"type": "int", "low": 1.5, "high": 4}})",
+               "int \"low\" must be an integer");
   expect_error(R"({"b": {"type": "choice", "values": []}})", "non-empty array");
   expect_error(R"({"b": {"type": "choice", "values": [1, 1]}})", "listed twice");
   expect_error(R"({"b": {"type": "choice", "values": [[1]]}})", "numbers, strings or booleans");

@@ -38,8 +38,8 @@ std::string write_space(const fs::path& dir, const std::string& json) {
 
 // Starts `lockstep sweep ARGS -- fake_trial.sh {metrics} EPOCHS {quality} {behaviour}`.
 pid_t start_sweep(const fs::path& dir, std::vector<std::string> args, int epochs) {
-  std::vector<std::string> argv{bin("lockstep"), "sweep", "--dir", (dir / "run").string(),
-                                "--metric", "score"};
+  std::vector<std::string> argv{bin("lockstep"),        "sweep",    "--dir",
+                                (dir / "run").string(), "--metric", "score"};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.insert(argv.end(), {"--", "bash", LOCKSTEP_SWEEP_TEST_DIR "/fake_trial.sh", "{metrics}",
                            std::to_string(epochs), "{quality}", "{behaviour}"});
@@ -104,13 +104,14 @@ std::string events(const fs::path& dir, bool schema = false) {
 // session per trial with the metric per epoch and its status.
 void expect_hparams_records(const fs::path& run) {
   const std::string top = events(run, /*schema=*/true);
-  for (const char* want : {"tag: \"_hparams_/experiment\"", "name: \"behaviour\"",
-                           "string_value: \"hang\"", "tag: \"sweep/score\"", "tag: \"sweep/epochs\""})
+  for (const char* want :
+       {"tag: \"_hparams_/experiment\"", "name: \"behaviour\"", "string_value: \"hang\"",
+        "tag: \"sweep/score\"", "tag: \"sweep/epochs\""})
     EXPECT_NE(top.find(want), std::string::npos) << want << "\n" << top;
   const std::string ok = events(run / "trials" / "000");
-  for (const char* want : {"0 _hparams_/session_start_info plugin=hparams\n", "1 sweep/score 2\n",
-                           "2 sweep/score 4\n", "3 sweep/score 6\n", "3 sweep/epochs 3\n",
-                           "3 _hparams_/session_end_info plugin=hparams\n"})
+  for (const char* want :
+       {"0 _hparams_/session_start_info plugin=hparams\n", "1 sweep/score 2\n", "2 sweep/score 4\n",
+        "3 sweep/score 6\n", "3 sweep/epochs 3\n", "3 _hparams_/session_end_info plugin=hparams\n"})
     EXPECT_NE(ok.find(want), std::string::npos) << want << "\n" << ok;
   EXPECT_NE(events(run / "trials" / "000", true).find("status: STATUS_SUCCESS"), std::string::npos);
   const std::string crashed = events(run / "trials" / "001", true);
@@ -122,8 +123,10 @@ TEST(SweepEndToEnd, CrashingAndHangingTrialsAreRecordedAndTheSweepFinishes) {
   auto dir = scratch("faults");
   auto space = write_space(dir, R"({"quality": {"type": "choice", "values": [2]},
       "behaviour": {"type": "choice", "values": ["ok", "crash", "hang"]}})");
-  pid_t pid = start_sweep(dir, {"--space", space, "--scheduler", "grid", "-np", "1", "--slots", "2",
-                                "--trial-timeout", "2"}, 3);
+  pid_t pid = start_sweep(
+      dir,
+      {"--space", space, "--scheduler", "grid", "-np", "1", "--slots", "2", "--trial-timeout", "2"},
+      3);
   ASSERT_EQ(wait_exit(pid), 0) << slurp(dir / "sweep.out");
   auto e = ends(journal(dir));
   ASSERT_EQ(e.size(), 3u) << slurp(dir / "sweep.out");
@@ -132,7 +135,8 @@ TEST(SweepEndToEnd, CrashingAndHangingTrialsAreRecordedAndTheSweepFinishes) {
   EXPECT_EQ(e[0]["epochs"], 3);
   EXPECT_EQ(e[1]["status"], "failed");
   EXPECT_NE(e[1]["reason"].get<std::string>().find("exit code 3"), std::string::npos) << e[1];
-  EXPECT_NE(e[1]["reason"].get<std::string>().find("crashing on purpose"), std::string::npos) << e[1];
+  EXPECT_NE(e[1]["reason"].get<std::string>().find("crashing on purpose"), std::string::npos)
+      << e[1];
   EXPECT_TRUE(fs::exists(e[1]["log"].get<std::string>()));
   EXPECT_EQ(e[2]["status"], "timeout");
   EXPECT_NE(e[2]["reason"].get<std::string>().find("--trial-timeout 2"), std::string::npos) << e[2];
@@ -149,8 +153,8 @@ TEST(SweepEndToEnd, ResumesAfterSigkillWithoutRerunningEndedTrials) {
   auto dir = scratch("resume");
   auto space = write_space(dir, R"({"quality": {"type": "choice", "values": [1, 2, 3, 4]},
       "behaviour": {"type": "choice", "values": ["ok"]}})");
-  const std::vector<std::string> args{"--space", space, "--scheduler", "grid", "-np", "1",
-                                      "--slots", "2", "--concurrent", "2"};
+  const std::vector<std::string> args{"--space", space,     "--scheduler", "grid",         "-np",
+                                      "1",       "--slots", "2",           "--concurrent", "2"};
   setenv("FAKE_EPOCH_SECONDS", "0.4", 1);
   pid_t pid = start_sweep(dir, args, 4);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -198,9 +202,11 @@ TEST(SweepEndToEnd, TrialsRunOnEveryHostOfDashHAndTheirResultsAreGathered) {
       "behaviour": {"type": "choice", "values": ["ok"]}})");
   const auto remote_log = (dir / "remote.log").string();
   pid_t pid = start_sweep(
-      dir, {"--space", space, "--scheduler", "grid", "-np", "1", "-H", "sweephostA:1,sweephostB:1",
-            "--remote-exec", "bash " LOCKSTEP_SWEEP_TEST_DIR "/fake_remote.sh " + remote_log + " {host}",
-            "--run-arg=--rendezvous-addr=127.0.0.1"}, 2);
+      dir,
+      {"--space", space, "--scheduler", "grid", "-np", "1", "-H", "sweephostA:1,sweephostB:1",
+       "--remote-exec", "bash " LOCKSTEP_SWEEP_TEST_DIR "/fake_remote.sh " + remote_log + " {host}",
+       "--run-arg=--rendezvous-addr=127.0.0.1"},
+      2);
   ASSERT_EQ(wait_exit(pid), 0) << slurp(dir / "sweep.out");
   const auto events = journal(dir);
   std::map<std::string, int> trials_on;
@@ -224,7 +230,8 @@ TEST(SweepEndToEnd, TrialsRunOnEveryHostOfDashHAndTheirResultsAreGathered) {
     EXPECT_EQ(end["status"], "completed") << end;
     EXPECT_EQ(end["epochs"], 2) << end;
     EXPECT_EQ(end["value"], 2.0 * (trial + 1)) << end;  // score = quality * epoch
-    EXPECT_NE(slurp(end["log"].get<std::string>()).find("host " + host_of[trial]), std::string::npos)
+    EXPECT_NE(slurp(end["log"].get<std::string>()).find("host " + host_of[trial]),
+              std::string::npos)
         << "trial " << trial << " did not run as a worker of " << host_of[trial] << ":\n"
         << slurp(end["log"].get<std::string>());
   }
@@ -238,13 +245,18 @@ TEST(SweepEndToEnd, RefusesToOversubscribeAndNamesTheFix) {
   auto dir = scratch("oversubscribe");
   auto space = write_space(dir, R"({"quality": {"type": "choice", "values": [1]},
       "behaviour": {"type": "choice", "values": ["ok"]}})");
-  pid_t pid = start_sweep(dir, {"--space", space, "--scheduler", "grid", "-np", "1", "--slots", "2",
-                                "--concurrent", "3"}, 1);
+  pid_t pid = start_sweep(
+      dir,
+      {"--space", space, "--scheduler", "grid", "-np", "1", "--slots", "2", "--concurrent", "3"},
+      1);
   EXPECT_EQ(wait_exit(pid), 2);
   EXPECT_NE(slurp(dir / "sweep.out").find("--concurrent 3 x -np 1 needs 3 slots but there are 2"),
-            std::string::npos) << slurp(dir / "sweep.out");
-  pid = start_sweep(dir, {"--space", space, "--scheduler", "grid", "-np", "1", "--slots", "2",
-                          "--concurrent", "3", "--oversubscribe"}, 1);
+            std::string::npos)
+      << slurp(dir / "sweep.out");
+  pid = start_sweep(dir,
+                    {"--space", space, "--scheduler", "grid", "-np", "1", "--slots", "2",
+                     "--concurrent", "3", "--oversubscribe"},
+                    1);
   EXPECT_EQ(wait_exit(pid), 0) << slurp(dir / "sweep.out");
 }
 

@@ -29,7 +29,8 @@ TEST(SweepMainJob, AshaStopsADivergingLearningRateEarly) {
   // In grid order 0.002, 4, 6, 0.003 (choice order): whichever of the first
   // two reaches rung 1 (epoch 1) second is judged against the other, and a
   // diverged Adam (lr 4 or 6, ~10% accuracy) is never in the top half.
-  std::ofstream(dir / "space.json") << R"({"lr": {"type": "choice", "values": [0.002, 4, 6, 0.003]}})";
+  std::ofstream(dir / "space.json")
+      << R"({"lr": {"type": "choice", "values": [0.002, 4, 6, 0.003]}})";
   auto cmd = fmt::format(
       "'{}' sweep --space '{}' --scheduler asha --sampler grid --budget-epochs 3 --eta 2 -np 1 --slots 2 "
       "--dir '{}' --metric test_accuracy -- '{}' --lr {{lr}} --epochs {{epochs}} "

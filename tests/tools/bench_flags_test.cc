@@ -41,22 +41,21 @@ TEST_P(BenchFlags, ExitTwoNamingTheFlag) {
   EXPECT_NE(r.output.find(GetParam().flag), std::string::npos) << r.output;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Collective, BenchFlags,
-    ::testing::Values(BadFlag{"bench allreduce --factor 0", "--factor"},
-                      BadFlag{"bench allreduce --factor 1", "--factor"},
-                      BadFlag{"bench allreduce --factor abc", "--factor"},
-                      BadFlag{"bench broadcast --seconds 0", "--seconds"},
-                      BadFlag{"bench allgather --max-iters 0", "--max-iters"},
-                      BadFlag{"bench allreduce --dtype f17", "--dtype"},
-                      BadFlag{"bench allreduce --sizes 0:1MiB", "--sizes"},
-                      BadFlag{"bench engine --steps 0", "--steps"},
-                      BadFlag{"bench engine --rounds -1", "--rounds"}),
-    [](const auto& info) {  // e.g. "bench_allreduce___factor_0"
-      std::string name = info.param.args;
-      for (char& ch : name)
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Collective, BenchFlags,
+                         ::testing::Values(BadFlag{"bench allreduce --factor 0", "--factor"},
+                                           BadFlag{"bench allreduce --factor 1", "--factor"},
+                                           BadFlag{"bench allreduce --factor abc", "--factor"},
+                                           BadFlag{"bench broadcast --seconds 0", "--seconds"},
+                                           BadFlag{"bench allgather --max-iters 0", "--max-iters"},
+                                           BadFlag{"bench allreduce --dtype f17", "--dtype"},
+                                           BadFlag{"bench allreduce --sizes 0:1MiB", "--sizes"},
+                                           BadFlag{"bench engine --steps 0", "--steps"},
+                                           BadFlag{"bench engine --rounds -1", "--rounds"}),
+                         [](const auto& info) {  // e.g. "bench_allreduce___factor_0"
+                           std::string name = info.param.args;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name;
+                         });
 
 }  // namespace

@@ -25,7 +25,8 @@ struct Result {
 
 Result convert(const std::string& args) {
   const char* dir = std::getenv("LOCKSTEP_BIN_DIR");
-  std::string command = std::string(dir ? dir : ".") + "/lockstep convert checkpoint " + args + " 2>&1";
+  std::string command =
+      std::string(dir ? dir : ".") + "/lockstep convert checkpoint " + args + " 2>&1";
   Result r;
   FILE* pipe = popen(command.c_str(), "r");
   char buf[4096];
@@ -66,7 +67,8 @@ class ConvertCheckpoint : public ::testing::Test {
       EXPECT_TRUE(::torch::equal(by_name[name], t)) << name << " in " << path;
     }
   }
-  std::string dir = (fs::temp_directory_path() / ("lockstep-convert-ckpt-" + std::to_string(getpid()))).string();
+  std::string dir =
+      (fs::temp_directory_path() / ("lockstep-convert-ckpt-" + std::to_string(getpid()))).string();
   Net net;
 };
 
@@ -109,7 +111,8 @@ TEST_F(ConvertCheckpoint, DamagedAndForeignInputsExitWithAStatusNamingTheFile) {
   }
   Result bad_out = convert(file("ckpt.pt") + " " + file("out.txt"));
   EXPECT_EQ(bad_out.status, 2) << bad_out.output;
-  EXPECT_NE(bad_out.output.find(".safetensors or .pt/.pth/.bin"), std::string::npos) << bad_out.output;
+  EXPECT_NE(bad_out.output.find(".safetensors or .pt/.pth/.bin"), std::string::npos)
+      << bad_out.output;
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ TEST(Doctor, MinorityPendingAnotherNameDiverged) {
   EXPECT_EQ(d.verdict, Verdict::kDiverged) << d.summary;
   EXPECT_EQ(d.culprits, std::vector<int>{1});
   EXPECT_NE(d.summary.find("submitted allreduce 'g_typo' that the others did not"),
-            std::string::npos) << d.summary;
+            std::string::npos)
+      << d.summary;
   EXPECT_NE(d.summary.find("never submitted allreduce 'g'"), std::string::npos) << d.summary;
 }
 
@@ -81,8 +82,8 @@ TEST(Doctor, TwoRanksTieIsBrokenByWhichNameRanBefore) {
 }
 
 TEST(Doctor, TwoRanksTieWithoutHistorySaysTheyDisagree) {
-  auto d = diagnose({dump(0, 2, {op("x", -1, "submitted", kNow)}),
-                     dump(1, 2, {op("y", -1, "submitted", kNow)})});
+  auto d = diagnose(
+      {dump(0, 2, {op("x", -1, "submitted", kNow)}), dump(1, 2, {op("y", -1, "submitted", kNow)})});
   EXPECT_EQ(d.verdict, Verdict::kDiverged);
   EXPECT_TRUE(d.culprits.empty());
   EXPECT_NE(d.summary.find("ranks disagree"), std::string::npos) << d.summary;

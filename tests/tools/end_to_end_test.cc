@@ -50,10 +50,11 @@ bool shm_has_job(const std::string& job) {
 
 TEST(EndToEnd, ThreeWorkersAllreduceAndExitZero) {
   JobResult r = run_job(bin("lockstep") + " run -np 3 -- " + bin("lockstep-test-worker") +
-              " --iterations 5 --mib 4");
+                        " --iterations 5 --mib 4");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < 3; ++rank)
-    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " done"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " done"), std::string::npos)
+        << r.output;
   std::string job = job_id(r.output);
   ASSERT_FALSE(job.empty()) << r.output;
   EXPECT_FALSE(shm_has_job(job));
@@ -61,7 +62,7 @@ TEST(EndToEnd, ThreeWorkersAllreduceAndExitZero) {
 
 TEST(EndToEnd, SigkilledWorkerIsNamedEverySurvivorFailsAndShmIsClean) {
   JobResult r = run_job(bin("lockstep") + " run -np 3 -- " + bin("lockstep-test-worker") +
-              " --die-rank 1 --die-after-ms 300 --mib 16");
+                        " --die-rank 1 --die-after-ms 300 --mib 16");
   EXPECT_NE(r.exit_code, 0) << r.output;
   // The launcher names the rank and the signal...
   EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;

@@ -22,10 +22,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     int value = std::atoi(argv[i + 1]);
-    if (flag == "--die-rank") die_rank = value;
-    else if (flag == "--die-after-ms") die_after_ms = value;
-    else if (flag == "--iterations") iterations = value;
-    else if (flag == "--mib") mib = value;
+    if (flag == "--die-rank")
+      die_rank = value;
+    else if (flag == "--die-after-ms")
+      die_after_ms = value;
+    else if (flag == "--iterations")
+      iterations = value;
+    else if (flag == "--mib")
+      mib = value;
     else {
       std::fprintf(stderr, "test-worker: unknown flag %s\n", argv[i]);
       return 2;
@@ -33,7 +37,8 @@ int main(int argc, char** argv) {
   }
   try {
     auto comm = lockstep::comm::Communicator::from_environment();
-    if (comm->rank() == 0) std::printf("job=%s size=%d\n", std::getenv("LOCKSTEP_JOB_ID"), comm->size());
+    if (comm->rank() == 0)
+      std::printf("job=%s size=%d\n", std::getenv("LOCKSTEP_JOB_ID"), comm->size());
     std::fflush(stdout);
     if (comm->rank() == die_rank)
       std::thread([die_after_ms] {

@@ -68,11 +68,13 @@ void train_one_step(::torch::nn::Sequential& model, ::torch::optim::Optimizer& o
 // Loads `file_model`'s checkpoint into `model`: expects a refusal that says
 // `needle`, and the model and optimizer as they were (and still trainable).
 void expect_refused_untouched(::torch::nn::Sequential file_model, int64_t file_in,
-                              ::torch::nn::Sequential model, int64_t in, const std::string& needle) {
+                              ::torch::nn::Sequential model, int64_t in,
+                              const std::string& needle) {
   const std::string path = scratch() + "/ckpt.pt";
   ::torch::optim::Adam file_adam(file_model->parameters(), 0.01);
   train_one_step(file_model, file_adam, file_in);
-  save_checkpoint(path, *file_model, file_adam, {.epoch = 3, .step = 9, .sampler = {}, .user = "x"});
+  save_checkpoint(path, *file_model, file_adam,
+                  {.epoch = 3, .step = 9, .sampler = {}, .user = "x"});
 
   ::torch::optim::Adam adam(model->parameters(), 0.01);
   train_one_step(model, adam, in);  // state to keep
@@ -103,7 +105,8 @@ TEST(CheckpointCheck, WiderModelIsRefusedNamingTheFirstTensor) {
 
 TEST(CheckpointCheck, LinearOfAnotherWidthIsRefused) {
   // 4->8->2 into 4->6->2 returned true and trained on as another model.
-  expect_refused_untouched(mlp(8, 1), 4, mlp(6, 2), 4, "'0.weight' is 8x4 Float in the file but 6x4");
+  expect_refused_untouched(mlp(8, 1), 4, mlp(6, 2), 4,
+                           "'0.weight' is 8x4 Float in the file but 6x4");
 }
 
 TEST(CheckpointCheck, ExtraBlocksAreNamed) {
@@ -134,9 +137,10 @@ TEST(CheckpointCheck, OtherDtypeIsRefused) {
 TEST(CheckpointCheck, AnOptimizerOfOtherGroupsIsRefusedAndKeepsItsState) {
   auto model = mlp(8, 1);
   const std::string path = scratch() + "/ckpt.pt";
-  ::torch::optim::Adam two_groups(std::vector<::torch::optim::OptimizerParamGroup>{
-      ::torch::optim::OptimizerParamGroup({model->parameters()[0], model->parameters()[1]}),
-      ::torch::optim::OptimizerParamGroup({model->parameters()[2], model->parameters()[3]})},
+  ::torch::optim::Adam two_groups(
+      std::vector<::torch::optim::OptimizerParamGroup>{
+          ::torch::optim::OptimizerParamGroup({model->parameters()[0], model->parameters()[1]}),
+          ::torch::optim::OptimizerParamGroup({model->parameters()[2], model->parameters()[3]})},
       ::torch::optim::AdamOptions(0.01));
   save_checkpoint(path, *model, two_groups, {});
   ::torch::optim::Adam one_group(model->parameters(), 0.02);
@@ -201,7 +205,8 @@ TEST(CheckpointCheck, CheckStateMatchesAcceptsTheSameModel) {
 
 std::vector<int64_t> remaining_epoch(DistributedSampler s) {
   std::vector<int64_t> out;
-  for (auto b = s.next_batch(5); !b.empty(); b = s.next_batch(5)) out.insert(out.end(), b.begin(), b.end());
+  for (auto b = s.next_batch(5); !b.empty(); b = s.next_batch(5))
+    out.insert(out.end(), b.begin(), b.end());
   return out;
 }
 

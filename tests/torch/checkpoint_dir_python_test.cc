@@ -88,7 +88,8 @@ TEST_F(CheckpointDirPython, PythonLoadsTheShardsStrictlyAndComputesTheSameLogits
   ASSERT_TRUE(index_file) << "no index in " << step;
   const nlohmann::json index = nlohmann::json::parse(index_file);
   std::set<std::string> files;
-  for (const auto& [name, shard] : index.at("weight_map").items()) files.insert(shard.get<std::string>());
+  for (const auto& [name, shard] : index.at("weight_map").items())
+    files.insert(shard.get<std::string>());
   EXPECT_EQ(files, (std::set<std::string>{"model-00001-of-00002.safetensors",
                                           "model-00002-of-00002.safetensors"}));
 

@@ -44,7 +44,8 @@ TEST(CheckpointTemps, KilledWritersTempIsRemovedAtStartup) {
     pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0)
-      for (int64_t step = 2;; ++step) save_checkpoint(path, *big, sgd, {.step = step, .sampler = {}, .user = {}});
+      for (int64_t step = 2;; ++step)
+        save_checkpoint(path, *big, sgd, {.step = step, .sampler = {}, .user = {}});
     auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (temps_of(dir, "ckpt.pt").empty() && std::chrono::steady_clock::now() < give_up) {
     }

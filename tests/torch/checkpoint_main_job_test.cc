@@ -30,11 +30,11 @@ class MainJobCheckpoints : public ::testing::Test {
   // reductions differently, which a bitwise comparison of six processes
   // under a parallel ctest would see (it did, once, in CI).
   int run(const std::string& format, const std::string& args) const {
-    return exit_code(fmt::format("LOCKSTEP_INTRA_OP_THREADS=1 '{}' {} --checkpoint-dir '{}' --checkpoint-format {} "
-                                 "--metrics '{}' {} >/dev/null 2>>'{}'",
-                                 main_job(), kShort, (dir / ("ckpt-" + format)).string(), format,
-                                 (dir / (format + ".jsonl")).string(), args,
-                                 (dir / (format + ".err")).string()));
+    return exit_code(fmt::format(
+        "LOCKSTEP_INTRA_OP_THREADS=1 '{}' {} --checkpoint-dir '{}' --checkpoint-format {} "
+        "--metrics '{}' {} >/dev/null 2>>'{}'",
+        main_job(), kShort, (dir / ("ckpt-" + format)).string(), format,
+        (dir / (format + ".jsonl")).string(), args, (dir / (format + ".err")).string()));
   }
   std::string err(const std::string& format) const { return read_text(dir / (format + ".err")); }
   fs::path dir = scratch("checkpoint-format");
@@ -61,8 +61,10 @@ TEST_F(MainJobCheckpoints, EveryFormatResumesToTheSameSecondEpoch) {
   }
   EXPECT_TRUE(fs::exists(dir / "ckpt-file" / "checkpoint.pt"));
   for (const std::string format : {"sharded", "async"}) {
-    const std::string newest = lockstep::parallel::newest_checkpoint_dir((dir / ("ckpt-" + format)).string());
-    EXPECT_TRUE(fs::exists(fs::path(newest) / "model.safetensors.index.json")) << format << ": " << newest;
+    const std::string newest =
+        lockstep::parallel::newest_checkpoint_dir((dir / ("ckpt-" + format)).string());
+    EXPECT_TRUE(fs::exists(fs::path(newest) / "model.safetensors.index.json"))
+        << format << ": " << newest;
     for (const char* key : {"train_loss", "test_accuracy"})
       EXPECT_EQ(second[format][key].get<double>(), second["file"][key].get<double>())
           << format << " " << key;
@@ -77,10 +79,12 @@ TEST_F(MainJobCheckpoints, ResumeWithoutTheStepsAveragesStartsThemAfresh) {
   const int step = read_metrics(dir / "file.jsonl").at(0)["step"].get<int>();
   const fs::path averages = dir / "ckpt-file" / "averages";
   ASSERT_TRUE(fs::exists(averages / fmt::format("step-{}.pt", step))) << err("file");
-  fs::rename(averages / fmt::format("step-{}.pt", step), averages / fmt::format("step-{}.pt", step - 1));
+  fs::rename(averages / fmt::format("step-{}.pt", step),
+             averages / fmt::format("step-{}.pt", step - 1));
   ASSERT_EQ(run("file", "--epochs 2 --resume"), 0) << err("file");
   EXPECT_NE(err("file").find(fmt::format("no averaged weights saved with step {}", step)),
-            std::string::npos) << err("file");
+            std::string::npos)
+      << err("file");
 }
 
 // An unknown format is a bad command line (status 2), refused while parsing.

@@ -10,9 +10,9 @@
 namespace lockstep::torch {
 namespace {
 
-using ::torch::Tensor;
 using testing::make_mlp;
 using testing::run_torch_workers;
+using ::torch::Tensor;
 
 TEST(Compressor, RoundTripsWithinTheWireTypesPrecision) {
   auto x = ::torch::randn({1000}, ::torch::kFloat64);
@@ -33,10 +33,10 @@ TEST(Compressor, RoundTripsWithinTheWireTypesPrecision) {
 // half cast would turn 70000 into -2147483648 on the way back).
 TEST(Compressor, LeavesIntegerTensorsAsTheyAre) {
   for (Compression c : {Compression::kFp16, Compression::kBf16})
-    for (auto dtype : {::torch::kUInt8, ::torch::kInt8, ::torch::kInt16, ::torch::kInt32,
-                       ::torch::kInt64}) {
-      Tensor x = ::torch::full({3}, dtype == ::torch::kUInt8 || dtype == ::torch::kInt8 ? 100 : 30000,
-                               dtype);
+    for (auto dtype :
+         {::torch::kUInt8, ::torch::kInt8, ::torch::kInt16, ::torch::kInt32, ::torch::kInt64}) {
+      Tensor x = ::torch::full(
+          {3}, dtype == ::torch::kUInt8 || dtype == ::torch::kInt8 ? 100 : 30000, dtype);
       if (dtype == ::torch::kInt32 || dtype == ::torch::kInt64) x.fill_(70000);
       auto [sent, ctx] = Compressor::of(c).compress(x);
       EXPECT_EQ(sent.scalar_type(), dtype);

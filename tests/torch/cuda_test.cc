@@ -47,7 +47,8 @@ void collective_matrix(int size) {
   allreduce_(x, "sum", {.op = ReduceOp::kSum});
   expect_close(x, sum, 1e-5);
   expect_close(allreduce(all[r].to(gpu), "avg", {.op = ReduceOp::kAverage}), sum / size, 1e-5);
-  expect_close(allreduce(all[r].to(gpu), "scaled", {.op = ReduceOp::kSum, .prescale = 0.5, .postscale = 3.0}),
+  expect_close(allreduce(all[r].to(gpu), "scaled",
+                         {.op = ReduceOp::kSum, .prescale = 0.5, .postscale = 3.0}),
                sum * 1.5, 1e-5);
   expect_close(allreduce(all[r].to(gpu), "max", {.op = ReduceOp::kMax}),
                std::get<0>(::torch::stack(all).max(0)));
@@ -68,8 +69,10 @@ void collective_matrix(int size) {
   std::vector<int64_t> splits(size, 0);
   splits[0] = 6;  // every rank sends all rows to rank 0
   auto got = alltoall(all[r].to(gpu), splits, "a2a");
-  if (r == 0) expect_close(got, ::torch::cat(all));
-  else EXPECT_EQ(got.size(0), 0);
+  if (r == 0)
+    expect_close(got, ::torch::cat(all));
+  else
+    EXPECT_EQ(got.size(0), 0);
 }
 
 // testing::make_mlp seeds through torch::manual_seed, which in LibTorch 2.x
@@ -86,34 +89,40 @@ void collective_matrix(int size) {
 
 TEST(CudaPlacement, WorkerComputesOnItsGpu) {
   LOCKSTEP_NEED_GPU();
-  run_torch_workers(1, [] {
-    const Placement p = placement();
-    EXPECT_EQ(p.device, DeviceKind::kCuda);
-    EXPECT_EQ(p.device_index, 0);
-    EXPECT_GE(p.visible_devices, 1);
-    EXPECT_THAT(p.describe(), ::testing::HasSubstr("cuda:0"));
-    EXPECT_TRUE(p.torch_device().is_cuda());
-  }, {{"LOCKSTEP_DEVICE", "cuda"}});
+  run_torch_workers(1,
+                    [] {
+                      const Placement p = placement();
+                      EXPECT_EQ(p.device, DeviceKind::kCuda);
+                      EXPECT_EQ(p.device_index, 0);
+                      EXPECT_GE(p.visible_devices, 1);
+                      EXPECT_THAT(p.describe(), ::testing::HasSubstr("cuda:0"));
+                      EXPECT_TRUE(p.torch_device().is_cuda());
+                    },
+                    {{"LOCKSTEP_DEVICE", "cuda"}});
 }
 
 // Two workers sharing one GPU: their CUDA tensors are staged through pinned
 // host memory over shared memory (NCCL refuses two ranks on one GPU).
 TEST(CudaCollectives, TwoWorkersSharingAGpuStageThroughTheHost) {
   LOCKSTEP_NEED_GPU();
-  run_torch_workers(2, [] {
-    EXPECT_FALSE(engine::global().has_device_communicator());
-    collective_matrix(2);
-  }, {{"LOCKSTEP_DEVICE", "cuda"}});
+  run_torch_workers(2,
+                    [] {
+                      EXPECT_FALSE(engine::global().has_device_communicator());
+                      collective_matrix(2);
+                    },
+                    {{"LOCKSTEP_DEVICE", "cuda"}});
 }
 
 // One worker with the NCCL device path forced: every collective runs on the
 // GPU through the engine's device executor (fusion buffer, scaled sums).
 TEST(CudaCollectives, DevicePathOverNcclAtOneRank) {
   LOCKSTEP_NEED_GPU();
-  run_torch_workers(1, [] {
-    ASSERT_TRUE(engine::global().has_device_communicator());
-    collective_matrix(1);
-  }, {{"LOCKSTEP_DEVICE", "cuda"}, {"LOCKSTEP_DEVICE_BACKEND", "nccl"}});
+  run_torch_workers(1,
+                    [] {
+                      ASSERT_TRUE(engine::global().has_device_communicator());
+                      collective_matrix(1);
+                    },
+                    {{"LOCKSTEP_DEVICE", "cuda"}, {"LOCKSTEP_DEVICE_BACKEND", "nccl"}});
 }
 
 // DistributedOptimizer on CUDA parameters over 2 workers sharing the GPU
@@ -127,51 +136,58 @@ TEST(CudaTraining, DistributedOptimizerMatchesTheCpuReference) {
   // The reference too runs in the workers: a backward() here would start
   // LibTorch's CUDA device threads in the parent, and CUDA does not survive
   // a fork.
-  run_torch_workers(2, [&] {
-    auto model = seeded_mlp();
-    ::torch::optim::SGD ref_opt(model->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
-    for (int s = 0; s < 4; ++s) {
-      auto [x, y] = batch(s);
-      ref_opt.zero_grad();
-      ::torch::nn::functional::mse_loss(model->forward(x), y).backward();
-      ref_opt.step();
-    }
-    const ::torch::Tensor want = testing::flat_parameters(*model);
-    const ::torch::Device gpu = placement().torch_device();
-    auto m = seeded_mlp();
-    m->to(gpu);
-    ::torch::optim::SGD opt(m->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
-    DistributedOptimizer dist(opt, *m);
-    for (int s = 0; s < 4; ++s) {
-      auto [x, y] = batch(s);
-      auto xs = x.narrow(0, rank() * 4, 4).to(gpu), ys = y.narrow(0, rank() * 4, 4).to(gpu);
-      dist.zero_grad();
-      ::torch::nn::functional::mse_loss(m->forward(xs), ys).backward();
-      dist.step();
-    }
-    const ::torch::Tensor got = testing::flat_parameters(*m);
-    ASSERT_TRUE(got.is_cuda());
-    EXPECT_TRUE(::torch::allclose(got.cpu(), want, 1e-5, 1e-5))
-        << "max |diff| " << (got.cpu() - want).abs().max().item<double>();
-  }, {{"LOCKSTEP_DEVICE", "cuda"}});
+  run_torch_workers(
+      2,
+      [&] {
+        auto model = seeded_mlp();
+        ::torch::optim::SGD ref_opt(model->parameters(),
+                                    ::torch::optim::SGDOptions(0.1).momentum(0.9));
+        for (int s = 0; s < 4; ++s) {
+          auto [x, y] = batch(s);
+          ref_opt.zero_grad();
+          ::torch::nn::functional::mse_loss(model->forward(x), y).backward();
+          ref_opt.step();
+        }
+        const ::torch::Tensor want = testing::flat_parameters(*model);
+        const ::torch::Device gpu = placement().torch_device();
+        auto m = seeded_mlp();
+        m->to(gpu);
+        ::torch::optim::SGD opt(m->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
+        DistributedOptimizer dist(opt, *m);
+        for (int s = 0; s < 4; ++s) {
+          auto [x, y] = batch(s);
+          auto xs = x.narrow(0, rank() * 4, 4).to(gpu), ys = y.narrow(0, rank() * 4, 4).to(gpu);
+          dist.zero_grad();
+          ::torch::nn::functional::mse_loss(m->forward(xs), ys).backward();
+          dist.step();
+        }
+        const ::torch::Tensor got = testing::flat_parameters(*m);
+        ASSERT_TRUE(got.is_cuda());
+        EXPECT_TRUE(::torch::allclose(got.cpu(), want, 1e-5, 1e-5))
+            << "max |diff| " << (got.cpu() - want).abs().max().item<double>();
+      },
+      {{"LOCKSTEP_DEVICE", "cuda"}});
 }
 
 TEST(CudaMixedPrecision, AutocastGuardCastsOnTheWorkersGpu) {
   LOCKSTEP_NEED_GPU();
-  run_torch_workers(1, [] {
-    ::torch::nn::Linear linear(8, 4);
-    linear->to(placement().torch_device());
-    auto x = ::torch::randn({2, 8}, ::torch::TensorOptions().device(placement().torch_device()));
-    {
-      AutocastGuard bf16(Precision::kBf16);
-      EXPECT_EQ(linear->forward(x).scalar_type(), ::torch::kBFloat16);
-    }
-    {
-      AutocastGuard fp16(Precision::kFp16);
-      EXPECT_EQ(linear->forward(x).scalar_type(), ::torch::kFloat16);
-    }
-    EXPECT_EQ(linear->forward(x).scalar_type(), ::torch::kFloat32);  // restored
-  }, {{"LOCKSTEP_DEVICE", "cuda"}});
+  run_torch_workers(1,
+                    [] {
+                      ::torch::nn::Linear linear(8, 4);
+                      linear->to(placement().torch_device());
+                      auto x = ::torch::randn(
+                          {2, 8}, ::torch::TensorOptions().device(placement().torch_device()));
+                      {
+                        AutocastGuard bf16(Precision::kBf16);
+                        EXPECT_EQ(linear->forward(x).scalar_type(), ::torch::kBFloat16);
+                      }
+                      {
+                        AutocastGuard fp16(Precision::kFp16);
+                        EXPECT_EQ(linear->forward(x).scalar_type(), ::torch::kFloat16);
+                      }
+                      EXPECT_EQ(linear->forward(x).scalar_type(), ::torch::kFloat32);  // restored
+                    },
+                    {{"LOCKSTEP_DEVICE", "cuda"}});
 }
 
 }  // namespace

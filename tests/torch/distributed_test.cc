@@ -31,7 +31,8 @@ struct EquivalenceCase {
 std::unique_ptr<::torch::optim::Optimizer> make_optimizer(const std::string& kind,
                                                           ::torch::nn::Module& m) {
   if (kind == "adam")
-    return std::make_unique<::torch::optim::Adam>(m.parameters(), ::torch::optim::AdamOptions(0.01));
+    return std::make_unique<::torch::optim::Adam>(m.parameters(),
+                                                  ::torch::optim::AdamOptions(0.01));
   return std::make_unique<::torch::optim::SGD>(m.parameters(),
                                                ::torch::optim::SGDOptions(0.1).momentum(0.9));
 }
@@ -74,7 +75,8 @@ std::pair<::torch::Tensor, ::torch::Tensor> global_batch(int step) {
     dist.zero_grad();
     for (int p = 0; p < c.passes; ++p) {
       const int64_t begin = rank() * kBatch + p * chunk;
-      auto loss = nnf::mse_loss(model->forward(x.narrow(0, begin, chunk)), y.narrow(0, begin, chunk));
+      auto loss =
+          nnf::mse_loss(model->forward(x.narrow(0, begin, chunk)), y.narrow(0, begin, chunk));
       (loss / c.passes).backward();
     }
     dist.step();
@@ -146,9 +148,13 @@ TEST(DistributedOptimizer, BackwardPassesPerStep) {
 // (fp16) or 8 (bf16) significant bits; over 4 SGD steps with lr 0.1 the
 // parameters stay within 1e-3 (fp16) and 1e-2 (bf16) of the exact run.
 TEST(DistributedOptimizer, Fp16Compression) {
-  expect_equivalent({.optimizer = "sgd", .compression = Compression::kFp16, .tolerance = 1e-3,
+  expect_equivalent({.optimizer = "sgd",
+                     .compression = Compression::kFp16,
+                     .tolerance = 1e-3,
                      .overlap = Overlap::kOn});
-  expect_equivalent({.optimizer = "sgd", .compression = Compression::kFp16, .tolerance = 1e-3,
+  expect_equivalent({.optimizer = "sgd",
+                     .compression = Compression::kFp16,
+                     .tolerance = 1e-3,
                      .overlap = Overlap::kOff});
 }
 
@@ -223,7 +229,8 @@ TEST(DistributedOptimizer, BroadcastAfterWrappingPassesEveryFingerprint) {
       auto [x, y] = global_batch(s);
       dist.zero_grad();
       nnf::mse_loss(model->forward(x.narrow(0, rank() * kBatch, kBatch)),
-                    y.narrow(0, rank() * kBatch, kBatch)).backward();
+                    y.narrow(0, rank() * kBatch, kBatch))
+          .backward();
       EXPECT_NO_THROW(dist.step()) << s;
     }
   });
@@ -352,7 +359,7 @@ TEST(Adasum, PairFollowsTheDefinitionAndItsLimits) {
   EXPECT_TRUE(::torch::allclose(adasum_pair(a, b).to(::torch::kDouble), definition_pair(a, b)));
   auto x = ::torch::tensor({1.0, 0.0}), y = ::torch::tensor({0.0, 2.0});
   EXPECT_TRUE(::torch::equal(adasum_pair(x, y), ::torch::tensor({1.0, 2.0})));  // orthogonal: sum
-  EXPECT_TRUE(::torch::equal(adasum_pair(y, y), y));                             // parallel: mean
+  EXPECT_TRUE(::torch::equal(adasum_pair(y, y), y));                            // parallel: mean
   EXPECT_TRUE(::torch::equal(adasum_pair(::torch::zeros({2}), y), y));  // below the floor: 1
 }
 
@@ -377,7 +384,9 @@ TEST_P(AdasumWorld, EveryRankGetsThePairwiseTreeOfTheDefinition) {
     adasum_allreduce_(mine, "test.adasum");
     for (size_t t = 0; t < 2; ++t)
       EXPECT_TRUE(::torch::allclose(mine[t].to(::torch::kDouble), expected[t], 1e-6, 1e-6))
-          << "rank " << rank() << " tensor " << t << "\n" << mine[t] << "\n" << expected[t];
+          << "rank " << rank() << " tensor " << t << "\n"
+          << mine[t] << "\n"
+          << expected[t];
     auto all = allgather(::torch::cat({mine[0].flatten(), mine[1]}).unsqueeze(0), "test.same");
     for (int r = 1; r < size(); ++r) EXPECT_TRUE(::torch::equal(all[0], all[r])) << r;
   });
@@ -424,11 +433,13 @@ TEST(DistributedOptimizer, AdasumStepIsSgdOnTheAdasumOfTheRanksGradients) {
     ::torch::optim::SGD sgd(model->parameters(), 0.1);
     DistributedOptimizer dist(sgd, *model, {.adasum = true});
     nnf::mse_loss(model->forward(x.narrow(0, rank() * kBatch, kBatch)),
-                  y.narrow(0, rank() * kBatch, kBatch)).backward();
+                  y.narrow(0, rank() * kBatch, kBatch))
+        .backward();
     dist.step();
     for (size_t i = 0; i < expected.size(); ++i)
-      EXPECT_TRUE(::torch::allclose(model->parameters()[i].to(::torch::kDouble), expected[i],
-                                    1e-5, 1e-6)) << i;
+      EXPECT_TRUE(
+          ::torch::allclose(model->parameters()[i].to(::torch::kDouble), expected[i], 1e-5, 1e-6))
+          << i;
   });
   EXPECT_THROW(
       {
@@ -442,7 +453,8 @@ TEST(DistributedOptimizer, AdasumStepIsSgdOnTheAdasumOfTheRanksGradients) {
 TEST(Broadcast, ParametersAndOptimizerStateFromRoot) {
   run_torch_workers(2, [] {
     auto model = make_mlp(100 + rank());  // different init per rank
-    ::torch::optim::Adam adam(model->parameters(), ::torch::optim::AdamOptions(0.01 * (rank() + 1)));
+    ::torch::optim::Adam adam(model->parameters(),
+                              ::torch::optim::AdamOptions(0.01 * (rank() + 1)));
     if (rank() == 0) {  // only root has state
       auto [x, y] = global_batch(0);
       nnf::mse_loss(model->forward(x), y).backward();
@@ -466,7 +478,8 @@ TEST(Broadcast, ParametersAndOptimizerStateFromRoot) {
 TEST(Collectives, TensorLevel) {
   run_torch_workers(2, [] {
     auto t = ::torch::full({4}, static_cast<float>(rank() + 1));
-    EXPECT_TRUE(::torch::equal(allreduce(t, "t.sum", {.op = ReduceOp::kSum}), ::torch::full({4}, 3.f)));
+    EXPECT_TRUE(
+        ::torch::equal(allreduce(t, "t.sum", {.op = ReduceOp::kSum}), ::torch::full({4}, 3.f)));
     EXPECT_TRUE(::torch::equal(allreduce(t, "t.avg"), ::torch::full({4}, 1.5f)));
     auto rows = ::torch::full({rank() + 1, 2}, static_cast<int64_t>(rank()));  // 1 row, then 2
     auto gathered = allgather(rows, "t.gather");
@@ -534,7 +547,8 @@ TEST(Collectives, GroupedAllreduceInPlace) {
     ASSERT_FALSE(tensors[1].is_contiguous());
     grouped_allreduce_async_(tensors, {"g.a", "g.b", "g.c"}, {.op = ReduceOp::kSum}).wait();
     EXPECT_TRUE(::torch::equal(tensors[0], ::torch::full({3}, 3.f)));
-    EXPECT_TRUE(::torch::equal(tensors[1], ::torch::arange(6, ::torch::kFloat32).view({2, 3}).t() * 3));
+    EXPECT_TRUE(
+        ::torch::equal(tensors[1], ::torch::arange(6, ::torch::kFloat32).view({2, 3}).t() * 3));
     EXPECT_TRUE(::torch::equal(tensors[2], ::torch::full({1000}, 6.f)));
     std::vector<::torch::Tensor> mixed = {::torch::ones({2}), ::torch::ones({2}, ::torch::kInt32)};
     try {

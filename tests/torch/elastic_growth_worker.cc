@@ -61,13 +61,15 @@ int main() {
                                   ::torch::nn::Linear(16, 4));
     ::torch::optim::SGD sgd(model->parameters(), ::torch::optim::SGDOptions(kBaseLr).momentum(0.5));
     lt::DistributedOptimizer dist(sgd, *model);
-    lt::DistributedSampler sampler({.dataset_size = 96, .rank = lt::rank(), .size = lt::size(),
-                                    .seed = 3});
+    lt::DistributedSampler sampler(
+        {.dataset_size = 96, .rank = lt::rank(), .size = lt::size(), .seed = 3});
     lt::ElasticState state(*model, sgd, &sampler, &dist);
     auto data = ::torch::arange(96 * 8, ::torch::kFloat32).view({96, 8}).sin();
     bool entered = false;
-    if (natural_port) set_lr(sgd);
-    else state.on_reset([&] { set_lr(sgd); });
+    if (natural_port)
+      set_lr(sgd);
+    else
+      state.on_reset([&] { set_lr(sgd); });
     lt::run_elastic(state, [&](lt::ElasticState& s) {
       if (natural_port && entered) set_lr(sgd);
       entered = true;
@@ -88,12 +90,12 @@ int main() {
         s.commit();
         // Tells the discovery script to offer the third slot: growth must
         // come after training started, not before the first world formed.
-        if (s.step == 1 && lt::rank() == 0 && started_file) std::ofstream(started_file) << "started";
+        if (s.step == 1 && lt::rank() == 0 && started_file)
+          std::ofstream(started_file) << "started";
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     });
-    const double digest =
-        flat_parameters(*model).to(::torch::kFloat64).sum().item<double>();
+    const double digest = flat_parameters(*model).to(::torch::kFloat64).sum().item<double>();
     std::printf("growth-worker: rank %d size %d generation %d step %lld lr %.4f params %.17g\n",
                 lt::rank(), lt::size(), lt::elastic_generation(),
                 static_cast<long long>(state.step), lr_of(sgd), digest);

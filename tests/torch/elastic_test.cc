@@ -128,7 +128,8 @@ TEST(ElasticState, SyncMakesRanksWithDifferentStateBitwiseIdentical) {
   run_torch_workers(3, [] {
     // Different seeds, different local Adam steps, counters and positions.
     auto model = make_mlp(100 + rank());
-    ::torch::optim::Adam adam(model->parameters(), ::torch::optim::AdamOptions(0.001 * (rank() + 1)));
+    ::torch::optim::Adam adam(model->parameters(),
+                              ::torch::optim::AdamOptions(0.001 * (rank() + 1)));
     for (int i = 0; i <= rank(); ++i) {
       adam.zero_grad();
       model->forward(::torch::ones({2, 8}) * (rank() + 1)).sum().backward();
@@ -217,8 +218,9 @@ TEST(ElasticState, CommitAndRestoreOfTheSamplerNeitherRepeatNorSkip) {
 }
 
 TEST(ElasticState, CheckpointOfTheCommitLoadsBitwise) {
-  const auto path = (std::filesystem::temp_directory_path() /
-                     fmt::format("lockstep-elastic-{}.pt", ::getpid())).string();
+  const auto path =
+      (std::filesystem::temp_directory_path() / fmt::format("lockstep-elastic-{}.pt", ::getpid()))
+          .string();
   run_torch_workers(2, [&] {
     Trainer t(9);
     t.state.sync();

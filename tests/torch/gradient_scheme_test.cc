@@ -152,7 +152,8 @@ std::vector<::torch::Tensor> distributed(Overlap overlap) {
 void expect_sign_mean_used(Overlap overlap) {
   register_sign_mean();
   const auto actual = distributed(overlap);
-  const auto signs = reference([](const auto& a, const auto& b) { return (a.sign() + b.sign()) / 2; });
+  const auto signs =
+      reference([](const auto& a, const auto& b) { return (a.sign() + b.sign()) / 2; });
   const auto means = reference([](const auto& a, const auto& b) { return (a + b) / 2; });
   ASSERT_EQ(actual.size(), signs.size());
   double from_means = 0;

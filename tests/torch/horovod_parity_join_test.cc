@@ -44,8 +44,11 @@ void after_rank0_joined() {
     return;
   }
   // Horovod raises for both; lockstep ran the allgather with zero rows.
-  expect_invalid([&] { allgather(::torch::ones({2, 3}), "join.gather"); },
-                 {"allgather 'join.gather'", "rank 0 has joined", "before join()"});
+  expect_invalid(
+      [&] {
+        allgather(::torch::ones({2, 3}), "join.gather");
+      },
+      {"allgather 'join.gather'", "rank 0 has joined", "before join()"});
   expect_invalid([&] { broadcast(::torch::ones({3}), 0, "join.from0"); },
                  {"broadcast 'join.from0'", "its root (rank 0) has joined"});
   // A root that has not joined still broadcasts (Horovod refuses any
@@ -81,8 +84,8 @@ void remove_a_set() {
   TensorHandle pending;
   if (r == 0)  // rank 1 submits it only after the refused removal
     pending = allreduce_async(x, "ps.pending", {.op = ReduceOp::kSum, .process_set = id});
-  std::vector<std::string> want = {"remove_process_set(" + std::to_string(id) + ")",
-                                   "1 on rank 0", "wait for"};
+  std::vector<std::string> want = {"remove_process_set(" + std::to_string(id) + ")", "1 on rank 0",
+                                   "wait for"};
   if (r == 0) want.push_back("here: 'ps.pending'");
   expect_invalid([&] { remove_process_set(id); }, want);
   if (r == 1) pending = allreduce_async(x, "ps.pending", {.op = ReduceOp::kSum, .process_set = id});
@@ -126,8 +129,8 @@ void broadcast_out_of_place() {
   if (n == 3) {
     Group g = Group::create({1, 2});
     if (g.is_member()) {
-      Tensor s = broadcast_async(::torch::full({2}, static_cast<double>(r)), 0, "bcast.set",
-                                 g.id()).result();
+      Tensor s = broadcast_async(::torch::full({2}, static_cast<double>(r)), 0, "bcast.set", g.id())
+                     .result();
       EXPECT_TRUE(s.equal(::torch::full({2}, 1.0, ::torch::kFloat64)));
     }
   }
@@ -147,8 +150,10 @@ void adasum_steps_keep_parameters_equal(bool adam) {
   auto model = testing::make_mlp(7 + rank());  // different starts, then broadcast
   broadcast_parameters(*model, 0);
   std::unique_ptr<::torch::optim::Optimizer> opt;
-  if (adam) opt = std::make_unique<::torch::optim::Adam>(model->parameters(), 0.01);
-  else opt = std::make_unique<::torch::optim::SGD>(model->parameters(), 0.1);
+  if (adam)
+    opt = std::make_unique<::torch::optim::Adam>(model->parameters(), 0.01);
+  else
+    opt = std::make_unique<::torch::optim::SGD>(model->parameters(), 0.1);
   DistributedOptimizer dist(*opt, *model, {.adasum = true});
   ::torch::manual_seed(100 + rank());  // each rank its own batch
   for (int step = 0; step < 3; ++step) {
@@ -156,8 +161,8 @@ void adasum_steps_keep_parameters_equal(bool adam) {
     ::torch::Tensor x = ::torch::randn({4, 8}), y = ::torch::randn({4, 4});
     ::torch::mse_loss(model->forward(x), y).backward();
     dist.step();
-    Tensor all = allgather(testing::flat_parameters(*model).unsqueeze(0),
-                           fmt::format("params.{}", step));
+    Tensor all =
+        allgather(testing::flat_parameters(*model).unsqueeze(0), fmt::format("params.{}", step));
     for (int q = 1; q < size(); ++q)
       EXPECT_TRUE(all[q].equal(all[0])) << "rank " << q << " differs from rank 0 after step "
                                         << step << " by " << (all[q] - all[0]).abs().max();

@@ -213,7 +213,8 @@ void grouped_async_forms_complete_as_one() {
   for (Tensor& t : scatter) t.requires_grad_();
   std::vector<Tensor> outs = grouped_reduce_scatter(scatter, {"grsg.0", "grsg.1"});
   ((outs[0] + 2 * outs[1]) * double(rank() + 1)).sum().backward();
-  Tensor weights = ::torch::arange(1, n + 1, ::torch::kFloat32).repeat_interleave(4).view({4 * n, 1});
+  Tensor weights =
+      ::torch::arange(1, n + 1, ::torch::kFloat32).repeat_interleave(4).view({4 * n, 1});
   EXPECT_TRUE(::torch::allclose(scatter[0].grad(), (weights / n).expand({4 * n, 2})))
       << scatter[0].grad();
   EXPECT_TRUE(::torch::allclose(scatter[1].grad(), (2 * weights / n).expand({4 * n, 2})))
@@ -228,12 +229,18 @@ void an_invalid_member_submits_nothing() {
   if (size() < 2) return;  // needs a set of two ranks
   const int set = add_process_set({0, 1});
   if (rank() == 0)
-    expect_invalid([&] { grouped_allgather({::torch::ones({2}), Tensor()}, {"gx.0", "gx.1"}, set); },
-                   "undefined tensor");
+    expect_invalid(
+        [&] {
+          grouped_allgather({::torch::ones({2}), Tensor()}, {"gx.0", "gx.1"}, set);
+        },
+        "undefined tensor");
   if (rank() == 1) {
     Tensor a = ::torch::ones({8});
-    expect_invalid([&] { grouped_reduce_scatter({a, a}, {"gy", "gy"}, {.process_set = set}); },
-                   "already pending");
+    expect_invalid(
+        [&] {
+          grouped_reduce_scatter({a, a}, {"gy", "gy"}, {.process_set = set});
+        },
+        "already pending");
   }
   EXPECT_NO_THROW(remove_process_set(set));
 }

@@ -90,10 +90,10 @@ TEST(HorovodParity, Int16ThroughEveryCollective) {
 void integer_scaling(::torch::ScalarType dtype) {
   const double factor = 0.5488135039273248;  // np.random.seed(1234); np.random.uniform()
   const int n = size();
-  Tensor pre = allreduce(rank_input(rank(), dtype), "pre", {.op = ReduceOp::kSum,
-                                                            .prescale = factor});
-  Tensor post = allreduce(rank_input(rank(), dtype), "post", {.op = ReduceOp::kSum,
-                                                              .postscale = factor});
+  Tensor pre =
+      allreduce(rank_input(rank(), dtype), "pre", {.op = ReduceOp::kSum, .prescale = factor});
+  Tensor post =
+      allreduce(rank_input(rank(), dtype), "post", {.op = ReduceOp::kSum, .postscale = factor});
   Tensor want_pre = ::torch::zeros({17}, ::torch::kFloat64);
   Tensor sum = ::torch::zeros({17}, ::torch::kFloat64);
   for (int r = 0; r < n; ++r) {
@@ -103,8 +103,8 @@ void integer_scaling(::torch::ScalarType dtype) {
   }
   EXPECT_TRUE(pre.equal(want_pre.to(dtype))) << c10::toString(dtype) << "\n" << pre;
   EXPECT_TRUE(post.equal((sum * factor).trunc().to(dtype))) << c10::toString(dtype) << "\n" << post;
-  Tensor avg = allreduce(rank_input(rank(), dtype), "avg", {.op = ReduceOp::kAverage,
-                                                            .postscale = 3.0});
+  Tensor avg =
+      allreduce(rank_input(rank(), dtype), "avg", {.op = ReduceOp::kAverage, .postscale = 3.0});
   EXPECT_TRUE(avg.equal((sum * 3.0 / n).trunc().to(dtype))) << c10::toString(dtype) << "\n" << avg;
 }
 
@@ -235,7 +235,8 @@ TEST(HorovodParity, GradientsOverAProcessSet) {
 TEST(HorovodParity, InPlaceCollectivesRefuseALeafThatRequiresGrad) {
   run_torch_workers(2, [] {
     Tensor x = leaf(rank());
-    expect_invalid([&] { allreduce_(x, "leaf"); }, "allreduce_: the tensor is a leaf that requires grad");
+    expect_invalid([&] { allreduce_(x, "leaf"); },
+                   "allreduce_: the tensor is a leaf that requires grad");
     expect_invalid([&] { broadcast_(x, 0, "leaf.bc"); }, "torch::NoGradGuard");
     std::vector<Tensor> group = {x};
     expect_invalid([&] { grouped_allreduce_async_(group, {"leaf.g"}); }, "grouped_allreduce_");
@@ -251,11 +252,18 @@ TEST(HorovodParity, DistributedOptimizerRefusesRepeatedAndMissingNames) {
   run_torch_workers(2, [] {
     Tensor a = ::torch::zeros({3}).requires_grad_(), b = ::torch::zeros({2, 2}).requires_grad_();
     ::torch::optim::SGD sgd({a, b}, ::torch::optim::SGDOptions(0.1));
-    expect_invalid([&] { DistributedOptimizer d(sgd, {{"w", a}, {"w", b}}); },
-                   fmt::format("the parameter name 'w' is given twice on rank {}", rank()));
-    expect_invalid([&] { DistributedOptimizer d(sgd, {{"a", a}}); },
-                   fmt::format("1 of the optimizer's parameters have no name on rank {}, the "
-                               "first parameter 1 of group 0 (shape [2,2])", rank()));
+    expect_invalid(
+        [&] {
+          DistributedOptimizer d(sgd, {{"w", a}, {"w", b}});
+        },
+        fmt::format("the parameter name 'w' is given twice on rank {}", rank()));
+    expect_invalid(
+        [&] {
+          DistributedOptimizer d(sgd, {{"a", a}});
+        },
+        fmt::format("1 of the optimizer's parameters have no name on rank {}, the "
+                    "first parameter 1 of group 0 (shape [2,2])",
+                    rank()));
     DistributedOptimizer ok(sgd, {{"a", a}, {"b", b}});  // every parameter, once
   });
 }
@@ -265,9 +273,9 @@ TEST(HorovodParity, DistributedOptimizerRefusesRepeatedAndMissingNames) {
 void expect_repeat_refused(const char* what, const std::function<TensorHandle()>& submit) {
   TensorHandle first = submit();
   for (int i = 0; i < 10; ++i)
-    expect_invalid([&] { submit(); },
-                   fmt::format("a collective named 'dup.{}' is already pending on rank {}", what,
-                               rank()));
+    expect_invalid(
+        [&] { submit(); },
+        fmt::format("a collective named 'dup.{}' is already pending on rank {}", what, rank()));
   first.wait();
   submit().wait();  // waiting released the name
 }
@@ -281,8 +289,11 @@ TEST(HorovodParity, ASecondPendingCollectiveWithTheSameNameIsRefused) {
     expect_repeat_refused("rs", [&] { return reduce_scatter_async(x, "dup.rs"); });
     expect_repeat_refused("a2a", [&] { return alltoall_async(x, {}, "dup.a2a"); });
     std::vector<Tensor> group = {x.clone(), x.clone()};
-    expect_invalid([&] { grouped_allreduce_async_(group, {"dup.g", "dup.g"}); },
-                   "a collective named 'dup.g' is already pending");
+    expect_invalid(
+        [&] {
+          grouped_allreduce_async_(group, {"dup.g", "dup.g"});
+        },
+        "a collective named 'dup.g' is already pending");
     allreduce(x, "dup.after");  // the job goes on
   });
 }
@@ -325,15 +336,16 @@ TEST(HorovodParity, EngineRefusesANameTwiceInOneGroup) {
     std::vector<float> a(4, 1.0f), b(4, 2.0f);
     expect_invalid(
         [&] {
-          engine::global().grouped_allreduce_async({"twice", "twice"}, {a.data(), b.data()},
-                                                   {a.data(), b.data()}, {{4}, {4}},
-                                                   comm::DataType::kFloat32, ReduceOp::kSum, 1.0,
-                                                   1.0, {});
+          engine::global().grouped_allreduce_async(
+              {"twice", "twice"}, {a.data(), b.data()}, {a.data(), b.data()}, {{4}, {4}},
+              comm::DataType::kFloat32, ReduceOp::kSum, 1.0, 1.0, {});
         },
         fmt::format("a collective named 'twice' is already pending on rank {} (process set 0), "
-                    "earlier in the same group", rank()));
-    engine::global().allreduce_async("twice", a.data(), a.data(), {4}, comm::DataType::kFloat32,
-                                     ReduceOp::kSum).wait();
+                    "earlier in the same group",
+                    rank()));
+    engine::global()
+        .allreduce_async("twice", a.data(), a.data(), {4}, comm::DataType::kFloat32, ReduceOp::kSum)
+        .wait();
     EXPECT_EQ(a[0], 2.0f);
   });
 }

@@ -30,8 +30,11 @@ std::vector<DistributedSampler> samplers(int64_t n, int size, bool drop_last = f
                                          SamplingScheme scheme = SamplingScheme::kPartition) {
   std::vector<DistributedSampler> out;
   for (int r = 0; r < size; ++r)
-    out.emplace_back(DistributedSamplerOptions{.dataset_size = n, .rank = r, .size = size,
-                                               .seed = 5, .drop_last = drop_last,
+    out.emplace_back(DistributedSamplerOptions{.dataset_size = n,
+                                               .rank = r,
+                                               .size = size,
+                                               .seed = 5,
+                                               .drop_last = drop_last,
                                                .scheme = scheme});
   return out;
 }
@@ -325,7 +328,8 @@ TEST(Checkpoint, KillDuringWriteLeavesPreviousLoadable) {
     pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      for (int64_t step = 2;; ++step) save_checkpoint(path, *big, sgd, {.step = step, .sampler = {}, .user = {}});
+      for (int64_t step = 2;; ++step)
+        save_checkpoint(path, *big, sgd, {.step = step, .sampler = {}, .user = {}});
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     kill(child, SIGKILL);
@@ -358,9 +362,9 @@ TEST(DataLoaderSampler, EveryRankGetsTheSameBatchCountAndEpochsReshuffle) {
   std::vector<std::vector<std::vector<int64_t>>> seen(kRanks);  // [rank][epoch] -> indices
   std::vector<size_t> batches(kRanks * 2, 0);
   for (size_t r = 0; r < kRanks; ++r) {
-    auto loader = ::torch::data::make_data_loader(
-        IndexDataset(kSize), DistributedDataSampler(kSize, kRanks, r),
-        ::torch::data::DataLoaderOptions(kBatch));
+    auto loader = ::torch::data::make_data_loader(IndexDataset(kSize),
+                                                  DistributedDataSampler(kSize, kRanks, r),
+                                                  ::torch::data::DataLoaderOptions(kBatch));
     for (size_t epoch = 0; epoch < 2; ++epoch) {
       seen[r].emplace_back();
       for (auto& batch : *loader) {
@@ -449,13 +453,12 @@ std::vector<int> cpus_from(std::initializer_list<std::pair<int, int>> ranges) {
 TEST(Placement, WholeCoresWithinANodeOnAnInterleavedSmtHost) {
   const std::string sys = fake_sysfs_tree("placement-smt", interleaved_two_socket(16));
   EXPECT_EQ(place_all(4, sys, 64),
-            (std::vector<std::vector<int>>{cpus_from({{0, 7}, {32, 39}}),
-                                           cpus_from({{8, 15}, {40, 47}}),
-                                           cpus_from({{16, 23}, {48, 55}}),
-                                           cpus_from({{24, 31}, {56, 63}})}));
-  EXPECT_EQ(place_all(2, sys, 64), (std::vector<std::vector<int>>{
-                                        cpus_from({{0, 15}, {32, 47}}),
-                                        cpus_from({{16, 31}, {48, 63}})}));
+            (std::vector<std::vector<int>>{
+                cpus_from({{0, 7}, {32, 39}}), cpus_from({{8, 15}, {40, 47}}),
+                cpus_from({{16, 23}, {48, 55}}), cpus_from({{24, 31}, {56, 63}})}));
+  EXPECT_EQ(place_all(2, sys, 64),
+            (std::vector<std::vector<int>>{cpus_from({{0, 15}, {32, 47}}),
+                                           cpus_from({{16, 31}, {48, 63}})}));
   const auto eight = place_all(8, sys, 64);
   for (int r = 0; r < 8; ++r) {
     const int first = (r < 4 ? 0 : 16) + (r % 4) * 4;  // four whole cores each
@@ -561,7 +564,7 @@ TEST(Placement, LocalRankPicksAVisibleGpuRoundRobin) {
   EXPECT_EQ(plan_gpu(DeviceChoice::kAuto, 3, 0), -1);  // no GPU: the CPU, as before
   EXPECT_EQ(plan_gpu(DeviceChoice::kCpu, 1, 4), -1);
   EXPECT_EQ(plan_gpu(DeviceChoice::kAuto, 1, 4), 1);
-  EXPECT_EQ(plan_gpu(DeviceChoice::kCuda, 5, 4), 1);   // more workers than GPUs: they share
+  EXPECT_EQ(plan_gpu(DeviceChoice::kCuda, 5, 4), 1);  // more workers than GPUs: they share
   EXPECT_EQ(plan_gpu(DeviceChoice::kCuda, 1, 1), 0);
   EXPECT_THROW(plan_gpu(DeviceChoice::kCuda, 0, 0), InvalidArgument);
   EXPECT_EQ(parse_device("auto"), DeviceChoice::kAuto);
@@ -581,8 +584,12 @@ TEST(Placement, CpuPlacementDescribesTheCpuAndNamesNoGpu) {
 }
 
 TEST(Placement, CudaTensorsTakeNcclOnlyWithOneGpuPerWorkerAndAFixedWorld) {
-  DeviceBackendInputs in{.knob = "auto", .nccl_built = true, .cuda = true, .local_size = 2,
-                         .visible_gpus = 2, .elastic = false};
+  DeviceBackendInputs in{.knob = "auto",
+                         .nccl_built = true,
+                         .cuda = true,
+                         .local_size = 2,
+                         .visible_gpus = 2,
+                         .elastic = false};
   EXPECT_EQ(choose_device_backend(in), DeviceBackend::kNccl);
   auto host_because = [&](auto change, const char* reason) {
     DeviceBackendInputs c = in;

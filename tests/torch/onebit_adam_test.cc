@@ -26,8 +26,8 @@
 namespace lockstep::torch {
 namespace {
 
-using ::torch::Tensor;
 using testing::run_torch_workers;
+using ::torch::Tensor;
 namespace nn = ::torch::nn;
 
 void check_warmup_is_plain_adam() {
@@ -117,8 +117,8 @@ comm::Traffic step_traffic(const std::string& compression, int step_to_measure) 
   else
     optimizer = std::make_unique<::torch::optim::Adam>(model->parameters(),
                                                        ::torch::optim::AdamOptions(1e-3));
-  DistributedOptimizerOptions o{.name_prefix = "t." + compression, .overlap = Overlap::kOff,
-                                .fingerprint_every = 0};
+  DistributedOptimizerOptions o{
+      .name_prefix = "t." + compression, .overlap = Overlap::kOff, .fingerprint_every = 0};
   set_compression(o, compression);
   o.onebit_adam.warmup_steps = 2;
   o.onebit_lamb.warmup_steps = 2;
@@ -177,7 +177,8 @@ void check_planner_bytes_are_measured_bytes() {
     const double factor = 4.0 * static_cast<double>(values) /
                           static_cast<double>(policy::onebit_payload_bytes(values, 2));
     EXPECT_NEAR(static_cast<double>(warm.payload_bytes) / static_cast<double>(frozen.payload_bytes),
-                factor, 0.02 * factor) << c;
+                factor, 0.02 * factor)
+        << c;
   }
 }
 
@@ -204,8 +205,7 @@ void check_named_errors() {
   ::torch::optim::SGD sgd(model->parameters(), 0.1);
   ::torch::optim::Adam adam(model->parameters(), ::torch::optim::AdamOptions(0.1));
   ::torch::optim::Adam ams(model->parameters(), ::torch::optim::AdamOptions(0.1).amsgrad(true));
-  ::torch::optim::AdamW amsw(model->parameters(),
-                             ::torch::optim::AdamWOptions(0.1).amsgrad(true));
+  ::torch::optim::AdamW amsw(model->parameters(), ::torch::optim::AdamWOptions(0.1).amsgrad(true));
   const DistributedOptimizerOptions o{.compression = Compression::kOneBitAdam,
                                       .overlap = Overlap::kOff};
   auto message = [](auto&& make) -> std::string {
@@ -224,8 +224,9 @@ void check_named_errors() {
             std::string::npos);
   auto zero_warmup = o;
   zero_warmup.onebit_adam.warmup_steps = 0;
-  EXPECT_NE(message([&] { DistributedOptimizer d(adam, *model, zero_warmup); }).find("warmup_steps=0"),
-            std::string::npos);
+  EXPECT_NE(
+      message([&] { DistributedOptimizer d(adam, *model, zero_warmup); }).find("warmup_steps=0"),
+      std::string::npos);
   auto sum = o;
   sum.op = ReduceOp::kSum;
   EXPECT_NE(message([&] { DistributedOptimizer d(adam, *model, sum); }).find("kAverage"),

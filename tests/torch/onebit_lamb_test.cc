@@ -29,8 +29,8 @@
 namespace lockstep::torch::onebit_lamb_test {
 namespace {
 
-using ::torch::Tensor;
 using testing::run_torch_workers;
+using ::torch::Tensor;
 namespace nn = ::torch::nn;
 
 using testing::onebit_backward;

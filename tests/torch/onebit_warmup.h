@@ -82,8 +82,7 @@ inline void average_gradients(::torch::nn::Sequential& model) {
 // lr ±scale/ε, and lockstep-parallelism's loss overflowed), the other
 // columns move. `onebit` wraps an optimizer of `model` without weight
 // decay, its warm-up shorter than 6 steps.
-inline void check_zero_variance_stays_put(::torch::nn::Sequential& model,
-                                          OneBitOptimizer& onebit) {
+inline void check_zero_variance_stays_put(::torch::nn::Sequential& model, OneBitOptimizer& onebit) {
   const ::torch::Tensor weight = model->parameters()[0];
   const ::torch::Tensor start = weight.detach().clone();
   for (int step = 0; step < 6; ++step) {

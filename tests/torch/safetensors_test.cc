@@ -40,12 +40,14 @@ const std::vector<::torch::ScalarType> kDtypes = {
 }
 
 // Equal as bytes: NaN == NaN when the bits are the same.
-void expect_bit_equal(const ::torch::Tensor& got, const ::torch::Tensor& want, const std::string& name) {
+void expect_bit_equal(const ::torch::Tensor& got, const ::torch::Tensor& want,
+                      const std::string& name) {
   ASSERT_EQ(got.scalar_type(), want.scalar_type()) << name;
   ASSERT_EQ(got.sizes(), want.sizes()) << name;
   auto a = got.contiguous().view({-1}).view(::torch::kByte);
   auto b = want.contiguous().view({-1}).view(::torch::kByte);
-  if (want.scalar_type() == ::torch::kBool) a = got.contiguous().view({-1}), b = want.contiguous().view({-1});
+  if (want.scalar_type() == ::torch::kBool)
+    a = got.contiguous().view({-1}), b = want.contiguous().view({-1});
   EXPECT_TRUE(::torch::equal(a, b)) << name;
 }
 
@@ -120,14 +122,29 @@ TEST(TorchSafetensors, RefusesUnsupportedTensorsByNameBeforeWriting) {
   std::string dir = scratch("refused");
   std::string path = dir + "/x.safetensors";
   auto good = ::torch::ones({2});
-  expect_error([&] { save_safetensors(path, {{"ok", good}, {"phase", ::torch::ones({2}, ::torch::kComplexFloat)}}); },
-               "tensor 'phase' has dtype ComplexFloat");
-  expect_error([&] { save_safetensors(path, {{"adj", ::torch::eye(3).to_sparse()}}); },
-               "tensor 'adj' is sparse");
+  expect_error(
+      [&] {
+        save_safetensors(path,
+                         {{"ok", good}, {"phase", ::torch::ones({2}, ::torch::kComplexFloat)}});
+      },
+      "tensor 'phase' has dtype ComplexFloat");
+  expect_error(
+      [&] {
+        save_safetensors(path, {{"adj", ::torch::eye(3).to_sparse()}});
+      },
+      "tensor 'adj' is sparse");
   auto q = ::torch::quantize_per_tensor(::torch::ones({2}), 0.1, 0, ::torch::kQInt8);
   expect_error([&] { save_safetensors(path, {{"q", q}}); }, "tensor 'q' is quantized");
-  expect_error([&] { save_safetensors(path, {{"u", ::torch::Tensor()}}); }, "tensor 'u' is undefined");
-  expect_error([&] { save_safetensors(path, {{"a", good}, {"a", good}}); }, "two tensors are named 'a'");
+  expect_error(
+      [&] {
+        save_safetensors(path, {{"u", ::torch::Tensor()}});
+      },
+      "tensor 'u' is undefined");
+  expect_error(
+      [&] {
+        save_safetensors(path, {{"a", good}, {"a", good}});
+      },
+      "two tensors are named 'a'");
   EXPECT_FALSE(fs::exists(path));
   EXPECT_TRUE(fs::is_empty(dir)) << "a refused save left a temporary file";
 }
@@ -147,7 +164,8 @@ TEST(TorchSafetensors, SaveReplacesAtomicallyAndLeavesNoTemporaryFile) {
 TEST(TorchSafetensors, CorruptFilesAreRefusedNamingThePath) {
   std::string dir = scratch("corrupt");
   std::string path = dir + "/c.safetensors";
-  save_safetensors(path, {{"a", ::torch::ones({8})}, {"flags", ::torch::ones({3}, ::torch::kBool)}});
+  save_safetensors(path,
+                   {{"a", ::torch::ones({8})}, {"flags", ::torch::ones({3}, ::torch::kBool)}});
   // A BOOL byte of 2 is not a bool.
   {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -157,13 +175,16 @@ TEST(TorchSafetensors, CorruptFilesAreRefusedNamingThePath) {
   expect_error([&] { load_safetensors(path); }, "BOOL tensor 'flags' holds byte 2 at element 2");
   fs::resize_file(path, fs::file_size(path) - 1);
   expect_error([&] { load_safetensors(path); },
-               "safetensors: " + path + ": tensor 'flags': data_offsets [32, 35) run past the 34 data bytes");
+               "safetensors: " + path +
+                   ": tensor 'flags': data_offsets [32, 35) run past the 34 data bytes");
   expect_error([&] { read_safetensors_info(path); }, path);
-  expect_error([&] { load_safetensors(dir + "/missing.safetensors"); }, "cannot open " + dir + "/missing");
+  expect_error([&] { load_safetensors(dir + "/missing.safetensors"); },
+               "cannot open " + dir + "/missing");
   // A header claiming a terabyte in a 100-byte file: refused from the header,
   // before LibTorch is asked for the memory (which would throw c10::Error or
   // be killed by the OOM killer).
-  std::string json = R"({"big":{"dtype":"F32","shape":[274877906944],"data_offsets":[0,1099511627776]}})";
+  std::string json =
+      R"({"big":{"dtype":"F32","shape":[274877906944],"data_offsets":[0,1099511627776]}})";
   std::string bytes(8, '\0');
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
   std::ofstream(dir + "/huge.safetensors", std::ios::binary) << bytes << json << "1234";
@@ -179,11 +200,11 @@ nlohmann::json read_json(const std::string& path) {
 
 TEST(TorchSafetensors, ShardedLayoutFollowsHuggingFaceAndRoundTrips) {
   ::torch::manual_seed(5);
-  NamedTensors tensors = {{"embed", ::torch::randn({10, 4})},           // 160 bytes
-                          {"l0.w", ::torch::randn({4, 4})},             // 64
-                          {"l0.b", ::torch::randn({4})},                // 16
+  NamedTensors tensors = {{"embed", ::torch::randn({10, 4})},                       // 160 bytes
+                          {"l0.w", ::torch::randn({4, 4})},                         // 64
+                          {"l0.b", ::torch::randn({4})},                            // 16
                           {"l1.w", ::torch::randn({4, 4}).to(::torch::kBFloat16)},  // 32
-                          {"head", ::torch::randn({40, 4})}};           // 640: alone
+                          {"head", ::torch::randn({40, 4})}};                       // 640: alone
   std::string dir = scratch("sharded") + "/out";
   save_safetensors_sharded(dir, tensors, 128, {{"format", "pt"}});
   // embed | l0.w l0.b l1.w | head
@@ -193,8 +214,10 @@ TEST(TorchSafetensors, ShardedLayoutFollowsHuggingFaceAndRoundTrips) {
   nlohmann::json index = read_json(dir + "/model.safetensors.index.json");
   EXPECT_EQ(index["metadata"]["total_size"], 160 + 64 + 16 + 32 + 640);
   EXPECT_EQ(index["metadata"]["format"], "pt");
-  std::map<std::string, std::string> want = {{"embed", files[0]}, {"l0.w", files[1]},
-                                             {"l0.b", files[1]},  {"l1.w", files[1]},
+  std::map<std::string, std::string> want = {{"embed", files[0]},
+                                             {"l0.w", files[1]},
+                                             {"l0.b", files[1]},
+                                             {"l1.w", files[1]},
                                              {"head", files[2]}};
   EXPECT_EQ(index["weight_map"].get<decltype(want)>(), want);
   for (const auto& f : files) {
@@ -220,7 +243,8 @@ TEST(TorchSafetensors, ShardedIndexesThatLieAreRefused) {
   auto edited = index;
   edited["weight_map"]["a"] = "../escape.safetensors";
   write_index(edited);
-  expect_error([&] { load_safetensors_sharded(index_path); }, "not a file name in the index's directory");
+  expect_error([&] { load_safetensors_sharded(index_path); },
+               "not a file name in the index's directory");
   edited = index;
   edited["weight_map"]["a"] = index["weight_map"]["b"];
   write_index(edited);
@@ -229,11 +253,13 @@ TEST(TorchSafetensors, ShardedIndexesThatLieAreRefused) {
   edited["weight_map"].erase("b");
   edited["weight_map"]["c"] = index["weight_map"]["b"];
   write_index(edited);
-  expect_error([&] { load_safetensors_sharded(index_path); }, "holds tensor 'b', which the index does not map to it");
+  expect_error([&] { load_safetensors_sharded(index_path); },
+               "holds tensor 'b', which the index does not map to it");
   edited = index;
   edited["metadata"]["total_size"] = 9;
   write_index(edited);
-  expect_error([&] { load_safetensors_sharded(index_path); }, "\"total_size\" 9 disagrees with the 16 bytes");
+  expect_error([&] { load_safetensors_sharded(index_path); },
+               "\"total_size\" 9 disagrees with the 16 bytes");
   write_index(index);
   EXPECT_EQ(load_safetensors_sharded(index_path).tensors.size(), 2u);
   expect_error([&] { save_safetensors_sharded(dir, {}, 0); }, "max_shard_bytes is 0");
@@ -245,7 +271,8 @@ bool python_torch_works() {
 }
 
 int run_reader(const std::string& mode, const std::string& path) {
-  return std::system(fmt::format("/usr/bin/python3 {} {} {}", LOCKSTEP_SAFETENSORS_READER, mode, path).c_str());
+  return std::system(
+      fmt::format("/usr/bin/python3 {} {} {}", LOCKSTEP_SAFETENSORS_READER, mode, path).c_str());
 }
 
 // The values safetensors_reader.py's expected_values() computes the same way.

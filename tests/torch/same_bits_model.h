@@ -15,11 +15,16 @@ inline constexpr int64_t kSameBitsSamples = 256, kSameBitsGlobalBatch = 32,
                          kSameBitsMicroBatches = 8, kSameBitsSteps = 24;
 
 struct SameBitsNet : ::torch::nn::Module {
-  ::torch::nn::Sequential body{
-      ::torch::nn::Conv2d(::torch::nn::Conv2dOptions(1, 4, 3).padding(1)),
-      ::torch::nn::BatchNorm2d(4), ::torch::nn::ReLU(), ::torch::nn::MaxPool2d(2),
-      ::torch::nn::Flatten(), ::torch::nn::Linear(64, 16), ::torch::nn::BatchNorm1d(16),
-      ::torch::nn::ReLU(), ::torch::nn::Dropout(0.25), ::torch::nn::Linear(16, 4)};
+  ::torch::nn::Sequential body{::torch::nn::Conv2d(::torch::nn::Conv2dOptions(1, 4, 3).padding(1)),
+                               ::torch::nn::BatchNorm2d(4),
+                               ::torch::nn::ReLU(),
+                               ::torch::nn::MaxPool2d(2),
+                               ::torch::nn::Flatten(),
+                               ::torch::nn::Linear(64, 16),
+                               ::torch::nn::BatchNorm1d(16),
+                               ::torch::nn::ReLU(),
+                               ::torch::nn::Dropout(0.25),
+                               ::torch::nn::Linear(16, 4)};
   SameBitsNet() { register_module("body", body); }
   ::torch::Tensor forward(const ::torch::Tensor& x) { return body->forward(x); }
 };

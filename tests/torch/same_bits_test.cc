@@ -116,7 +116,8 @@ void train_default(const Span& run) {
 void run_gloo_workers(int size, const std::function<void()>& body, const std::string& store) {
   std::filesystem::create_directories(store);
   lockstep::testing::MultiProcOptions options;
-  options.env = {{"LOCKSTEP_BIND_TO", "none"}, {"LOCKSTEP_INTRA_OP_THREADS", "1"},
+  options.env = {{"LOCKSTEP_BIND_TO", "none"},
+                 {"LOCKSTEP_INTRA_OP_THREADS", "1"},
                  {"LOCKSTEP_GLOO_FILE_STORE", store}};
   options.deadline = std::chrono::seconds(240);
   auto results = lockstep::testing::run_workers_raw(
@@ -135,15 +136,16 @@ void run_gloo_workers(int size, const std::function<void()>& body, const std::st
 
 class SameBitsTest : public ::testing::Test {
  protected:
-  std::filesystem::path dir_ = std::filesystem::temp_directory_path() /
-                               fmt::format("lockstep_same_bits_{}", ::getpid());
+  std::filesystem::path dir_ =
+      std::filesystem::temp_directory_path() / fmt::format("lockstep_same_bits_{}", ::getpid());
   void SetUp() override { std::filesystem::create_directories(dir_); }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string hash_of(int np, Span run, void (*train)(const Span&), bool gloo = false) {
     run.hash_file = (dir_ / fmt::format("hash.{}", counter_++)).string();
     if (gloo)
-      run_gloo_workers(np, [&] { train(run); }, (dir_ / fmt::format("gloo.{}", counter_)).string());
+      run_gloo_workers(
+          np, [&] { train(run); }, (dir_ / fmt::format("gloo.{}", counter_)).string());
     else
       testing::run_torch_workers(np, [&] { train(run); });
     std::ifstream in(run.hash_file);
@@ -217,7 +219,8 @@ TEST(SameBits, SyncAndGhostBatchNormAreRefusedByName) {
         }
       },
       InvalidArgument);
-  nn::Sequential ghost(nn::Linear(4, 4), optim::GhostBatchNorm1d(optim::GhostBatchNormOptions(4, 2)));
+  nn::Sequential ghost(nn::Linear(4, 4),
+                       optim::GhostBatchNorm1d(optim::GhostBatchNormOptions(4, 2)));
   ::torch::optim::SGD opt2(ghost->parameters(), 0.1);
   EXPECT_THROW(SameBitsStep(*ghost, opt2, {}), InvalidArgument);
 }

@@ -96,7 +96,7 @@ void train_elastic(lt_test::SameBitsNet& net, ::torch::optim::Optimizer& opt,
   const auto start = std::chrono::steady_clock::now();
   while (state.step < lt_test::kSameBitsSteps) {
     // Synced, so every rank takes the same decision: the phase reached.
-    const int phase = phase_dir == nullptr ? 0
+    const int phase = phase_dir == nullptr          ? 0
                       : state.step >= kPhaseStep[2] ? 2
                       : state.step >= kPhaseStep[1] ? 1
                                                     : 0;
@@ -111,9 +111,10 @@ void train_elastic(lt_test::SameBitsNet& net, ::torch::optim::Optimizer& opt,
         if (lt::rank() == 0)
           std::ofstream(std::string(phase_dir) + (phase == 1 ? "/shrink" : "/grow")) << "";
         if (std::chrono::steady_clock::now() - start > kPhaseDeadline)
-          throw lockstep::Error(fmt::format("the world did not reach {} worker(s) for phase {} "
-                                            "within {} s (still {})", kPhaseSize[phase], phase,
-                                            kPhaseDeadline.count(), lt::size()));
+          throw lockstep::Error(
+              fmt::format("the world did not reach {} worker(s) for phase {} "
+                          "within {} s (still {})",
+                          kPhaseSize[phase], phase, kPhaseDeadline.count(), lt::size()));
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         state.commit();  // where a re-formation is noticed
         continue;

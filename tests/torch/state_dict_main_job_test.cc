@@ -67,12 +67,14 @@ class MainJobWeights : public ::testing::Test {
 TEST_F(MainJobWeights, ExportLoadsInPythonWithTheSameLogits) {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
-  ASSERT_EQ(main_job("--max-steps 5 --export " + file("job.pt"), file("log")), 0) << text_of(file("log"));
+  ASSERT_EQ(main_job("--max-steps 5 --export " + file("job.pt"), file("log")), 0)
+      << text_of(file("log"));
   ::torch::manual_seed(31);
   auto input = ::torch::randn({4, 1, 28, 28});
   write_torch_state_dict(file("input.pt"), {{"input", input}});
-  const std::string command = fmt::format("/usr/bin/python3 {} forward {} {} {}", LOCKSTEP_STATE_DICT_PY,
-                                          file("job.pt"), file("input.pt"), file("py_logits.pt"));
+  const std::string command =
+      fmt::format("/usr/bin/python3 {} forward {} {} {}", LOCKSTEP_STATE_DICT_PY, file("job.pt"),
+                  file("input.pt"), file("py_logits.pt"));
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   examples::FashionCnn model;
   load_state_dict(file("job.pt"), *model);
@@ -89,11 +91,15 @@ TEST_F(MainJobWeights, InitFromStartsFromTheFileAndChecksIt) {
   // One step at a negligible learning rate: the weights stay those it started from.
   const char* still = "--seed 2 --max-steps 1 --lr 1e-9";
   ASSERT_EQ(main_job(fmt::format("{} --init-from {} --export {}", still, file("a.safetensors"),
-                                 file("b.pt")), file("log")), 0) << text_of(file("log"));
+                                 file("b.pt")),
+                     file("log")),
+            0)
+      << text_of(file("log"));
   ASSERT_EQ(main_job(fmt::format("{} --export {}", still, file("c.pt")), file("log")), 0)
       << text_of(file("log"));
   EXPECT_LE(max_parameter_difference(file("a.safetensors"), file("b.pt")), 1e-6);
-  EXPECT_GE(max_parameter_difference(file("a.safetensors"), file("c.pt")), 1e-3);  // seed 2's own init
+  EXPECT_GE(max_parameter_difference(file("a.safetensors"), file("c.pt")),
+            1e-3);  // seed 2's own init
 
   EXPECT_EQ(main_job("--init-from " + file("a.safetensors"), file("log"), "--channels1 8"), 1);
   EXPECT_NE(text_of(file("log")).find("does not match the model"), std::string::npos)

@@ -58,7 +58,8 @@ void write_zip(const std::string& path, const std::string& pickle,
 
 PickledTensor float_tensor(const std::string& key, int64_t numel, int64_t offset,
                            std::vector<int64_t> sizes, std::vector<int64_t> strides) {
-  return PickledTensor{"t", key, ::torch::kFloat, numel, offset, std::move(sizes), std::move(strides)};
+  return PickledTensor{
+      "t", key, ::torch::kFloat, numel, offset, std::move(sizes), std::move(strides)};
 }
 
 // The message lockstep::Error carries, or "" when `f` does not throw one
@@ -88,9 +89,9 @@ bool same_bytes(const ::torch::Tensor& a, const ::torch::Tensor& b) {
 // Each of the ten dtypes the format holds: a 3x5 matrix and a scalar.
 NamedTensors one_of_every_dtype() {
   NamedTensors out;
-  for (auto dtype : {::torch::kFloat, ::torch::kDouble, ::torch::kHalf, ::torch::kBFloat16,
-                     ::torch::kLong, ::torch::kInt, ::torch::kShort, ::torch::kChar, ::torch::kByte,
-                     ::torch::kBool}) {
+  for (auto dtype :
+       {::torch::kFloat, ::torch::kDouble, ::torch::kHalf, ::torch::kBFloat16, ::torch::kLong,
+        ::torch::kInt, ::torch::kShort, ::torch::kChar, ::torch::kByte, ::torch::kBool}) {
     out.emplace_back(fmt::format("{}.matrix", c10::toString(dtype)), random_of(dtype, {3, 5}));
     out.emplace_back(fmt::format("{}.scalar", c10::toString(dtype)), random_of(dtype, {}));
   }
@@ -140,13 +141,20 @@ TEST_F(StateDictTest, ViewsOfOneStorageKeepOffsetsAndStrides) {
 
 TEST_F(StateDictTest, HostileGlobalIsRefusedByName) {
   // os.system('true') as pickle.dumps(...) spells it: GLOBAL, args, REDUCE.
-  write_zip(file("evil.pt"), ops("\x80\x02" "cos\nsystem\n" "X\x04\0\0\0true" "\x85R."));
-  EXPECT_NE(error_of([&] { read_torch_state_dict(file("evil.pt")); }).find("global os.system is not allowed"),
+  write_zip(file("evil.pt"), ops("\x80\x02"
+                                 "cos\nsystem\n"
+                                 "X\x04\0\0\0true"
+                                 "\x85R."));
+  EXPECT_NE(error_of([&] {
+              read_torch_state_dict(file("evil.pt"));
+            }).find("global os.system is not allowed"),
             std::string::npos);
 }
 
 TEST_F(StateDictTest, UnknownOpcodeAndDeepNestingAreRefused) {
-  write_zip(file("inst.pt"), ops("\x80\x02" "i" "os\nsystem\n."));
+  write_zip(file("inst.pt"), ops("\x80\x02"
+                                 "i"
+                                 "os\nsystem\n."));
   EXPECT_NE(error_of([&] { read_torch_state_dict(file("inst.pt")); }).find("opcode 0x69"),
             std::string::npos);
   std::string deep = "\x80\x02)" + std::string(200, '\x85') + ".";  // 200 nested 1-tuples
@@ -156,29 +164,39 @@ TEST_F(StateDictTest, UnknownOpcodeAndDeepNestingAreRefused) {
   write_zip(file("long.pt"), std::string("\x80\x02\x8a\x09") + std::string(9, '\x7f') + ".");
   EXPECT_NE(error_of([&] { read_torch_state_dict(file("long.pt")); }).find("past 64 bits"),
             std::string::npos);
-  write_zip(file("list.pt"), ops("\x80\x02]q\x00h\x00" "a."));  // a list in itself
+  write_zip(file("list.pt"), ops("\x80\x02]q\x00h\x00"
+                                 "a."));  // a list in itself
   EXPECT_NE(error_of([&] { read_torch_state_dict(file("list.pt")); }).find("not a state_dict"),
             std::string::npos);
 }
 
 TEST_F(StateDictTest, StorageMissingFromTheZipIsRefused) {
   auto t = float_tensor("7", 4, 0, {4}, {1});
-  write_zip(file("missing.pt"), detail::pickle_state_dict({t}), {{"data/0", std::string(16, '\0')}});
-  EXPECT_NE(error_of([&] { read_torch_state_dict(file("missing.pt")); }).find("names storage '7', which the zip lacks"),
+  write_zip(file("missing.pt"), detail::pickle_state_dict({t}),
+            {{"data/0", std::string(16, '\0')}});
+  EXPECT_NE(error_of([&] {
+              read_torch_state_dict(file("missing.pt"));
+            }).find("names storage '7', which the zip lacks"),
             std::string::npos);
 }
 
 TEST_F(StateDictTest, TensorsPastTheirStorageAreRefused) {
-  const std::vector<std::pair<std::string, std::string>> four_floats = {{"data/0", std::string(16, '\0')}};
-  write_zip(file("offset.pt"), detail::pickle_state_dict({float_tensor("0", 4, 4, {1}, {1})}), four_floats);
-  EXPECT_NE(error_of([&] { read_torch_state_dict(file("offset.pt")); }).find("reaches past its storage"),
-            std::string::npos);
-  write_zip(file("stride.pt"), detail::pickle_state_dict({float_tensor("0", 4, 0, {2, 2}, {INT64_MAX, 1})}),
+  const std::vector<std::pair<std::string, std::string>> four_floats = {
+      {"data/0", std::string(16, '\0')}};
+  write_zip(file("offset.pt"), detail::pickle_state_dict({float_tensor("0", 4, 4, {1}, {1})}),
             four_floats);
-  EXPECT_NE(error_of([&] { read_torch_state_dict(file("stride.pt")); }).find("reaches past its storage"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { read_torch_state_dict(file("offset.pt")); }).find("reaches past its storage"),
+      std::string::npos);
+  write_zip(file("stride.pt"),
+            detail::pickle_state_dict({float_tensor("0", 4, 0, {2, 2}, {INT64_MAX, 1})}),
+            four_floats);
+  EXPECT_NE(
+      error_of([&] { read_torch_state_dict(file("stride.pt")); }).find("reaches past its storage"),
+      std::string::npos);
   // The pickle claims 2^40 elements of a 16-byte record: refused before any allocation.
-  write_zip(file("numel.pt"), detail::pickle_state_dict({float_tensor("0", int64_t{1} << 40, 0, {4}, {1})}),
+  write_zip(file("numel.pt"),
+            detail::pickle_state_dict({float_tensor("0", int64_t{1} << 40, 0, {4}, {1})}),
             four_floats);
   EXPECT_NE(error_of([&] { read_torch_state_dict(file("numel.pt")); }).find("holds 16 bytes"),
             std::string::npos);
@@ -194,8 +212,9 @@ TEST_F(StateDictTest, ZipDirectoryClaimingMoreThanTheFileIsRefused) {
   ASSERT_NE(entry, std::string::npos);
   for (size_t at : {entry + 20, entry + 24}) bytes.replace(at, 4, "\xff\xff\xff\x7f");
   spit(file("huge.pt"), bytes);
-  EXPECT_NE(error_of([&] { read_torch_state_dict(file("huge.pt")); }).find("claims 2147483647 bytes"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { read_torch_state_dict(file("huge.pt")); }).find("claims 2147483647 bytes"),
+      std::string::npos);
 }
 
 TEST_F(StateDictTest, TruncationAtEveryByteIsRefused) {
@@ -210,7 +229,8 @@ TEST_F(StateDictTest, TruncationAtEveryByteIsRefused) {
   const std::string pickle = detail::pickle_state_dict({float_tensor("0", 4, 0, {4}, {1})});
   for (size_t n = 0; n < pickle.size(); ++n) {
     write_zip(file("cutpkl.pt"), pickle.substr(0, n), {{"data/0", std::string(16, '\0')}});
-    EXPECT_NE(error_of([&] { read_torch_state_dict(file("cutpkl.pt")); }), "") << "pickle cut at " << n;
+    EXPECT_NE(error_of([&] { read_torch_state_dict(file("cutpkl.pt")); }), "")
+        << "pickle cut at " << n;
   }
 }
 
@@ -268,7 +288,8 @@ TEST_F(StateDictTest, EveryFormatLoadsTheSameWeights) {
   EXPECT_NE(error_of([&] { read_weights(file("legacy.pt")); }).find("legacy torch.save file"),
             std::string::npos);
   spit(file("garbage.bin"), "not weights at all");
-  EXPECT_NE(error_of([&] { read_weights(file("garbage.bin")); }).find("is neither"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_weights(file("garbage.bin")); }).find("is neither"),
+            std::string::npos);
 }
 
 // ---- Python (docs/interop.md, "Python round trips") ----
@@ -314,7 +335,8 @@ TEST_F(PythonStateDictTest, LockstepComputesTheLogitsOfATorchSaveFile) {
   auto model = seeded_cnn(23);
   load_state_dict(file("py.pt"), *model);
   ::torch::NoGradGuard no_grad;
-  EXPECT_LE((logits_in(file("py_logits.pt")) - model->forward(input)).abs().max().item<double>(), 1e-6);
+  EXPECT_LE((logits_in(file("py_logits.pt")) - model->forward(input)).abs().max().item<double>(),
+            1e-6);
   for (const auto& [name, t] : state_dict(*model)) {
     if (name.find("num_batches_tracked") == std::string::npos) continue;
     EXPECT_EQ(t.item<int64_t>(), 7) << name;

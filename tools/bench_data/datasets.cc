@@ -23,8 +23,10 @@ std::string make_idx_shards(const std::string& work_dir, const std::string& mnis
   for (size_t i = 0; i < records; ++i) {
     for (char& p : pixels) p = static_cast<char>(rng());
     data::Example e;
-    e.set_bytes("image", pixels).set_int64s("label", {int64_t(i % 10)})
-        .set_int64s("shape", {28, 28}).set_bytes("format", "raw");
+    e.set_bytes("image", pixels)
+        .set_int64s("label", {int64_t(i % 10)})
+        .set_int64s("shape", {28, 28})
+        .set_bytes("format", "raw");
     writer.add(serialize_example(e));
   }
   writer.finish();
@@ -55,7 +57,8 @@ std::string make_jpeg_shards(const std::string& work_dir, size_t count, int size
           img.pixels[(size_t(y) * size + x) * 3 + c] =
               static_cast<uint8_t>((x * (c + 1) + y * 2 + i * 13) / 2 + rng() % 24);
     data::Example e;
-    e.set_bytes("image", data::encode_jpeg(img, 90)).set_int64s("label", {int64_t(i % 1000)})
+    e.set_bytes("image", data::encode_jpeg(img, 90))
+        .set_int64s("label", {int64_t(i % 1000)})
         .set_bytes("format", "jpeg");
     writer.add(serialize_example(e));
   }

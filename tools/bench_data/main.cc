@@ -34,23 +34,25 @@ constexpr double kGoalRatio = 20;  // the pipeline must outrun training by this 
 void print(const Row& row, const Settings& s) {
   double ratio = row.records ? row.records_per_s() / s.consume_rate : 0;
   if (s.json) {
-    std::printf("{\"bench\":\"data\",\"case\":\"%s\",\"threads\":%zu,\"records_per_s\":%.0f,"
-                "\"mb_per_s\":%.1f,\"consume_rate\":%.0f,\"ratio\":%.2f}\n",
-                row.name.c_str(), row.threads, row.records ? row.records_per_s() : 0.0,
-                row.mb_per_s(), s.consume_rate, ratio);
+    std::printf(
+        "{\"bench\":\"data\",\"case\":\"%s\",\"threads\":%zu,\"records_per_s\":%.0f,"
+        "\"mb_per_s\":%.1f,\"consume_rate\":%.0f,\"ratio\":%.2f}\n",
+        row.name.c_str(), row.threads, row.records ? row.records_per_s() : 0.0, row.mb_per_s(),
+        s.consume_rate, ratio);
   } else if (row.records) {
     std::printf("%-28s %7zu %14.0f %10.1f %9.1fx\n", row.name.c_str(), row.threads,
                 row.records_per_s(), row.mb_per_s(), ratio);
   } else {
-    std::printf("%-28s %7zu %14s %10.1f %10s\n", row.name.c_str(), row.threads, "-",
-                row.mb_per_s(), "-");
+    std::printf("%-28s %7zu %14s %10.1f %10s\n", row.name.c_str(), row.threads, "-", row.mb_per_s(),
+                "-");
   }
   std::fflush(stdout);
 }
 
 std::vector<std::string> shard_files(const std::string& index_path) {
   std::vector<std::string> files;
-  for (const auto& s : lockstep::data::RecordIndex::load(index_path).shards) files.push_back(s.path);
+  for (const auto& s : lockstep::data::RecordIndex::load(index_path).shards)
+    files.push_back(s.path);
   return files;
 }
 
@@ -59,8 +61,7 @@ void run(const Settings& s) {
   std::string idx = bench::make_idx_shards(s.work_dir, s.mnist_dir, 60000);
   std::string jpeg = bench::make_jpeg_shards(s.work_dir, s.images, s.image_size);
   if (!s.json)
-    std::printf("%-28s %7s %14s %10s %10s\n", "case", "threads", "records/s", "MB/s",
-                "x consume");
+    std::printf("%-28s %7s %14s %10s %10s\n", "case", "threads", "records/s", "MB/s", "x consume");
   print(bench::page_cache_read(shard_files(idx), s.seconds), s);
   for (size_t t : s.threads) print(bench::record_read(shard_files(idx), t, s.seconds), s);
   // The same 28x28 records from each format, interleaved per thread count.
@@ -76,10 +77,12 @@ void run(const Settings& s) {
     best_idx = std::max(best_idx, row.records_per_s());
     print(row, s);
     o.source.paths = h5;
-    print(bench::pipeline_epochs("pipeline idx 28x28 hdf5", o, s.seconds, bench::bytes_on_disk(h5)), s);
-    o.source.paths = lmdb;
-    print(bench::pipeline_epochs("pipeline idx 28x28 lmdb", o, s.seconds, bench::bytes_on_disk(lmdb)),
+    print(bench::pipeline_epochs("pipeline idx 28x28 hdf5", o, s.seconds, bench::bytes_on_disk(h5)),
           s);
+    o.source.paths = lmdb;
+    print(
+        bench::pipeline_epochs("pipeline idx 28x28 lmdb", o, s.seconds, bench::bytes_on_disk(lmdb)),
+        s);
     o.source = {};
   }
   o.index_path = jpeg;
@@ -109,15 +112,21 @@ int main(int argc, char** argv) {
   using lockstep::cli::at_least;
   using lockstep::cli::greater_than;
   app.add_option("--consume-rate", s.consume_rate, "samples/s training consumes")
-      ->default_val(8000)->check(greater_than(0));
+      ->default_val(8000)
+      ->check(greater_than(0));
   app.add_option("--seconds", s.seconds, "minimum timed seconds per case")
-      ->default_val(2)->check(greater_than(0));
+      ->default_val(2)
+      ->check(greater_than(0));
   app.add_option("--threads", s.threads, "decode thread counts to try")
-      ->delimiter(',')->check(at_least(1));
+      ->delimiter(',')
+      ->check(at_least(1));
   app.add_option("--images", s.images, "generated JPEGs")->default_val(1000)->check(at_least(1));
   app.add_option("--image-size", s.image_size, "JPEG side in pixels")
-      ->default_val(256)->check(at_least(1));
-  app.add_option("--crop", s.crop, "random crop side for JPEGs")->default_val(224)->check(at_least(1));
+      ->default_val(256)
+      ->check(at_least(1));
+  app.add_option("--crop", s.crop, "random crop side for JPEGs")
+      ->default_val(224)
+      ->check(at_least(1));
   app.add_option("--mnist-dir", s.mnist_dir, "Fashion-MNIST folder (synthetic data if missing)");
   app.add_option("--work-dir", s.work_dir, "where to write shards (default: a temp folder)");
   app.add_flag("--keep", keep, "keep the work folder");
@@ -130,7 +139,8 @@ int main(int argc, char** argv) {
   }
   bool temp = s.work_dir.empty();
   if (temp) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "lockstep-bench-data-XXXXXX").string();
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "lockstep-bench-data-XXXXXX").string();
     s.work_dir = mkdtemp(tmpl.data());
   }
   int rc = 0;

@@ -50,7 +50,8 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-Result summarize(std::string mode, int64_t threshold, const std::vector<double>& ms, bool raw_pieces) {
+Result summarize(std::string mode, int64_t threshold, const std::vector<double>& ms,
+                 bool raw_pieces) {
   return {std::move(mode), threshold, median(ms),
           ms.empty() ? 0 : std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size(), raw_pieces};
 }
@@ -61,7 +62,8 @@ Result summarize(std::string mode, int64_t threshold, const std::vector<double>&
 double vs_pieces(const Result& r, const std::vector<Result>& all) {
   if (r.raw_pieces || r.threshold < 0) return 0;
   for (const auto& p : all)
-    if (p.raw_pieces && p.threshold == r.threshold && p.median_ms > 0) return r.median_ms / p.median_ms;
+    if (p.raw_pieces && p.threshold == r.threshold && p.median_ms > 0)
+      return r.median_ms / p.median_ms;
   return 0;
 }
 
@@ -71,14 +73,16 @@ struct Gradients {
   size_t bytes = 0;
   Gradients() {
     if (params.size() != kResNet50Tensors)
-      throw Error(fmt::format("resnet50 table has {} tensors, expected {}", params.size(), kResNet50Tensors));
+      throw Error(fmt::format("resnet50 table has {} tensors, expected {}", params.size(),
+                              kResNet50Tensors));
     int64_t total = 0;
     for (const auto& p : params) {
       data.emplace_back(static_cast<size_t>(p.elements()), 0.5f);
       total += p.elements();
     }
     if (total != kResNet50Parameters)
-      throw Error(fmt::format("resnet50 table has {} parameters, expected {}", total, kResNet50Parameters));
+      throw Error(
+          fmt::format("resnet50 table has {} parameters, expected {}", total, kResNet50Parameters));
     bytes = static_cast<size_t>(total) * sizeof(float);
   }
 };
@@ -90,7 +94,8 @@ std::vector<double> time_raw(comm::Communicator& comm, size_t bytes, const Optio
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     auto t0 = Clock::now();
     comm.allreduce(flat.data(), flat.size(), DataType::kFloat32, ReduceOp::kAverage);
-    if (i >= o.warmup) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (i >= o.warmup)
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   return ms;
 }
@@ -103,7 +108,9 @@ std::vector<double> time_raw(comm::Communicator& comm, size_t bytes, const Optio
 std::vector<size_t> raw_pieces(const Gradients& g, size_t threshold) {
   std::vector<size_t> sizes;
   std::vector<bool> taken(g.params.size(), false);
-  auto bytes = [&](size_t k) { return static_cast<size_t>(g.params[k].elements()) * sizeof(float); };
+  auto bytes = [&](size_t k) {
+    return static_cast<size_t>(g.params[k].elements()) * sizeof(float);
+  };
   const size_t largest = threshold / 8;
   for (size_t i = g.params.size(); i-- > 0;) {
     if (taken[i]) continue;
@@ -146,7 +153,8 @@ std::vector<double> time_raw_pieces(comm::Communicator& comm, Gradients& g, size
         offset += bytes / sizeof(float);
       }
     }
-    if (i >= o.warmup) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (i >= o.warmup)
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   return ms;
 }
@@ -163,20 +171,23 @@ void engine_step(engine::Engine& e, Gradients& g) {
   for (auto& h : handles) h.wait();
 }
 
-std::vector<double> time_engine(engine::Engine& e, Gradients& g, size_t threshold, const Options& o) {
+std::vector<double> time_engine(engine::Engine& e, Gradients& g, size_t threshold,
+                                const Options& o) {
   e.set_fusion_threshold(threshold);
   e.barrier();
   std::vector<double> ms;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     auto t0 = Clock::now();
     engine_step(e, g);
-    if (i >= o.warmup) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (i >= o.warmup)
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   return ms;
 }
 
 // The whole gradient as one tensor through the engine.
-std::vector<double> time_engine_flat(engine::Engine& e, std::vector<float>& flat, const Options& o) {
+std::vector<double> time_engine_flat(engine::Engine& e, std::vector<float>& flat,
+                                     const Options& o) {
   e.barrier();
   std::vector<double> ms;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
@@ -184,7 +195,8 @@ std::vector<double> time_engine_flat(engine::Engine& e, std::vector<float>& flat
     e.allreduce_async("flat", flat.data(), flat.data(), {static_cast<int64_t>(flat.size())},
                       DataType::kFloat32, ReduceOp::kAverage)
         .wait();
-    if (i >= o.warmup) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (i >= o.warmup)
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   return ms;
 }
@@ -194,7 +206,8 @@ std::vector<int64_t> parse_sweep(const std::string& text) {
   size_t start = 0;
   while (start <= text.size() && !text.empty()) {
     size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     out.push_back(static_cast<int64_t>(parse_bytes(item, "--sweep")));
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -206,18 +219,25 @@ void report(const std::vector<Result>& results, const Gradients& g, int ranks, c
   double raw = results[0].median_ms, one = results[1].median_ms;
   if (o.json) {
     for (const auto& r : results)
-      std::printf("%s\n", nlohmann::json{{"bench", "engine"}, {"mode", r.mode}, {"ranks", ranks},
-                                         {"tensors", g.params.size()}, {"bytes", g.bytes},
+      std::printf("%s\n", nlohmann::json{{"bench", "engine"},
+                                         {"mode", r.mode},
+                                         {"ranks", ranks},
+                                         {"tensors", g.params.size()},
+                                         {"bytes", g.bytes},
                                          {"threshold_bytes", r.threshold},
-                                         {"step_ms_median", r.median_ms}, {"step_ms_mean", r.mean_ms},
+                                         {"step_ms_median", r.median_ms},
+                                         {"step_ms_mean", r.mean_ms},
                                          {"vs_raw", r.median_ms / raw},
                                          {"vs_one_tensor", r.median_ms / one},
-                                         {"vs_raw_pieces", vs_pieces(r, results)}}.dump().c_str());
+                                         {"vs_raw_pieces", vs_pieces(r, results)}}
+                              .dump()
+                              .c_str());
     return;
   }
-  std::printf("lockstep bench engine: ResNet-50 gradients, %zu tensors, %.1f MiB f32, %d ranks, "
-              "%d rounds x %d steps\n",
-              g.params.size(), g.bytes / 1048576.0, ranks, o.rounds, o.steps);
+  std::printf(
+      "lockstep bench engine: ResNet-50 gradients, %zu tensors, %.1f MiB f32, %d ranks, "
+      "%d rounds x %d steps\n",
+      g.params.size(), g.bytes / 1048576.0, ranks, o.rounds, o.steps);
   std::printf("%-22s %10s %15s %13s %8s %11s %10s\n", "mode", "threshold", "step ms median",
               "step ms mean", "vs raw", "vs 1 tensor", "vs pieces");
   for (const auto& r : results) {
@@ -227,10 +247,11 @@ void report(const std::vector<Result>& results, const Gradients& g, int ranks, c
                 r.mean_ms, r.median_ms / raw, r.median_ms / one,
                 p > 0 ? fmt::format("{:.3f}x", p).c_str() : "-");
   }
-  std::printf("raw: one Communicator allreduce of all the bytes (a communicator of its own); "
-              "1 tensor: the same through the engine; raw pieces: the allreduces the engine runs "
-              "at that threshold, back to back on the raw communicator (vs pieces = the engine's "
-              "own cost); all modes interleaved round by round\n");
+  std::printf(
+      "raw: one Communicator allreduce of all the bytes (a communicator of its own); "
+      "1 tensor: the same through the engine; raw pieces: the allreduces the engine runs "
+      "at that threshold, back to back on the raw communicator (vs pieces = the engine's "
+      "own cost); all modes interleaved round by round\n");
 }
 
 struct Mode {

@@ -51,12 +51,15 @@ plan::HostModel measure_host(bool print, bool cold) {
     size_t n = bytes / 4;
     std::vector<float> a(n, 1.0f), b(n, 2.0f), out(n);
     const void* in[2] = {a.data(), b.data()};
-    reduce.push_back({double(bytes), median_seconds([&] {
-                        comm::kernels::reduce(comm::DataType::kFloat32, comm::ReduceOp::kSum, in,
-                                              2, out.data(), n, 1);
-                      }, false)});
-    copy.push_back({double(bytes),
-                    median_seconds([&] { std::memcpy(out.data(), a.data(), bytes); }, cold)});
+    reduce.push_back({double(bytes), median_seconds(
+                                         [&] {
+                                           comm::kernels::reduce(comm::DataType::kFloat32,
+                                                                 comm::ReduceOp::kSum, in, 2,
+                                                                 out.data(), n, 1);
+                                         },
+                                         false)});
+    copy.push_back(
+        {double(bytes), median_seconds([&] { std::memcpy(out.data(), a.data(), bytes); }, cold)});
   }
   // gamma stays hot even for cold fits: in an allreduce one operand comes
   // from the peer's slot, which the peer has just written; the fitted beta
@@ -65,13 +68,15 @@ plan::HostModel measure_host(bool print, bool cold) {
   // the gradients themselves, so they are timed cold.
   plan::LineFit g = plan::fit_line(reduce), c = plan::fit_line(copy);
   if (print)
-    fmt::print("# host: f32 sum of 2 operands {:.2f} GB/s of operand (gamma {:.3g} s/B, rms "
-               "{:.1f}%), memcpy ({} buffers) {:.2f} GB/s (copy {:.3g} s/B, rms {:.1f}%)\n",
-               1e-9 / g.slope, g.slope, 100 * g.rms_rel_error, cold ? "cold" : "hot",
-               1e-9 / c.slope, c.slope, 100 * c.rms_rel_error);
+    fmt::print(
+        "# host: f32 sum of 2 operands {:.2f} GB/s of operand (gamma {:.3g} s/B, rms "
+        "{:.1f}%), memcpy ({} buffers) {:.2f} GB/s (copy {:.3g} s/B, rms {:.1f}%)\n",
+        1e-9 / g.slope, g.slope, 100 * g.rms_rel_error, cold ? "cold" : "hot", 1e-9 / c.slope,
+        c.slope, 100 * c.rms_rel_error);
   // The engine's per-cycle overhead (a condition-variable wake-up and the
   // negotiation bookkeeping) is not measured here: docs/plan.md.
-  return {.gamma_s_per_byte = g.slope, .copy_s_per_byte = c.slope,
+  return {.gamma_s_per_byte = g.slope,
+          .copy_s_per_byte = c.slope,
           .cycle_overhead_s = plan::default_host().cycle_overhead_s};
 }
 

@@ -30,8 +30,8 @@ struct Options {
   double seconds = 0.2;
   std::string out;
   std::string name;
-  std::string buffers = "auto";  // hot | cold (worker.cc) | auto: cold for shm
-  int busy_threads = 0;          // computing threads per rank beside the sweep
+  std::string buffers = "auto";      // hot | cold (worker.cc) | auto: cold for shm
+  int busy_threads = 0;              // computing threads per rank beside the sweep
   std::string statistic = "median";  // of the iterations: median | mean
   std::vector<std::string> launcher_args;
   bool worker = false;
@@ -75,7 +75,8 @@ bool names_hosts(const std::vector<std::string>& args) {
 std::vector<plan::Sample> run_sweeps(const Options& o, const std::string& sizes) {
   std::vector<plan::Sample> all;
   std::vector<int> nps;
-  if (names_hosts(o.launcher_args)) nps.push_back(0);  // the hosts decide
+  if (names_hosts(o.launcher_args))
+    nps.push_back(0);  // the hosts decide
   else
     for (size_t s = 0; s <= o.np.size();) {
       size_t c = o.np.find(',', s);
@@ -94,12 +95,12 @@ std::vector<plan::Sample> run_sweeps(const Options& o, const std::string& sizes)
     job.argv.insert(job.argv.end(), {"--backend", o.backend, "-x", "LOCKSTEP_HIERARCHICAL=0", "--",
                                      executable_dir() + "/lockstep-bench-fit", "--worker",
                                      "--sizes", sizes, "--factor", fmt::format("{}", o.factor),
-                                     "--seconds", fmt::format("{}", o.seconds),
-                                     "--buffers", o.buffers, "--busy-threads",
-                                     std::to_string(o.busy_threads)});
+                                     "--seconds", fmt::format("{}", o.seconds), "--buffers",
+                                     o.buffers, "--busy-threads", std::to_string(o.busy_threads)});
     job.log_path = fmt::format("{}/lockstep-fit-{}-{}-{}.log", dir, o.backend, np, getpid());
     job.timeout_s = 600;
-    job.label = fmt::format("fit sweep ({} np {})", o.backend, np > 0 ? std::to_string(np) : "hosts");
+    job.label =
+        fmt::format("fit sweep ({} np {})", o.backend, np > 0 ? std::to_string(np) : "hosts");
     if (!o.quiet) fmt::print(stderr, "lockstep bench fit: {}\n", plan_tool::shell_join(job.argv));
     auto r = plan_tool::run_job(job);
     auto samples = parse_samples(job.log_path, o.statistic);
@@ -120,10 +121,11 @@ std::string buffers_for(const Options& o) {
 }
 
 void print_line(const std::string& what, const plan::AlphaBeta& ab, const plan::FitQuality& q) {
-  fmt::print("# {}: alpha {:.2f} us, beta {:.4g} s/B ({:.3f} GB/s), rms residual {:.1f}%, max "
-             "{:.1f}% over {} points\n", what, ab.alpha_s * 1e6, ab.beta_s_per_byte,
-             1e-9 / std::max(ab.beta_s_per_byte, 1e-30), 100 * q.rms_rel_error,
-             100 * q.max_rel_error, q.points);
+  fmt::print(
+      "# {}: alpha {:.2f} us, beta {:.4g} s/B ({:.3f} GB/s), rms residual {:.1f}%, max "
+      "{:.1f}% over {} points\n",
+      what, ab.alpha_s * 1e6, ab.beta_s_per_byte, 1e-9 / std::max(ab.beta_s_per_byte, 1e-30),
+      100 * q.rms_rel_error, 100 * q.max_rel_error, q.points);
 }
 
 // The line over every size, then the bands the model uses instead, if any.
@@ -158,8 +160,10 @@ void fit_print_save(const std::vector<plan::Sample>& samples, const plan::HostMo
 int refit(const Options& o) {
   plan::NetworkModel old = plan::load_network(o.refit);
   if (old.points.empty() || !old.host)
-    throw InvalidArgument(fmt::format("--refit {}: no measured points or host section (write it "
-                                      "with `lockstep bench fit`)", o.refit));
+    throw InvalidArgument(
+        fmt::format("--refit {}: no measured points or host section (write it "
+                    "with `lockstep bench fit`)",
+                    o.refit));
   std::vector<plan::Sample> samples;
   for (const auto& p : old.points) samples.push_back({p.transport, p.np, p.bytes, p.measured_s});
   plan::NetworkModel shape = old;
@@ -184,7 +188,9 @@ int drive(Options o) {
   if (o.statistic != "median" && o.statistic != "mean")
     throw InvalidArgument(fmt::format("--statistic {}: use median or mean", o.statistic));
   // Networks shaped to a few hundred Mbit/s make 16 MiB cost seconds.
-  const std::string sizes = !o.sizes.empty() ? o.sizes : o.backend == "shm" ? "4B:16MiB" : "4B:4MiB";
+  const std::string sizes = !o.sizes.empty()     ? o.sizes
+                            : o.backend == "shm" ? "4B:16MiB"
+                                                 : "4B:4MiB";
   o.buffers = buffers_for(o);
   plan::HostModel host = measure_host(true, o.buffers == "cold");
   std::vector<plan::Sample> samples = run_sweeps(o, sizes);
@@ -192,13 +198,19 @@ int drive(Options o) {
     if (s.transport.rfind("hierarchical-", 0) == 0)
       throw Error(fmt::format("the sweep ran {} although LOCKSTEP_HIERARCHICAL=0", s.transport));
   plan::NetworkModel shape;
-  shape.name = !o.name.empty() ? o.name : fmt::format("fit: {} on {}", o.backend, knob_string("LOCKSTEP_HOST").empty() ? "this host" : knob_string("LOCKSTEP_HOST"));
-  shape.description =
-      fmt::format("lockstep bench fit --backend {} --buffers {} --busy-threads {} --statistic {} "
-                  "({} sizes {})", o.backend, o.buffers, o.busy_threads, o.statistic,
-                  samples.size(), sizes);
-  shape.shm_small_bytes = static_cast<int64_t>(parse_bytes(knob_string("LOCKSTEP_SHM_SMALL_BYTES"), "LOCKSTEP_SHM_SMALL_BYTES"));
-  shape.shm_slot_bytes = static_cast<int64_t>(parse_bytes(knob_string("LOCKSTEP_SHM_SLOT_BYTES"), "LOCKSTEP_SHM_SLOT_BYTES"));
+  shape.name = !o.name.empty() ? o.name
+                               : fmt::format("fit: {} on {}", o.backend,
+                                             knob_string("LOCKSTEP_HOST").empty()
+                                                 ? "this host"
+                                                 : knob_string("LOCKSTEP_HOST"));
+  shape.description = fmt::format(
+      "lockstep bench fit --backend {} --buffers {} --busy-threads {} --statistic {} "
+      "({} sizes {})",
+      o.backend, o.buffers, o.busy_threads, o.statistic, samples.size(), sizes);
+  shape.shm_small_bytes = static_cast<int64_t>(
+      parse_bytes(knob_string("LOCKSTEP_SHM_SMALL_BYTES"), "LOCKSTEP_SHM_SMALL_BYTES"));
+  shape.shm_slot_bytes = static_cast<int64_t>(
+      parse_bytes(knob_string("LOCKSTEP_SHM_SLOT_BYTES"), "LOCKSTEP_SHM_SLOT_BYTES"));
   fit_print_save(samples, host, shape, o);
   return 0;
 }
@@ -208,8 +220,10 @@ int drive(Options o) {
 
 int main(int argc, char** argv) {
   using namespace lockstep::bench_fit;
-  CLI::App app{"Fit the planner's alpha-beta-gamma network model from measured allreduces "
-               "(docs/plan.md)", "lockstep bench fit"};
+  CLI::App app{
+      "Fit the planner's alpha-beta-gamma network model from measured allreduces "
+      "(docs/plan.md)",
+      "lockstep bench fit"};
   Options o;
   app.add_option("--backend", o.backend, "shm | gloo | mpi")->capture_default_str();
   app.add_option("-n,--np", o.np, "world sizes to sweep, e.g. 2 or 2,3")->capture_default_str();
@@ -221,17 +235,23 @@ int main(int argc, char** argv) {
   app.add_option("--launcher-arg", o.launcher_args,
                  "extra `lockstep run` argument (repeat), e.g. --launcher-arg=-H "
                  "--launcher-arg=nsA:1,nsB:1");
-  app.add_option("--buffers", o.buffers, "hot: time one buffer back to back (cache-resident); "
+  app.add_option("--buffers", o.buffers,
+                 "hot: time one buffer back to back (cache-resident); "
                  "cold: rewrite and evict it before every timed allreduce, as training's "
-                 "gradients are; auto: cold for shm, hot across a network")->capture_default_str();
-  app.add_option("--busy-threads", o.busy_threads, "computing threads per rank beside the "
+                 "gradients are; auto: cold for shm, hot across a network")
+      ->capture_default_str();
+  app.add_option("--busy-threads", o.busy_threads,
+                 "computing threads per rank beside the "
                  "sweep, as training's intra-op threads (for ranks that share cores)")
       ->capture_default_str();
-  app.add_option("--statistic", o.statistic, "what each size's point is: the median of the "
+  app.add_option("--statistic", o.statistic,
+                 "what each size's point is: the median of the "
                  "iterations, or the mean (what a step of many collectives pays when some wait "
-                 "long)")->capture_default_str();
+                 "long)")
+      ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "do not echo the commands run");
-  app.add_option("--refit", o.refit, "fit the points stored in this fit file again, without "
+  app.add_option("--refit", o.refit,
+                 "fit the points stored in this fit file again, without "
                  "measuring (same host section; --backend only names the table)");
   app.add_flag("--worker", o.worker, "(internal) measure under lockstep run");
   lockstep::plan_tool::accept_np_flag(argc, argv);

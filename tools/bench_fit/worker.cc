@@ -78,8 +78,8 @@ Timing measure(comm::Communicator& c, Arena& arena, size_t count, double seconds
   for (int i = 0; i < 3; ++i) once();
   double per = 0;
   for (int i = 0; i < 3; ++i) per += once() / 3;
-  int64_t iters = std::clamp<int64_t>(static_cast<int64_t>(seconds / std::max(per, 1e-9)), 5,
-                                      20000);
+  int64_t iters =
+      std::clamp<int64_t>(static_cast<int64_t>(seconds / std::max(per, 1e-9)), 5, 20000);
   c.broadcast(&iters, 1, DataType::kInt64, 0);
   std::vector<double> times(static_cast<size_t>(iters));
   for (auto& t : times) t = once();
@@ -142,8 +142,10 @@ int worker_main(const std::vector<size_t>& sizes, double seconds, bool cold, int
     Arena arena(count * sizeof(float), cold);
     Timing t = measure(*c, arena, count, seconds);
     if (c->rank() == 0) {
-      nlohmann::json j = {{"transport", std::string(c->backend_name())}, {"np", c->size()},
-                          {"bytes", count * 4}, {"seconds", t.median_s},
+      nlohmann::json j = {{"transport", std::string(c->backend_name())},
+                          {"np", c->size()},
+                          {"bytes", count * 4},
+                          {"seconds", t.median_s},
                           {"mean_seconds", t.mean_s}};
       fmt::print("{}\n", j.dump());
       std::fflush(stdout);

@@ -43,7 +43,7 @@ namespace {
 
 struct Options {
   bt::WorkerConfig worker;
-  int cpus = 0;  // 0: the CPUs this process may use
+  int cpus = 0;         // 0: the CPUs this process may use
   std::string layouts;  // "1x2,2x1"; empty: every NxT with N*T = cpus
   int rounds = 3;
   bool overlap_variants = false;
@@ -58,7 +58,7 @@ using lockstep::plan::Layout;
 struct Variant {
   std::string label;
   std::string command;
-  std::vector<double> samples_per_s;  // one per round that succeeded
+  std::vector<double> samples_per_s;   // one per round that succeeded
   std::optional<nlohmann::json> last;  // the last round's JSON
 };
 
@@ -78,10 +78,11 @@ std::vector<Layout> parse_layouts(const Options& o, int cpus) {
 
 std::string worker_args(const Options& o, const std::string& variant, int threads) {
   const auto& w = o.worker;
-  return fmt::format("--worker --variant {} --threads {} --batch-size {} --warmup-steps {} "
-                     "--window-steps {} --windows {} --device {} --strategy {}",
-                     variant, threads, w.batch_size, w.warmup_steps, w.window_steps, w.windows,
-                     w.device, w.strategy);
+  return fmt::format(
+      "--worker --variant {} --threads {} --batch-size {} --warmup-steps {} "
+      "--window-steps {} --windows {} --device {} --strategy {}",
+      variant, threads, w.batch_size, w.warmup_steps, w.window_steps, w.windows, w.device,
+      w.strategy);
 }
 
 // `lockstep run` when it is there; else the same environment by hand.
@@ -95,10 +96,11 @@ std::string multi_worker_command(const Options& o, Layout l, const std::string& 
   std::string job = fmt::format("bench-train-{}", getpid());
   std::string cmd;
   for (int r = 0; r < l.workers; ++r)
-    cmd += fmt::format("LOCKSTEP_RANK={0} LOCKSTEP_SIZE={1} LOCKSTEP_LOCAL_RANK={0} "
-                       "LOCKSTEP_LOCAL_SIZE={1} LOCKSTEP_JOB_ID={2} LOCKSTEP_OVERLAP={5} "
-                       "LOCKSTEP_INTRA_OP_THREADS={6} '{3}' {4} & ",
-                       r, l.workers, job, self, args, overlap, l.threads);
+    cmd += fmt::format(
+        "LOCKSTEP_RANK={0} LOCKSTEP_SIZE={1} LOCKSTEP_LOCAL_RANK={0} "
+        "LOCKSTEP_LOCAL_SIZE={1} LOCKSTEP_JOB_ID={2} LOCKSTEP_OVERLAP={5} "
+        "LOCKSTEP_INTRA_OP_THREADS={6} '{3}' {4} & ",
+        r, l.workers, job, self, args, overlap, l.threads);
   return cmd + "wait";
 }
 
@@ -156,7 +158,8 @@ class Table {
           v.samples_per_s.push_back((*r)["samples_per_s"].get<double>());
           v.last = r;
         } else {
-          fmt::print(stderr, "  {} failed (rerun its command to see why): {}\n", v.label, v.command);
+          fmt::print(stderr, "  {} failed (rerun its command to see why): {}\n", v.label,
+                     v.command);
         }
       }
   }
@@ -167,8 +170,8 @@ class Table {
     return 0;
   }
   void print(FILE* json, double base) const {
-    fmt::print("{:<32} {:>10} {:>8} {:>9} {:>10}  {}\n", "variant (workers x threads)",
-               "samples/s", "vs 1x1t", "step ms", "comm wait", "rounds");
+    fmt::print("{:<32} {:>10} {:>8} {:>9} {:>10}  {}\n", "variant (workers x threads)", "samples/s",
+               "vs 1x1t", "step ms", "comm wait", "rounds");
     for (const auto& v : variants_) {
       const double sps = median(v.samples_per_s);
       if (!v.last) {
@@ -221,8 +224,9 @@ Labels add_variants(Table& t, const Options& o, const std::vector<Layout>& layou
   for (const Layout& l : layouts) {
     std::string ceiling, lockstep;
     if (l.workers > 1)
-      ceiling = t.add(fmt::format("ceiling {} (independent)", l.name()),
-                      concurrent_command(self + worker_args(o, "plain-malloc", l.threads), l.workers));
+      ceiling =
+          t.add(fmt::format("ceiling {} (independent)", l.name()),
+                concurrent_command(self + worker_args(o, "plain-malloc", l.threads), l.workers));
     if (l.workers == 1 && l.threads == 1) {
       lockstep = b.lockstep11;
     } else if (l.workers == 1) {
@@ -263,7 +267,9 @@ double print_ratios(const Table& t, const Labels& b, const std::vector<Layout>& 
   fmt::print("\n");
   for (const Ratio& r : ratios) {
     fmt::print("{:<44} {:6.3f}{}\n", r.what, r.value,
-               r.goal > 0 ? fmt::format("   goal >= {:.2f}{}", r.goal, r.value >= r.goal ? "" : "  MISSED") : "");
+               r.goal > 0
+                   ? fmt::format("   goal >= {:.2f}{}", r.goal, r.value >= r.goal ? "" : "  MISSED")
+                   : "");
     Table::emit(json, {{"ratio", r.what}, {"value", r.value}, {"goal", r.goal}});
   }
   if (best > 0)
@@ -283,8 +289,9 @@ PlannerInputs prepare_planner(const Options& o, const std::vector<Layout>& layou
                               const std::string& base) {
   if (!o.predict) return {};
   if (o.worker.strategy != "data" || o.worker.device != "cpu") {
-    fmt::print(stderr, "bench train: no prediction: the planner's layouts model data parallelism "
-                       "on CPUs (--strategy data --device cpu)\n");
+    fmt::print(stderr,
+               "bench train: no prediction: the planner's layouts model data parallelism "
+               "on CPUs (--strategy data --device cpu)\n");
     return {};
   }
   const std::string profile = base + ".profile.json";
@@ -292,9 +299,9 @@ PlannerInputs prepare_planner(const Options& o, const std::vector<Layout>& layou
   PlannerInputs in;
   in.profile = bt::record_profile(
       fmt::format("LOCKSTEP_INTRA_OP_THREADS=1 LOCKSTEP_PROFILE='{}' LOCKSTEP_PROFILE_WARMUP={} "
-                  "LOCKSTEP_PROFILE_STEPS={} '{}' {}", profile, o.worker.warmup_steps,
-                  std::max(1, o.worker.window_steps), lockstep::executable_path(),
-                  worker_args(o, "lockstep", 0)),
+                  "LOCKSTEP_PROFILE_STEPS={} '{}' {}",
+                  profile, o.worker.warmup_steps, std::max(1, o.worker.window_steps),
+                  lockstep::executable_path(), worker_args(o, "lockstep", 0)),
       profile);
   std::vector<int> counts;
   for (const Layout& l : layouts) counts.push_back(l.workers);
@@ -326,10 +333,10 @@ bt::Measured measured(const Table& t, const Labels& b, const Options& o,
 int orchestrate(const Options& o) {
   const int cpus = o.cpus > 0 ? o.cpus : allowed_cpu_count();
   const std::vector<Layout> layouts = parse_layouts(o, cpus);
-  const PlannerInputs planner = prepare_planner(
-      o, layouts,
-      fmt::format("{}/lockstep-bench-train-{}", std::filesystem::temp_directory_path().string(),
-                  getpid()));
+  const PlannerInputs planner =
+      prepare_planner(o, layouts,
+                      fmt::format("{}/lockstep-bench-train-{}",
+                                  std::filesystem::temp_directory_path().string(), getpid()));
   Table t;
   const Labels b = add_variants(t, o, layouts, cpus);
   t.run(o.rounds);
@@ -360,7 +367,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.worker.device,
                  "cpu, or cuda: plain LibTorch on GPU 0, lockstep workers on their placement's "
                  "GPU (workers beyond the GPUs share them)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_option("--warmup-steps", o.worker.warmup_steps)->capture_default_str();
   app.add_option("--window-steps", o.worker.window_steps, "steps per timed window")
       ->capture_default_str();
@@ -381,16 +389,17 @@ int main(int argc, char** argv) {
   app.add_option("--strategy", o.worker.strategy,
                  "lockstep variants: data (DistributedOptimizer), fsdp (FullyShardedModel) "
                  "or same-bits (SameBitsStep, 8 micro-batches of the global batch)")
-      ->check(CLI::IsMember({"data", "fsdp", "same-bits"}))->capture_default_str();
+      ->check(CLI::IsMember({"data", "fsdp", "same-bits"}))
+      ->capture_default_str();
   app.add_option("--threads", o.worker.threads, "internal: intra-op threads (0: placement)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!o.worker_mode) return orchestrate(o);
     bt::WorkerResult r = bt::run_worker(o.worker);
     if (lockstep::knob_int("LOCKSTEP_RANK") == 0) {
-      nlohmann::json line{{"variant", o.worker.variant},     {"workers", r.workers},
-                          {"threads", r.threads},            {"samples_per_s", r.samples_per_s},
-                          {"step_ms", r.step_ms},            {"comm_wait_share", r.comm_wait_share}};
+      nlohmann::json line{{"variant", o.worker.variant}, {"workers", r.workers},
+                          {"threads", r.threads},        {"samples_per_s", r.samples_per_s},
+                          {"step_ms", r.step_ms},        {"comm_wait_share", r.comm_wait_share}};
       if (o.worker.variant == "lockstep") line["strategy"] = o.worker.strategy;
       std::printf("%s\n", line.dump().c_str());
     }

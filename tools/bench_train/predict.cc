@@ -101,15 +101,18 @@ void print_recommendation(const Measured& m, const std::vector<plan::LayoutPredi
   const bool measured = std::any_of(m.layouts.begin(), m.layouts.end(),
                                     [&](const auto& l) { return l.first == rec.layout; });
   const bool agree = rec.layout == v.measured_best;
-  fmt::print("planner recommends {} ({:.0f} samples/s predicted; first of the {} placement layouts "
-             "of {} CPUs); measured fastest: {} ({:.0f} samples/s): {}\n",
-             rec.layout.name(), rec.step.samples_per_s, ranked.size(), m.cpus,
-             v.measured_best.name(), v.measured,
-             agree ? "the same layout" : measured ? "a different layout" : "not measured");
+  fmt::print(
+      "planner recommends {} ({:.0f} samples/s predicted; first of the {} placement layouts "
+      "of {} CPUs); measured fastest: {} ({:.0f} samples/s): {}\n",
+      rec.layout.name(), rec.step.samples_per_s, ranked.size(), m.cpus, v.measured_best.name(),
+      v.measured,
+      agree      ? "the same layout"
+      : measured ? "a different layout"
+                 : "not measured");
   if (!measured)
-    fmt::print("  among the measured layouts the planner ranks {} first: {}\n",
-               v.predicted_best.name(),
-               v.predicted_best == v.measured_best ? "the measured fastest" : "not the measured fastest");
+    fmt::print(
+        "  among the measured layouts the planner ranks {} first: {}\n", v.predicted_best.name(),
+        v.predicted_best == v.measured_best ? "the measured fastest" : "not the measured fastest");
   nlohmann::json j = {{"kind", "bench-train-recommendation"},
                       {"recommended", rec.layout.name()},
                       {"recommended_measured", measured},
@@ -132,8 +135,8 @@ plan::ThreadScaling fit_scaling(const Measured& m) {
     threads = fmt::format("serial fraction from plain 1x1 and 1x{} tuned", m.cpus);
   }
   if (m.cpus > 1 && m.plain_1x1 > 0 && m.ceiling_cx1 > 0) {
-    s.contention = plan::fit_contention(step_ms(m, m.plain_1x1),
-                                        step_ms(m, m.ceiling_cx1, m.cpus), m.cpus);
+    s.contention =
+        plan::fit_contention(step_ms(m, m.plain_1x1), step_ms(m, m.ceiling_cx1, m.cpus), m.cpus);
     workers = fmt::format("contention from ceiling {}x1 against plain 1x1 tuned", m.cpus);
   }
   s.source = threads + "; " + workers;
@@ -164,7 +167,8 @@ std::optional<plan::NetworkModel> shm_network(const std::string& network_file,
     // (0.88 MB of gradients in at most a few fused batches), not a full sweep.
     const std::string cmd = fmt::format(
         "'{}/lockstep' bench fit --backend shm --np {} --sizes 4:4MiB --seconds 0.05 --quiet "
-        "--out '{}'", executable_dir(), nps, path);
+        "--out '{}'",
+        executable_dir(), nps, path);
     fmt::print(stderr, "bench train: fitting shm costs for the planner: {}\n", cmd);
     if (!run_logged(cmd, path + ".log", "lockstep bench fit")) return std::nullopt;
     file = path;
@@ -186,10 +190,11 @@ void print_predictions(const Measured& m, const plan::Profile& recorded,
                        const plan::NetworkModel& network, FILE* json) {
   const plan::Profile profile = normalised(recorded, m);
   const plan::LayoutQuery q = query_for(m);
-  fmt::print("\nplanner (plan::rank_layouts): {:.2f} ms compute at 1x1 (profile recorded at {:.2f} "
-             "ms, set to the rounds' lockstep 1x1); {}; shm costs: {}\n",
-             plan::summarize(profile).compute_ms, plan::summarize(recorded).compute_ms,
-             plan_tool::describe_scaling(q.scaling), network.name);
+  fmt::print(
+      "\nplanner (plan::rank_layouts): {:.2f} ms compute at 1x1 (profile recorded at {:.2f} "
+      "ms, set to the rounds' lockstep 1x1); {}; shm costs: {}\n",
+      plan::summarize(profile).compute_ms, plan::summarize(recorded).compute_ms,
+      plan_tool::describe_scaling(q.scaling), network.name);
   const Verdict v = print_side_by_side(m, profile, network, q, json);
   if (v.measured <= 0) return;
   print_recommendation(m, plan::rank_layouts(profile, network, q), v, json);

@@ -20,10 +20,10 @@ namespace lockstep::bench_train {
 // Median samples/s of the variants the prediction needs; 0: not measured.
 struct Measured {
   int cpus = 1;
-  int64_t batch_size = 64;     // per worker
-  double plain_1x1 = 0;        // tuned, 1 thread
-  double plain_1xc = 0;        // tuned, cpus threads
-  double ceiling_cx1 = 0;      // cpus independent tuned 1x1 processes, summed
+  int64_t batch_size = 64;  // per worker
+  double plain_1x1 = 0;     // tuned, 1 thread
+  double plain_1xc = 0;     // tuned, cpus threads
+  double ceiling_cx1 = 0;   // cpus independent tuned 1x1 processes, summed
   double lockstep_1x1 = 0;
   std::vector<std::pair<plan::Layout, double>> layouts;  // lockstep N x T
 };

@@ -56,8 +56,7 @@ constexpr int64_t kSameBitsMicroBatches = 8;
 // the same global batch.
 class Stepper {
  public:
-  Stepper(int64_t batch_size, const std::string& strategy, bool distributed,
-          ::torch::Device device)
+  Stepper(int64_t batch_size, const std::string& strategy, bool distributed, ::torch::Device device)
       : model_(to_device(examples::FashionCnn(), device)),
         x_(::torch::randn({batch_size, 1, 28, 28}).to(device)),
         y_(::torch::randint(0, 10, {batch_size}, ::torch::kInt64).to(device)),
@@ -73,9 +72,10 @@ class Stepper {
     if (distributed && strategy == "same-bits") {
       const int64_t global = batch_size * lt::size();
       if (global % kSameBitsMicroBatches != 0)
-        throw InvalidArgument(fmt::format("bench train --strategy same-bits: --batch-size {} x {} "
-                                          "workers is not a multiple of {} micro-batches",
-                                          batch_size, lt::size(), kSameBitsMicroBatches));
+        throw InvalidArgument(
+            fmt::format("bench train --strategy same-bits: --batch-size {} x {} "
+                        "workers is not a multiple of {} micro-batches",
+                        batch_size, lt::size(), kSameBitsMicroBatches));
       x_ = ::torch::randn({global, 1, 28, 28}).to(device);
       y_ = ::torch::randint(0, 10, {global}, ::torch::kInt64).to(device);
       adam_ = std::make_unique<::torch::optim::Adam>(model_->parameters(),
@@ -159,8 +159,8 @@ class Stepper {
 
 WorkerResult run_worker(const WorkerConfig& config) {
   const bool distributed = config.variant == "lockstep";
-  ::torch::Device device = config.device == "cuda" ? ::torch::Device(::torch::kCUDA, 0)
-                                                   : ::torch::Device(::torch::kCPU);
+  ::torch::Device device =
+      config.device == "cuda" ? ::torch::Device(::torch::kCUDA, 0) : ::torch::Device(::torch::kCPU);
   if (distributed) {
     setenv("LOCKSTEP_DEVICE", config.device.c_str(), 1);  // read by the placement
     lt::init();

@@ -15,7 +15,7 @@ struct WorkerConfig {
   // (FullyShardedModel, one unit per conv block and one for the head) or
   // "same-bits" (SameBitsStep, 8 micro-batches of batch_size * workers).
   std::string strategy = "data";
-  int threads = 0;       // plain: intra-op threads; lockstep: 0 = placement's choice
+  int threads = 0;  // plain: intra-op threads; lockstep: 0 = placement's choice
   int64_t batch_size = 64;
   // "cpu" or "cuda" (plain: GPU 0; lockstep: LOCKSTEP_DEVICE, the placement's GPU).
   std::string device = "cpu";
@@ -25,9 +25,9 @@ struct WorkerConfig {
 };
 
 struct WorkerResult {
-  double samples_per_s = 0;     // whole job (all workers), median window
-  double comm_wait_share = 0;   // share of step time blocked in synchronize() (fsdp: in step())
-  double step_ms = 0;           // median window's mean step time
+  double samples_per_s = 0;    // whole job (all workers), median window
+  double comm_wait_share = 0;  // share of step time blocked in synchronize() (fsdp: in step())
+  double step_ms = 0;          // median window's mean step time
   int workers = 1;
   int threads = 1;
 };

@@ -37,7 +37,8 @@ struct ChildImage {
     // whichever copy comes first.
     auto overridden = [&](std::string_view entry) {
       for (const auto& kv : spec.env)
-        if (entry.size() > kv.first.size() && entry.starts_with(kv.first) && entry[kv.first.size()] == '=')
+        if (entry.size() > kv.first.size() && entry.starts_with(kv.first) &&
+            entry[kv.first.size()] == '=')
           return true;
       return false;
     };
@@ -88,7 +89,8 @@ ChildProcess::ChildProcess(const ChildSpec& spec) {
   if (pid_ == 0) exec_child(spec, image, parent, log_fd);
   const int saved = errno;
   ::close(log_fd);
-  if (pid_ < 0) throw Error(fmt::format("cannot fork to run {}: {}", spec.argv[0], std::strerror(saved)));
+  if (pid_ < 0)
+    throw Error(fmt::format("cannot fork to run {}: {}", spec.argv[0], std::strerror(saved)));
   setpgid(pid_, pid_);  // also in the child: whichever runs first
 }
 

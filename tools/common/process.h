@@ -20,11 +20,11 @@
 namespace lockstep::tools {
 
 struct ChildSpec {
-  std::vector<std::string> argv;  // argv[0] is looked up in PATH
+  std::vector<std::string> argv;                         // argv[0] is looked up in PATH
   std::vector<std::pair<std::string, std::string>> env;  // added to this process's
-  std::string log_path;     // stdout and stderr
-  bool append_log = false;  // else the log is truncated
-  std::vector<int> cpus;    // empty: inherit this process's CPU affinity
+  std::string log_path;                                  // stdout and stderr
+  bool append_log = false;                               // else the log is truncated
+  std::vector<int> cpus;  // empty: inherit this process's CPU affinity
   // SIGKILL the child when this process dies (PR_SET_PDEATHSIG): a SIGKILLed
   // parent leaves no child running behind it.
   bool dies_with_parent = false;

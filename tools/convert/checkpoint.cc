@@ -32,7 +32,8 @@ int list(const std::string& path) {
   const NamedTensors tensors = read_weights(path);
   uint64_t bytes = 0;
   for (const auto& [name, t] : tensors) {
-    std::printf("%-48s %-10s %s\n", name.c_str(), c10::toString(t.scalar_type()), shape_of(t).c_str());
+    std::printf("%-48s %-10s %s\n", name.c_str(), c10::toString(t.scalar_type()),
+                shape_of(t).c_str());
     bytes += t.numel() * t.element_size();
   }
   std::printf("%zu tensors, %.1f MB (%s)\n", tensors.size(), bytes / 1e6,
@@ -41,7 +42,8 @@ int list(const std::string& path) {
 }
 
 int convert(const Options& o) {
-  if (o.out.empty()) throw lockstep::InvalidArgument("give OUT (a .safetensors or .pt/.pth/.bin file), or --list");
+  if (o.out.empty())
+    throw lockstep::InvalidArgument("give OUT (a .safetensors or .pt/.pth/.bin file), or --list");
   const WeightsFormat to = format_for_extension(o.out);  // refuse a bad OUT before reading IN
   const WeightsFormat from = detect_weights_format(o.in);
   const NamedTensors tensors = read_weights(o.in);
@@ -54,12 +56,13 @@ int convert(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Convert model weights between a lockstep checkpoint, a PyTorch "
-               "torch.save(model.state_dict()) file (.pt/.pth/.bin) and a .safetensors file. "
-               "IN's format is read from its content, OUT's from its extension. Weights only: a "
-               "checkpoint's optimizer state, step and RNG are not carried (a lockstep checkpoint "
-               "is read, never written: load the weights into a job with --init-from)",
-               "lockstep convert checkpoint"};
+  CLI::App app{
+      "Convert model weights between a lockstep checkpoint, a PyTorch "
+      "torch.save(model.state_dict()) file (.pt/.pth/.bin) and a .safetensors file. "
+      "IN's format is read from its content, OUT's from its extension. Weights only: a "
+      "checkpoint's optimizer state, step and RNG are not carried (a lockstep checkpoint "
+      "is read, never written: load the weights into a job with --init-from)",
+      "lockstep convert checkpoint"};
   Options o;
   app.add_option("IN", o.in, "a lockstep checkpoint, torch.save file or .safetensors file")
       ->required()

@@ -30,7 +30,9 @@ void report(const ConvertResult& result) {
   std::printf("wrote %llu records, %.1f MB; read it from %s%s\n",
               static_cast<unsigned long long>(result.records), result.bytes / 1e6,
               result.index_path.c_str(),
-              result.paths.size() > 1 ? fmt::format(" and {} more files", result.paths.size() - 1).c_str() : "");
+              result.paths.size() > 1
+                  ? fmt::format(" and {} more files", result.paths.size() - 1).c_str()
+                  : "");
 }
 
 ShardOutput output(const std::string& dir, const std::string& name, size_t shards,
@@ -44,10 +46,10 @@ struct Options {
   std::string out_dir, name, format = "records";
   size_t shards = 4;
   std::string images, labels, mnist_dir, split = "train";  // idx
-  std::string root;                                         // images
+  std::string root;                                        // images
   uint64_t shuffle_seed = 0;
-  SourceSpec in;                                            // data
-  std::string index_out;                                    // index
+  SourceSpec in;          // data
+  std::string index_out;  // index
   std::vector<std::string> files;
   CLI::App *idx = nullptr, *folder = nullptr, *data = nullptr, *index = nullptr;
 };
@@ -67,8 +69,7 @@ void add_subcommands(CLI::App& app, Options& o) {
   o.idx = app.add_subcommand("idx", "MNIST-style IDX files (gzip'd or not)");
   o.idx->add_option("--images", o.images, "IDX image file");
   o.idx->add_option("--labels", o.labels, "IDX label file");
-  o.idx->add_option("--mnist-dir", o.mnist_dir,
-                    "folder with <split>-images-idx3-ubyte(.gz) etc.");
+  o.idx->add_option("--mnist-dir", o.mnist_dir, "folder with <split>-images-idx3-ubyte(.gz) etc.");
   o.idx->add_option("--split", o.split, "train or t10k (with --mnist-dir)")->default_val("train");
   add_output(o.idx, o);
 
@@ -111,8 +112,9 @@ void convert_folder(const Options& o) {
   const std::string name = o.name.empty() ? stem : o.name;
   report(convert_image_folder(o.root, output(o.out_dir, name, o.shards, o.format, &bar),
                               o.shuffle_seed, &ignored));
-  if (ignored) std::printf("ignored %llu files without a .jpg/.jpeg/.png extension\n",
-                           static_cast<unsigned long long>(ignored));
+  if (ignored)
+    std::printf("ignored %llu files without a .jpg/.jpeg/.png extension\n",
+                static_cast<unsigned long long>(ignored));
 }
 
 void convert_data(const Options& o) {
@@ -138,20 +140,25 @@ int exec_checkpoint_converter(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
   execv(path.c_str(), args.data());
-  std::fprintf(stderr, "lockstep convert: cannot run %s: %s (is it installed beside "
-               "lockstep-convert?)\n", path.c_str(), std::strerror(errno));
+  std::fprintf(stderr,
+               "lockstep convert: cannot run %s: %s (is it installed beside "
+               "lockstep-convert?)\n",
+               path.c_str(), std::strerror(errno));
   return 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "checkpoint") == 0) return exec_checkpoint_converter(argc, argv);
-  CLI::App app{"Write a data set as record shards (TFRecord + tf.train.Example + index), HDF5 "
-               "or LMDB",
-               "lockstep convert"};
-  app.footer("lockstep convert checkpoint IN OUT: model weights between a lockstep checkpoint, "
-             "torch.save and safetensors (lockstep convert checkpoint --help)");
+  if (argc >= 2 && std::strcmp(argv[1], "checkpoint") == 0)
+    return exec_checkpoint_converter(argc, argv);
+  CLI::App app{
+      "Write a data set as record shards (TFRecord + tf.train.Example + index), HDF5 "
+      "or LMDB",
+      "lockstep convert"};
+  app.footer(
+      "lockstep convert checkpoint IN OUT: model weights between a lockstep checkpoint, "
+      "torch.save and safetensors (lockstep convert checkpoint --help)");
   app.require_subcommand(1);
   Options o;
   add_subcommands(app, o);

@@ -29,9 +29,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ","));
 }
 
-std::string labels_text(const Labels& labels) {
-  return fmt::format("{}", fmt::join(labels, ", "));
-}
+std::string labels_text(const Labels& labels) { return fmt::format("{}", fmt::join(labels, ", ")); }
 
 // The members of each set, from the ranks that recorded operations in it.
 std::map<int, std::vector<const RankDump*>> members_by_set(const std::vector<RankDump>& dumps) {
@@ -189,8 +187,10 @@ bool judge_set(int set, const std::vector<const RankDump*>& members,
     for (const auto& [labels, ranks] : groups)
       parts.push_back(fmt::format("{} pending {}", ranks_text(ranks),
                                   labels.empty() ? "nothing" : labels_text(labels)));
-    out.summary = fmt::format("process set {}: ranks disagree on which operations to run ({}); "
-                              "their dumps cannot tell which is wrong", set, fmt::join(parts, "; "));
+    out.summary = fmt::format(
+        "process set {}: ranks disagree on which operations to run ({}); "
+        "their dumps cannot tell which is wrong",
+        set, fmt::join(parts, "; "));
     return true;
   }
   std::vector<int> diverged, late;
@@ -219,9 +219,10 @@ bool judge_frontier(int set, const std::vector<const RankDump*>& members, Diagno
   if (lo->second == hi->second) return false;
   out.verdict = Verdict::kStalled;
   out.culprits = {lo->first};
-  out.summary = fmt::format("rank {} stalled first: in process set {} it finished up to #{} while "
-                            "rank {} reached #{}",
-                            lo->first, set, lo->second, hi->first, hi->second);
+  out.summary = fmt::format(
+      "rank {} stalled first: in process set {} it finished up to #{} while "
+      "rank {} reached #{}",
+      lo->first, set, lo->second, hi->first, hi->second);
   return true;
 }
 
@@ -262,9 +263,10 @@ Diagnosis diagnose(const std::vector<RankDump>& dumps) {
         dumps.begin(), dumps.end(), [](auto& a, auto& b) { return a.dumped_us < b.dumped_us; });
     out.verdict = Verdict::kDied;
     out.culprits = missing;
-    out.summary = fmt::format("{} left no dump: died or was killed before it could write one "
-                              "(read its own output first); rank {} failed with: {}",
-                              ranks_text(missing), first.rank, first.reason);
+    out.summary = fmt::format(
+        "{} left no dump: died or was killed before it could write one "
+        "(read its own output first); rank {} failed with: {}",
+        ranks_text(missing), first.rank, first.reason);
     return out;
   }
   auto sets = members_by_set(dumps);
@@ -287,8 +289,10 @@ Diagnosis diagnose(const std::vector<RankDump>& dumps) {
   }
   out.verdict = Verdict::kFailed;
   out.culprits = {first.rank};
-  out.summary = fmt::format("no rank diverged or fell behind; rank {} reported the first failure: "
-                            "{}", first.rank, first.reason);
+  out.summary = fmt::format(
+      "no rank diverged or fell behind; rank {} reported the first failure: "
+      "{}",
+      first.rank, first.reason);
   return out;
 }
 

@@ -39,8 +39,8 @@ enum class Verdict { kNone, kDied, kDiverged, kStalled, kMismatch, kFailed };
 
 struct Diagnosis {
   Verdict verdict = Verdict::kNone;
-  std::vector<int> culprits;    // the rank(s) it names; empty when it cannot tell
-  std::string summary;          // one line: "rank 2 diverged first: ..."
+  std::vector<int> culprits;         // the rank(s) it names; empty when it cannot tell
+  std::string summary;               // one line: "rank 2 diverged first: ..."
   std::vector<std::string> details;  // supporting findings, most important first
 };
 

@@ -67,8 +67,10 @@ std::vector<RankDump> load_dumps(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw Error(fmt::format("{} is not a folder; pass the flight-recorder folder the failing "
-                            "ranks named (LOCKSTEP_FLIGHT_DIR)", dir));
+    throw Error(
+        fmt::format("{} is not a folder; pass the flight-recorder folder the failing "
+                    "ranks named (LOCKSTEP_FLIGHT_DIR)",
+                    dir));
   std::vector<RankDump> out;
   for (const auto& e : fs::directory_iterator(dir)) {
     std::string name = e.path().filename().string();
@@ -92,7 +94,8 @@ std::string report(const std::vector<RankDump>& dumps, const Diagnosis& diagnosi
                      dumps.size(), dumps.empty() ? "?" : dumps[0].job_id);
   std::vector<const RankDump*> by_time;
   for (const auto& d : dumps) by_time.push_back(&d);
-  std::sort(by_time.begin(), by_time.end(), [](auto* a, auto* b) { return a->dumped_us < b->dumped_us; });
+  std::sort(by_time.begin(), by_time.end(),
+            [](auto* a, auto* b) { return a->dumped_us < b->dumped_us; });
   for (const RankDump* d : by_time)
     out += fmt::format("  +{:>8.3f} s  rank {} ({}): {}\n", (d->dumped_us - t0) / 1e6, d->rank,
                        d->host, d->reason);
@@ -126,7 +129,8 @@ std::string report(const std::vector<RankDump>& dumps, const Diagnosis& diagnosi
       if (o.pending())
         names.push_back(fmt::format("{} '{}' (set {}, {:.1f} s)", o.op, o.name, o.set,
                                     (d.dumped_us - o.submitted_us) / 1e6));
-    out += fmt::format("  rank {}: {}\n", d.rank, names.empty() ? "nothing" : fmt::format("{}", fmt::join(names, ", ")));
+    out += fmt::format("  rank {}: {}\n", d.rank,
+                       names.empty() ? "nothing" : fmt::format("{}", fmt::join(names, ", ")));
   }
   out += fmt::format("\ndiagnosis ({}): {}\n", verdict_name(diagnosis.verdict), diagnosis.summary);
   for (size_t i = 1; i < diagnosis.details.size(); ++i) out += "  " + diagnosis.details[i] + "\n";

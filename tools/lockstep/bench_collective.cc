@@ -30,8 +30,8 @@ using comm::DataType;
 using comm::ReduceOp;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kCollectives[] = {"allreduce", "broadcast",  "allgather", "reduce_scatter",
-                                        "alltoall",  "reduce",     "barrier"};
+constexpr const char* kCollectives[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
+                                        "alltoall",  "reduce",    "barrier"};
 
 struct Options {
   std::string collective;
@@ -86,13 +86,20 @@ struct Runner {
     void* src = in_ptr();
     void* dst = out_ptr();
     if (device) device->before();
-    if (c == "allreduce") comm.allreduce(src, dst, count, dtype, op);
-    else if (c == "reduce") comm.reduce(src, dst, count, dtype, op, 0);
-    else if (c == "broadcast") comm.broadcast(src, count, dtype, 0);
-    else if (c == "allgather") comm.allgather(src, dst, count, dtype);
-    else if (c == "reduce_scatter") comm.reduce_scatter(src, dst, count / n, dtype, op);
-    else if (c == "alltoall") comm.alltoall(src, dst, count / n, dtype);
-    else comm.barrier();
+    if (c == "allreduce")
+      comm.allreduce(src, dst, count, dtype, op);
+    else if (c == "reduce")
+      comm.reduce(src, dst, count, dtype, op, 0);
+    else if (c == "broadcast")
+      comm.broadcast(src, count, dtype, 0);
+    else if (c == "allgather")
+      comm.allgather(src, dst, count, dtype);
+    else if (c == "reduce_scatter")
+      comm.reduce_scatter(src, dst, count / n, dtype, op);
+    else if (c == "alltoall")
+      comm.alltoall(src, dst, count / n, dtype);
+    else
+      comm.barrier();
     if (device) device->after();
   }
 };
@@ -103,7 +110,8 @@ std::vector<size_t> size_list(const Options& o, size_t es) {
   size_t hi = colon == std::string::npos ? lo : parse_bytes(o.sizes.substr(colon + 1), "--sizes");
   if (lo == 0 || hi < lo) throw InvalidArgument("--sizes wants MIN:MAX with 0 < MIN <= MAX");
   std::vector<size_t> out;
-  for (double s = static_cast<double>(lo); s <= static_cast<double>(hi) * 1.0000001; s *= o.factor) {
+  for (double s = static_cast<double>(lo); s <= static_cast<double>(hi) * 1.0000001;
+       s *= o.factor) {
     size_t b = std::max(es, static_cast<size_t>(s) / es * es);
     if (out.empty() || out.back() != b) out.push_back(b);
   }
@@ -142,8 +150,8 @@ Stats measure(Runner& r, size_t bytes) {
   auto t0 = Clock::now();
   for (int i = 0; i < 3; ++i) r.run(bytes);
   double per = std::chrono::duration<double>(Clock::now() - t0).count() / 3;
-  int64_t iters = std::clamp<int64_t>(static_cast<int64_t>(r.o.seconds_per_size / std::max(per, 1e-9)),
-                                      5, r.o.max_iters);
+  int64_t iters = std::clamp<int64_t>(
+      static_cast<int64_t>(r.o.seconds_per_size / std::max(per, 1e-9)), 5, r.o.max_iters);
   r.control.broadcast(&iters, 1, DataType::kInt64, 0);
   std::vector<double> times(static_cast<size_t>(iters));
   for (auto& t : times) {
@@ -154,7 +162,9 @@ Stats measure(Runner& r, size_t bytes) {
   // The slowest rank defines each iteration's time.
   r.control.allreduce(times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax);
   std::sort(times.begin(), times.end());
-  auto pct = [&](double q) { return times[std::min(times.size() - 1, static_cast<size_t>(q * times.size()))]; };
+  auto pct = [&](double q) {
+    return times[std::min(times.size() - 1, static_cast<size_t>(q * times.size()))];
+  };
   return {pct(0.5), pct(0.99)};
 }
 
@@ -168,8 +178,8 @@ std::string human_bytes(size_t b) {
 // --run-dir: what `lockstep report` reads (docs/report.md).
 void write_run_json(const Options& o, std::string_view backend, int np) {
   std::filesystem::create_directories(o.run_dir);
-  nlohmann::json run = {{"kind", "bench"}, {"op", o.collective}, {"backend", std::string(backend)}, {"np", np},
-                        {"dtype", o.dtype}, {"sizes", o.sizes}};
+  nlohmann::json run = {{"kind", "bench"}, {"op", o.collective}, {"backend", std::string(backend)},
+                        {"np", np},        {"dtype", o.dtype},   {"sizes", o.sizes}};
   std::ofstream(o.run_dir + "/run.json") << run.dump(2) << "\n";
 }
 
@@ -179,18 +189,19 @@ void print_size(const Runner& r, size_t bytes, const Stats& s, double algbw, dou
                 bool wrong) {
   const Options& o = r.o;
   Communicator& comm = r.comm;
-  nlohmann::json j = {{"op", o.collective}, {"backend", comm.backend_name()},
-                      {"device", o.device},
-                      {"np", comm.size()}, {"dtype", o.dtype}, {"bytes", bytes},
+  nlohmann::json j = {{"op", o.collective},       {"backend", comm.backend_name()},
+                      {"device", o.device},       {"np", comm.size()},
+                      {"dtype", o.dtype},         {"bytes", bytes},
                       {"median_us", s.median_us}, {"p99_us", s.p99_us},
-                      {"algbw_gbps", algbw}, {"busbw_gbps", busbw}};
+                      {"algbw_gbps", algbw},      {"busbw_gbps", busbw}};
   if (o.check) j["check"] = !wrong;
   if (o.collective == "allreduce" || o.collective == "reduce") {
     const std::string algorithm =
         comm.backend().allreduce_algorithm(bytes, r.es, o.collective == "reduce");
     if (!algorithm.empty()) j["algorithm"] = algorithm;
   }
-  if (!o.run_dir.empty()) std::ofstream(o.run_dir + "/bench.jsonl", std::ios::app) << j.dump() << "\n";
+  if (!o.run_dir.empty())
+    std::ofstream(o.run_dir + "/bench.jsonl", std::ios::app) << j.dump() << "\n";
   if (o.json) {
     fmt::print("{}\n", j.dump());
   } else {
@@ -203,9 +214,13 @@ void print_size(const Runner& r, size_t bytes, const Stats& s, double algbw, dou
 int run_bench(const Options& o) {
   auto dtype = comm::parse_dtype(o.dtype);
   auto op = comm::parse_reduce_op(o.op);
-  if (!dtype) throw InvalidArgument(fmt::format("--dtype {}: unknown (f16 bf16 f32 f64 i8 u8 i32 i64)", o.dtype));
-  if (!op) throw InvalidArgument(fmt::format("--op {}: unknown (sum average min max product)", o.op));
-  const std::vector<size_t> sizes = size_list(o, comm::dtype_size(*dtype));  // before any rank waits
+  if (!dtype)
+    throw InvalidArgument(
+        fmt::format("--dtype {}: unknown (f16 bf16 f32 f64 i8 u8 i32 i64)", o.dtype));
+  if (!op)
+    throw InvalidArgument(fmt::format("--op {}: unknown (sum average min max product)", o.op));
+  const std::vector<size_t> sizes =
+      size_list(o, comm::dtype_size(*dtype));  // before any rank waits
   const comm::WorldInfo world = comm::WorldInfo::from_environment();
   const bool cuda = o.device == "cuda";
   std::unique_ptr<DeviceBuffers> device;
@@ -214,7 +229,8 @@ int run_bench(const Options& o) {
   auto comm = Communicator::create(world, o.backend);
   const bool on_gpu = comm->backend().memory() == comm::MemoryKind::kCuda;
   if (on_gpu && !cuda)
-    throw InvalidArgument(fmt::format("--backend {} moves GPU memory: add --device cuda", o.backend));
+    throw InvalidArgument(
+        fmt::format("--backend {} moves GPU memory: add --device cuda", o.backend));
   // Iteration counts and times are host values: over a device transport they
   // travel on a host one beside it.
   std::unique_ptr<Communicator> host_comm =
@@ -226,9 +242,10 @@ int run_bench(const Options& o) {
   Runner r{*comm, control, o, *dtype, *op, comm::dtype_size(*dtype), {}, {}, device.get()};
   bool lead = comm->rank() == 0;
   if (lead && !o.json)
-    fmt::print("# lockstep bench {}: backend={} device={} np={} dtype={}\n{:>10} {:>12} {:>12} {:>12} {:>12}{}\n",
-               o.collective, comm->backend_name(), o.device, comm->size(), o.dtype, "size", "median(us)",
-               "p99(us)", "algbw(GB/s)", "busbw(GB/s)", o.check ? "  check" : "");
+    fmt::print(
+        "# lockstep bench {}: backend={} device={} np={} dtype={}\n{:>10} {:>12} {:>12} {:>12} {:>12}{}\n",
+        o.collective, comm->backend_name(), o.device, comm->size(), o.dtype, "size", "median(us)",
+        "p99(us)", "algbw(GB/s)", "busbw(GB/s)", o.check ? "  check" : "");
   if (lead && !o.run_dir.empty()) write_run_json(o, comm->backend_name(), comm->size());
   bool all_ok = true;
   for (size_t bytes : sizes) {
@@ -259,9 +276,11 @@ int bench_collective_main(int argc, char** argv) {
   o.collective = argv[0];
   CLI::App app{"Benchmark one collective over message sizes. Run it under `lockstep run -np N`.",
                "lockstep bench " + o.collective};
-  app.add_option("--sizes", o.sizes, "MIN:MAX message bytes per rank, e.g. 8B:256MiB")->capture_default_str();
+  app.add_option("--sizes", o.sizes, "MIN:MAX message bytes per rank, e.g. 8B:256MiB")
+      ->capture_default_str();
   app.add_option("-f,--factor", o.factor, "size multiplier between steps")
-      ->check(greater_than(1))->capture_default_str();
+      ->check(greater_than(1))
+      ->capture_default_str();
   app.add_option("--dtype", o.dtype, "f16 bf16 f32 f64 i8 u8 i32 i64")->capture_default_str();
   app.add_option("--op", o.op, "sum average min max product")->capture_default_str();
   app.add_option("--backend", o.backend,
@@ -270,11 +289,14 @@ int bench_collective_main(int argc, char** argv) {
   app.add_option("--device", o.device,
                  "cpu, or cuda: the message lives in GPU memory (staged through pinned host "
                  "memory around each call unless --backend nccl)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_option("--seconds", o.seconds_per_size, "timed seconds per size")
-      ->check(greater_than(0))->capture_default_str();
+      ->check(greater_than(0))
+      ->capture_default_str();
   app.add_option("--max-iters", o.max_iters, "iteration cap per size (at least 5)")
-      ->check(at_least(5))->capture_default_str();
+      ->check(at_least(5))
+      ->capture_default_str();
   app.add_flag("--check", o.check, "verify results (allreduce f32) before timing");
   app.add_flag("--json", o.json, "one JSON object per size (rank 0)");
   app.add_option("--run-dir", o.run_dir,

@@ -6,7 +6,7 @@
 namespace lockstep::cli {
 
 int config_main(int argc, char** argv);
-int doctor_main(int argc, char** argv);  // argv[0] == "doctor"
+int doctor_main(int argc, char** argv);            // argv[0] == "doctor"
 int bench_collective_main(int argc, char** argv);  // argv[0] == collective name
 bool is_benchmarkable_collective(const char* name);
 

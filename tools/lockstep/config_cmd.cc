@@ -28,14 +28,15 @@ std::string built_backends() {
 // would run it under the current knobs (policy::shm_allreduce_choice).
 void print_shm_algorithms(const std::vector<int>& ranks, bool json) {
   const policy::ShmPolicy policy = policy::ShmPolicy::from_knobs();
-  const std::vector<int64_t> sizes = {64,        1 << 10,   4 << 10,  16 << 10, 64 << 10,
-                                      256 << 10, 1 << 20,   4 << 20,  64 << 20};
+  const std::vector<int64_t> sizes = {64,        1 << 10, 4 << 10, 16 << 10, 64 << 10,
+                                      256 << 10, 1 << 20, 4 << 20, 64 << 20};
   if (!json) {
-    fmt::print("\n# shm allreduce algorithm (f32) by ranks and size, under these knobs\n{:>6}", "ranks");
+    fmt::print("\n# shm allreduce algorithm (f32) by ranks and size, under these knobs\n{:>6}",
+               "ranks");
     for (int64_t b : sizes)
       fmt::print(" {:>22}", b >= (1 << 20) ? fmt::format("{}MiB", b >> 20)
-                                           : b >= 1024 ? fmt::format("{}KiB", b >> 10)
-                                                       : fmt::format("{}B", b));
+                            : b >= 1024    ? fmt::format("{}KiB", b >> 10)
+                                           : fmt::format("{}B", b));
     fmt::print("\n");
   }
   for (int n : ranks) {
@@ -43,7 +44,8 @@ void print_shm_algorithms(const std::vector<int>& ranks, bool json) {
     for (int64_t b : sizes) {
       std::string name = policy::shm_allreduce_choice(policy, n, b, 4).name();
       if (json)
-        fmt::print("{}\n", nlohmann::json{{"shm_allreduce", name}, {"ranks", n}, {"bytes", b}}.dump());
+        fmt::print("{}\n",
+                   nlohmann::json{{"shm_allreduce", name}, {"ranks", n}, {"bytes", b}}.dump());
       else
         fmt::print(" {:>22}", name);
     }
@@ -63,7 +65,8 @@ std::vector<int> rank_counts(int np) {
 }  // namespace
 
 int config_main(int argc, char** argv) {
-  CLI::App app{"Print every LOCKSTEP_* knob: name, current value, default, meaning.", "lockstep config"};
+  CLI::App app{"Print every LOCKSTEP_* knob: name, current value, default, meaning.",
+               "lockstep config"};
   bool json = false;
   int np = 0;
   app.add_flag("--json", json, "one JSON object per knob (then per shm algorithm row)");
@@ -78,10 +81,13 @@ int config_main(int argc, char** argv) {
     std::string choices(k.choices);
     if (name == "LOCKSTEP_BACKEND") choices = built_backends();
     if (json) {
-      nlohmann::json j = {{"name", name},          {"value", value},
+      nlohmann::json j = {{"name", name},
+                          {"value", value},
                           {"default", std::string(k.default_value)},
-                          {"help", std::string(k.help)}, {"set", set},
-                          {"choices", choices},    {"set_by_launcher", k.owner == kLauncher}};
+                          {"help", std::string(k.help)},
+                          {"set", set},
+                          {"choices", choices},
+                          {"set_by_launcher", k.owner == kLauncher}};
       fmt::print("{}\n", j.dump());
     } else {
       fmt::print("{:<28} {:<10} {}{}{}\n", name, value.empty() ? "''" : value,

@@ -17,10 +17,11 @@ namespace lockstep::cli {
 int doctor_main(int argc, char** argv) {
   std::string dir;
   bool json = false;
-  CLI::App app{"Merge the flight-recorder dumps of every rank of a failed or hung job and say "
-               "which rank diverged or stalled first. Ranks dump on every failure, or on "
-               "SIGUSR1 (kill -USR1 PID) while running.",
-               "lockstep doctor"};
+  CLI::App app{
+      "Merge the flight-recorder dumps of every rank of a failed or hung job and say "
+      "which rank diverged or stalled first. Ranks dump on every failure, or on "
+      "SIGUSR1 (kill -USR1 PID) while running.",
+      "lockstep doctor"};
   app.add_option("DIR", dir, "the dump folder (LOCKSTEP_FLIGHT_DIR; the failing ranks print it)")
       ->required();
   app.add_flag("--json", json, "print the diagnosis as one JSON object");

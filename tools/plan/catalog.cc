@@ -20,7 +20,8 @@ int presets_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  fmt::print("{:<22} {:>10} {:>12} {:>12}  {}\n", "preset", "transport", "alpha(us)", "GB/s", "notes");
+  fmt::print("{:<22} {:>10} {:>12} {:>12}  {}\n", "preset", "transport", "alpha(us)", "GB/s",
+             "notes");
   for (const auto& m : plan::presets())
     for (const auto& [transport, algos] : m.transports) {
       const auto& ab = algos.begin()->second.cost;
@@ -31,8 +32,10 @@ int presets_main(int argc, char** argv) {
 }
 
 int zoo_main(int argc, char** argv) {
-  CLI::App app{"Write the profile of a published model from its layer shapes and a published "
-               "single-device throughput", "lockstep plan zoo"};
+  CLI::App app{
+      "Write the profile of a published model from its layer shapes and a published "
+      "single-device throughput",
+      "lockstep plan zoo"};
   std::string model, out;
   plan::ZooOptions o;
   app.add_option("model", model, "resnet50 | resnet101 | vgg16")->required();
@@ -51,10 +54,11 @@ int zoo_main(int argc, char** argv) {
     plan::Profile p = plan::zoo_profile(model, o);
     plan::save_profile(out, p);
     auto s = plan::summarize(p);
-    fmt::print("wrote {}: {} gradients, {:.1f} MiB, {:.1f} ms/step ({:.1f} forward, {:.1f} "
-               "backward, {:.1f} optimizer)\n", out, s.gradient_count,
-               s.gradient_bytes / 1048576.0, s.step_ms, s.forward_ms, s.backward_ms,
-               s.optimizer_ms);
+    fmt::print(
+        "wrote {}: {} gradients, {:.1f} MiB, {:.1f} ms/step ({:.1f} forward, {:.1f} "
+        "backward, {:.1f} optimizer)\n",
+        out, s.gradient_count, s.gradient_bytes / 1048576.0, s.step_ms, s.forward_ms, s.backward_ms,
+        s.optimizer_ms);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "lockstep plan zoo: %s\n", e.what());

@@ -19,8 +19,10 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& what
       used = 0;
     }
     if (used != s.size() || v < 1)
-      throw InvalidArgument(fmt::format("{} '{}': expected positive integers like 1,2,4 or "
-                                        "1:1024 (powers of two)", what, text));
+      throw InvalidArgument(
+          fmt::format("{} '{}': expected positive integers like 1,2,4 or "
+                      "1:1024 (powers of two)",
+                      what, text));
     return v;
   };
   if (auto colon = text.find(':'); colon != std::string::npos) {
@@ -52,11 +54,12 @@ std::string prediction_header() {
 }
 
 std::string prediction_row(const plan::StepPrediction& p) {
-  return fmt::format("{:>6} {:>6} {:>22} {:>10.2f} {:>9.2f} {:>6.0f}% {:>9.2f} {:>8.2f} {:>12.0f} "
-                     "{:>5.1f}% {:>9.3f}  {}",
-                     p.nodes, p.ranks, p.backend, p.step_ms, p.comm_ms, 100 * p.overlapped_share,
-                     p.exposed_comm_ms, p.straggler_ms, p.samples_per_s, 100 * p.efficiency,
-                     p.wire_bytes / 1e6, p.bottleneck);
+  return fmt::format(
+      "{:>6} {:>6} {:>22} {:>10.2f} {:>9.2f} {:>6.0f}% {:>9.2f} {:>8.2f} {:>12.0f} "
+      "{:>5.1f}% {:>9.3f}  {}",
+      p.nodes, p.ranks, p.backend, p.step_ms, p.comm_ms, 100 * p.overlapped_share,
+      p.exposed_comm_ms, p.straggler_ms, p.samples_per_s, 100 * p.efficiency, p.wire_bytes / 1e6,
+      p.bottleneck);
 }
 
 std::string prediction_json(const plan::StepPrediction& p, const std::string& network) {

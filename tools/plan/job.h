@@ -9,7 +9,7 @@
 namespace lockstep::plan_tool {
 
 struct JobResult {
-  int exit_code = -1;        // of the job, or 128 + signal
+  int exit_code = -1;          // of the job, or 128 + signal
   bool stopped_early = false;  // we stopped it after `stop_when` appeared
   bool timed_out = false;
   double seconds = 0;
@@ -18,10 +18,10 @@ struct JobResult {
 struct JobSpec {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;  // added to ours
-  std::string log_path;    // stdout and stderr
-  std::string stop_when;   // stop the job (SIGTERM) once this file exists; "" = never
+  std::string log_path;                                  // stdout and stderr
+  std::string stop_when;  // stop the job (SIGTERM) once this file exists; "" = never
   double timeout_s = 600;
-  std::string label;       // for progress lines
+  std::string label;  // for progress lines
 };
 
 // Blocks until the job ends (or is stopped). Throws lockstep::Error when it

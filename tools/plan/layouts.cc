@@ -36,23 +36,30 @@ struct LayoutsOptions {
 void add_layouts_options(CLI::App& app, LayoutsOptions& o) {
   app.add_option("--profile", o.profile, "model profile of one worker (lockstep profile)")
       ->required();
-  app.add_option("--network", o.networks, "`lockstep bench fit --backend shm` file (or preset); "
-                 "repeat to combine")->required();
+  app.add_option("--network", o.networks,
+                 "`lockstep bench fit --backend shm` file (or preset); "
+                 "repeat to combine")
+      ->required();
   app.add_option("--cpus", o.cpus, "CPUs of the host (default: those this process may use)");
   app.add_option("--layouts", o.layouts,
                  "WORKERSxTHREADS,... (default: N x the placement's threads, N = 1..CPUs)");
-  app.add_option("--serial-fraction", o.serial_fraction,
-                 fmt::format("Amdahl serial fraction of one worker's step, >= 0; > 1: slower with more threads (default: fitted "
-                             "from --scaling-profile, else {})", plan::kDefaultSerialFraction));
+  app.add_option(
+      "--serial-fraction", o.serial_fraction,
+      fmt::format(
+          "Amdahl serial fraction of one worker's step, >= 0; > 1: slower with more threads (default: fitted "
+          "from --scaling-profile, else {})",
+          plan::kDefaultSerialFraction));
   app.add_option("--scaling-profile", o.scaling_profile,
                  "a profile of the same program at another thread count: fits the serial fraction");
   app.add_option("--contention", o.contention,
                  "compute slowdown per extra co-located worker (0.05: 8 workers compute 1.35x "
-                 "slower than one alone)")->capture_default_str();
+                 "slower than one alone)")
+      ->capture_default_str();
   app.add_option("--fusion", o.fusion, "fusion threshold (LOCKSTEP_FUSION_THRESHOLD)")
       ->capture_default_str();
   app.add_option("--overlap", o.overlap, "auto|on|off (LOCKSTEP_OVERLAP)")->capture_default_str();
-  app.add_option("--jitter-ms", o.jitter_ms, "per-worker step-time spread (default: the profile's)");
+  app.add_option("--jitter-ms", o.jitter_ms,
+                 "per-worker step-time spread (default: the profile's)");
   app.add_option("--samples-per-step", o.samples_per_step,
                  "override the profile's samples per step and worker");
   app.add_flag("--json", o.json, "one JSON object per layout");
@@ -75,9 +82,9 @@ plan::ThreadScaling scaling_of(const LayoutsOptions& o, const plan::Profile& pro
     s.source = "--serial-fraction, " + k;
   } else if (!o.scaling_profile.empty()) {
     const plan::Profile other = plan::load_profile(o.scaling_profile);
-    s.serial_fraction = plan::fit_serial_fraction(
-        plan::summarize(profile).compute_ms, profile.intra_op_threads,
-        plan::summarize(other).compute_ms, other.intra_op_threads);
+    s.serial_fraction =
+        plan::fit_serial_fraction(plan::summarize(profile).compute_ms, profile.intra_op_threads,
+                                  plan::summarize(other).compute_ms, other.intra_op_threads);
     s.source = fmt::format("fitted from {} threads and {} threads, {}", profile.intra_op_threads,
                            other.intra_op_threads, k);
   } else {
@@ -105,17 +112,20 @@ int run_layouts(const LayoutsOptions& o) {
     return 0;
   }
   const plan::ProfileSummary sum = plan::summarize(profile);
-  fmt::print("# lockstep plan layouts: {} ({:.2f} ms compute at {} worker(s) x {} thread(s), "
-             "{:.0f} samples/step/worker)\n", o.profile, sum.compute_ms, profile.local_size,
-             profile.intra_op_threads, sum.samples_per_step);
+  fmt::print(
+      "# lockstep plan layouts: {} ({:.2f} ms compute at {} worker(s) x {} thread(s), "
+      "{:.0f} samples/step/worker)\n",
+      o.profile, sum.compute_ms, profile.local_size, profile.intra_op_threads,
+      sum.samples_per_step);
   fmt::print("# host: {} CPUs; network: {}\n# {}\n", q.host_cpus, network.name,
              describe_scaling(q.scaling));
   fmt::print("{}\n", layout_header());
   for (const auto& p : ranked) fmt::print("{}\n", layout_row(p));
   const plan::Layout best = ranked.front().layout;
-  fmt::print("# recommended: {} worker(s) x {} thread(s): lockstep run -np {} "
-             "--threads-per-worker {} PROGRAM\n", best.workers, best.threads, best.workers,
-             best.threads);
+  fmt::print(
+      "# recommended: {} worker(s) x {} thread(s): lockstep run -np {} "
+      "--threads-per-worker {} PROGRAM\n",
+      best.workers, best.threads, best.workers, best.threads);
   return 0;
 }
 

@@ -71,7 +71,8 @@ NetnsHosts::NetnsHosts(int hosts) {
       must(fmt::format("ip -n {} link set lo up", ns));
     }
     // netem is a kernel module that some kernels leave out (this machine's).
-    netem_ = sh(fmt::format("ip netns exec {} tc qdisc add dev lo root netem delay 1ms", names_[0]));
+    netem_ =
+        sh(fmt::format("ip netns exec {} tc qdisc add dev lo root netem delay 1ms", names_[0]));
     if (netem_) sh(fmt::format("ip netns exec {} tc qdisc del dev lo root", names_[0]));
   } catch (...) {
     cleanup();
@@ -101,21 +102,27 @@ std::string NetnsHosts::host_list(int slots) const {
 
 void NetnsHosts::shape(const LinkShape& s) {
   if (s.latency_ms > 0 && !netem_)
-    throw Error(fmt::format("--shape {}: this kernel has no netem (CONFIG_NET_SCH_NETEM), so "
-                            "latency cannot be added; give the rate alone", s.label));
+    throw Error(
+        fmt::format("--shape {}: this kernel has no netem (CONFIG_NET_SCH_NETEM), so "
+                    "latency cannot be added; give the rate alone",
+                    s.label));
   // Two milliseconds' worth of burst (at least 32 KiB): smaller buckets
   // cannot sustain the rate with the kernel's timer granularity.
   const long burst = std::max<long>(32 << 10, std::lround(s.bytes_per_s * 0.002));
   for (const auto& ns : names_) {
     sh(fmt::format("ip netns exec {} tc qdisc del dev eth0 root", ns));
     if (s.latency_ms > 0) {
-      must(fmt::format("ip netns exec {} tc qdisc add dev eth0 root handle 1: netem delay {}ms",
-                       ns, s.latency_ms));
-      must(fmt::format("ip netns exec {} tc qdisc add dev eth0 parent 1: handle 2: tbf rate {} "
-                       "burst {} latency 100ms", ns, s.rate, burst));
+      must(fmt::format("ip netns exec {} tc qdisc add dev eth0 root handle 1: netem delay {}ms", ns,
+                       s.latency_ms));
+      must(
+          fmt::format("ip netns exec {} tc qdisc add dev eth0 parent 1: handle 2: tbf rate {} "
+                      "burst {} latency 100ms",
+                      ns, s.rate, burst));
     } else {
-      must(fmt::format("ip netns exec {} tc qdisc add dev eth0 root tbf rate {} burst {} latency "
-                       "100ms", ns, s.rate, burst));
+      must(
+          fmt::format("ip netns exec {} tc qdisc add dev eth0 root tbf rate {} burst {} latency "
+                      "100ms",
+                      ns, s.rate, burst));
     }
   }
 }

@@ -14,8 +14,8 @@
 namespace lockstep::plan_tool {
 
 struct LinkShape {
-  std::string label;      // as given, e.g. "1gbit" or "200mbit:5ms"
-  std::string rate;       // tc rate, e.g. "1gbit"
+  std::string label;  // as given, e.g. "1gbit" or "200mbit:5ms"
+  std::string rate;   // tc rate, e.g. "1gbit"
   double bytes_per_s = 0;
   double latency_ms = 0;  // one-way, added by netem
 };

@@ -40,7 +40,8 @@ void add_options(CLI::App& app, PredictOptions& o) {
       ->required();
   app.add_option("--network", o.networks,
                  "preset name or `lockstep bench fit` file; repeat to combine (later ones win), "
-                 "e.g. --network shm.json --network eth-25g")->required();
+                 "e.g. --network shm.json --network eth-25g")
+      ->required();
   app.add_option("--nodes", o.nodes, "node counts: 1,2,4 or MIN:MAX (powers of two)")
       ->capture_default_str();
   app.add_option("--ranks-per-node", o.ranks_per_node, "workers per node")->capture_default_str();
@@ -53,7 +54,8 @@ void add_options(CLI::App& app, PredictOptions& o) {
       ->capture_default_str();
   app.add_option("--strategy", o.strategy, "data (zero and pipeline are not modelled yet)")
       ->capture_default_str();
-  app.add_option("--cross", o.cross, "transport across nodes: gloo|mpi|nccl (default: the "
+  app.add_option("--cross", o.cross,
+                 "transport across nodes: gloo|mpi|nccl (default: the "
                  "network model's)");
   app.add_option("--hierarchical", o.hierarchical, "auto|0|1 (LOCKSTEP_HIERARCHICAL)")
       ->capture_default_str();
@@ -66,7 +68,8 @@ void add_options(CLI::App& app, PredictOptions& o) {
       ->capture_default_str();
   app.add_option("--compute-slowdown", o.compute_slowdown,
                  "how much slower a rank computes beside the other ranks of its node than alone "
-                 "(memory-bus contention; plan validate measures it)")->capture_default_str();
+                 "(memory-bus contention; plan validate measures it)")
+      ->capture_default_str();
   app.add_option("--wake-wait-ms", o.wake_wait_ms,
                  "wait for a core of every engine operation that starts while compute holds all "
                  "cores, and of the first as compute ends (ranks without a core for "
@@ -81,7 +84,8 @@ int run(const PredictOptions& o) {
   if (o.strategy != "data")
     throw InvalidArgument(fmt::format(
         "--strategy {}: only data parallelism is modelled; ZeRO and pipeline schedules are not "
-        "(docs/plan.md, 'Not modelled')", o.strategy));
+        "(docs/plan.md, 'Not modelled')",
+        o.strategy));
   plan::Profile profile = plan::load_profile(o.profile);
   if (o.samples_per_step > 0)
     for (auto& s : profile.steps) s.samples = static_cast<int64_t>(o.samples_per_step);
@@ -101,15 +105,20 @@ int run(const PredictOptions& o) {
   const std::vector<int> nodes = parse_int_list(o.nodes, "--nodes");
   const plan::ProfileSummary sum = plan::summarize(profile);
   if (!o.json) {
-    fmt::print("# lockstep plan: {} ({} gradients, {:.1f} MiB, {:.2f} ms/step at 1 rank, {:.0f} "
-               "samples/step)\n", o.profile, sum.gradient_count, sum.gradient_bytes / 1048576.0,
-               sum.compute_ms, sum.samples_per_step);
-    fmt::print("# network: {}{}\n", network.name, network.preset ? " [PRESET: published figures, "
-               "not measured here]" : "");
+    fmt::print(
+        "# lockstep plan: {} ({} gradients, {:.1f} MiB, {:.2f} ms/step at 1 rank, {:.0f} "
+        "samples/step)\n",
+        o.profile, sum.gradient_count, sum.gradient_bytes / 1048576.0, sum.compute_ms,
+        sum.samples_per_step);
+    fmt::print("# network: {}{}\n", network.name,
+               network.preset ? " [PRESET: published figures, "
+                                "not measured here]"
+                              : "");
     if (!network.description.empty()) fmt::print("#   {}\n", network.description);
-    fmt::print("# {} rank(s)/node, cross={}, hierarchical={}, fusion={}, overlap={}, "
-               "compression={}\n", o.ranks_per_node, s.topology.cross, o.hierarchical, o.fusion,
-               o.overlap, o.compression);
+    fmt::print(
+        "# {} rank(s)/node, cross={}, hierarchical={}, fusion={}, overlap={}, "
+        "compression={}\n",
+        o.ranks_per_node, s.topology.cross, o.hierarchical, o.fusion, o.overlap, o.compression);
     fmt::print("{}\n", prediction_header());
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -118,12 +127,15 @@ int run(const PredictOptions& o) {
     s.topology.nodes = n;
     out.push_back(plan::simulate(profile, network, s));
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (const auto& p : out)
     fmt::print("{}\n", o.json ? prediction_json(p, network.name) : prediction_row(p));
   if (!o.json)
-    fmt::print("# simulated {} scale(s) in {:.1f} ms; efficiency = throughput / (ranks x one "
-               "rank's throughput)\n", nodes.size(), ms);
+    fmt::print(
+        "# simulated {} scale(s) in {:.1f} ms; efficiency = throughput / (ranks x one "
+        "rank's throughput)\n",
+        nodes.size(), ms);
   return 0;
 }
 

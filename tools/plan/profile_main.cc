@@ -30,15 +30,22 @@ struct ProfileOptions {
 };
 
 int run(const ProfileOptions& o) {
-  if (o.program.empty()) throw InvalidArgument("give the program after --: lockstep profile -- PROGRAM ARGS");
+  if (o.program.empty())
+    throw InvalidArgument("give the program after --: lockstep profile -- PROGRAM ARGS");
   if (o.steps < 1 || o.warmup < 0 || o.np < 1 || o.threads < 0)
     throw InvalidArgument("--steps and --np must be >= 1, --warmup and --threads >= 0");
   const std::string out = std::filesystem::absolute(o.out).string();
   JobSpec job;
-  job.argv = {executable_dir() + "/lockstep", "run", "-np", std::to_string(o.np),
-              "-x", "LOCKSTEP_PROFILE=" + out,
-              "-x", "LOCKSTEP_PROFILE_STEPS=" + std::to_string(o.steps),
-              "-x", "LOCKSTEP_PROFILE_WARMUP=" + std::to_string(o.warmup)};
+  job.argv = {executable_dir() + "/lockstep",
+              "run",
+              "-np",
+              std::to_string(o.np),
+              "-x",
+              "LOCKSTEP_PROFILE=" + out,
+              "-x",
+              "LOCKSTEP_PROFILE_STEPS=" + std::to_string(o.steps),
+              "-x",
+              "LOCKSTEP_PROFILE_WARMUP=" + std::to_string(o.warmup)};
   if (o.threads > 0) {
     job.argv.push_back("-x");
     job.argv.push_back("LOCKSTEP_INTRA_OP_THREADS=" + std::to_string(o.threads));
@@ -56,24 +63,31 @@ int run(const ProfileOptions& o) {
     throw Error(fmt::format(
         "no profile was written: the program ended (exit {}) before {} warm-up + {} recorded "
         "steps of DistributedOptimizer::step(); give it more steps or lower --steps/--warmup. "
-        "Last lines of {}:\n{}", r.exit_code, o.warmup, o.steps, job.log_path,
-        tail_of(job.log_path)));
+        "Last lines of {}:\n{}",
+        r.exit_code, o.warmup, o.steps, job.log_path, tail_of(job.log_path)));
   if (!r.stopped_early && r.exit_code != 0)
-    fmt::print(stderr, "lockstep profile: warning: the program exited with {} (profile is "
-               "complete)\n", r.exit_code);
+    fmt::print(stderr,
+               "lockstep profile: warning: the program exited with {} (profile is "
+               "complete)\n",
+               r.exit_code);
   plan::Profile p = plan::load_profile(out);
   plan::ProfileSummary s = plan::summarize(p);
   fmt::print("wrote {}: {} steps after {} warm-up, {} rank(s), {} intra-op thread(s)\n", out,
              p.steps.size(), p.warmup_steps, p.world_size, p.intra_op_threads);
-  fmt::print("  step {:.2f} ms = forward {:.2f} + backward {:.2f} + sync {:.2f} + optimizer "
-             "{:.2f} + other {:.2f} (medians); spread sigma {:.2f} ms\n", s.step_ms, s.forward_ms,
-             s.backward_ms, s.sync_ms, s.optimizer_ms, s.other_ms, s.compute_sigma_ms);
+  fmt::print(
+      "  step {:.2f} ms = forward {:.2f} + backward {:.2f} + sync {:.2f} + optimizer "
+      "{:.2f} + other {:.2f} (medians); spread sigma {:.2f} ms\n",
+      s.step_ms, s.forward_ms, s.backward_ms, s.sync_ms, s.optimizer_ms, s.other_ms,
+      s.compute_sigma_ms);
   fmt::print("  {} gradients, {:.2f} MiB; {:.0f} samples per step{}\n", s.gradient_count,
              s.gradient_bytes / 1048576.0, s.samples_per_step,
              s.samples_per_step == 0 ? " (no DistributedSampler: pass lockstep plan "
-                                       "--samples-per-step)" : "");
-  if (r.stopped_early) fmt::print("  (stopped the program once the profile was written; --full "
-                                  "lets it finish)\n");
+                                       "--samples-per-step)"
+                                     : "");
+  if (r.stopped_early)
+    fmt::print(
+        "  (stopped the program once the profile was written; --full "
+        "lets it finish)\n");
   return 0;
 }
 

@@ -30,8 +30,10 @@ std::string make_temp_dir() {
   // mkdtemp(3) replaces the six trailing X of its template with a unique name.
   std::string t = (fs::temp_directory_path() / "lockstep-validate-XXXXXX").string();
   if (!mkdtemp(t.data()))
-    throw Error(fmt::format("plan validate: cannot create a temporary directory {}: {} (set "
-                            "TMPDIR to a writable directory)", t, std::strerror(errno)));
+    throw Error(
+        fmt::format("plan validate: cannot create a temporary directory {}: {} (set "
+                    "TMPDIR to a writable directory)",
+                    t, std::strerror(errno)));
   return t;
 }
 
@@ -71,7 +73,10 @@ int Validator::run() {
         slowdown_ = colocated_slowdown(*profile_, p->np, tag_of(*p) + r);
         break;
       case plan::ScheduledRun::Kind::kMeasure:
-        if (p->netns()) netns_point(run.point, r); else shm_point(run.point, r);
+        if (p->netns())
+          netns_point(run.point, r);
+        else
+          shm_point(run.point, r);
         break;
     }
   }
@@ -97,8 +102,7 @@ void Validator::make_points() {
     results_[i].oversubscribed = points_[i].np * o_.threads > cores();
 }
 
-plan::Scenario Validator::scenario(int hosts, int per_host,
-                                   const std::string& cross) const {
+plan::Scenario Validator::scenario(int hosts, int per_host, const std::string& cross) const {
   plan::Scenario s;
   s.topology = {hosts, per_host, cross, knob_string("LOCKSTEP_HIERARCHICAL")};
   s.fusion_threshold = threshold_;
@@ -135,40 +139,52 @@ void Validator::record(int index, const plan::Profile& measured, const plan::Net
   res.predicted_comm_ms.push_back(pred.exposed_comm_ms + pred.straggler_ms);
   res.backend = pred.backend;
   res.overlap = pred.overlap;
-  progress("np {} hosts {} {}: measured {:.2f} ms, predicted {:.2f} ms ({:+.1f}%)", p.np,
-           p.hosts, p.network, m.step_ms, pred.step_ms,
-           100 * (pred.step_ms - m.step_ms) / m.step_ms);
+  progress("np {} hosts {} {}: measured {:.2f} ms, predicted {:.2f} ms ({:+.1f}%)", p.np, p.hosts,
+           p.network, m.step_ms, pred.step_ms, 100 * (pred.step_ms - m.step_ms) / m.step_ms);
 }
 
 }  // namespace validate
 
 int validate_main(int argc, char** argv) {
-  CLI::App app{"Measure a program at several scales here and compare with the planner's "
-               "prediction (docs/plan.md)", "lockstep plan validate"};
+  CLI::App app{
+      "Measure a program at several scales here and compare with the planner's "
+      "prediction (docs/plan.md)",
+      "lockstep plan validate"};
   validate::Options o;
   app.add_option("--np", o.np, "ranks on this host, e.g. 1,2,3")->capture_default_str();
-  app.add_option("--netns", o.netns, "also run on this many network-namespace hosts, one rank "
-                 "each (root)")->capture_default_str();
-  app.add_option("--per-host", o.per_host, "ranks per netns host (2 or more: hierarchical "
-                 "allreduce)")->capture_default_str();
-  app.add_option("--shape", o.shapes, "links of the netns hosts: RATE[:LATENCY],... (latency "
-                 "needs netem)")->capture_default_str();
+  app.add_option("--netns", o.netns,
+                 "also run on this many network-namespace hosts, one rank "
+                 "each (root)")
+      ->capture_default_str();
+  app.add_option("--per-host", o.per_host,
+                 "ranks per netns host (2 or more: hierarchical "
+                 "allreduce)")
+      ->capture_default_str();
+  app.add_option("--shape", o.shapes,
+                 "links of the netns hosts: RATE[:LATENCY],... (latency "
+                 "needs netem)")
+      ->capture_default_str();
   app.add_option("--network", o.networks, "network fits taken beforehand (else fitted here)");
   app.add_option("--steps", o.steps, "profiled steps per point")->capture_default_str();
   app.add_option("--warmup", o.warmup, "steps skipped per point")->capture_default_str();
   app.add_option("--threads", o.threads, "intra-op threads per rank, the same at every point")
       ->capture_default_str();
-  app.add_option("--workdir", o.workdir, "keep profiles, fits and logs here (default: a new "
+  app.add_option("--workdir", o.workdir,
+                 "keep profiles, fits and logs here (default: a new "
                  "temporary directory)");
   app.add_option("--timeout", o.timeout_s, "seconds per run")->capture_default_str();
   app.add_flag("--json", o.json, "one JSON line per point");
   app.add_flag("--quick", o.quick, "short network fits (for CI; less accurate)");
-  app.add_flag("!--no-contention", o.contention, "predict co-located ranks with their compute "
+  app.add_flag("!--no-contention", o.contention,
+               "predict co-located ranks with their compute "
                "alone (skip the calibration run that measures the slowdown)");
-  app.add_option("--rounds", o.rounds, "rounds; in each, every point runs right after an np 1 "
+  app.add_option("--rounds", o.rounds,
+                 "rounds; in each, every point runs right after an np 1 "
                  "profile of its own (np 1, np 2, np 1, np 2, ...); the error is the median of "
-                 "the rounds' errors")->capture_default_str();
-  app.add_option("--wake-wait", o.wake_wait, "netns hosts sharing the cores: the wait for a "
+                 "the rounds' errors")
+      ->capture_default_str();
+  app.add_option("--wake-wait", o.wake_wait,
+                 "netns hosts sharing the cores: the wait for a "
                  "core per engine operation during compute: tick (one period of the kernel's "
                  "CONFIG_HZ), sweep (a Gloo fit beside busy threads) or milliseconds")
       ->capture_default_str();

@@ -39,7 +39,7 @@ struct Options {
   int threads = 1;
   std::string workdir;
   bool json = false;
-  bool quick = false;  // short fits (CI): fewer sizes, less time per size
+  bool quick = false;      // short fits (CI): fewer sizes, less time per size
   bool contention = true;  // calibrate the co-location slowdown at np > 1
   int rounds = 3;
   std::string wake_wait = "tick";  // tick | sweep | milliseconds (netns hosts sharing cores)
@@ -121,17 +121,17 @@ class Validator {
   std::string dir_;
   int64_t threshold_ = 0;
   std::vector<int> nps_;
-  plan::NetworkModel given_;  // --network, resolved (empty without)
+  plan::NetworkModel given_;                       // --network, resolved (empty without)
   std::optional<plan::NetworkModel> shm_network_;  // the latest shared-memory costs
   std::vector<LinkShape> shapes_;
   std::unique_ptr<NetnsHosts> hosts_;  // removed (namespaces and all) with the validator
   std::map<std::string, plan::NetworkModel> net_of_;  // per link shape
-  std::map<std::string, double> wake_wait_ms_;         // per link shape
+  std::map<std::string, double> wake_wait_ms_;        // per link shape
   std::vector<plan::ValidationPoint> points_;
-  std::vector<PointResult> results_;  // per point
+  std::vector<PointResult> results_;      // per point
   std::optional<plan::Profile> profile_;  // the np 1 profile of the point measured next
   bool said_overlap_off_ = false;
-  double slowdown_ = 1.0;                 // its co-location calibration
+  double slowdown_ = 1.0;  // its co-location calibration
 };
 
 }  // namespace lockstep::plan_tool::validate

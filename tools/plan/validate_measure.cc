@@ -49,8 +49,8 @@ double parse_wake_wait_ms(const std::string& text) {
     if (used == text.size() && ms >= 0 && std::isfinite(ms)) return ms;
   } catch (const std::exception&) {
   }
-  throw InvalidArgument(fmt::format(
-      "--wake-wait {}: give tick, sweep or a wait in milliseconds (>= 0)", text));
+  throw InvalidArgument(
+      fmt::format("--wake-wait {}: give tick, sweep or a wait in milliseconds (>= 0)", text));
 }
 
 // Runs the program under `lockstep run LAUNCH...` until rank 0 wrote its
@@ -76,21 +76,28 @@ std::optional<plan::Profile> Validator::measure(const std::vector<std::string>& 
   job.label = tag;
   JobResult r = run_job(job);
   if (!fs::exists(out)) {
-    fmt::print(stderr, "lockstep plan validate: {}: no profile (exit {}{}); the program needs "
-               "at least {} steps. Last lines of {}:\n{}", tag, r.exit_code,
-               r.timed_out ? ", timed out" : "", o_.warmup + o_.steps, job.log_path,
-               tail_of(job.log_path));
+    fmt::print(stderr,
+               "lockstep plan validate: {}: no profile (exit {}{}); the program needs "
+               "at least {} steps. Last lines of {}:\n{}",
+               tag, r.exit_code, r.timed_out ? ", timed out" : "", o_.warmup + o_.steps,
+               job.log_path, tail_of(job.log_path));
     return std::nullopt;
   }
   return plan::load_profile(out);
 }
 
-plan::NetworkModel Validator::fit(const std::string& backend,
-                                  const std::vector<std::string>& args, const std::string& tag) {
+plan::NetworkModel Validator::fit(const std::string& backend, const std::vector<std::string>& args,
+                                  const std::string& tag) {
   const std::string out = dir_ + "/net-" + tag + ".json";
   JobSpec job;
-  job.argv = {executable_dir() + "/lockstep-bench-fit", "--backend", backend, "--out", out,
-              "--quiet", "--name", "fit: " + tag};
+  job.argv = {executable_dir() + "/lockstep-bench-fit",
+              "--backend",
+              backend,
+              "--out",
+              out,
+              "--quiet",
+              "--name",
+              "fit: " + tag};
   job.argv.insert(job.argv.end(), args.begin(), args.end());
   if (o_.quick)
     job.argv.insert(job.argv.end(), {"--seconds", "0.02", "--sizes", "4B:1MiB", "--factor", "8"});
@@ -99,8 +106,8 @@ plan::NetworkModel Validator::fit(const std::string& backend,
   job.label = "fit " + tag;
   JobResult r = run_job(job);
   if (r.exit_code != 0)
-    throw Error(fmt::format("the {} fit failed (exit {}); last lines of {}:\n{}", tag,
-                            r.exit_code, job.log_path, tail_of(job.log_path)));
+    throw Error(fmt::format("the {} fit failed (exit {}); last lines of {}:\n{}", tag, r.exit_code,
+                            job.log_path, tail_of(job.log_path)));
   return plan::load_network(out);
 }
 
@@ -148,8 +155,7 @@ void Validator::shm_point(int index, const std::string& r) {
 // compute (step - sync) of a separate calibration run at np over the np 1
 // profile's. Not measured where ranks outnumber cores (that would be the
 // scheduler, which the point is marked for) nor with --no-contention.
-double Validator::colocated_slowdown(const plan::Profile& profile, int np,
-                                     const std::string& tag) {
+double Validator::colocated_slowdown(const plan::Profile& profile, int np, const std::string& tag) {
   if (!o_.contention || np * o_.threads > cores()) return 1.0;
   progress("calibrating co-located compute at np {}", np);
   auto calib = measure({"-np", std::to_string(np)}, fmt::format("np{}-calib-for-{}", np, tag));
@@ -180,9 +186,10 @@ double Validator::wake_wait_ms(std::vector<std::string> fit_args, const std::str
     return median(v);
   };
   const double w = std::max(0.0, small(busy) - small(net_of_[label]));
-  progress("{}: small collectives {:.3f} ms beside busy threads, {:.3f} ms idle: a wait of "
-           "{:.3f} ms per engine operation during compute", label, small(busy),
-           small(net_of_[label]), w);
+  progress(
+      "{}: small collectives {:.3f} ms beside busy threads, {:.3f} ms idle: a wait of "
+      "{:.3f} ms per engine operation during compute",
+      label, small(busy), small(net_of_[label]), w);
   return w;
 }
 
@@ -190,8 +197,9 @@ double Validator::wake_wait_ms(std::vector<std::string> fit_args, const std::str
 double Validator::tick_ms() {
   const std::optional<int> hz = kernel_hz();
   if (!hz)
-    throw Error("--wake-wait tick: CONFIG_HZ is in neither /proc/config.gz nor "
-                "/boot/config-RELEASE; give --wake-wait MS or --wake-wait sweep");
+    throw Error(
+        "--wake-wait tick: CONFIG_HZ is in neither /proc/config.gz nor "
+        "/boot/config-RELEASE; give --wake-wait MS or --wake-wait sweep");
   progress("the wait for a core: one scheduler tick, CONFIG_HZ={} ({:.3f} ms)", *hz, 1e3 / *hz);
   return 1e3 / *hz;
 }

@@ -32,12 +32,17 @@ void Validator::prepare_netns() {
     if (shape.latency_ms > 0 && !hosts_->netem_available())
       throw InvalidArgument(fmt::format(
           "--shape {}: this kernel has no netem (CONFIG_NET_SCH_NETEM), so latency cannot be "
-          "added; give the rate alone (e.g. --shape {})", shape.label, shape.rate));
+          "added; give the rate alone (e.g. --shape {})",
+          shape.label, shape.rate));
 }
 
 std::vector<std::string> Validator::link_launch(int slots) const {
-  return {"--remote-exec", "ip netns exec {host}", "--rendezvous-addr", hosts_->launcher_ip(),
-          "-H", hosts_->host_list(slots)};
+  return {"--remote-exec",
+          "ip netns exec {host}",
+          "--rendezvous-addr",
+          hosts_->launcher_ip(),
+          "-H",
+          hosts_->host_list(slots)};
 }
 
 // Fits Gloo over one shaped link, one rank per host: the flat ring among
@@ -72,9 +77,10 @@ void Validator::netns_point(int index, const std::string& r) {
     launch.insert(launch.end(), {"-x", "LOCKSTEP_OVERLAP=" + overlap});
     s.overlap = overlap;
     if (!said_overlap_off_)
-      progress("the namespace hosts fill this machine's {} cores: their runs use "
-               "LOCKSTEP_OVERLAP={} (set LOCKSTEP_OVERLAP=on to measure overlap anyway)",
-               cores(), overlap);
+      progress(
+          "the namespace hosts fill this machine's {} cores: their runs use "
+          "LOCKSTEP_OVERLAP={} (set LOCKSTEP_OVERLAP=on to measure overlap anyway)",
+          cores(), overlap);
     said_overlap_off_ = true;
   }
   if (auto measured = measure(launch, tag_of(points_[index]) + r)) {

@@ -59,31 +59,32 @@ void Validator::report_json(size_t i, const plan::RoundErrors& e) const {
                                     {"wake_wait_ms", res.wake_wait_ms},
                                     {"oversubscribed", res.oversubscribed},
                                     {"comm_without_core", res.comm_without_core}}
-                                     .dump());
+                         .dump());
 }
 
 void Validator::report_row(size_t i, const plan::RoundErrors& e) const {
   const plan::ValidationPoint& p = points_[i];
   const PointResult& res = results_[i];
   if (i == 0) {
-    fmt::print("# lockstep plan validate: {} ({} cores, {} intra-op thread(s) per rank, {} "
-               "round(s); each round predicted from its own np 1 profile; error = median "
-               "of the rounds' errors)\n", shell_join(o_.program), cores(), o_.threads,
-               o_.rounds);
-    fmt::print("{:>4} {:>6} {:>16} {:>8} {:>8} {:>13} {:>14} {:>8} {:>17} {:>8} {:>11} "
-               "{:>11} {:>9} {:>7}  {}\n", "np", "hosts", "network", "backend", "overlap",
-               "measured(ms)", "predicted(ms)", "error", "range", "in 10%", "sync meas.",
-               "comm pred.", "compute x", "W(ms)", "note");
+    fmt::print(
+        "# lockstep plan validate: {} ({} cores, {} intra-op thread(s) per rank, {} "
+        "round(s); each round predicted from its own np 1 profile; error = median "
+        "of the rounds' errors)\n",
+        shell_join(o_.program), cores(), o_.threads, o_.rounds);
+    fmt::print(
+        "{:>4} {:>6} {:>16} {:>8} {:>8} {:>13} {:>14} {:>8} {:>17} {:>8} {:>11} "
+        "{:>11} {:>9} {:>7}  {}\n",
+        "np", "hosts", "network", "backend", "overlap", "measured(ms)", "predicted(ms)", "error",
+        "range", "in 10%", "sync meas.", "comm pred.", "compute x", "W(ms)", "note");
   }
-  fmt::print("{:>4} {:>6} {:>16} {:>8} {:>8} {:>13.2f} {:>14.2f} {:>+7.1f}% {:>17} {:>8} "
-             "{:>11.2f} {:>11.2f} {:>9.3f} {:>7.2f}  {}\n", p.np, p.hosts, p.network,
-             res.backend, res.overlap ? "on" : "off", e.median_measured_ms,
-             e.median_predicted_ms, e.median_error_pct,
-             fmt::format("{:+.1f}..{:+.1f}%", e.min_error_pct, e.max_error_pct),
-             fmt::format("{}/{}", e.rounds_within(10), e.error_pct.size()),
-             median(res.measured_sync_ms), median(res.predicted_comm_ms),
-             median(res.slowdown), res.wake_wait_ms,
-             note_of(res));
+  fmt::print(
+      "{:>4} {:>6} {:>16} {:>8} {:>8} {:>13.2f} {:>14.2f} {:>+7.1f}% {:>17} {:>8} "
+      "{:>11.2f} {:>11.2f} {:>9.3f} {:>7.2f}  {}\n",
+      p.np, p.hosts, p.network, res.backend, res.overlap ? "on" : "off", e.median_measured_ms,
+      e.median_predicted_ms, e.median_error_pct,
+      fmt::format("{:+.1f}..{:+.1f}%", e.min_error_pct, e.max_error_pct),
+      fmt::format("{}/{}", e.rounds_within(10), e.error_pct.size()), median(res.measured_sync_ms),
+      median(res.predicted_comm_ms), median(res.slowdown), res.wake_wait_ms, note_of(res));
 }
 
 void Validator::report_rounds() const {

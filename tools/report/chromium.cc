@@ -33,7 +33,8 @@ std::string read_output(const fs::path& p) {  // empty if chromium wrote none
 // Runs chromium with the page and extra flags; returns its stdout.
 std::string run_chromium(const std::string& chromium, const std::string& url,
                          const std::string& flags) {
-  const fs::path tmp = fs::temp_directory_path() / fmt::format("lockstep-report-{}-{}", getpid(), rand());
+  const fs::path tmp =
+      fs::temp_directory_path() / fmt::format("lockstep-report-{}-{}", getpid(), rand());
   fs::create_directories(tmp);
   // The closed network refuses Chromium's background connections, and root
   // needs --no-sandbox; virtual time lets the page finish drawing first.
@@ -57,8 +58,8 @@ std::string file_url(const std::string& html, const std::string& mode) {
 }
 
 std::string html_unescape(std::string s) {
-  const std::pair<const char*, const char*> entities[] = {{"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""},
-                                                          {"&amp;", "&"}};
+  const std::pair<const char*, const char*> entities[] = {
+      {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&amp;", "&"}};
   for (auto [from, to] : entities)
     for (size_t at; (at = s.find(from)) != std::string::npos;) s.replace(at, std::strlen(from), to);
   return s;
@@ -69,12 +70,18 @@ std::string base64_decode(const std::string& in) {
   int value = 0, bits = -8;
   for (unsigned char c : in) {
     int d;
-    if (c >= 'A' && c <= 'Z') d = c - 'A';
-    else if (c >= 'a' && c <= 'z') d = c - 'a' + 26;
-    else if (c >= '0' && c <= '9') d = c - '0' + 52;
-    else if (c == '+') d = 62;
-    else if (c == '/') d = 63;
-    else continue;
+    if (c >= 'A' && c <= 'Z')
+      d = c - 'A';
+    else if (c >= 'a' && c <= 'z')
+      d = c - 'a' + 26;
+    else if (c >= '0' && c <= '9')
+      d = c - '0' + 52;
+    else if (c == '+')
+      d = 62;
+    else if (c == '/')
+      d = 63;
+    else
+      continue;
     value = (value << 6) + d;
     bits += 6;
     if (bits >= 0) {
@@ -93,20 +100,24 @@ std::string find_chromium() {
     const std::string probe = fmt::format("command -v {} >/dev/null 2>&1", name);
     if (std::system(probe.c_str()) == 0) return name;
   }
-  throw Error("headless Chromium is needed for --png/--screenshot/--check: install the Debian "
-              "package `chromium` (scripts/setup.sh does) or set LOCKSTEP_CHROMIUM");
+  throw Error(
+      "headless Chromium is needed for --png/--screenshot/--check: install the Debian "
+      "package `chromium` (scripts/setup.sh does) or set LOCKSTEP_CHROMIUM");
 }
 
-nlohmann::json run_page(const std::string& chromium, const std::string& html, const std::string& mode) {
+nlohmann::json run_page(const std::string& chromium, const std::string& html,
+                        const std::string& mode) {
   const std::string dom = run_chromium(chromium, file_url(html, mode), "--dump-dom");
   const std::string open = "<pre id=\"report-out\">";
   const size_t begin = dom.rfind(open);  // the element is appended last
   const size_t end = begin == std::string::npos ? begin : dom.find("</pre>", begin);
   if (begin == std::string::npos || end == std::string::npos)
-    throw Error(fmt::format("{}: the page did not finish (no report-out element after loading in "
-                            "{}); open it in a browser and look at its console", html, chromium));
-  auto out = nlohmann::json::parse(html_unescape(dom.substr(begin + open.size(), end - begin - open.size())),
-                                   nullptr, false);
+    throw Error(
+        fmt::format("{}: the page did not finish (no report-out element after loading in "
+                    "{}); open it in a browser and look at its console",
+                    html, chromium));
+  auto out = nlohmann::json::parse(
+      html_unescape(dom.substr(begin + open.size(), end - begin - open.size())), nullptr, false);
   if (out.is_discarded()) throw Error(fmt::format("{}: the page wrote malformed output", html));
   return out;
 }
@@ -126,8 +137,9 @@ int export_pngs(const std::string& chromium, const std::string& html, const std:
 }
 
 void screenshot(const std::string& chromium, const std::string& html, const std::string& png) {
-  run_chromium(chromium, file_url(html, "screenshot"),
-               fmt::format("--window-size=1400,2400 --screenshot={}", quote(fs::absolute(png).string())));
+  run_chromium(
+      chromium, file_url(html, "screenshot"),
+      fmt::format("--window-size=1400,2400 --screenshot={}", quote(fs::absolute(png).string())));
   if (!fs::exists(png)) throw Error(fmt::format("{} wrote no screenshot to {}", chromium, png));
 }
 

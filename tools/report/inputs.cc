@@ -53,7 +53,8 @@ void read_sweep(const fs::path& dir, nlohmann::json& out) {
     const auto metrics = entry.path() / "metrics.jsonl";
     if (!fs::exists(metrics)) continue;
     try {
-      curves[std::to_string(std::stoi(entry.path().filename().string()))] = read_lines(metrics.string());
+      curves[std::to_string(std::stoi(entry.path().filename().string()))] =
+          read_lines(metrics.string());
     } catch (const std::exception&) {
     }
   }
@@ -68,13 +69,19 @@ nlohmann::json read_dir(const fs::path& dir) {
   if (kind.empty())
     throw InvalidArgument(fmt::format(
         "{}: not a run directory (no run.json, journal.jsonl, metrics.jsonl, results.jsonl or "
-        "bench.jsonl); write one with --run-dir (docs/report.md)", dir.string()));
+        "bench.jsonl); write one with --run-dir (docs/report.md)",
+        dir.string()));
   out["kind"] = kind;
-  if (kind == "train") read_train(dir, out);
-  else if (kind == "sweep") read_sweep(dir, out);
-  else if (kind == "large-batch") out["results"] = read_lines((dir / "results.jsonl").string());
-  else if (kind == "bench") out["bench"] = read_lines((dir / "bench.jsonl").string());
-  else if (kind.rfind("lab-", 0) == 0) out["lab"] = read_lines((dir / "lab.jsonl").string());
+  if (kind == "train")
+    read_train(dir, out);
+  else if (kind == "sweep")
+    read_sweep(dir, out);
+  else if (kind == "large-batch")
+    out["results"] = read_lines((dir / "results.jsonl").string());
+  else if (kind == "bench")
+    out["bench"] = read_lines((dir / "bench.jsonl").string());
+  else if (kind.rfind("lab-", 0) == 0)
+    out["lab"] = read_lines((dir / "lab.jsonl").string());
   else
     throw InvalidArgument(fmt::format("{}/run.json: unknown kind '{}'", dir.string(), kind));
   return out;
@@ -83,7 +90,8 @@ nlohmann::json read_dir(const fs::path& dir) {
 // A loose file: bench lines, `lockstep plan --json` or `plan validate --json`
 // lines, metrics lines or a timeline.
 nlohmann::json read_file(const fs::path& file) {
-  nlohmann::json out = {{"path", file.string()}, {"name", file.filename().string()},
+  nlohmann::json out = {{"path", file.string()},
+                        {"name", file.filename().string()},
                         {"run", nlohmann::json::object()}};
   auto lines = read_lines(file.string());
   if (!lines.empty() && lines[0].contains("efficiency") && lines[0].contains("exposed_comm_ms")) {
@@ -107,7 +115,8 @@ nlohmann::json read_file(const fs::path& file) {
   } else {
     throw InvalidArgument(fmt::format(
         "{}: neither `lockstep bench --json`, `lockstep plan --json` or `plan validate --json` "
-        "lines, metrics lines nor a timeline", file.string()));
+        "lines, metrics lines nor a timeline",
+        file.string()));
   }
   return out;
 }

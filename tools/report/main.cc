@@ -34,7 +34,8 @@ int check_page(const std::string& chromium, const std::string& html) {
                c.value("id", "?"), c.value("points", 0), c.value("painted", 0), c.value("x", "?"),
                c.value("marks", 0), ok ? "ok" : "EMPTY");
   }
-  for (const auto& e : out["errors"]) fmt::print(stderr, "  page error: {}\n", e.get<std::string>());
+  for (const auto& e : out["errors"])
+    fmt::print(stderr, "  page error: {}\n", e.get<std::string>());
   const size_t n = out["charts"].size();
   fmt::print(stderr, "lockstep report: check: {} chart(s), {} empty, {} page error(s)\n", n, bad,
              out["errors"].size());
@@ -67,15 +68,18 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Self-contained HTML page with interactive charts of run directories, sweeps, "
-               "labs, `lockstep bench --json`, `lockstep plan --json` and `plan validate --json` files "
-               "(docs/report.md)", "lockstep report"};
+  CLI::App app{
+      "Self-contained HTML page with interactive charts of run directories, sweeps, "
+      "labs, `lockstep bench --json`, `lockstep plan --json` and `plan validate --json` files "
+      "(docs/report.md)",
+      "lockstep report"};
   Options o;
   app.add_option("inputs", o.inputs, "run directories (--run-dir, lockstep sweep --dir) or files")
       ->required();
   app.add_option("-o,--output", o.output, "the page to write")->capture_default_str();
   app.add_option("--title", o.title)->capture_default_str();
-  app.add_option("--png", o.png_dir, "also write each chart as DIR/<chart>.png (headless Chromium)");
+  app.add_option("--png", o.png_dir,
+                 "also write each chart as DIR/<chart>.png (headless Chromium)");
   app.add_option("--screenshot", o.screenshot, "also write a screenshot of the page (PNG)");
   app.add_flag("--check", o.check,
                "open the page in headless Chromium; fail unless every chart drew and no error "

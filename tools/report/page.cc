@@ -26,10 +26,14 @@ std::string slurp(const fs::path& path) {
 std::string html_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -46,7 +50,8 @@ std::string script_safe_json(const nlohmann::json& data) {
 }
 
 bool has_library(const fs::path& dir) {
-  return fs::exists(dir / "node_modules/echarts/dist/echarts.min.js") && fs::exists(dir / "report.js");
+  return fs::exists(dir / "node_modules/echarts/dist/echarts.min.js") &&
+         fs::exists(dir / "report.js");
 }
 
 // Keeps the page script's error hooks ahead of everything else.
@@ -80,14 +85,17 @@ std::string render_page(const nlohmann::json& data, const std::string& title,
   if (fs::exists(a / "node_modules/zrender/LICENSE"))
     licenses += "\nZRender (bundled in ECharts)\n\n" + slurp(a / "node_modules/zrender/LICENSE");
   std::string page;
-  page += fmt::format("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-                      "<title>{}</title>\n<style>\n{}</style>\n<script>\n{}\n</script>\n",
-                      html_escape(title), slurp(a / "report.css"), kErrorHooks);
-  page += fmt::format("<!-- Apache ECharts {}, Apache-2.0: license text at the end of the page -->\n"
-                      "<script>\n{}\n</script>\n</head>\n<body>\n", version,
-                      slurp(lib / "dist/echarts.min.js"));
-  page += fmt::format("<header><h1>{}</h1><p id=\"summary\"></p></header>\n<main id=\"report\"></main>\n",
-                      html_escape(title));
+  page += fmt::format(
+      "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+      "<title>{}</title>\n<style>\n{}</style>\n<script>\n{}\n</script>\n",
+      html_escape(title), slurp(a / "report.css"), kErrorHooks);
+  page += fmt::format(
+      "<!-- Apache ECharts {}, Apache-2.0: license text at the end of the page -->\n"
+      "<script>\n{}\n</script>\n</head>\n<body>\n",
+      version, slurp(lib / "dist/echarts.min.js"));
+  page += fmt::format(
+      "<header><h1>{}</h1><p id=\"summary\"></p></header>\n<main id=\"report\"></main>\n",
+      html_escape(title));
   page += "<script>\nwindow.REPORT_DATA = " + script_safe_json(data) + ";\n</script>\n";
   page += "<script>\n" + slurp(a / "report.js") + "\n</script>\n";
   page += "<details class=\"licenses\"><summary>Third-party licenses</summary><pre>" +

@@ -14,7 +14,8 @@ struct Span {
 };
 
 double union_length(std::vector<Span> spans) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
   double total = 0, start = 0, end = -1;
   for (const auto& s : spans) {
     if (s.begin > end) {
@@ -74,7 +75,9 @@ nlohmann::json summarize_timeline(const std::string& path) {
                    {"total_us", order[i].second.total},
                    {"collective_us", order[i].second.collective},
                    {"count", order[i].second.count}});
-  return {{"span_us", last - first}, {"busy_us", union_length(spans)}, {"phases", phases},
+  return {{"span_us", last - first},
+          {"busy_us", union_length(spans)},
+          {"phases", phases},
           {"top", top}};
 }
 

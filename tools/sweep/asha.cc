@@ -13,8 +13,8 @@ Asha::Asha(int min_epochs, int eta, int max_epochs, Mode mode) : eta_(eta), mode
     throw InvalidArgument(fmt::format("--min-epochs {}: must be at least 1", min_epochs));
   if (eta < 2) throw InvalidArgument(fmt::format("--eta {}: must be at least 2", eta));
   if (max_epochs < min_epochs)
-    throw InvalidArgument(fmt::format("--budget-epochs {} is below --min-epochs {}", max_epochs,
-                                      min_epochs));
+    throw InvalidArgument(
+        fmt::format("--budget-epochs {} is below --min-epochs {}", max_epochs, min_epochs));
   for (long r = min_epochs; r < max_epochs; r *= eta) rungs_.push_back(static_cast<int>(r));
 }
 

@@ -20,8 +20,10 @@ void scan(const std::string& arg, OnText on_text, OnName on_name) {
     } else if (c == '{') {
       const size_t close = arg.find('}', i);
       if (close == std::string::npos)
-        throw InvalidArgument(fmt::format("command argument '{}': '{{' without '}}' (write {{{{ "
-                                          "for a literal brace)", arg));
+        throw InvalidArgument(
+            fmt::format("command argument '{}': '{{' without '}}' (write {{{{ "
+                        "for a literal brace)",
+                        arg));
       on_name(arg.substr(i + 1, close - i - 1));
       i = close;
     } else {
@@ -34,13 +36,15 @@ void scan(const std::string& arg, OnText on_text, OnName on_name) {
 
 std::string substitute(const std::string& arg, const Substitutions& values) {
   std::string out;
-  scan(arg, [&](const std::string& t) { out += t; },
-       [&](const std::string& name) {
-         auto it = values.find(name);
-         if (it == values.end())
-           throw InvalidArgument(fmt::format("command argument '{}': no value for {{{}}}", arg, name));
-         out += it->second;
-       });
+  scan(
+      arg, [&](const std::string& t) { out += t; },
+      [&](const std::string& name) {
+        auto it = values.find(name);
+        if (it == values.end())
+          throw InvalidArgument(
+              fmt::format("command argument '{}': no value for {{{}}}", arg, name));
+        out += it->second;
+      });
   return out;
 }
 
@@ -53,15 +57,17 @@ std::vector<std::string> substitute(const std::vector<std::string>& args,
 
 void check_template(const std::vector<std::string>& args, const std::vector<std::string>& known) {
   for (const auto& arg : args)
-    scan(arg, [](const std::string&) {},
-         [&](const std::string& name) {
-           if (std::find(known.begin(), known.end(), name) != known.end()) return;
-           std::string list;
-           for (const auto& k : known) list += (list.empty() ? "{" : ", {") + k + "}";
-           throw InvalidArgument(fmt::format(
-               "command argument '{}': {{{}}} is neither a parameter of the search space nor one "
-               "the sweep fills in; known: {}", arg, name, list));
-         });
+    scan(
+        arg, [](const std::string&) {},
+        [&](const std::string& name) {
+          if (std::find(known.begin(), known.end(), name) != known.end()) return;
+          std::string list;
+          for (const auto& k : known) list += (list.empty() ? "{" : ", {") + k + "}";
+          throw InvalidArgument(fmt::format(
+              "command argument '{}': {{{}}} is neither a parameter of the search space nor one "
+              "the sweep fills in; known: {}",
+              arg, name, list));
+        });
 }
 
 }  // namespace lockstep::sweep

@@ -29,9 +29,10 @@ Journal::Journal(std::string path) : path_(std::move(path)) {
     ++number;
     auto event = nlohmann::json::parse(line, nullptr, false);
     if (!event.is_object() || !event.contains("event"))
-      throw Error(fmt::format("journal {} line {} is not a sweep event: {}; the file was edited "
-                              "or is not a journal (use another --dir)", path_, number,
-                              line.substr(0, 80)));
+      throw Error(
+          fmt::format("journal {} line {} is not a sweep event: {}; the file was edited "
+                      "or is not a journal (use another --dir)",
+                      path_, number, line.substr(0, 80)));
     events_.push_back(std::move(event));
   }
 }

@@ -19,18 +19,22 @@ void add_flags(CLI::App& app, lockstep::sweep::SweepOptions& o) {
   app.add_option("--concurrent", o.concurrent, "trials at once: K or auto (slots / -np)")
       ->capture_default_str();
   app.add_option("--scheduler", o.scheduler, "random | grid | asha")
-      ->check(CLI::IsMember({"random", "grid", "asha"}))->capture_default_str();
-  app.add_option("--sampler", o.sampler,
-                 "how trials are drawn: grid | random (default: grid for --scheduler grid, else random)")
+      ->check(CLI::IsMember({"random", "grid", "asha"}))
+      ->capture_default_str();
+  app.add_option(
+         "--sampler", o.sampler,
+         "how trials are drawn: grid | random (default: grid for --scheduler grid, else random)")
       ->check(CLI::IsMember({"grid", "random"}));
   app.add_option("--metric", o.metric, "metrics-line field to optimise")->capture_default_str();
-  app.add_option("--mode", o.mode, "max | min")->check(CLI::IsMember({"max", "min"}))
+  app.add_option("--mode", o.mode, "max | min")
+      ->check(CLI::IsMember({"max", "min"}))
       ->capture_default_str();
   app.add_option("--budget-epochs", o.budget_epochs,
                  "most epochs per trial ({epochs} in the command); required by asha");
   app.add_option("--min-epochs", o.min_epochs, "asha: first rung")->capture_default_str();
   app.add_option("--eta", o.eta, "asha: keep the top 1/eta at each rung")->capture_default_str();
-  app.add_option("--grid-points", o.grid_points, "grid: values per real range")->capture_default_str();
+  app.add_option("--grid-points", o.grid_points, "grid: values per real range")
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "random sampling seed")->capture_default_str();
   app.add_option("--trial-timeout", o.trial_timeout,
                  "seconds a trial may run before it is killed and recorded as timed out (0: none)")
@@ -40,7 +44,8 @@ void add_flags(CLI::App& app, lockstep::sweep::SweepOptions& o) {
   app.add_option("--slots", o.slots, "slots on this host (default: its CPUs)");
   app.add_option("-H,--hosts", o.hosts, "HOST:SLOTS,... trials are placed on one host each");
   app.add_option("--remote-exec", o.remote_exec, "passed to lockstep run for remote hosts");
-  app.add_flag("--oversubscribe", o.oversubscribe, "allow more workers than slots (no CPU binding)");
+  app.add_flag("--oversubscribe", o.oversubscribe,
+               "allow more workers than slots (no CPU binding)");
   app.add_option("--run-arg", o.run_args, "extra flag for each trial's lockstep run (repeatable)")
       ->allow_extra_args(false);
 }
@@ -60,14 +65,18 @@ int main(int argc, char** argv) {
   }
   for (int i = argc - 1; i >= 1; --i) args.insert(args.begin(), argv[i]);
   for (auto& a : args) {
-    if (a == "-np") a = "--num-proc";
-    else if (a.rfind("-np=", 0) == 0) a = "--num-proc=" + a.substr(4);
+    if (a == "-np")
+      a = "--num-proc";
+    else if (a.rfind("-np=", 0) == 0)
+      a = "--num-proc=" + a.substr(4);
   }
-  CLI::App app{"Hyper-parameter sweep: trials of `lockstep run -np N -- COMMAND` with {name} "
-               "replaced by each trial's values (docs/sweep.md)",
-               "lockstep sweep"};
-  app.footer("usage: lockstep sweep --space SPACE.json --trials T -np N --dir RUN_DIR "
-             "[options] -- PROGRAM ARGS... {lr} {metrics} ...");
+  CLI::App app{
+      "Hyper-parameter sweep: trials of `lockstep run -np N -- COMMAND` with {name} "
+      "replaced by each trial's values (docs/sweep.md)",
+      "lockstep sweep"};
+  app.footer(
+      "usage: lockstep sweep --space SPACE.json --trials T -np N --dir RUN_DIR "
+      "[options] -- PROGRAM ARGS... {lr} {metrics} ...");
   lockstep::sweep::SweepOptions o;
   add_flags(app, o);
   try {

@@ -19,7 +19,8 @@ class Output {
   void progress(const std::vector<Trial>& trials, const SweepOptions& o, const Trial* best);
   void finish_progress();  // ends a redrawn line
   void trial_ended(const Trial& t, const SweepOptions& o);
-  void table(const std::vector<Trial>& trials, const SweepOptions& o, const Space& space, Mode mode);
+  void table(const std::vector<Trial>& trials, const SweepOptions& o, const Space& space,
+             Mode mode);
 
  private:
   using Clock = std::chrono::steady_clock;

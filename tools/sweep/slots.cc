@@ -37,10 +37,12 @@ Placement SlotPool::acquire(int n) {
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return users[a] < users[b]; });
     std::vector<int> chosen;
     for (int s : order)
-      if (static_cast<int>(chosen.size()) < n && (users[s] == 0 || oversubscribe_)) chosen.push_back(s);
+      if (static_cast<int>(chosen.size()) < n && (users[s] == 0 || oversubscribe_))
+        chosen.push_back(s);
     if (static_cast<int>(chosen.size()) < n) {
       if (!oversubscribe_ || users.empty()) continue;
-      while (static_cast<int>(chosen.size()) < n) chosen.push_back(order[chosen.size() % order.size()]);
+      while (static_cast<int>(chosen.size()) < n)
+        chosen.push_back(order[chosen.size() % order.size()]);
     }
     Placement p{static_cast<int>(h), hosts_[h].host, chosen, {}};
     bool shared = false;
@@ -89,8 +91,8 @@ std::vector<HostSlots> parse_hosts(const std::string& text) {
         h.slots = 0;
       }
       if (h.slots < 1)
-        throw InvalidArgument(fmt::format("-H '{}': slots of '{}' must be a positive integer",
-                                          text, item));
+        throw InvalidArgument(
+            fmt::format("-H '{}': slots of '{}' must be a positive integer", text, item));
     }
     if (h.host == "localhost") {
       HostSlots local = local_slots(h.slots);

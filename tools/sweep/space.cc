@@ -96,12 +96,14 @@ void parse_choice(const std::string& source, Param& p, const nlohmann::json& spe
 Param parse_param(const std::string& source, const std::string& name, const nlohmann::json& spec) {
   if (!valid_name(name))
     fail(source, fmt::format("parameter name '{}' must be letters, digits and _ (it is used as "
-                             "{{{}}} in the command)", name, name));
+                             "{{{}}} in the command)",
+                             name, name));
   if (kReserved.count(name))
     fail(source, fmt::format("'{}' is reserved: the sweep substitutes {{{}}} itself", name, name));
   if (!spec.is_object())
     fail(source, fmt::format("'{}': expected an object like {{\"type\": \"uniform\", \"low\": 0, "
-                             "\"high\": 1}}, not {}", name, spec.dump()));
+                             "\"high\": 1}}, not {}",
+                             name, spec.dump()));
   if (!spec.contains("type") || !spec["type"].is_string())
     fail(source, fmt::format("'{}': missing \"type\" (choice, uniform, loguniform or int)", name));
   Param p;
@@ -184,8 +186,8 @@ Config Space::sample(std::mt19937_64& rng) const {
     const double u = unit(rng);
     switch (p.type) {
       case ParamType::kChoice:
-        config[p.name] = p.values[std::min(p.values.size() - 1,
-                                           static_cast<size_t>(u * static_cast<double>(p.values.size())))];
+        config[p.name] = p.values[std::min(
+            p.values.size() - 1, static_cast<size_t>(u * static_cast<double>(p.values.size())))];
         break;
       case ParamType::kUniform: config[p.name] = p.low + u * (p.high - p.low); break;
       case ParamType::kLogUniform:
@@ -208,7 +210,8 @@ Config Space::sample(std::mt19937_64& rng) const {
 }
 
 std::vector<Config> Space::grid(int points) const {
-  if (points < 1) throw InvalidArgument(fmt::format("--grid-points {}: must be at least 1", points));
+  if (points < 1)
+    throw InvalidArgument(fmt::format("--grid-points {}: must be at least 1", points));
   std::vector<Config> out{nlohmann::json::object()};
   for (const auto& p : params_) {
     std::vector<Config> next;

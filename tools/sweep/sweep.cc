@@ -35,17 +35,26 @@ constexpr auto kBudgetGrace = std::chrono::seconds(10);  // last epoch -> stoppe
 // The fields a resumed sweep must share with the journal's (not --trials,
 // which may grow, nor placement, which may change between starts).
 nlohmann::json identity(const SweepOptions& o, const Space& space) {
-  return {{"space", space.to_json()}, {"command", o.command},   {"scheduler", o.scheduler},
+  return {{"space", space.to_json()},
+          {"command", o.command},
+          {"scheduler", o.scheduler},
           {"sampler", o.sampler},
-          {"metric", o.metric},       {"mode", o.mode},         {"np", o.np},
-          {"budget_epochs", o.budget_epochs}, {"min_epochs", o.min_epochs}, {"eta", o.eta},
-          {"grid_points", o.grid_points}, {"seed", o.seed}};
+          {"metric", o.metric},
+          {"mode", o.mode},
+          {"np", o.np},
+          {"budget_epochs", o.budget_epochs},
+          {"min_epochs", o.min_epochs},
+          {"eta", o.eta},
+          {"grid_points", o.grid_points},
+          {"seed", o.seed}};
 }
 
 class Sweep {
  public:
   explicit Sweep(const SweepOptions& o)
-      : o_(o), space_(Space::load(o.space_path)), mode_(o.mode == "min" ? Mode::kMin : Mode::kMax),
+      : o_(o),
+        space_(Space::load(o.space_path)),
+        mode_(o.mode == "min" ? Mode::kMin : Mode::kMax),
         pool_(hosts_of(o), o.oversubscribe) {
     validate();
     if (o_.scheduler == "asha") asha_.emplace(o_.min_epochs, o_.eta, o_.budget_epochs, mode_);
@@ -65,7 +74,8 @@ class Sweep {
         if (t.status == Status::kRunning) poll(t);
       launch_pending();
       out_.progress(trials_, o_, best());
-      if (std::none_of(trials_.begin(), trials_.end(), [](const Trial& t) { return !ended(t.status); }))
+      if (std::none_of(trials_.begin(), trials_.end(),
+                       [](const Trial& t) { return !ended(t.status); }))
         break;
       std::this_thread::sleep_for(kPollPeriod);
     }
@@ -82,13 +92,15 @@ class Sweep {
   }
 
   void validate() {
-    if (o_.dir.empty()) throw InvalidArgument("--dir RUN_DIR is required (the journal lives there)");
+    if (o_.dir.empty())
+      throw InvalidArgument("--dir RUN_DIR is required (the journal lives there)");
     if (o_.command.empty()) throw InvalidArgument("no trial command: put it after --");
     if (o_.np < 1) throw InvalidArgument(fmt::format("-np {}: must be at least 1", o_.np));
     if (o_.mode != "max" && o_.mode != "min")
       throw InvalidArgument(fmt::format("--mode {}: use max or min", o_.mode));
     if (o_.scheduler == "asha" && o_.budget_epochs < 1)
-      throw InvalidArgument("--scheduler asha needs --budget-epochs E (the most epochs a trial runs)");
+      throw InvalidArgument(
+          "--scheduler asha needs --budget-epochs E (the most epochs a trial runs)");
     if (o_.sampler.empty()) o_.sampler = o_.scheduler == "grid" ? "grid" : "random";
     if (o_.scheduler == "grid" && o_.sampler != "grid")
       throw InvalidArgument("--scheduler grid samples the grid; drop --sampler random");
@@ -101,13 +113,14 @@ class Sweep {
     if (!o_.oversubscribe && o_.np > pool_.largest_host())
       throw InvalidArgument(fmt::format(
           "-np {} does not fit: the largest host has {} slot(s) (--slots/-H); lower -np or pass "
-          "--oversubscribe", o_.np, pool_.largest_host()));
+          "--oversubscribe",
+          o_.np, pool_.largest_host()));
     concurrent_ = o_.concurrent == "auto" ? std::max(1, pool_.total() / o_.np) : parse_k();
     if (!o_.oversubscribe && concurrent_ * o_.np > pool_.total())
       throw InvalidArgument(fmt::format(
           "--concurrent {} x -np {} needs {} slots but there are {} (--slots/-H); lower "
-          "--concurrent or pass --oversubscribe", concurrent_, o_.np, concurrent_ * o_.np,
-          pool_.total()));
+          "--concurrent or pass --oversubscribe",
+          concurrent_, o_.np, concurrent_ * o_.np, pool_.total()));
   }
 
   int parse_k() const {
@@ -117,7 +130,8 @@ class Sweep {
       if (used == o_.concurrent.size() && k >= 1) return k;
     } catch (const std::exception&) {
     }
-    throw InvalidArgument(fmt::format("--concurrent {}: use a positive integer or auto", o_.concurrent));
+    throw InvalidArgument(
+        fmt::format("--concurrent {}: use a positive integer or auto", o_.concurrent));
   }
 
   void make_trials() {
@@ -172,9 +186,12 @@ class Sweep {
       if (kind == "end") restore_end(*t, e, rungs[{t->id, e.value("attempt", 0)}]);
     }
     int kept = 0, again = 0;
-    for (const auto& t : trials_) kept += ended(t.status), again += (!ended(t.status) && t.attempt > 0);
-    fmt::print(stderr, "lockstep sweep: resuming {}: {} trial(s) ended and kept, {} interrupted "
-               "and restarted\n", o_.dir, kept, again);
+    for (const auto& t : trials_)
+      kept += ended(t.status), again += (!ended(t.status) && t.attempt > 0);
+    fmt::print(stderr,
+               "lockstep sweep: resuming {}: {} trial(s) ended and kept, {} interrupted "
+               "and restarted\n",
+               o_.dir, kept, again);
   }
 
   void check_identity(const nlohmann::json& header, const nlohmann::json& id) const {
@@ -185,8 +202,9 @@ class Sweep {
       if (!header.contains(it.key()) || header[it.key()] != it.value())
         throw InvalidArgument(fmt::format(
             "--dir {} holds a sweep with a different {} ({} there, {} now); resume with the same "
-            "arguments or use another --dir", o_.dir, it.key(),
-            header.contains(it.key()) ? header[it.key()].dump() : "none", it.value().dump()));
+            "arguments or use another --dir",
+            o_.dir, it.key(), header.contains(it.key()) ? header[it.key()].dump() : "none",
+            it.value().dump()));
   }
 
   void restore_end(Trial& t, const nlohmann::json& e, const std::vector<nlohmann::json>& rungs) {
@@ -195,9 +213,11 @@ class Sweep {
     t.epochs = e.value("epochs", 0);
     t.seconds = e.value("seconds", 0.0);
     if (e.contains("values") && e["values"].is_array())
-      for (const auto& v : e["values"]) t.values.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+      for (const auto& v : e["values"])
+        t.values.push_back(v.is_number() ? v.get<double>() : std::nan(""));
     if (asha_)
-      for (const auto& r : rungs) asha_->restore(t.id, r.at("rung").get<int>(), r.at("value").get<double>());
+      for (const auto& r : rungs)
+        asha_->restore(t.id, r.at("rung").get<int>(), r.at("value").get<double>());
   }
 
   void write_run_json() const {
@@ -217,17 +237,20 @@ class Sweep {
   }
 
   void print_intro() const {
-    fmt::print(stderr, "lockstep sweep: {} trial(s), {} scheduler, {} at a time x {} worker(s); "
-               "{} {}; journal {}\n", trials_.size(), o_.scheduler, concurrent_, o_.np, o_.mode,
-               o_.metric, journal_->path());
+    fmt::print(stderr,
+               "lockstep sweep: {} trial(s), {} scheduler, {} at a time x {} worker(s); "
+               "{} {}; journal {}\n",
+               trials_.size(), o_.scheduler, concurrent_, o_.np, o_.mode, o_.metric,
+               journal_->path());
     if (asha_)
       fmt::print(stderr, "lockstep sweep: ASHA rungs at epoch(s) {} of {}, keeping the top 1/{}\n",
                  fmt::join(asha_->rungs(), ", "), o_.budget_epochs, o_.eta);
   }
 
   int running() const {
-    return static_cast<int>(std::count_if(trials_.begin(), trials_.end(),
-                                          [](const Trial& t) { return t.status == Status::kRunning; }));
+    return static_cast<int>(std::count_if(trials_.begin(), trials_.end(), [](const Trial& t) {
+      return t.status == Status::kRunning;
+    }));
   }
 
   void launch_pending() {
@@ -245,9 +268,12 @@ class Sweep {
     ++t.attempt;
     if (t.attempt > 1 && fs::exists(t.metrics_path))
       fs::rename(t.metrics_path, fmt::format("{}/metrics.attempt-{}.jsonl", t.dir, t.attempt - 1));
-    Substitutions values{{"metrics", t.metrics_path}, {"dir", t.dir}, {"trial", std::to_string(t.id)},
+    Substitutions values{{"metrics", t.metrics_path},
+                         {"dir", t.dir},
+                         {"trial", std::to_string(t.id)},
                          {"epochs", std::to_string(o_.budget_epochs)}};
-    for (auto it = t.params.begin(); it != t.params.end(); ++it) values[it.key()] = format_value(it.value());
+    for (auto it = t.params.begin(); it != t.params.end(); ++it)
+      values[it.key()] = format_value(it.value());
     std::vector<std::string> argv{o_.lockstep_bin, "run", "-np", std::to_string(o_.np)};
     if (!p.host.empty()) {
       argv.insert(argv.end(), {"-H", fmt::format("{}:{}", p.host, o_.np)});
@@ -256,11 +282,17 @@ class Sweep {
     argv.insert(argv.end(), o_.run_args.begin(), o_.run_args.end());
     argv.push_back("--");
     for (auto& a : substitute(o_.command, values)) argv.push_back(std::move(a));
-    if (t.attempt == 1) journal_->append({{"event", "trial"}, {"trial", t.id}, {"params", t.params}});
-    journal_->append({{"event", "start"}, {"trial", t.id}, {"attempt", t.attempt},
-                      {"host", p.host}, {"cpus", p.cpus}, {"argv", argv}, {"log", t.log_path}});
-    std::ofstream(t.log_path, std::ios::app)
-        << fmt::format("# lockstep sweep: trial {} attempt {}: {}\n", t.id, t.attempt, fmt::join(argv, " "));
+    if (t.attempt == 1)
+      journal_->append({{"event", "trial"}, {"trial", t.id}, {"params", t.params}});
+    journal_->append({{"event", "start"},
+                      {"trial", t.id},
+                      {"attempt", t.attempt},
+                      {"host", p.host},
+                      {"cpus", p.cpus},
+                      {"argv", argv},
+                      {"log", t.log_path}});
+    std::ofstream(t.log_path, std::ios::app) << fmt::format(
+        "# lockstep sweep: trial {} attempt {}: {}\n", t.id, t.attempt, fmt::join(argv, " "));
     t.values.clear();
     t.epochs = 0;
     t.metrics_offset = 0;
@@ -292,12 +324,12 @@ class Sweep {
     const double elapsed = std::chrono::duration<double>(now - t.started).count();
     if (!t.stopping && o_.trial_timeout > 0 && elapsed > o_.trial_timeout)
       request_stop(t, Status::kTimeout,
-                   fmt::format("still running after {:.0f} s (--trial-timeout {:g}); killed", elapsed,
-                               o_.trial_timeout));
+                   fmt::format("still running after {:.0f} s (--trial-timeout {:g}); killed",
+                               elapsed, o_.trial_timeout));
     if (!t.stopping && t.budget_reached && now - *t.budget_reached > kBudgetGrace)
-      request_stop(t, Status::kCompleted,
-                   fmt::format("reached --budget-epochs {}; stopped as it did not exit",
-                               o_.budget_epochs));
+      request_stop(
+          t, Status::kCompleted,
+          fmt::format("reached --budget-epochs {}; stopped as it did not exit", o_.budget_epochs));
     if (t.stopping && !t.killed && now - t.stop_sent > kKillGrace) {
       t.process->signal_group(SIGKILL);
       t.killed = true;
@@ -312,9 +344,11 @@ class Sweep {
     if (clean)
       return finish(t, Status::kFailed,
                     fmt::format("exited 0 without writing a '{}' line to {} (is {{metrics}} passed "
-                                "to the program? docs/sweep.md#metrics)", o_.metric, t.metrics_path));
-    finish(t, Status::kFailed, fmt::format("{}; last lines of {}:\n{}", tools::describe_status(wait_status),
-                                           t.log_path, tools::tail_of(t.log_path, 5)));
+                                "to the program? docs/sweep.md#metrics)",
+                                o_.metric, t.metrics_path));
+    finish(t, Status::kFailed,
+           fmt::format("{}; last lines of {}:\n{}", tools::describe_status(wait_status), t.log_path,
+                       tools::tail_of(t.log_path, 5)));
   }
 
   void read_metrics(Trial& t) {
@@ -343,13 +377,16 @@ class Sweep {
     if (line.contains("kind") && line["kind"] == "step") return;
     if (!line.contains(o_.metric) || !line[o_.metric].is_number()) {
       std::string keys;
-      for (auto it = line.begin(); it != line.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
+      for (auto it = line.begin(); it != line.end(); ++it)
+        keys += (keys.empty() ? "" : ", ") + it.key();
       return request_stop(t, Status::kFailed,
                           fmt::format("line {} of {} has no number '{}' (it has: {}); choose one "
-                                      "with --metric", t.lines_read, t.metrics_path, o_.metric, keys));
+                                      "with --metric",
+                                      t.lines_read, t.metrics_path, o_.metric, keys));
     }
     const int epoch = line.contains("epoch") && line["epoch"].is_number_integer()
-                          ? line["epoch"].get<int>() : t.epochs + 1;
+                          ? line["epoch"].get<int>()
+                          : t.epochs + 1;
     if (epoch <= t.epochs) return;  // a repeated epoch (the program resumed): first one counts
     double value = line[o_.metric].get<double>();
     t.epochs = epoch;
@@ -368,13 +405,19 @@ class Sweep {
     if (d == RungDecision::kNotARung) return;
     const int rung = asha_->rung_of(epoch);
     const auto n = asha_->records(rung).size();
-    journal_->append({{"event", "rung"}, {"trial", t.id}, {"attempt", t.attempt}, {"rung", rung},
-                      {"epoch", epoch}, {"value", value}, {"of", n},
+    journal_->append({{"event", "rung"},
+                      {"trial", t.id},
+                      {"attempt", t.attempt},
+                      {"rung", rung},
+                      {"epoch", epoch},
+                      {"value", value},
+                      {"of", n},
                       {"decision", d == RungDecision::kStop ? "stop" : "continue"}});
     if (d == RungDecision::kStop)
       request_stop(t, Status::kStopped,
                    fmt::format("ASHA rung {} (epoch {}): {} {:.4g} is not in the top 1/{} of the "
-                               "{} trial(s) there", rung, epoch, o_.metric, value, o_.eta, n));
+                               "{} trial(s) there",
+                               rung, epoch, o_.metric, value, o_.eta, n));
   }
 
   void request_stop(Trial& t, Status as, std::string reason) {
@@ -393,12 +436,19 @@ class Sweep {
     t.process.reset();
     pool_.release(t.placement);
     nlohmann::json values = nlohmann::json::array();
-    for (double v : t.values) values.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json());
-    journal_->append({{"event", "end"}, {"trial", t.id}, {"attempt", t.attempt},
-                      {"status", status_name(status)}, {"reason", t.reason},
-                      {"value", std::isfinite(t.value()) ? nlohmann::json(t.value()) : nlohmann::json()},
-                      {"values", values}, {"epochs", t.epochs}, {"seconds", t.seconds},
-                      {"log", t.log_path}});
+    for (double v : t.values)
+      values.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json());
+    journal_->append(
+        {{"event", "end"},
+         {"trial", t.id},
+         {"attempt", t.attempt},
+         {"status", status_name(status)},
+         {"reason", t.reason},
+         {"value", std::isfinite(t.value()) ? nlohmann::json(t.value()) : nlohmann::json()},
+         {"values", values},
+         {"epochs", t.epochs},
+         {"seconds", t.seconds},
+         {"log", t.log_path}});
     out_.trial_ended(t, o_);
     events_->ended(t);
   }
@@ -418,24 +468,31 @@ class Sweep {
     for (auto& t : trials_)
       if (t.status == Status::kRunning) t.process->signal_group(SIGTERM), ++n;
     const auto deadline = Clock::now() + kKillGrace;
-    while (Clock::now() < deadline &&
-           std::any_of(trials_.begin(), trials_.end(), [](Trial& t) {
+    while (Clock::now() < deadline && std::any_of(trials_.begin(), trials_.end(), [](Trial& t) {
              return t.status == Status::kRunning && !t.process->poll();
            }))
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     for (auto& t : trials_) t.process.reset();  // SIGKILLs what is left
-    fmt::print(stderr, "lockstep sweep: interrupted; {} running trial(s) stopped and not recorded. "
-               "Run the same command again to resume: ended trials are kept.\n", n);
+    fmt::print(stderr,
+               "lockstep sweep: interrupted; {} running trial(s) stopped and not recorded. "
+               "Run the same command again to resume: ended trials are kept.\n",
+               n);
     return 130;
   }
 
   void write_results() const {
     nlohmann::json all = nlohmann::json::array();
     for (const auto& t : trials_)
-      all.push_back({{"trial", t.id}, {"status", status_name(t.status)}, {"params", t.params},
-                     {"value", std::isfinite(t.value()) ? nlohmann::json(t.value()) : nlohmann::json()},
-                     {"epochs", t.epochs}, {"seconds", t.seconds}, {"attempts", t.attempt},
-                     {"reason", t.reason}, {"dir", t.dir}});
+      all.push_back(
+          {{"trial", t.id},
+           {"status", status_name(t.status)},
+           {"params", t.params},
+           {"value", std::isfinite(t.value()) ? nlohmann::json(t.value()) : nlohmann::json()},
+           {"epochs", t.epochs},
+           {"seconds", t.seconds},
+           {"attempts", t.attempt},
+           {"reason", t.reason},
+           {"dir", t.dir}});
     nlohmann::json results = {{"metric", o_.metric}, {"mode", o_.mode}, {"trials", all}};
     if (const Trial* b = best())
       results["best"] = {{"trial", b->id}, {"params", b->params}, {"value", b->value()}};

@@ -54,10 +54,13 @@ SweepEvents::SweepEvents(const std::string& dir, const Space& space, const std::
   e.description = description;
   e.time_created_secs = summary::EventWriter::now();
   for (const auto& p : space.params()) e.hparams.push_back(to_hparam(p));
-  e.metrics.push_back({.tag = metric_tag(), .display_name = metric,
+  e.metrics.push_back({.tag = metric_tag(),
+                       .display_name = metric,
                        .description = "the sweep's metric, last reported epoch"});
-  e.metrics.push_back({.tag = "sweep/epochs", .display_name = "epochs",
-                       .description = "epochs the trial reported (fewer: stopped early or failed)"});
+  e.metrics.push_back(
+      {.tag = "sweep/epochs",
+       .display_name = "epochs",
+       .description = "epochs the trial reported (fewer: stopped early or failed)"});
   top_.write(0, hp::experiment(e));
 }
 

@@ -12,7 +12,18 @@
 
 namespace torch {
 
-enum class ScalarType : int8_t { Byte, Char, Short, Int, Long, Half, Float, Double, Bool, BFloat16 };
+enum class ScalarType : int8_t {
+  Byte,
+  Char,
+  Short,
+  Int,
+  Long,
+  Half,
+  Float,
+  Double,
+  Bool,
+  BFloat16
+};
 
 inline constexpr ScalarType kByte = ScalarType::Byte, kChar = ScalarType::Char,
                             kShort = ScalarType::Short, kInt = ScalarType::Int,

@@ -30,38 +30,37 @@ namespace lockstep::detail {
 }  // namespace lockstep::detail
 
 #if LOCKSTEP_DCHECK_IS_ON
-#define LOCKSTEP_DCHECK(cond, ...)                                                        \
-  do {                                                                                    \
-    if (!(cond)) [[unlikely]]                                                             \
-      ::lockstep::detail::dcheck_failed(__FILE__, __LINE__, #cond,                        \
-                                        ::fmt::format("" __VA_ARGS__));                   \
+#define LOCKSTEP_DCHECK(cond, ...)                                                                 \
+  do {                                                                                             \
+    if (!(cond)) [[unlikely]]                                                                      \
+      ::lockstep::detail::dcheck_failed(__FILE__, __LINE__, #cond, ::fmt::format("" __VA_ARGS__)); \
   } while (false)
 // LOCKSTEP_DCHECK_OP_(a, op, b[, "format", args...]): prints both values,
 // then the message naming the invariant, if any.
-#define LOCKSTEP_DCHECK_OP_(a, op, b, ...)                                                \
-  do {                                                                                    \
-    const auto& lockstep_dcheck_a = (a);                                                  \
-    const auto& lockstep_dcheck_b = (b);                                                  \
-    if (!(lockstep_dcheck_a op lockstep_dcheck_b)) [[unlikely]]                           \
-      ::lockstep::detail::dcheck_failed(                                                  \
-          __FILE__, __LINE__, #a " " #op " " #b,                                          \
-          ::fmt::format("{} vs {}", lockstep_dcheck_a, lockstep_dcheck_b)                 \
-              __VA_OPT__(+": " + ::fmt::format(__VA_ARGS__)));                            \
+#define LOCKSTEP_DCHECK_OP_(a, op, b, ...)                                \
+  do {                                                                    \
+    const auto& lockstep_dcheck_a = (a);                                  \
+    const auto& lockstep_dcheck_b = (b);                                  \
+    if (!(lockstep_dcheck_a op lockstep_dcheck_b)) [[unlikely]]           \
+      ::lockstep::detail::dcheck_failed(                                  \
+          __FILE__, __LINE__, #a " " #op " " #b,                          \
+          ::fmt::format("{} vs {}", lockstep_dcheck_a, lockstep_dcheck_b) \
+              __VA_OPT__(+": " + ::fmt::format(__VA_ARGS__)));            \
   } while (false)
 #else
-#define LOCKSTEP_DCHECK(cond, ...)                  \
+#define LOCKSTEP_DCHECK(cond, ...)         \
+  do {                                     \
+    if (false) {                           \
+      (void)(cond);                        \
+      (void)::fmt::format("" __VA_ARGS__); \
+    }                                      \
+  } while (false)
+#define LOCKSTEP_DCHECK_OP_(a, op, b, ...)          \
   do {                                              \
     if (false) {                                    \
-      (void)(cond);                                 \
-      (void)::fmt::format("" __VA_ARGS__);          \
+      (void)((a)op(b));                             \
+      __VA_OPT__((void)::fmt::format(__VA_ARGS__);) \
     }                                               \
-  } while (false)
-#define LOCKSTEP_DCHECK_OP_(a, op, b, ...)                 \
-  do {                                                     \
-    if (false) {                                           \
-      (void)((a)op(b));                                    \
-      __VA_OPT__((void)::fmt::format(__VA_ARGS__);)        \
-    }                                                      \
   } while (false)
 #endif
 #define LOCKSTEP_DCHECK_EQ(a, b, ...) LOCKSTEP_DCHECK_OP_(a, ==, b __VA_OPT__(, ) __VA_ARGS__)

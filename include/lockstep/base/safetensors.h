@@ -97,9 +97,9 @@ struct SafetensorsView {
 // element size (stable), so every tensor starts at a multiple of its own
 // element size in the file, as zero-copy readers want.
 struct SafetensorsLayout {
-  std::string prefix;                       // the 8 length bytes, the JSON, the padding
-  std::vector<SafetensorsEntry> entries;    // the caller's order, with offsets
-  std::vector<size_t> data_order;           // entry indices in the order their data follows
+  std::string prefix;                     // the 8 length bytes, the JSON, the padding
+  std::vector<SafetensorsEntry> entries;  // the caller's order, with offsets
+  std::vector<size_t> data_order;         // entry indices in the order their data follows
   uint64_t file_size = 0;
 };
 

@@ -1,8 +1,8 @@
 // What an exception nobody caught turns into.
 //
 // engine::init() (and so lockstep::torch::init()) installs a std::terminate
-// handler, as does a collective called before init(), that prints one line naming the exception's type, its message and
-// the rank, e.g.
+// handler, as does a collective called before init(), that prints one line naming the exception's
+// type, its message and the rank, e.g.
 //
 //   lockstep: uncaught lockstep::MismatchError on rank 1: allreduce 'grad.fc.weight': ...
 //

@@ -74,8 +74,8 @@ class Backend {
   // Derived collectives, with defaults on the primitives.
   virtual void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                       int root);
-  virtual void gatherv(const void* send, void* recv, std::span<const size_t> counts,
-                       DataType dtype, int root);
+  virtual void gatherv(const void* send, void* recv, std::span<const size_t> counts, DataType dtype,
+                       int root);
   virtual void scatter(const void* send, void* recv, size_t count, DataType dtype, int root);
   // Input holds size() blocks of `count` elements; rank r gets block r reduced.
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,

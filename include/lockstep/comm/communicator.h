@@ -68,8 +68,7 @@ class Communicator {
   // send (size() * count elements) needed only on root.
   void scatter(const void* send, void* recv, size_t count, DataType dtype, int root);
   // send holds size() * recv_count elements; rank r receives block r, reduced.
-  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
-                      ReduceOp op);
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op);
   // count elements to and from each rank.
   void alltoall(const void* send, void* recv, size_t count, DataType dtype);
   void alltoallv(const void* send, std::span<const size_t> send_counts, void* recv,

@@ -71,6 +71,6 @@ namespace detail {
 void count_traffic(uint64_t payload_bytes, uint64_t wire_bytes);
 void count_segment(std::string_view algorithm, uint64_t read_bytes, uint64_t written_bytes,
                    uint64_t cross_node_read_bytes = 0);
-}
+}  // namespace detail
 
 }  // namespace lockstep::comm

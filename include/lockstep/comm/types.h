@@ -35,16 +35,20 @@ inline constexpr int kNumReduceOps = 5;
 
 // Bytes per element; throws InvalidArgument for a value outside the enum.
 size_t dtype_size(DataType dtype);
-std::string_view dtype_name(DataType dtype);      // "f32", "bf16", ...
-std::string_view reduce_op_name(ReduceOp op);     // "sum", "average", ...
-std::optional<DataType> parse_dtype(std::string_view name);   // accepts "f32", "float32", "float"...
+std::string_view dtype_name(DataType dtype);                 // "f32", "bf16", ...
+std::string_view reduce_op_name(ReduceOp op);                // "sum", "average", ...
+std::optional<DataType> parse_dtype(std::string_view name);  // accepts "f32", "float32", "float"...
 std::optional<ReduceOp> parse_reduce_op(std::string_view name);
 bool is_valid(DataType dtype);
 bool is_valid(ReduceOp op);
 bool is_floating(DataType dtype);
 
 // IEEE half / bfloat16 storage types; conversion helpers live in comm/half.h.
-struct Float16 { uint16_t bits; };
-struct BFloat16 { uint16_t bits; };
+struct Float16 {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
 
 }  // namespace lockstep::comm

@@ -17,7 +17,7 @@ namespace lockstep::data {
 using ProgressFn = std::function<void(uint64_t done, uint64_t total, uint64_t bytes)>;
 
 struct ShardOutput {
-  std::string dir;   // created if missing
+  std::string dir;  // created if missing
   // records: <name>-0000k-of-0000N.tfrecord + <name>.index.json;
   // hdf5: <name>.h5 (1 shard) or <name>-0000k-of-0000N.h5 (datasets /images,
   //   /labels; chunked, Fletcher-32 checksummed); lmdb: the folder <name>.lmdb
@@ -31,7 +31,7 @@ struct ShardOutput {
 struct ConvertResult {
   uint64_t records = 0;
   uint64_t bytes = 0;
-  std::string index_path;  // the index, the first HDF5 file or the LMDB folder
+  std::string index_path;          // the index, the first HDF5 file or the LMDB folder
   std::vector<std::string> paths;  // all of it, as SourceSpec::paths (every HDF5 file)
 };
 

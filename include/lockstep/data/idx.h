@@ -12,7 +12,7 @@ struct IdxArray {
   std::vector<uint32_t> dims;  // e.g. {60000, 28, 28} for images, {60000} for labels
   std::vector<uint8_t> bytes;  // row-major, unsigned bytes (the only type MNIST uses)
   size_t count() const { return dims.empty() ? 0 : dims[0]; }
-  size_t item_size() const;    // product of dims[1..]
+  size_t item_size() const;  // product of dims[1..]
 };
 
 // Reads an unsigned-byte IDX file (.gz or raw, detected by magic). Throws

@@ -62,8 +62,8 @@ struct LoaderOptions {
 };
 
 struct HostBatch {
-  uint64_t index = 0;           // batch number within the epoch
-  std::vector<int64_t> shape;   // {n, C, H, W}; n < batch_size for a last or skip-shortened batch
+  uint64_t index = 0;          // batch number within the epoch
+  std::vector<int64_t> shape;  // {n, C, H, W}; n < batch_size for a last or skip-shortened batch
   std::vector<float> data;
   std::vector<int64_t> labels;  // n
   size_t size() const { return labels.size(); }

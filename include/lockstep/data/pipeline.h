@@ -7,7 +7,8 @@
 // new ones. To be removed after 2027-03-01.
 #pragma once
 
-#warning "lockstep/data/pipeline.h is deprecated: include lockstep/data/loader.h (data::Loader, LoaderOptions, LoaderBuilder)"
+#warning \
+    "lockstep/data/pipeline.h is deprecated: include lockstep/data/loader.h (data::Loader, LoaderOptions, LoaderBuilder)"
 
 #include "lockstep/data/loader.h"
 

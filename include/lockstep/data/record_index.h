@@ -23,7 +23,9 @@ struct ShardInfo {
 
   uint64_t records() const { return offsets.size(); }
   // Byte range [begin, end) of records [first, first + count).
-  uint64_t begin_of(uint64_t first) const { return first < offsets.size() ? offsets[first] : bytes; }
+  uint64_t begin_of(uint64_t first) const {
+    return first < offsets.size() ? offsets[first] : bytes;
+  }
   uint64_t end_of(uint64_t first, uint64_t count) const { return begin_of(first + count); }
   // Throws Error naming the shard and the record unless every record spans
   // at least an empty frame (offsets rise) and the last ends by `bytes`: the

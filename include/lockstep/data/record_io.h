@@ -23,7 +23,9 @@ namespace lockstep::data {
 
 inline constexpr size_t kHeaderBytes = 12;  // length + its CRC
 inline constexpr size_t kFooterBytes = 4;   // payload CRC
-inline constexpr size_t framed_size(size_t payload) { return kHeaderBytes + payload + kFooterBytes; }
+inline constexpr size_t framed_size(size_t payload) {
+  return kHeaderBytes + payload + kFooterBytes;
+}
 
 // Appends the framed record to `out` (used by the writer and by tests).
 void append_frame(std::string& out, std::string_view payload);

@@ -17,12 +17,12 @@
 namespace lockstep::data {
 
 struct DecodeOptions {
-  std::string image_key = "image";  // bytes: raw pixels or an encoded JPEG/PNG
-  std::string label_key = "label";  // int64
-  std::string shape_key = "shape";  // int64 [H, W] or [H, W, C]; needed for raw pixels only
+  std::string image_key = "image";    // bytes: raw pixels or an encoded JPEG/PNG
+  std::string label_key = "label";    // int64
+  std::string shape_key = "shape";    // int64 [H, W] or [H, W, C]; needed for raw pixels only
   std::string format_key = "format";  // bytes "raw", "jpeg" or "png"; sniffed when absent
-  int channels = 0;                 // encoded images: 1 or 3; 0 keeps the file's own
-  int crop_height = 0;              // 0: no crop (then all images must share one size)
+  int channels = 0;                   // encoded images: 1 or 3; 0 keeps the file's own
+  int crop_height = 0;                // 0: no crop (then all images must share one size)
   int crop_width = 0;
   bool random_crop = true;  // false: centre crop
   bool random_flip = false;
@@ -59,8 +59,8 @@ struct PixelView {
 };
 void augment(const PixelView& image, const DecodeOptions& options, uint64_t seed, Sample* out);
 inline void augment(const Image& image, const DecodeOptions& options, uint64_t seed, Sample* out) {
-  augment(PixelView{image.height, image.width, image.channels, image.pixels.data()}, options,
-          seed, out);
+  augment(PixelView{image.height, image.width, image.channels, image.pixels.data()}, options, seed,
+          out);
 }
 
 }  // namespace lockstep::data

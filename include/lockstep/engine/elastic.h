@@ -84,9 +84,9 @@ using rendezvous::elastic::member_key;
 }  // namespace elastic_keys
 using rendezvous::elastic::Assignment;
 
-bool elastic_enabled();        // LOCKSTEP_ELASTIC=1
-std::string worker_id();       // LOCKSTEP_WORKER_ID
-int start_generation();        // LOCKSTEP_ELASTIC_GENERATION
+bool elastic_enabled();   // LOCKSTEP_ELASTIC=1
+std::string worker_id();  // LOCKSTEP_WORKER_ID
+int start_generation();   // LOCKSTEP_ELASTIC_GENERATION
 
 struct ElasticWorld {
   comm::WorldInfo world;

@@ -133,12 +133,11 @@ class Engine {
   Handle grouped_reduce_scatter_async(const std::vector<std::string>& names,
                                       const std::vector<const void*>& inputs,
                                       const std::vector<Shape>& shapes,
-                                      const std::vector<DataType>& dtypes,
-                                      ReduceOp op, std::vector<Allocator> allocates,
-                                      OpOptions options = {});
-  [[deprecated("renamed reduce_scatter_async (one spelling across layers)")]]
-  Handle reducescatter_async(std::string name, const void* input, Shape shape, DataType dtype,
-                             ReduceOp op, Allocator allocate, OpOptions options = {}) {
+                                      const std::vector<DataType>& dtypes, ReduceOp op,
+                                      std::vector<Allocator> allocates, OpOptions options = {});
+  [[deprecated("renamed reduce_scatter_async (one spelling across layers)")]] Handle
+  reducescatter_async(std::string name, const void* input, Shape shape, DataType dtype, ReduceOp op,
+                      Allocator allocate, OpOptions options = {}) {
     return reduce_scatter_async(std::move(name), input, std::move(shape), dtype, op,
                                 std::move(allocate), std::move(options));
   }
@@ -195,7 +194,8 @@ class Engine {
 // From the environment (lockstep run / mpirun / single process).
 void init();
 void init(const comm::WorldInfo& world);
-void init(std::unique_ptr<comm::Communicator> comm, EngineConfig config = EngineConfig::from_knobs());
+void init(std::unique_ptr<comm::Communicator> comm,
+          EngineConfig config = EngineConfig::from_knobs());
 bool is_initialized();
 void shutdown();
 // Throws InvalidArgument when init() has not been called.

@@ -11,7 +11,8 @@
 // batch moves them by 1−(1−momentum)^k); num_batches_tracked counts chunks.
 // The running variance uses the unbiased chunk variance, as torch does;
 // a ghost batch with one value per channel (unbiased variance undefined)
-// throws lockstep::InvalidArgument, as BatchNorm refuses it. Evaluation: the running statistics, like BatchNorm.
+// throws lockstep::InvalidArgument, as BatchNorm refuses it. Evaluation: the running statistics,
+// like BatchNorm.
 //
 // Drop-in for torch::nn::BatchNorm{1,2}d: same parameter and buffer names
 // (weight, bias, running_mean, running_var, num_batches_tracked), so state
@@ -40,8 +41,7 @@ struct GhostBatchNormOptions {
 // running_mean/var (if defined) chunk by chunk. weight/bias may be undefined.
 ::torch::Tensor ghost_batch_norm(const ::torch::Tensor& x, const ::torch::Tensor& weight,
                                  const ::torch::Tensor& bias, ::torch::Tensor running_mean,
-                                 ::torch::Tensor running_var,
-                                 const GhostBatchNormOptions& options);
+                                 ::torch::Tensor running_var, const GhostBatchNormOptions& options);
 
 // Shared by the 1-D and 2-D modules, which differ only in the input rank.
 class GhostBatchNormImplBase {
@@ -53,8 +53,8 @@ class GhostBatchNormImplBase {
   explicit GhostBatchNormImplBase(GhostBatchNormOptions o) : options(o) {}
   void validate() const;
   void init(::torch::nn::Module& self);
-  ::torch::Tensor run(const ::torch::Tensor& x, bool training, const char* name,
-                      int64_t min_dim, int64_t max_dim);
+  ::torch::Tensor run(const ::torch::Tensor& x, bool training, const char* name, int64_t min_dim,
+                      int64_t max_dim);
   void print(std::ostream& stream, const char* name) const;
 };
 
@@ -89,7 +89,8 @@ class GhostBatchNorm1dImpl : public ::torch::nn::Cloneable<GhostBatchNorm1dImpl>
   }
   void pretty_print(std::ostream& stream) const override { print(stream, "GhostBatchNorm1d"); }
 };
-class GhostBatchNorm1d : public ::torch::nn::ModuleHolder<GhostBatchNorm1dImpl> {  // as GhostBatchNorm2d
+class GhostBatchNorm1d
+    : public ::torch::nn::ModuleHolder<GhostBatchNorm1dImpl> {  // as GhostBatchNorm2d
  public:
   using ::torch::nn::ModuleHolder<GhostBatchNorm1dImpl>::ModuleHolder;
   using Impl = GhostBatchNorm1dImpl;

@@ -21,8 +21,7 @@ enum class ScalingRule { kNone, kLinear, kSqrt };
 ScalingRule parse_scaling_rule(std::string_view name);  // "none" | "linear" | "sqrt"
 
 // base_lr * k (linear) or base_lr * sqrt(k) (sqrt), k = global / reference.
-double scaled_lr(double base_lr, ScalingRule rule, int64_t global_batch,
-                 int64_t reference_batch);
+double scaled_lr(double base_lr, ScalingRule rule, int64_t global_batch, int64_t reference_batch);
 
 class LrSchedule {
  public:

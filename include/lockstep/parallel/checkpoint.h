@@ -53,7 +53,8 @@
 namespace lockstep::parallel {
 
 void save_checkpoint(const std::string& path, const ::torch::nn::Module& module,
-                     ShardedOptimizer& optimizer, const lockstep::torch::TrainingProgress& progress);
+                     ShardedOptimizer& optimizer,
+                     const lockstep::torch::TrainingProgress& progress);
 // False when `path` does not exist; lockstep::Error when it is corrupt or
 // does not match the model.
 bool load_checkpoint(const std::string& path, ::torch::nn::Module& module,

@@ -29,8 +29,8 @@
 // loads remove such leftovers, but only while no writer holds the shared lock
 // on <root>/.lockstep-checkpoint.lock (every writer holds it from before it
 // creates its step directory until its files are written, rank 0 until its
-// manifest is in), so a live writer's directory is never removed. The newest step-* with a manifest is
-// the checkpoint; nothing else points at it.
+// manifest is in), so a live writer's directory is never removed. The newest step-* with a manifest
+// is the checkpoint; nothing else points at it.
 //
 // Strategies: a data-parallel model (every rank holds everything), and
 // FullyShardedModel (HSDP too), ShardedOptimizer (ZeRO) and tensor- and
@@ -58,8 +58,8 @@ struct ModelParts;  // lockstep/parallel/checkpoint.h
 class Pipeline;     // lockstep/parallel/pipeline.h
 
 struct CheckpointDirOptions {
-  int keep_last = 0;     // after a manifest lands, keep the newest K complete steps (0: all)
-  bool async = false;    // snapshot this rank's share to host memory, return, write in the background
+  int keep_last = 0;   // after a manifest lands, keep the newest K complete steps (0: all)
+  bool async = false;  // snapshot this rank's share to host memory, return, write in the background
   // How long rank 0 waits for the other ranks' files before giving up on a save.
   std::chrono::seconds peer_timeout{600};
 };

@@ -101,11 +101,10 @@
 // every unit form one root unit that is sharded for the optimizer but stays
 // gathered all the time (its gradient is reduce-scattered like a unit's,
 // and step() all-gathers the updated root): LibTorch has no hook at the
-// start of the model's forward, and the model may read them anywhere in it. So keep the root small (norms,
-// scales, a head) and put the big layers in units. The wrapper keeps the
-// wrapped module's names (as Checkpointed does), so checkpoints and
-// named_parameters() are the plain model's. A unit may run more than once
-// per forward (shared weights): it is gathered for each call and its
+// start of the model's forward, and the model may read them anywhere in it. So keep the root small
+// (norms, scales, a head) and put the big layers in units. The wrapper keeps the wrapped module's
+// names (as Checkpointed does), so checkpoints and named_parameters() are the plain model's. A unit
+// may run more than once per forward (shared weights): it is gathered for each call and its
 // gradient reduced once. Mixed precision works as above, per unit: a unit
 // casts its floating input to compute_dtype and hands its output on in it;
 // the root unit is gathered in compute_dtype too (so the model's own code
@@ -177,9 +176,9 @@ struct FullyShardedOptions {
   // Gradient compression: the reduce-scatter (and HSDP's replica average)
   // in this floating dtype, kBFloat16 or kHalf (see above). Unset: masters'.
   std::optional<::torch::ScalarType> reduce_dtype = std::nullopt;
-  Group group{};                   // the ranks that shard the model (default: every rank)
+  Group group{};  // the ranks that shard the model (default: every rank)
   std::optional<Group> replicate = std::nullopt;  // HSDP: replicas of the sharded model
-  std::string name = "fsdp";       // collective-name prefix
+  std::string name = "fsdp";                      // collective-name prefix
 };
 
 class FullyShardedModel {
@@ -252,7 +251,7 @@ class FullyShardedModel {
 
  private:
   friend struct detail::ckdir::Access;
-  ::torch::nn::Sequential model_{nullptr};  // null when built over a module
+  ::torch::nn::Sequential model_{nullptr};     // null when built over a module
   std::shared_ptr<::torch::nn::Module> root_;  // the model, either kind
   FullyShardedOptions options_;
   std::unique_ptr<Impl> impl_;

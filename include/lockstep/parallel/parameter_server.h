@@ -71,7 +71,7 @@ class ParameterServer {
 
   // Push gradients, pull the averages into param.grad() (zeros for missing).
   void synchronize();
-  void step();       // synchronize() then the optimizer's step()
+  void step();  // synchronize() then the optimizer's step()
   void zero_grad();
   // Tells dedicated servers that training is over (idempotent).
   void finish();

@@ -71,17 +71,17 @@ struct PipelineOptions {
   // Layers per stage (sums to the model's length); empty: balanced by
   // parameter count.
   std::vector<int> partition{};
-  Group group{};              // the pipeline group; stage = group.rank()
-  std::string name = "pp";    // collective-name prefix
+  Group group{};            // the pipeline group; stage = group.rank()
+  std::string name = "pp";  // collective-name prefix
 };
 
-using LossFunction = std::function<::torch::Tensor(const ::torch::Tensor& output,
-                                                   const ::torch::Tensor& target)>;
+using LossFunction =
+    std::function<::torch::Tensor(const ::torch::Tensor& output, const ::torch::Tensor& target)>;
 
 // Timing and memory of the last step on this stage.
 struct PipelineStepStats {
   double step_seconds = 0;
-  double compute_seconds = 0;     // forward, backward and loss of this stage
+  double compute_seconds = 0;  // forward, backward and loss of this stage
   double receive_wait_seconds = 0;
   int64_t peak_activation_bytes = 0;  // layer outputs of the micro-batches in flight
   // 1 - compute/step: the idle share of this stage (bubble plus transfers).

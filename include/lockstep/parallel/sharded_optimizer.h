@@ -74,10 +74,10 @@ using Group = lockstep::torch::Group;
 enum class ShardGranularity { kAuto, kElement, kTensor };
 
 struct ShardedOptimizerOptions {
-  int stage = 1;                          // 1 or 2
-  size_t bucket_bytes = 4u << 20;         // gradient bytes per reduce-scatter
+  int stage = 1;                   // 1 or 2
+  size_t bucket_bytes = 4u << 20;  // gradient bytes per reduce-scatter
   ShardGranularity granularity = ShardGranularity::kAuto;
-  int backward_passes_per_step = 1;       // gradients summed over this many backward passes
+  int backward_passes_per_step = 1;  // gradients summed over this many backward passes
   // Gradient compression (FullyShardedOptions::reduce_dtype's): each rank's
   // gradient divided by N and cast to this floating dtype (kBFloat16,
   // kHalf), summed by the reduce-scatter, the shard cast back. Unset: the
@@ -86,8 +86,8 @@ struct ShardedOptimizerOptions {
   // Leave step()'s parameter all-gathers in flight for the next forward
   // (kAuto: LOCKSTEP_OVERLAP, then where it pays; see above).
   lockstep::torch::Overlap gather_overlap = lockstep::torch::Overlap::kAuto;
-  Group group{};                          // the data-parallel group (default: every rank)
-  std::string name = "zero";              // collective-name prefix
+  Group group{};              // the data-parallel group (default: every rank)
+  std::string name = "zero";  // collective-name prefix
 };
 
 class ShardedOptimizer {

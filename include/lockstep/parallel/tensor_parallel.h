@@ -55,7 +55,7 @@ std::pair<int64_t, int64_t> shard_range(int64_t size, int rank, int n);
 
 // A parameter stored as a slice of a larger (full) tensor along `dim`.
 struct ShardSpec {
-  std::string name;   // the parameter's name in its module
+  std::string name;  // the parameter's name in its module
   int64_t dim = 0;
   int64_t full_size = 0;
   Group group;

@@ -70,8 +70,8 @@ Coefficients coefficients(const NetworkModel& model, std::string_view transport,
 struct Topology {
   int nodes = 1;
   int ranks_per_node = 1;
-  std::string cross = "gloo";        // gloo | mpi | nccl
-  std::string hierarchical = "auto"; // auto | 0 | 1 (LOCKSTEP_HIERARCHICAL)
+  std::string cross = "gloo";         // gloo | mpi | nccl
+  std::string hierarchical = "auto";  // auto | 0 | 1 (LOCKSTEP_HIERARCHICAL)
   int ranks() const { return nodes * ranks_per_node; }
   // The backend lockstep would run: "none" (one rank), "shm",
   // "<cross>", or "hierarchical-<cross>".

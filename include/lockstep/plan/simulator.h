@@ -52,7 +52,7 @@ struct Scenario {
   // none | fp16 | bf16 | powersgd:R | onebit | onebit-adam | onebit-lamb
   // (compression.h; the last four modelled past their warm-up)
   std::string compression = "none";
-  double jitter_ms = -1;               // per-rank compute sigma; < 0: the profile's
+  double jitter_ms = -1;  // per-rank compute sigma; < 0: the profile's
   // For overlap auto and CPU sharing: cores per node (0: unknown, taken as
   // more than the ranks' threads) and intra-op threads per rank.
   int cores_per_node = 0;
@@ -83,24 +83,24 @@ struct StepPrediction {
   bool overlap = false;
   bool comm_shares_cores = false;
   double step_ms = 0;
-  double compute_ms = 0;      // one rank's step without communication (the profile,
-                              // times colocated_slowdown with several ranks per node)
-  double straggler_ms = 0;    // how much later the slowest rank finishes its compute
-  double comm_ms = 0;         // the engine's busy time: cycles, copies, collectives
-  double exposed_comm_ms = 0; // step - compute - straggler: what communication adds
-  double overlapped_share = 0;// of comm_ms, the part hidden behind backward
+  double compute_ms = 0;        // one rank's step without communication (the profile,
+                                // times colocated_slowdown with several ranks per node)
+  double straggler_ms = 0;      // how much later the slowest rank finishes its compute
+  double comm_ms = 0;           // the engine's busy time: cycles, copies, collectives
+  double exposed_comm_ms = 0;   // step - compute - straggler: what communication adds
+  double overlapped_share = 0;  // of comm_ms, the part hidden behind backward
   double samples_per_s = 0;
-  double efficiency = 0;      // throughput / (ranks x single-rank throughput)
+  double efficiency = 0;  // throughput / (ranks x single-rank throughput)
   int cycles = 0, collectives = 0;
   // Gradient data one rank hands to collectives per step and sends on the
   // wire (lockstep/comm/traffic.h's measures), negotiation excluded.
   int64_t payload_bytes = 0, wire_bytes = 0;
-  double compress_ms = 0;     // PowerSGD/1-bit compute on the training thread (modelled)
+  double compress_ms = 0;  // PowerSGD/1-bit compute on the training thread (modelled)
   double alpha_ms = 0, beta_ms = 0, gamma_ms = 0, copy_ms = 0, cycle_ms = 0;
-  double wake_wait_ms = 0;    // engine operations waiting for a core (Scenario::wake_wait_ms)
+  double wake_wait_ms = 0;        // engine operations waiting for a core (Scenario::wake_wait_ms)
   std::string largest_algorithm;  // the algorithm of the largest collective
-  std::string bottleneck;     // compute | network bandwidth | latency | reduction |
-                              // memory copies | compression compute | stragglers
+  std::string bottleneck;         // compute | network bandwidth | latency | reduction |
+                                  // memory copies | compression compute | stragglers
 };
 
 // Throws InvalidArgument on a bad scenario, and at more than one rank when

@@ -20,8 +20,8 @@ namespace lockstep::plan {
 std::vector<std::string> zoo_models();  // resnet50 resnet101 vgg16
 
 struct ZooOptions {
-  double images_per_s = 0;          // one device, the published figure
-  int batch = 64;                   // per device
+  double images_per_s = 0;            // one device, the published figure
+  int batch = 64;                     // per device
   double memory_bytes_per_s = 732e9;  // device memory bandwidth, for the optimizer update
 };
 

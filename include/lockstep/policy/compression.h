@@ -64,7 +64,7 @@ int64_t powersgd_wire_elements(std::span<const int64_t> shape, int rank, double 
 // One collective of a compressed step, in the order the runtime runs them
 // (each waits for the one before).
 struct StepCollective {
-  std::string op;            // allreduce | alltoall | allgather
+  std::string op;             // allreduce | alltoall | allgather
   int64_t payload_bytes = 0;  // this rank hands over (lockstep/comm/traffic.h)
   int64_t wire_bytes = 0;     // it sends under the bandwidth-optimal algorithm
 };

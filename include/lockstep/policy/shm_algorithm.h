@@ -87,8 +87,7 @@ int64_t shm_chunk_bytes(const ShmPolicy& policy, int ranks);
 int shm_node_groups(const ShmPolicy& policy, int ranks);
 // The allreduce (and reduce) of `bytes` per rank in elements of `elem_bytes`.
 // A reduce runs two_step where this says two_level (docs/shm.md).
-ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes,
-                               int elem_bytes);
+ShmChoice shm_allreduce_choice(const ShmPolicy& policy, int ranks, int64_t bytes, int elem_bytes);
 
 // Bytes one rank reads from and writes to the shared segment (peers'
 // staging included, its own private buffers excluded), for a message that

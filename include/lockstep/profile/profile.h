@@ -46,17 +46,17 @@ struct GradientTiming {
 };
 
 struct Profile {
-  std::string program;     // what ran (argv[0] and arguments)
+  std::string program;  // what ran (argv[0] and arguments)
   std::string host;
-  std::string created;     // UTC, ISO 8601
-  std::string source;      // "recorded" or how it was made (e.g. "published: ...")
-  int world_size = 1;      // of the recorded run
+  std::string created;  // UTC, ISO 8601
+  std::string source;   // "recorded" or how it was made (e.g. "published: ...")
+  int world_size = 1;   // of the recorded run
   int local_size = 1;
   int intra_op_threads = 1;
-  std::string backend;     // transport of the recorded run ("" when world_size 1)
-  bool overlap = false;    // DistributedOptimizer overlapped backward in the run
+  std::string backend;   // transport of the recorded run ("" when world_size 1)
+  bool overlap = false;  // DistributedOptimizer overlapped backward in the run
   int64_t fusion_threshold = 0;
-  int warmup_steps = 0;    // steps skipped before recording
+  int warmup_steps = 0;  // steps skipped before recording
   std::vector<StepTiming> steps;
   std::vector<GradientTiming> gradients;
 };
@@ -64,9 +64,9 @@ struct Profile {
 // Medians over the recorded steps, the planner's view of one step.
 struct ProfileSummary {
   double step_ms = 0, forward_ms = 0, backward_ms = 0, sync_ms = 0, optimizer_ms = 0;
-  double other_ms = 0;         // step - the phases above (never negative)
-  double compute_ms = 0;       // step - sync: what a rank spends without the network
-  double compute_sigma_ms = 0; // robust spread of compute_ms across steps (1.4826 x MAD)
+  double other_ms = 0;          // step - the phases above (never negative)
+  double compute_ms = 0;        // step - sync: what a rank spends without the network
+  double compute_sigma_ms = 0;  // robust spread of compute_ms across steps (1.4826 x MAD)
   double samples_per_step = 0;
   int64_t gradient_bytes = 0;
   size_t gradient_count = 0;

@@ -45,9 +45,9 @@ std::string decode_secret_hex(std::string_view hex);
 class StoreServer {
  public:
   struct Options {
-    std::string host = "127.0.0.1";  // bound explicitly, never INADDR_ANY by default
-    uint16_t port = 0;               // 0 = ephemeral
-    std::string secret;              // raw key bytes (decode_secret_hex)
+    std::string host = "127.0.0.1";             // bound explicitly, never INADDR_ANY by default
+    uint16_t port = 0;                          // 0 = ephemeral
+    std::string secret;                         // raw key bytes (decode_secret_hex)
     std::string log_prefix = "lockstep run: ";  // for refused connections on stderr
     // Authenticated connections (clients holding the secret).
     size_t max_connections = 1024;

@@ -23,9 +23,9 @@ namespace lockstep::torch {
 
 struct TrainingProgress {
   int64_t epoch = 0;
-  int64_t step = 0;          // optimizer steps done
-  std::string sampler;       // DistributedSampler::save()
-  std::string user;          // anything else the caller wants back
+  int64_t step = 0;     // optimizer steps done
+  std::string sampler;  // DistributedSampler::save()
+  std::string user;     // anything else the caller wants back
 };
 
 // Collective-free; writes only on rank 0. Throws lockstep::Error naming the

@@ -175,9 +175,8 @@ struct AlltoallResult {
   ::torch::Tensor output;
   std::vector<int64_t> received_splits;
 };
-AlltoallResult alltoall_with_splits(const ::torch::Tensor& tensor,
-                                    std::vector<int64_t> splits = {}, std::string name = {},
-                                    int process_set = 0);
+AlltoallResult alltoall_with_splits(const ::torch::Tensor& tensor, std::vector<int64_t> splits = {},
+                                    std::string name = {}, int process_set = 0);
 
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kAverage;
@@ -206,8 +205,7 @@ TensorHandle reduce_scatter_into_async(const ::torch::Tensor& tensor, ::torch::T
 TensorHandle grouped_allgather_async(const std::vector<::torch::Tensor>& tensors,
                                      std::vector<std::string> names, int process_set = 0);
 std::vector<::torch::Tensor> grouped_allgather(const std::vector<::torch::Tensor>& tensors,
-                                               std::vector<std::string> names,
-                                               int process_set = 0);
+                                               std::vector<std::string> names, int process_set = 0);
 TensorHandle grouped_reduce_scatter_async(const std::vector<::torch::Tensor>& tensors,
                                           std::vector<std::string> names,
                                           ReduceScatterOptions options = {});

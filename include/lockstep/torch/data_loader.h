@@ -41,10 +41,10 @@ class DistributedDataSampler : public ::torch::data::samplers::DistributedSample
  public:
   // num_replicas/rank default to this process's world (init() first).
   // Throws InvalidArgument for a rank outside [0, num_replicas).
-  explicit DistributedDataSampler(size_t size,
-                                  size_t num_replicas = static_cast<size_t>(lockstep::torch::size()),
-                                  size_t rank = static_cast<size_t>(lockstep::torch::rank()),
-                                  bool allow_duplicates = true, uint64_t seed = 0);
+  explicit DistributedDataSampler(
+      size_t size, size_t num_replicas = static_cast<size_t>(lockstep::torch::size()),
+      size_t rank = static_cast<size_t>(lockstep::torch::rank()), bool allow_duplicates = true,
+      uint64_t seed = 0);
 
   // Starts an epoch (see the top of this file); new_size: the dataset's new
   // size. (LibTorch 1.13 samplers take c10::optional, not std::optional.)

@@ -50,8 +50,8 @@ namespace lockstep::torch {
 
 enum class Compression {
   kNone,
-  kFp16,  // IEEE half on the wire; gradients divided before casting
-  kBf16,  // bfloat16 on the wire
+  kFp16,      // IEEE half on the wire; gradients divided before casting
+  kBf16,      // bfloat16 on the wire
   kPowerSGD,  // low-rank factors on the wire (powersgd.h; options.powersgd), at synchronize()
   kOneBit,    // signs and a scale on the wire (onebit.h; options.onebit), at synchronize()
   // DeepSpeed's 1-bit Adam (onebit_adam.h; options.onebit_adam): needs a
@@ -94,8 +94,8 @@ struct DistributedOptimizerOptions {
   bool adasum = false;
   int backward_passes_per_step = 1;  // allreduce only on the last pass
   Compression compression = Compression::kNone;
-  PowerSGDOptions powersgd{};  // with Compression::kPowerSGD
-  OneBitOptions onebit{};      // with Compression::kOneBit
+  PowerSGDOptions powersgd{};       // with Compression::kPowerSGD
+  OneBitOptions onebit{};           // with Compression::kOneBit
   OneBitAdamOptions onebit_adam{};  // with Compression::kOneBitAdam
   OneBitLambOptions onebit_lamb{};  // with Compression::kOneBitLamb
   // Average only: divide by this before the reduction and by size()/factor

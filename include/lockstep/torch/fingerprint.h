@@ -59,7 +59,6 @@ void check_parameters_agree(const std::vector<std::pair<std::string, ::torch::Te
 // made equal (ElasticState's first commit after sync()), where a difference
 // comes from an update that differed across ranks and a broadcast would hide it.
 void check_parameters_agree(const std::vector<std::pair<std::string, ::torch::Tensor>>& named,
-                            const std::string& what, const Group& group,
-                            const std::string& remedy);
+                            const std::string& what, const Group& group, const std::string& remedy);
 
 }  // namespace lockstep::torch

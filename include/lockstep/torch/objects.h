@@ -71,8 +71,8 @@ inline std::string broadcast_object(const std::string& value, int root, const st
 }
 template <detail::Pod T>
 T broadcast_object(const T& value, int root, const std::string& name, int process_set = 0) {
-  return detail::pod_values<T>(broadcast_bytes(detail::pod_bytes(std::vector<T>{value}), root,
-                                               name, process_set))[0];
+  return detail::pod_values<T>(
+      broadcast_bytes(detail::pod_bytes(std::vector<T>{value}), root, name, process_set))[0];
 }
 template <detail::Pod T>
 std::vector<T> broadcast_object(const std::vector<T>& value, int root, const std::string& name,
@@ -87,8 +87,8 @@ std::vector<T> allgather_object(const T& value, const std::string& name, int pro
     out.push_back(detail::pod_values<T>(bytes)[0]);
   return out;
 }
-inline std::vector<std::string> allgather_object(const std::string& value,
-                                                 const std::string& name, int process_set = 0) {
+inline std::vector<std::string> allgather_object(const std::string& value, const std::string& name,
+                                                 int process_set = 0) {
   return allgather_bytes(value, name, process_set);
 }
 
@@ -117,7 +117,8 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root = 
 // the local state first (state absent from the archive goes too).
 void save_optimizer(const ::torch::optim::Optimizer& optimizer,
                     ::torch::serialize::OutputArchive& archive);
-void load_optimizer(::torch::optim::Optimizer& optimizer, ::torch::serialize::InputArchive& archive);
+void load_optimizer(::torch::optim::Optimizer& optimizer,
+                    ::torch::serialize::InputArchive& archive);
 
 // Archive <-> bytes, used by the above and by checkpoints.
 std::string archive_to_bytes(::torch::serialize::OutputArchive& archive);

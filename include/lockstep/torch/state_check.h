@@ -29,16 +29,15 @@ struct TensorInfo {
 std::vector<TensorInfo> tensor_infos(const ::torch::nn::Module& module);
 
 struct StateCheckOptions {
-  bool dtypes = true;       // a dtype difference is a mismatch (false: any float may load)
-  bool extra_ok = false;    // tensors in the file that the model lacks are allowed
+  bool dtypes = true;     // a dtype difference is a mismatch (false: any float may load)
+  bool extra_ok = false;  // tensors in the file that the model lacks are allowed
 };
 
 // Throws lockstep::Error "<what> does not match the model: ..." naming the
 // first tensor of another shape (or dtype), the first one the model has and
 // `found` lacks, and the first one `found` has and the model lacks, with
 // their counts; says nothing (returns) when they match.
-void check_state_matches(const std::vector<TensorInfo>& model,
-                         const std::vector<TensorInfo>& found, const std::string& what,
-                         const StateCheckOptions& options = {});
+void check_state_matches(const std::vector<TensorInfo>& model, const std::vector<TensorInfo>& found,
+                         const std::string& what, const StateCheckOptions& options = {});
 
 }  // namespace lockstep::torch

@@ -31,9 +31,9 @@ std::vector<uint64_t> counts_table(Backend& b, std::span<const size_t> send_coun
     for (size_t j = 0; j < n; ++j) {
       uint64_t sends = table[i * 2 * n + j], expects = table[j * 2 * n + n + i];
       if (sends != expects)
-        throw MismatchError(fmt::format(
-            "alltoall: rank {} sends {} elements to rank {}, which expects {} from it", i, sends,
-            j, expects));
+        throw MismatchError(
+            fmt::format("alltoall: rank {} sends {} elements to rank {}, which expects {} from it",
+                        i, sends, j, expects));
     }
   return table;
 }

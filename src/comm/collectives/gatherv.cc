@@ -7,8 +7,8 @@
 
 namespace lockstep::comm {
 
-void Backend::gatherv(const void* send, void* recv, std::span<const size_t> counts,
-                      DataType dtype, int root) {
+void Backend::gatherv(const void* send, void* recv, std::span<const size_t> counts, DataType dtype,
+                      int root) {
   if (rank() == root) return allgatherv(send, recv, counts, dtype);
   std::vector<std::byte> discard(derived::total(counts) * dtype_size(dtype));
   allgatherv(send, discard.data(), counts, dtype);

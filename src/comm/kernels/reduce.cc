@@ -22,9 +22,8 @@ Family initial_family() {
 }
 
 std::atomic<detail::ReduceFn>& active_fn() {
-  static std::atomic<detail::ReduceFn> fn{initial_family() == Family::kAvx2
-                                              ? &detail::reduce_avx2
-                                              : &detail::reduce_scalar};
+  static std::atomic<detail::ReduceFn> fn{
+      initial_family() == Family::kAvx2 ? &detail::reduce_avx2 : &detail::reduce_scalar};
   return fn;
 }
 

@@ -81,7 +81,7 @@ inline typename Tr::Acc apply(typename Tr::Acc acc, typename Tr::Acc v) {
 // was read, so `out` may be any input, and LOCKSTEP_IVDEP is true.
 template <typename Tr, Kind K>
 inline void combine(typename Tr::Acc* acc, const typename Tr::Store* in, size_t m) {
-LOCKSTEP_IVDEP
+  LOCKSTEP_IVDEP
   for (size_t i = 0; i < m; ++i) acc[i] = apply<Tr, K>(acc[i], Tr::load(in[i]));
 }
 
@@ -95,18 +95,18 @@ LOCKSTEP_IVDEP
 // whose scalar conversions the compiler cannot vectorise): `Tr::two<K>`
 // returns how many it did, with the same per-element operations.
 template <typename Tr, Kind K>
-void reduce_two(const typename Tr::Store* a, const typename Tr::Store* b,
-                typename Tr::Store* o, size_t count, bool average, int divisor) {
+void reduce_two(const typename Tr::Store* a, const typename Tr::Store* b, typename Tr::Store* o,
+                size_t count, bool average, int divisor) {
   size_t done = 0;
   if constexpr (requires { Tr::template two<K>(a, b, o, count, average, divisor); })
     done = Tr::template two<K>(a, b, o, count, average, divisor);
   if (average) {
-LOCKSTEP_IVDEP
+    LOCKSTEP_IVDEP
     for (size_t i = done; i < count; ++i)
       o[i] = Tr::store(Tr::div(apply<Tr, K>(Tr::load(a[i]), Tr::load(b[i])), divisor));
     return;
   }
-LOCKSTEP_IVDEP
+  LOCKSTEP_IVDEP
   for (size_t i = done; i < count; ++i)
     o[i] = Tr::store(apply<Tr, K>(Tr::load(a[i]), Tr::load(b[i])));
 }
@@ -118,33 +118,30 @@ void reduce_blocks(const void* const* in, int n, void* out, size_t count, bool a
   using A = typename Tr::Acc;
   S* o = static_cast<S*>(out);
   if (n == 2)
-    return reduce_two<Tr, K>(static_cast<const S*>(in[0]), static_cast<const S*>(in[1]), o,
-                             count, average, divisor);
+    return reduce_two<Tr, K>(static_cast<const S*>(in[0]), static_cast<const S*>(in[1]), o, count,
+                             average, divisor);
   alignas(64) A acc[kBlock];
   for (size_t base = 0; base < count; base += kBlock) {
     size_t m = std::min(kBlock, count - base);
     const S* first = static_cast<const S*>(in[0]) + base;
-LOCKSTEP_IVDEP
+    LOCKSTEP_IVDEP
     for (size_t i = 0; i < m; ++i) acc[i] = Tr::load(first[i]);
     for (int k = 1; k < n; ++k) combine<Tr, K>(acc, static_cast<const S*>(in[k]) + base, m);
     if (average)
       for (size_t i = 0; i < m; ++i) acc[i] = Tr::div(acc[i], divisor);
-LOCKSTEP_IVDEP
+    LOCKSTEP_IVDEP
     for (size_t i = 0; i < m; ++i) o[base + i] = Tr::store(acc[i]);
   }
 }
 
 template <typename Tr>
-void reduce_typed(ReduceOp op, const void* const* in, int n, void* out, size_t count,
-                  int divisor) {
+void reduce_typed(ReduceOp op, const void* const* in, int n, void* out, size_t count, int divisor) {
   switch (op) {
     case ReduceOp::kSum: return reduce_blocks<Tr, Kind::kSum>(in, n, out, count, false, 1);
-    case ReduceOp::kAverage:
-      return reduce_blocks<Tr, Kind::kSum>(in, n, out, count, true, divisor);
+    case ReduceOp::kAverage: return reduce_blocks<Tr, Kind::kSum>(in, n, out, count, true, divisor);
     case ReduceOp::kMin: return reduce_blocks<Tr, Kind::kMin>(in, n, out, count, false, 1);
     case ReduceOp::kMax: return reduce_blocks<Tr, Kind::kMax>(in, n, out, count, false, 1);
-    case ReduceOp::kProduct:
-      return reduce_blocks<Tr, Kind::kProduct>(in, n, out, count, false, 1);
+    case ReduceOp::kProduct: return reduce_blocks<Tr, Kind::kProduct>(in, n, out, count, false, 1);
   }
 }
 

@@ -23,9 +23,7 @@ bool reduces(OpKind kind) {
   return kind == OpKind::kAllreduce || kind == OpKind::kReduce || kind == OpKind::kReduceScatter;
 }
 
-bool hashes_counts(OpKind kind) {
-  return kind == OpKind::kAllgatherv || kind == OpKind::kGatherv;
-}
+bool hashes_counts(OpKind kind) { return kind == OpKind::kAllgatherv || kind == OpKind::kGatherv; }
 
 OpDesc make_desc(OpKind kind, DataType dtype, int root, uint64_t count, ReduceOp op) {
   OpDesc d;

@@ -46,10 +46,10 @@ bool hashes_counts(OpKind kind);
 struct OpDesc {
   OpKind kind = OpKind::kBarrier;
   DataType dtype = DataType::kUInt8;
-  uint8_t op = 0;        // ReduceOp for reducing kinds, else 0
-  uint8_t flags = 0;     // reserved, 0
-  int32_t root = -1;     // -1 for rootless kinds
-  uint64_t count = 0;    // elements, or hash_counts() (see hashes_counts)
+  uint8_t op = 0;      // ReduceOp for reducing kinds, else 0
+  uint8_t flags = 0;   // reserved, 0
+  int32_t root = -1;   // -1 for rootless kinds
+  uint64_t count = 0;  // elements, or hash_counts() (see hashes_counts)
   bool operator==(const OpDesc&) const = default;
 };
 static_assert(sizeof(OpDesc) == 16 && std::is_trivially_copyable_v<OpDesc>);

@@ -30,7 +30,8 @@ std::vector<std::string_view> transport_names() {
 }
 
 const Transport* find_transport(std::string_view name) {
-  if (name.starts_with("hierarchical-")) name.remove_prefix(std::string_view("hierarchical-").size());
+  if (name.starts_with("hierarchical-"))
+    name.remove_prefix(std::string_view("hierarchical-").size());
   for (const Transport* t : kTransports)
     if (t->name == name) return t;
   return nullptr;

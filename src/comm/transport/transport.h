@@ -50,8 +50,8 @@ struct Transport {
   // (rank = key) for transports that rendezvous afresh under `tag`. Called by
   // every rank of `flat`. Makes the transport usable as the cross-host stage
   // of the hierarchical allreduce.
-  std::unique_ptr<Backend> (*make_group)(Backend& flat, int color, int key,
-                                         const WorldInfo& group, const std::string& tag) = nullptr;
+  std::unique_ptr<Backend> (*make_group)(Backend& flat, int color, int key, const WorldInfo& group,
+                                         const std::string& tag) = nullptr;
 
   bool cross_host() const { return make_group != nullptr; }
 };

@@ -25,7 +25,8 @@ struct Item {
 
 bool has_image_extension(const fs::path& p) {
   std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
@@ -41,12 +42,15 @@ std::vector<Item> list_items(const std::string& root, uint64_t* ignored) {
     std::vector<fs::path> files;
     for (const auto& entry : fs::recursive_directory_iterator(classes[label])) {
       if (!entry.is_regular_file()) continue;
-      if (has_image_extension(entry.path())) files.push_back(entry.path());
-      else ++*ignored;
+      if (has_image_extension(entry.path()))
+        files.push_back(entry.path());
+      else
+        ++*ignored;
     }
     std::sort(files.begin(), files.end());
     for (auto& f : files)
-      items.push_back({static_cast<int64_t>(items.size()), std::move(f), static_cast<int64_t>(label), classes[label].filename().string()});
+      items.push_back({static_cast<int64_t>(items.size()), std::move(f),
+                       static_cast<int64_t>(label), classes[label].filename().string()});
   }
   return items;
 }
@@ -70,9 +74,10 @@ ConvertResult convert_image_folder(const std::string& root, const ShardOutput& o
     std::string bytes = read_whole(items[i].path);
     ImageFormat format = sniff_image_format(bytes);
     if (format == ImageFormat::kUnknown)
-      throw Error(fmt::format("{} is named like an image but is neither JPEG nor PNG; "
-                              "remove or re-encode it",
-                              items[i].path.string()));
+      throw Error(
+          fmt::format("{} is named like an image but is neither JPEG nor PNG; "
+                      "remove or re-encode it",
+                      items[i].path.string()));
     Example example;
     example.set_bytes("image", std::move(bytes))
         .set_int64s("label", {items[i].label})

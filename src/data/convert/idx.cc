@@ -45,8 +45,8 @@ IdxArray read_idx(const std::string& path) {
   if (raw.size() < 4 || raw[0] != 0 || raw[1] != 0)
     throw Error(fmt::format("{}: not an IDX file (bad magic)", path));
   if (raw[2] != 0x08)
-    throw Error(fmt::format("{}: IDX element type 0x{:02x} unsupported (only unsigned byte)",
-                            path, raw[2]));
+    throw Error(fmt::format("{}: IDX element type 0x{:02x} unsupported (only unsigned byte)", path,
+                            raw[2]));
   size_t rank = raw[3];
   if (rank == 0 || raw.size() < 4 + 4 * rank)
     throw Error(fmt::format("{}: truncated IDX header", path));
@@ -80,8 +80,8 @@ MnistSplit load_mnist_split(const std::string& dir, const std::string& split) {
   out.images = read_idx(pick(split + "-images-idx3-ubyte"));
   out.labels = read_idx(pick(split + "-labels-idx1-ubyte"));
   if (out.images.count() != out.labels.count())
-    throw Error(fmt::format("{}: {} images but {} labels", dir, out.images.count(),
-                            out.labels.count()));
+    throw Error(
+        fmt::format("{}: {} images but {} labels", dir, out.images.count(), out.labels.count()));
   return out;
 }
 

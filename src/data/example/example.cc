@@ -26,7 +26,11 @@ Example& Example::set_floats(const std::string& key, FloatList values) {
   return *this;
 }
 const BytesList* Example::bytes(const std::string& key) const { return get<BytesList>(*this, key); }
-const Int64List* Example::int64s(const std::string& key) const { return get<Int64List>(*this, key); }
-const FloatList* Example::floats(const std::string& key) const { return get<FloatList>(*this, key); }
+const Int64List* Example::int64s(const std::string& key) const {
+  return get<Int64List>(*this, key);
+}
+const FloatList* Example::floats(const std::string& key) const {
+  return get<FloatList>(*this, key);
+}
 
 }  // namespace lockstep::data

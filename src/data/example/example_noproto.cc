@@ -16,8 +16,9 @@ std::string serialize_example(const Example&) {
 }
 
 std::optional<Example> parse_example(std::string_view, std::string* error) {
-  *error = "this lockstep was built without protobuf (LOCKSTEP_WITH_PROTOBUF=OFF) and cannot "
-           "parse tf.train.Example records (docs/gpu.md)";
+  *error =
+      "this lockstep was built without protobuf (LOCKSTEP_WITH_PROTOBUF=OFF) and cannot "
+      "parse tf.train.Example records (docs/gpu.md)";
   return std::nullopt;
 }
 

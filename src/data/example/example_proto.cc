@@ -35,8 +35,7 @@ Feature from_proto(const tensorflow::Feature& feature) {
       const auto& v = feature.int64_list().value();
       return Int64List(v.begin(), v.end());
     }
-    default:
-      return BytesList{};  // TF treats an unset Feature as an empty list
+    default: return BytesList{};  // TF treats an unset Feature as an empty list
   }
 }
 

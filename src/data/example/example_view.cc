@@ -50,8 +50,10 @@ bool parse_entry(std::string_view data, std::span<const std::string_view> keys,
   }
   for (size_t i = 0; i < keys.size(); ++i)
     if (keys[i] == key) {
-      if (!has_value) out[i] = FeatureView{FeatureView::kBytes, {}};
-      else if (!parse_feature(value, &out[i])) return false;
+      if (!has_value)
+        out[i] = FeatureView{FeatureView::kBytes, {}};
+      else if (!parse_feature(value, &out[i]))
+        return false;
     }
   return true;
 }

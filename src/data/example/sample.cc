@@ -66,10 +66,10 @@ bool decode_sample(std::string_view payload, const DecodeOptions& options, uint6
                 fmt::format("no single bytes feature '{}'", options.image_key));
   // Our converters write "format"; without it (e.g. TF-made shards) sniff the
   // magic bytes. Raw pixels could start like a JPEG by chance, hence "format".
-  bool raw = f[kFormat].kind != FeatureView::kMissing && f[kFormat].bytes(&format) &&
-                     format.size() == 1
-                 ? format[0] == "raw"
-                 : sniff_image_format(image[0]) == ImageFormat::kUnknown;
+  bool raw =
+      f[kFormat].kind != FeatureView::kMissing && f[kFormat].bytes(&format) && format.size() == 1
+          ? format[0] == "raw"
+          : sniff_image_format(image[0]) == ImageFormat::kUnknown;
   if (raw) {
     PixelView view;
     if (!raw_shape(image[0].size(), f[kShape], &view, failure)) return false;

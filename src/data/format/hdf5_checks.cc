@@ -89,8 +89,8 @@ struct ChunkGrid {
   hsize_t count = 1;                // chunks the dataset's extent needs
 };
 
-ChunkGrid check_chunk(const std::string& path, hid_t plist, hid_t dataset,
-                      const std::string& name, const Shape& shape) {
+ChunkGrid check_chunk(const std::string& path, hid_t plist, hid_t dataset, const std::string& name,
+                      const Shape& shape) {
   ChunkGrid g;
   g.rank = H5Pget_chunk(plist, H5S_MAX_RANK, g.dims);
   Id type(H5Dget_type(dataset), H5Tclose);
@@ -120,7 +120,7 @@ void check_chunks_written(const std::string& path, hid_t plist, hid_t dataset,
     fail(path, fmt::format("dataset '{}' stores {} of the {} chunks its shape needs: {}", name,
                            stored, g.count, advice));
   const bool filtered = H5Pget_nfilters(plist) > 0;  // compressed chunks have any size
-  hsize_t at[H5S_MAX_RANK] = {};                      // the chunk's first element
+  hsize_t at[H5S_MAX_RANK] = {};                     // the chunk's first element
   for (hsize_t i = 0; i < g.count; ++i) {
     // The index entry's own size, which the read trusts (H5Dget_chunk_storage_size
     // reports a whole chunk for every stored chunk of an unfiltered dataset).
@@ -147,9 +147,10 @@ void check_chunks_written(const std::string& path, hid_t plist, hid_t dataset,
 
 void check_written(const std::string& path, hid_t plist, hid_t dataset, const std::string& name,
                    const Shape& shape) {
-  const char* advice = "it was created but never (fully) written, or the file is truncated or "
-                       "corrupt; unwritten rows would read as the fill value: write the data "
-                       "set again";
+  const char* advice =
+      "it was created but never (fully) written, or the file is truncated or "
+      "corrupt; unwritten rows would read as the fill value: write the data "
+      "set again";
   if (H5Pget_layout(plist) == H5D_CHUNKED)
     return check_chunks_written(path, plist, dataset, name, shape, advice);
   Id type(H5Dget_type(dataset), H5Tclose);

@@ -70,7 +70,10 @@ Pixels pixels_of(const Example& e, uint64_t record) {
 class Hdf5Output {
  public:
   Hdf5Output(std::string path, const Pixels& first, hsize_t chunk_rows)
-      : path_(std::move(path)), shape_(first.shape), is_float_(first.is_float), chunk_rows_(chunk_rows) {
+      : path_(std::move(path)),
+        shape_(first.shape),
+        is_float_(first.is_float),
+        chunk_rows_(chunk_rows) {
     Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     // The 1.10 format: every metadata structure, the chunk index included,
     // carries a checksum (the 1.8 format still indexes chunks with
@@ -92,7 +95,8 @@ class Hdf5Output {
     flush();
     images_.reset();
     labels_.reset();
-    if (file_.valid() && H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) hdf5_failed(path_, "flushing");
+    if (file_.valid() && H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0)
+      hdf5_failed(path_, "flushing");
     file_.reset();
   }
 
@@ -129,7 +133,8 @@ class Hdf5Output {
     }
     if (H5Dset_extent(dataset.get(), size.data()) < 0) hdf5_failed(path_, "growing a dataset");
     Id file_space(H5Dget_space(dataset.get()), H5Sclose);
-    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                        nullptr);
     Id mem_space(H5Screate_simple(int(count.size()), count.data(), nullptr), H5Sclose);
     if (H5Dwrite(dataset.get(), type, mem_space.get(), file_space.get(), H5P_DEFAULT, data) < 0)
       hdf5_failed(path_, "writing rows");
@@ -174,10 +179,11 @@ class Hdf5Writer final : public DatasetWriter {
     if (files_.empty()) open_files(p);
     const Hdf5Output& first = *files_[0];
     if (p.shape != first.shape() || p.is_float != first.is_float())
-      cannot(records_, fmt::format("its image is [{}] {} but the first was [{}] {}; an HDF5 "
-                                   "dataset holds one shape: crop/resize first or write records/lmdb",
-                                   fmt::join(p.shape, ", "), p.is_float ? "float" : "uint8",
-                                   fmt::join(first.shape(), ", "), first.is_float() ? "float" : "uint8"));
+      cannot(records_,
+             fmt::format("its image is [{}] {} but the first was [{}] {}; an HDF5 "
+                         "dataset holds one shape: crop/resize first or write records/lmdb",
+                         fmt::join(p.shape, ", "), p.is_float ? "float" : "uint8",
+                         fmt::join(first.shape(), ", "), first.is_float() ? "float" : "uint8"));
     // Round robin keeps the shard sizes within one record of each other.
     files_[records_ % files_.size()]->add(p);
     bytes_ += p.bytes.size() + sizeof(int64_t);
@@ -188,7 +194,8 @@ class Hdf5Writer final : public DatasetWriter {
   uint64_t bytes() const override { return bytes_; }
 
   ConvertResult finish() override {
-    if (files_.empty()) throw Error(fmt::format("no records to write to {}/{}.h5", out_.dir, out_.name));
+    if (files_.empty())
+      throw Error(fmt::format("no records to write to {}/{}.h5", out_.dir, out_.name));
     MutexLock lock(hdf5::library_mutex());
     ConvertResult result{records_, bytes_, files_[0]->path(), {}};
     for (auto& f : files_) {
@@ -202,11 +209,14 @@ class Hdf5Writer final : public DatasetWriter {
   void open_files(const Pixels& first) {
     size_t item = first.bytes.size();
     // Chunks of 256 rows (at most ~4 MiB): the loader's default block.
-    hsize_t rows = std::max<hsize_t>(1, std::min<hsize_t>(256, (4u << 20) / std::max<size_t>(1, item)));
+    hsize_t rows =
+        std::max<hsize_t>(1, std::min<hsize_t>(256, (4u << 20) / std::max<size_t>(1, item)));
     for (size_t k = 0; k < out_.shards; ++k) {
-      std::string file = out_.shards == 1 ? out_.name + ".h5"
-                                          : fmt::format("{}-{:05d}-of-{:05d}.h5", out_.name, k, out_.shards);
-      files_.push_back(std::make_unique<Hdf5Output>((fs::path(out_.dir) / file).string(), first, rows));
+      std::string file = out_.shards == 1
+                             ? out_.name + ".h5"
+                             : fmt::format("{}-{:05d}-of-{:05d}.h5", out_.name, k, out_.shards);
+      files_.push_back(
+          std::make_unique<Hdf5Output>((fs::path(out_.dir) / file).string(), first, rows));
     }
   }
 

@@ -14,7 +14,8 @@ namespace fs = std::filesystem;
 namespace {
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool has_hdf5_signature(const std::string& path) {
@@ -52,19 +53,20 @@ SourceFormat detect_format(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     if (fs::exists(fs::path(path) / "data.mdb", ec)) return SourceFormat::kLmdb;
-    throw Error(fmt::format("{} is a folder without data.mdb: not an LMDB environment; give a "
-                            "<name>.index.json, an HDF5 file or an LMDB folder",
-                            path));
+    throw Error(
+        fmt::format("{} is a folder without data.mdb: not an LMDB environment; give a "
+                    "<name>.index.json, an HDF5 file or an LMDB folder",
+                    path));
   }
-  if (!fs::exists(path, ec))
-    throw Error(fmt::format("data set {} does not exist", path));
+  if (!fs::exists(path, ec)) throw Error(fmt::format("data set {} does not exist", path));
   if (ends_with(path, ".index.json")) return SourceFormat::kRecords;
   if (ends_with(path, ".h5") || ends_with(path, ".hdf5") || has_hdf5_signature(path))
     return SourceFormat::kHdf5;
   if (ends_with(path, ".mdb")) return SourceFormat::kLmdb;
-  throw Error(fmt::format("{}: not a record index (*.index.json), an HDF5 file or an LMDB "
-                          "environment; convert it with 'lockstep convert'",
-                          path));
+  throw Error(
+      fmt::format("{}: not a record index (*.index.json), an HDF5 file or an LMDB "
+                  "environment; convert it with 'lockstep convert'",
+                  path));
 }
 
 std::unique_ptr<SampleSource> open_source(const SourceSpec& spec) {

@@ -18,9 +18,8 @@ std::unique_ptr<SampleSource> open_lmdb_source(const std::vector<std::string>& p
 // Shared by formats whose values are tf.train.Example payloads: decodes
 // `payload` or throws BadRecord naming `file`, record and offset.
 void decode_example_payload(std::string_view payload, const DecodeOptions& options, uint64_t seed,
-                            const std::string& file, uint64_t record, uint64_t offset,
-                            Sample* out);
-Example parse_example_payload(std::string_view payload, const std::string& file,
-                              uint64_t record, uint64_t offset);
+                            const std::string& file, uint64_t record, uint64_t offset, Sample* out);
+Example parse_example_payload(std::string_view payload, const std::string& file, uint64_t record,
+                              uint64_t offset);
 
 }  // namespace lockstep::data

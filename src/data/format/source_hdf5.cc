@@ -64,10 +64,12 @@ Id open_dataset(const Hdf5File& f, const std::string& name, const char* role) {
   if (exists == 0) {
     H5Eclear2(H5E_DEFAULT);
     fail(f.path, fmt::format("no {} dataset '{}' ({}); name it with --{}-dataset", role, name,
-                             datasets_in(f.file.get()), role == std::string("image") ? "images" : "labels"));
+                             datasets_in(f.file.get()),
+                             role == std::string("image") ? "images" : "labels"));
   }
   Id id(H5Dopen2(f.file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!id.valid()) fail(f.path, fmt::format("cannot open dataset '{}': {}", name, hdf5::last_error()));
+  if (!id.valid())
+    fail(f.path, fmt::format("cannot open dataset '{}': {}", name, hdf5::last_error()));
   return id;
 }
 
@@ -128,8 +130,7 @@ void check_shapes(Hdf5File& f, const SourceSpec& spec) {
                              spec.labels_dataset, label_dims.size()));
   if (label_dims[0] != f.dims[0])
     fail(f.path, fmt::format("mismatched lengths: '{}' holds {} images but '{}' holds {} labels",
-                             spec.images_dataset, f.dims[0], spec.labels_dataset,
-                             label_dims[0]));
+                             spec.images_dataset, f.dims[0], spec.labels_dataset, label_dims[0]));
 }
 
 // A corrupt header can claim any extent; refuse what no image is before a
@@ -159,8 +160,8 @@ Hdf5File open_file(const std::string& path, const SourceSpec& spec) {
   f.path = path;
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     std::string why = hdf5::last_error();
-    fail(path, fmt::format("not a readable HDF5 file ({}); it is missing, truncated or corrupt",
-                           why));
+    fail(path,
+         fmt::format("not a readable HDF5 file ({}); it is missing, truncated or corrupt", why));
   }
   f.file = Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!f.file.valid())
@@ -221,8 +222,9 @@ void probe_metadata(const std::string& path, const SourceSpec& spec) {
     if (std::chrono::steady_clock::now() > deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      fail(path, "libhdf5 did not finish reading the file's metadata within 120 s; the file is "
-                 "corrupt (a cycle in its B-trees?)");
+      fail(path,
+           "libhdf5 did not finish reading the file's metadata within 120 s; the file is "
+           "corrupt (a cycle in its B-trees?)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -348,8 +350,7 @@ class Hdf5Source final : public SampleSource {
   void check_readable(const SegmentData& data, size_t i) const {
     if (!data.bad.empty() && !data.bad[i].empty())
       throw BadRecord(Problem::kTruncatedPayload, names_[data.segment.shard],
-                      data.segment.first + i, 0,
-                      fmt::format("HDF5 read failed: {}", data.bad[i]));
+                      data.segment.first + i, 0, fmt::format("HDF5 read failed: {}", data.bad[i]));
   }
 
   PixelView view(const SegmentData& data, size_t i) const {

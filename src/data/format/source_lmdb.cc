@@ -19,7 +19,8 @@ namespace {
 class ReadTxn {
  public:
   ReadTxn(MDB_env* env, const std::string& path) {
-    if (int rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn_)) fail(path, "cannot begin a read", rc);
+    if (int rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn_))
+      fail(path, "cannot begin a read", rc);
   }
   ~ReadTxn() { mdb_txn_abort(txn_); }
   ReadTxn(const ReadTxn&) = delete;
@@ -48,8 +49,8 @@ struct LmdbEnv {
   std::string path;
   MDB_env* env = nullptr;
   MDB_dbi dbi = 0;
-  std::string keys;                // every key, back to back, in order
-  std::vector<size_t> key_ends;    // key i is keys[key_ends[i-1], key_ends[i])
+  std::string keys;              // every key, back to back, in order
+  std::vector<size_t> key_ends;  // key i is keys[key_ends[i-1], key_ends[i])
 
   std::string_view key(uint64_t i) const {
     size_t begin = i ? key_ends[i - 1] : 0;
@@ -72,7 +73,8 @@ void open_env(LmdbEnv& e) {
   if (int rc = mdb_env_open(e.env, e.path.c_str(), flags, 0444))
     fail(e.path, "not a readable LMDB environment (corrupt, truncated, or another format)", rc);
   ReadTxn txn(e.env, e.path);
-  if (int rc = mdb_dbi_open(txn.get(), nullptr, 0, &e.dbi)) fail(e.path, "cannot open the database", rc);
+  if (int rc = mdb_dbi_open(txn.get(), nullptr, 0, &e.dbi))
+    fail(e.path, "cannot open the database", rc);
 }
 
 // One pass over the keys, so that record i can be found without a scan later.
@@ -115,9 +117,11 @@ class LmdbSource final : public SampleSource {
     MDB_val key{first_key.size(), const_cast<char*>(first_key.data())}, value;
     int rc = mdb_cursor_get(cursor.get(), &key, &value, MDB_SET_KEY);
     for (uint64_t i = 0; i < s.count; ++i) {
-      if (rc) fail(e.path, fmt::format("record {} (key '{}') cannot be read", s.first + i,
-                                       printable(e.key(s.first + i))),
-                   rc);
+      if (rc)
+        fail(e.path,
+             fmt::format("record {} (key '{}') cannot be read", s.first + i,
+                         printable(e.key(s.first + i))),
+             rc);
       data.bytes.append(static_cast<const char*>(value.mv_data), value.mv_size);
       data.ends.push_back(data.bytes.size());
       if (i + 1 < s.count) rc = mdb_cursor_get(cursor.get(), &key, &value, MDB_NEXT);
@@ -132,8 +136,8 @@ class LmdbSource final : public SampleSource {
   }
 
   Example example(const SegmentData& data, size_t i) const override {
-    return parse_example_payload(data.record(i), names_[data.segment.shard],
-                                 data.segment.first + i, 0);
+    return parse_example_payload(data.record(i), names_[data.segment.shard], data.segment.first + i,
+                                 0);
   }
 
  private:

@@ -52,7 +52,8 @@ class RecordShardSource final : public SampleSource {
  private:
   std::string_view payload(const SegmentData& data, size_t i) const {
     std::string_view bytes = data.record(i);
-    Frame frame = parse_indexed_frame({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    Frame frame =
+        parse_indexed_frame({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
     if (frame.problem != Problem::kNone)
       throw BadRecord(frame.problem, names_[data.segment.shard], data.segment.first + i,
                       offset_of(data, i), frame.detail);

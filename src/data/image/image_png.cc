@@ -69,9 +69,7 @@ std::optional<Image> decode_image(std::string_view bytes, int channels, std::str
   switch (sniff_image_format(bytes)) {
     case ImageFormat::kJpeg: return decode_jpeg(bytes, channels, error);
     case ImageFormat::kPng: return decode_png(bytes, channels, error);
-    default:
-      *error = "bytes are neither JPEG nor PNG (unknown magic)";
-      return std::nullopt;
+    default: *error = "bytes are neither JPEG nor PNG (unknown magic)"; return std::nullopt;
   }
 }
 

@@ -25,8 +25,9 @@ std::vector<Segment> make_blocks(const std::vector<uint64_t>& shard_records, uin
 // block order; `starts[i]` is the position where blocks[i] begins.
 void append_range(const std::vector<Segment>& blocks, const std::vector<uint64_t>& starts,
                   uint64_t begin, uint64_t end, std::vector<Segment>* out) {
-  size_t i = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), begin) -
-                                 starts.begin()) - 1;
+  size_t i =
+      static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin()) -
+      1;
   for (uint64_t pos = begin; pos < end; ++i) {
     uint64_t skip = pos - starts[i];
     uint64_t take = std::min(blocks[i].count - skip, end - pos);
@@ -45,8 +46,8 @@ uint64_t records_per_rank(uint64_t total, int world_size, Remainder remainder) {
 std::vector<Segment> plan_epoch(const std::vector<uint64_t>& shard_records,
                                 const EpochPlanOptions& o) {
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
-    throw InvalidArgument(fmt::format("plan_epoch: rank {} outside world of {}", o.rank,
-                                      o.world_size));
+    throw InvalidArgument(
+        fmt::format("plan_epoch: rank {} outside world of {}", o.rank, o.world_size));
   if (o.block_records == 0) throw InvalidArgument("plan_epoch: block_records must be >= 1");
   std::vector<Segment> blocks = make_blocks(shard_records, o.block_records);
   bool shared = o.assignment == Assignment::kPartition;

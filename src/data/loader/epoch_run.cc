@@ -12,15 +12,16 @@ namespace {
 constexpr uint64_t kShuffleStream = 0x73687566ull;  // "shuf"
 }
 
-EpochRun::EpochRun(const LoaderOptions& options, const SampleSource& source,
-                   BlockReader& reader, uint64_t block_records, uint64_t epoch, uint64_t batches)
+EpochRun::EpochRun(const LoaderOptions& options, const SampleSource& source, BlockReader& reader,
+                   uint64_t block_records, uint64_t epoch, uint64_t batches)
     : options_(options),
       source_(source),
       reader_(reader),
       block_records_(block_records),
       epoch_(epoch),
       batches_(batches),
-      capacity_(std::max<uint64_t>({uint64_t{1}, uint64_t(options.prefetch), uint64_t(options.threads)})) {
+      capacity_(std::max<uint64_t>(
+          {uint64_t{1}, uint64_t(options.prefetch), uint64_t(options.threads)})) {
   threads_.emplace_back([this] { produce(); });
   for (size_t i = 0; i < std::max<size_t>(1, options.threads); ++i)
     threads_.emplace_back([this] { decode_loop(); });
@@ -47,12 +48,12 @@ bool EpochRun::push_job(BatchJob job) {
 }
 
 void EpochRun::produce_batches() {
-  EpochPlanOptions plan{options_.assignment, options_.remainder, options_.seed, epoch_,
+  EpochPlanOptions plan{options_.assignment, options_.remainder,  options_.seed, epoch_,
                         options_.rank,       options_.world_size, block_records_};
   RecordSource source(reader_, plan_epoch(source_.shard_records(), plan), options_.interleave);
   ShuffleBuffer<RawRecord> shuffle(
-      options_.shuffle_buffer, mix_seed({options_.seed, epoch_, kShuffleStream,
-                                          static_cast<uint64_t>(options_.rank)}));
+      options_.shuffle_buffer,
+      mix_seed({options_.seed, epoch_, kShuffleStream, static_cast<uint64_t>(options_.rank)}));
   BatchJob job;
   uint64_t seq = 0;
   // Returns false once every batch is out (drop_last_batch ends early) or on stop.
@@ -67,8 +68,10 @@ void EpochRun::produce_batches() {
   while (more && source.next(&record))
     if (auto out = shuffle.push(std::move(record))) more = emit(std::move(*out));
   while (more)
-    if (auto out = shuffle.pop()) more = emit(std::move(*out));
-    else break;
+    if (auto out = shuffle.pop())
+      more = emit(std::move(*out));
+    else
+      break;
   if (more && !job.records.empty()) {
     job.seq = seq++;
     push_job(std::move(job));

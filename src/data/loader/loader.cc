@@ -12,8 +12,8 @@ namespace {
 void validate(const LoaderOptions& o) {
   if (o.batch_size == 0) throw InvalidArgument("LoaderOptions.batch_size must be >= 1");
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
-    throw InvalidArgument(fmt::format("LoaderOptions: rank {} outside world of {}", o.rank,
-                                      o.world_size));
+    throw InvalidArgument(
+        fmt::format("LoaderOptions: rank {} outside world of {}", o.rank, o.world_size));
   if (o.block_records == 0) throw InvalidArgument("LoaderOptions.block_records must be >= 1");
 }
 
@@ -73,8 +73,9 @@ void Loader::start_epoch(uint64_t epoch) {
   p.taken = 0;
   p.skips = {};
   p.failed = nullptr;
-  if (p.batches > 0) p.run = std::make_unique<EpochRun>(p.options, *p.source, p.reader, p.block_records,
-                                                     epoch, p.batches);
+  if (p.batches > 0)
+    p.run = std::make_unique<EpochRun>(p.options, *p.source, p.reader, p.block_records, epoch,
+                                       p.batches);
 }
 
 std::optional<HostBatch> Loader::next() {

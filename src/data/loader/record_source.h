@@ -64,7 +64,7 @@ class RecordSource {
   BlockReader& reader_;
   std::vector<Segment> plan_;
   size_t interleave_;
-  size_t next_segment_ = 0;                         // next plan entry to become a slot
+  size_t next_segment_ = 0;                             // next plan entry to become a slot
   std::deque<std::shared_future<SegmentBytes>> ahead_;  // reads of plan_[next_segment_...]
   std::vector<Slot> slots_;
   size_t cursor_ = 0;

@@ -52,9 +52,9 @@ Frame parse_frame(std::span<const uint8_t> bytes) {
                    fmt::format("stored 0x{:08x}, computed 0x{:08x}", stored, computed));
   uint64_t available = bytes.size() - kHeaderBytes;
   if (length > available || available - length < kFooterBytes) {
-    Frame f = problem(Problem::kTruncatedPayload,
-                      fmt::format("length {} needs {} more bytes, {} present", length,
-                                  length + kFooterBytes, available));
+    Frame f =
+        problem(Problem::kTruncatedPayload, fmt::format("length {} needs {} more bytes, {} present",
+                                                        length, length + kFooterBytes, available));
     f.size = framed_size(length);
     return f;
   }

@@ -21,8 +21,8 @@ ShardInfo shard_from_json(const nlohmann::json& j, const fs::path& dir) {
   shard.bytes = j.at("bytes").get<uint64_t>();
   shard.offsets = j.at("offsets").get<std::vector<uint64_t>>();
   if (shard.offsets.size() != j.at("records").get<uint64_t>())
-    throw Error(fmt::format("shard {}: 'records' disagrees with the number of offsets",
-                            shard.path));
+    throw Error(
+        fmt::format("shard {}: 'records' disagrees with the number of offsets", shard.path));
   shard.check_layout();
   return shard;
 }
@@ -34,9 +34,10 @@ void ShardInfo::check_layout() const {
   for (size_t r = 0; r < offsets.size(); ++r) {
     const uint64_t end = end_of(r, 1);
     if (offsets[r] > end || end - offsets[r] < framed_size(0))
-      throw Error(fmt::format("shard {}: record {} spans bytes [{}, {}), less than a {}-byte "
-                              "frame (offsets must rise, and end by the shard's {} bytes)",
-                              path, r, offsets[r], end, framed_size(0), bytes));
+      throw Error(
+          fmt::format("shard {}: record {} spans bytes [{}, {}), less than a {}-byte "
+                      "frame (offsets must rise, and end by the shard's {} bytes)",
+                      path, r, offsets[r], end, framed_size(0), bytes));
   }
 }
 
@@ -49,9 +50,10 @@ uint64_t RecordIndex::total_records() const {
 RecordIndex RecordIndex::load(const std::string& path) {
   std::ifstream in(path);
   if (!in)
-    throw Error(fmt::format("cannot open record index {}: create it with 'lockstep convert' "
-                            "(or 'lockstep convert index' for existing TFRecord files)",
-                            path));
+    throw Error(
+        fmt::format("cannot open record index {}: create it with 'lockstep convert' "
+                    "(or 'lockstep convert index' for existing TFRecord files)",
+                    path));
   RecordIndex index;
   try {
     nlohmann::json j = nlohmann::json::parse(in);

@@ -78,7 +78,8 @@ bool RecordReader::end_of_file() {
   done_ = true;
   if (indexed_remaining() > 0)
     fail_index(fmt::format("the file ends after {} of the {} records its index lists ({} of {} "
-                           "bytes)", index_, indexed_offsets_.size(), offset_, indexed_bytes_),
+                           "bytes)",
+                           index_, indexed_offsets_.size(), offset_, indexed_bytes_),
                indexed_remaining());
   return false;
 }
@@ -115,7 +116,8 @@ bool RecordReader::next(std::string* payload) {
     const bool deliver = frame.problem == Problem::kNone && !beyond_index;
     if (deliver) payload->assign(frame.payload);
     pos_ += frame.size;
-    LOCKSTEP_DCHECK_LE(pos_, buffer_.size(), "{}: record {} ends past the bytes read", path_, index_);
+    LOCKSTEP_DCHECK_LE(pos_, buffer_.size(), "{}: record {} ends past the bytes read", path_,
+                       index_);
     offset_ += frame.size;
     ++index_;
     if (deliver) return true;

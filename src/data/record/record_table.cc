@@ -40,8 +40,8 @@ RecordTable::RecordTable(RecordIndex index) : index_(std::move(index)) {
     int fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       for (int open_fd : fds_) ::close(open_fd);
-      throw Error(fmt::format("cannot open shard {}: {}; check the index's folder",
-                              shard.path, std::strerror(errno)));
+      throw Error(fmt::format("cannot open shard {}: {}; check the index's folder", shard.path,
+                              std::strerror(errno)));
     }
     fds_.push_back(fd);
     try {

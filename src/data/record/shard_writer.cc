@@ -11,8 +11,7 @@
 namespace lockstep::data {
 namespace fs = std::filesystem;
 
-ShardSetWriter::ShardSetWriter(const std::string& dir, const std::string& name,
-                               size_t num_shards) {
+ShardSetWriter::ShardSetWriter(const std::string& dir, const std::string& name, size_t num_shards) {
   if (num_shards == 0) throw InvalidArgument("ShardSetWriter: num_shards must be at least 1");
   fs::create_directories(dir);
   index_path_ = (fs::path(dir) / (name + ".index.json")).string();

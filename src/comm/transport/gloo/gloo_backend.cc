@@ -100,7 +100,7 @@ std::shared_ptr<::gloo::transport::Device> device() {
     throw InvalidArgument(fmt::format(
         "gloo backend: cannot open a TCP device on {} ({}); set LOCKSTEP_NETWORK_INTERFACE (or "
         "lockstep run --network-interface) to an interface that exists, e.g. eth0",
-        !iface.empty()           ? "interface " + iface
+        !iface.empty()          ? "interface " + iface
         : towards_store.empty() ? std::string("the address of this host's name")
                                 : "address " + towards_store,
         e.what()));
@@ -150,10 +150,12 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw PeerFailure(-1, fmt::format(
-        "gloo backend: rank {} of {} could not connect to its peers within {} s ({}). Check that "
-        "every rank started and that LOCKSTEP_NETWORK_INTERFACE names a reachable interface",
-        world.rank, world.size, timeout.count() / 1000.0, e.what()));
+    throw PeerFailure(
+        -1,
+        fmt::format(
+            "gloo backend: rank {} of {} could not connect to its peers within {} s ({}). Check that "
+            "every rank started and that LOCKSTEP_NETWORK_INTERFACE names a reachable interface",
+            world.rank, world.size, timeout.count() / 1000.0, e.what()));
   }
   return std::make_unique<GlooBackend>(std::move(context), std::move(store), std::move(peers),
                                        timeout, knob_bool("LOCKSTEP_VERIFY_OPS"));
@@ -163,9 +165,16 @@ GlooBackend::GlooBackend(std::shared_ptr<::gloo::Context> context,
                          std::unique_ptr<::gloo::rendezvous::Store> store,
                          std::vector<PeerInfo> peers, std::chrono::milliseconds timeout,
                          bool verify_ops)
-    : context_(std::move(context)), store_(std::move(store)), peers_(std::move(peers)),
-      liveness_(local_pids(peers_), context_->rank), timeout_(timeout), verify_ops_(verify_ops), rank_(context_->rank),
-      size_(context_->size), sent_(size_, 0), received_(size_, 0) {}
+    : context_(std::move(context)),
+      store_(std::move(store)),
+      peers_(std::move(peers)),
+      liveness_(local_pids(peers_), context_->rank),
+      timeout_(timeout),
+      verify_ops_(verify_ops),
+      rank_(context_->rank),
+      size_(context_->size),
+      sent_(size_, 0),
+      received_(size_, 0) {}
 
 GlooBackend::~GlooBackend() {
   if (!broken_.empty() || size_ == 1) return;

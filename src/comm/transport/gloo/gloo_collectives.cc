@@ -54,9 +54,8 @@ void divide(void* data, size_t count, DataType dtype, int divisor) {
 // i8/u8/i16/i32 averages sum in int64 (as the kernels accumulate) so the narrow
 // sum cannot wrap before the division.
 bool wide_average(DataType dtype, ReduceOp op) {
-  return op == ReduceOp::kAverage &&
-         (dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt16 ||
-          dtype == DataType::kInt32);
+  return op == ReduceOp::kAverage && (dtype == DataType::kInt8 || dtype == DataType::kUInt8 ||
+                                      dtype == DataType::kInt16 || dtype == DataType::kInt32);
 }
 
 int64_t load_int(const void* p, size_t i, DataType dtype) {

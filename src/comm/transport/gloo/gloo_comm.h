@@ -39,8 +39,7 @@ class GlooBackend final : public Backend {
     if (broken_.empty()) broken_ = "abandoned after a failure in another part of the job";
   }
 
-  void allreduce(const void* send, void* recv, size_t count, DataType dtype,
-                 ReduceOp op) override;
+  void allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) override;
   void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
               int root) override;
   void broadcast(void* buffer, size_t count, DataType dtype, int root) override;

@@ -70,12 +70,15 @@ void GlooBackend::fail(const char* what, const std::string& gloo_message) {
   }
   int dead = find_dead_peer(std::chrono::milliseconds(500));
   if (dead >= 0)
-    msg = fmt::format("{}: rank {} (pid {}) died; rank {} cannot complete the collective "
-                      "(gloo: {})", what, dead, peers_[dead].pid, rank_, gloo_message);
+    msg = fmt::format(
+        "{}: rank {} (pid {}) died; rank {} cannot complete the collective "
+        "(gloo: {})",
+        what, dead, peers_[dead].pid, rank_, gloo_message);
   else
-    msg = fmt::format("{}: rank {} lost its connection to a peer (gloo: {}); that peer died, "
-                      "aborted its communicator or its host is unreachable", what, rank_,
-                      gloo_message);
+    msg = fmt::format(
+        "{}: rank {} lost its connection to a peer (gloo: {}); that peer died, "
+        "aborted its communicator or its host is unreachable",
+        what, rank_, gloo_message);
   broken_ = msg;
   context_.reset();
   throw PeerFailure(dead, msg);

@@ -41,8 +41,7 @@ class OwningPrefixStore final : public ::gloo::rendezvous::Store {
 class RendezvousStore final : public ::gloo::rendezvous::Store {
  public:
   RendezvousStore(const WorldInfo& world, std::chrono::milliseconds timeout)
-      : client_(world.rendezvous, rendezvous::decode_secret_hex(world.secret)),
-        timeout_(timeout) {}
+      : client_(world.rendezvous, rendezvous::decode_secret_hex(world.secret)), timeout_(timeout) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     client_.set(key, std::string_view(data.data(), data.size()));
   }
@@ -70,13 +69,14 @@ std::unique_ptr<::gloo::rendezvous::Store> make_store(const WorldInfo& world,
   std::string prefix = fmt::format("{}/{}", world.job_id.empty() ? "job" : world.job_id, tag);
   std::string dir = knob_string("LOCKSTEP_GLOO_FILE_STORE");
   if (!dir.empty())
-    return std::make_unique<OwningPrefixStore>(
-        std::make_unique<::gloo::rendezvous::FileStore>(dir), prefix);
+    return std::make_unique<OwningPrefixStore>(std::make_unique<::gloo::rendezvous::FileStore>(dir),
+                                               prefix);
 #ifdef LOCKSTEP_HAVE_RENDEZVOUS
   if (!world.rendezvous.empty()) {
     if (world.secret.empty())
-      throw InvalidArgument("gloo backend: LOCKSTEP_RENDEZVOUS is set but LOCKSTEP_SECRET is "
-                            "not; start workers with `lockstep run`, which sets both");
+      throw InvalidArgument(
+          "gloo backend: LOCKSTEP_RENDEZVOUS is set but LOCKSTEP_SECRET is "
+          "not; start workers with `lockstep run`, which sets both");
     return std::make_unique<OwningPrefixStore>(std::make_unique<RendezvousStore>(world, timeout),
                                                prefix);
   }

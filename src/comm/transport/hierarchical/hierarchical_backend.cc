@@ -89,9 +89,7 @@ Layout layout_of(const std::vector<int64_t>& all, int r, const WorldInfo& world,
   return derived ? *derived : mine;
 }
 
-int64_t host_hash() {
-  return static_cast<int64_t>(std::hash<std::string>{}(host_label()) >> 1);
-}
+int64_t host_hash() { return static_cast<int64_t>(std::hash<std::string>{}(host_label()) >> 1); }
 
 // A job id shared by every rank, naming the hosts' shared-memory segments.
 std::string shared_job_id(Backend& flat, const WorldInfo& world) {
@@ -107,8 +105,8 @@ std::string shared_job_id(Backend& flat, const WorldInfo& world) {
 std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string& tag,
                                       const Transport& cross, bool only_if_useful) {
   std::unique_ptr<Backend> flat = cross.make(world, tag);
-  int64_t mine[kFields] = {world.cross_rank, world.local_rank, world.local_size,
-                           world.cross_size, host_hash()};
+  int64_t mine[kFields] = {world.cross_rank, world.local_rank, world.local_size, world.cross_size,
+                           host_hash()};
   std::vector<int64_t> all(kFields * static_cast<size_t>(world.size));
   flat->allgatherv(mine, all.data(), std::vector<size_t>(world.size, kFields), DataType::kInt64);
   Layout layout{world.cross_rank, world.local_rank, world.local_size, world.cross_size};
@@ -116,14 +114,16 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
     auto derived = layout_from_hosts(all, world.size, world.rank);
     if (!derived) {
       if (world.rank == 0 && !only_if_useful)
-        log(LogLevel::kWarning, "hierarchical allreduce disabled, using flat {}: {}, and the "
-            "hosts hold different numbers of ranks", cross.name, problem);
+        log(LogLevel::kWarning,
+            "hierarchical allreduce disabled, using flat {}: {}, and the "
+            "hosts hold different numbers of ranks",
+            cross.name, problem);
       return flat;
     }
     layout = *derived;
   }
-  if (only_if_useful &&
-      !policy::hierarchical_taken(policy::HierarchicalMode::kAuto, layout.cross_size, layout.local_size))
+  if (only_if_useful && !policy::hierarchical_taken(policy::HierarchicalMode::kAuto,
+                                                    layout.cross_size, layout.local_size))
     return flat;
   std::string job = shared_job_id(*flat, world);
   WorldInfo host;
@@ -146,8 +146,7 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
     if (r_layout.local_rank == layout.local_rank) cross_ranks[r_layout.cross_rank] = r;
   }
   return std::make_unique<HierarchicalBackend>(fmt::format("hierarchical-{}", cross.name),
-                                               std::move(flat),
-                                               std::move(local), std::move(across),
+                                               std::move(flat), std::move(local), std::move(across),
                                                std::move(local_ranks), std::move(cross_ranks));
 }
 
@@ -160,10 +159,12 @@ Backend& flat_backend(Backend& b) {
 HierarchicalBackend::HierarchicalBackend(std::string name, std::unique_ptr<Backend> flat,
                                          std::unique_ptr<Backend> local,
                                          std::unique_ptr<Backend> cross,
-                                         std::vector<int> local_ranks,
-                                         std::vector<int> cross_ranks)
-    : name_(std::move(name)), flat_(std::move(flat)), local_(std::move(local)),
-      cross_(std::move(cross)), local_ranks_(std::move(local_ranks)),
+                                         std::vector<int> local_ranks, std::vector<int> cross_ranks)
+    : name_(std::move(name)),
+      flat_(std::move(flat)),
+      local_(std::move(local)),
+      cross_(std::move(cross)),
+      local_ranks_(std::move(local_ranks)),
       cross_ranks_(std::move(cross_ranks)) {}
 
 // The stages' backends number their ranks within the host or the cross
@@ -207,9 +208,8 @@ void HierarchicalBackend::allreduce(const void* send, void* recv, size_t count, 
   }
   slice_.resize(block * es);
   ReduceOp sum_or_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
-  run_stage("shared-memory reduce-scatter", *local_, local_ranks_, [&](Backend& b) {
-    b.reduce_scatter(input, slice_.data(), block, dtype, sum_or_op);
-  });
+  run_stage("shared-memory reduce-scatter", *local_, local_ranks_,
+            [&](Backend& b) { b.reduce_scatter(input, slice_.data(), block, dtype, sum_or_op); });
   run_stage("cross-host allreduce", *cross_, cross_ranks_, [&](Backend& b) {
     b.allreduce(slice_.data(), slice_.data(), block, dtype, sum_or_op);
   });

@@ -28,8 +28,7 @@ class HierarchicalBackend final : public Backend {
     cross_->abandon();
   }
 
-  void allreduce(const void* send, void* recv, size_t count, DataType dtype,
-                 ReduceOp op) override;
+  void allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) override;
   void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
               int root) override {
     flat_->reduce(send, recv, count, dtype, op, root);
@@ -69,10 +68,10 @@ class HierarchicalBackend final : public Backend {
   void run_stage(const char* what, Backend& group, const std::vector<int>& global, Stage stage);
   std::string name_;
   std::unique_ptr<Backend> flat_;
-  std::unique_ptr<Backend> local_;   // this host's ranks, shared memory
-  std::unique_ptr<Backend> cross_;   // one rank per host, same local rank
+  std::unique_ptr<Backend> local_;  // this host's ranks, shared memory
+  std::unique_ptr<Backend> cross_;  // one rank per host, same local rank
   std::vector<int> local_ranks_, cross_ranks_;
-  std::vector<std::byte> padded_;    // reused staging buffers
+  std::vector<std::byte> padded_;  // reused staging buffers
   std::vector<std::byte> slice_;
 };
 

@@ -105,8 +105,7 @@ void MpiBackend::verify(const kit::OpDesc& mine) {
   kit::PackedDesc packed = kit::pack(mine);
   std::vector<kit::PackedDesc> words(size_);
   MPI_Request req;
-  check(MPI_Iallgather(packed.data(), 2, MPI_UINT64_T, words.data(), 2, MPI_UINT64_T, comm_,
-                       &req),
+  check(MPI_Iallgather(packed.data(), 2, MPI_UINT64_T, words.data(), 2, MPI_UINT64_T, comm_, &req),
         "mpi: comparing op descriptors");
   // Liveness only: the peers' descriptors differ exactly when this exchange
   // is needed, and the watchdog's own comparison would throw while the
@@ -134,8 +133,10 @@ void MpiBackend::send(const void* buffer, size_t count, DataType dtype, int peer
   if (tag < 0 || tag > tag_ub_)
     throw InvalidArgument(fmt::format("send: tag {} is outside MPI's range [0, {}]", tag, tag_ub_));
   if (bytes > INT_MAX)
-    throw InvalidArgument(fmt::format("send: {} bytes exceed MPI's int count; send pieces of at "
-                                      "most 2 GiB", bytes));
+    throw InvalidArgument(
+        fmt::format("send: {} bytes exceed MPI's int count; send pieces of at "
+                    "most 2 GiB",
+                    bytes));
   MPI_Request req;
   check(MPI_Isend(buffer, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_, &req), "send");
   watchdog_.wait(req, "send", peer);
@@ -147,8 +148,10 @@ void MpiBackend::recv(void* buffer, size_t count, DataType dtype, int peer, int 
   if (tag < 0 || tag > tag_ub_)
     throw InvalidArgument(fmt::format("recv: tag {} is outside MPI's range [0, {}]", tag, tag_ub_));
   if (bytes > INT_MAX)
-    throw InvalidArgument(fmt::format("recv: {} bytes exceed MPI's int count; receive pieces of "
-                                      "at most 2 GiB", bytes));
+    throw InvalidArgument(
+        fmt::format("recv: {} bytes exceed MPI's int count; receive pieces of "
+                    "at most 2 GiB",
+                    bytes));
   // Probe first: pairs match in order whatever the tag, as in the shm backend,
   // so a different tag or size is a MismatchError instead of a hang.
   MPI_Message message;

@@ -59,8 +59,8 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 
 int as_int(size_t n, const char* what) {
   if (n > INT_MAX)
-    throw InvalidArgument(fmt::format("{}: {} elements exceed MPI's int count; split the message",
-                                      what, n));
+    throw InvalidArgument(
+        fmt::format("{}: {} elements exceed MPI's int count; split the message", what, n));
   return static_cast<int>(n);
 }
 
@@ -111,10 +111,10 @@ void MpiBackend::allreduce(const void* send, void* recv, size_t count, DataType 
   for (size_t off = 0; off < count; off += kChunk) {
     int n = static_cast<int>(std::min(kChunk, count - off));
     MPI_Request req;
-    check(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : bytes(send) + off * es,
-                         bytes(recv) + off * es, n, datatype(dtype), reduce_op(dtype, op), comm_,
-                         &req),
-          "allreduce");
+    check(
+        MPI_Iallreduce(send == recv ? MPI_IN_PLACE : bytes(send) + off * es, bytes(recv) + off * es,
+                       n, datatype(dtype), reduce_op(dtype, op), comm_, &req),
+        "allreduce");
     wait(req, "allreduce");
   }
   if (op == ReduceOp::kAverage) divide(recv, count, dtype, size_);
@@ -146,8 +146,7 @@ void MpiBackend::broadcast(void* buffer, size_t count, DataType dtype, int root)
   for (size_t off = 0; off < count; off += kChunk) {
     int n = static_cast<int>(std::min(kChunk, count - off));
     MPI_Request req;
-    check(MPI_Ibcast(bytes(buffer) + off * es, n, datatype(dtype), root, comm_, &req),
-          "broadcast");
+    check(MPI_Ibcast(bytes(buffer) + off * es, n, datatype(dtype), root, comm_, &req), "broadcast");
     wait(req, "broadcast");
   }
 }

@@ -25,8 +25,7 @@ class MpiBackend final : public Backend {
   // Sub-communicators wait the same way as their parent.
   const kit::WaitPolicy& policy() const { return policy_; }
 
-  void allreduce(const void* send, void* recv, size_t count, DataType dtype,
-                 ReduceOp op) override;
+  void allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) override;
   void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
               int root) override;
   void broadcast(void* buffer, size_t count, DataType dtype, int root) override;
@@ -50,8 +49,8 @@ class MpiBackend final : public Backend {
   void verify(const kit::OpDesc& mine);
   void wait(MPI_Request& req, std::string_view what) { watchdog_.wait(req, what); }
   // Integer averages summed in int64 (mpi_types.h).
-  void wide_average(const void* send, void* recv, size_t in_count, size_t out_count,
-                    DataType dtype, int root, kit::OpKind kind);
+  void wide_average(const void* send, void* recv, size_t in_count, size_t out_count, DataType dtype,
+                    int root, kit::OpKind kind);
   // Displacements for a v-collective; throws beyond MPI's int range.
   std::vector<int> to_ints(std::span<const size_t> counts, const char* what) const;
   std::vector<int> displacements(std::span<const int> counts, const char* what) const;

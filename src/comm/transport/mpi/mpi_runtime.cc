@@ -50,8 +50,9 @@ void ensure_initialized() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized)
-    throw Error("mpi backend: MPI was already finalized in this process; create every MPI "
-                "communicator before MPI_Finalize");
+    throw Error(
+        "mpi backend: MPI was already finalized in this process; create every MPI "
+        "communicator before MPI_Finalize");
   int provided = 0;
   check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   g_we_initialized = true;
@@ -59,7 +60,8 @@ void ensure_initialized() {
   if (provided < MPI_THREAD_SERIALIZED)
     log(LogLevel::kWarning,
         "mpi backend: the MPI library provides thread level {} (< MPI_THREAD_SERIALIZED); "
-        "drive every communicator from the thread that created the first one", provided);
+        "drive every communicator from the thread that created the first one",
+        provided);
 }
 
 bool started_by_mpi_launcher() {

@@ -56,8 +56,8 @@ MPI_Op reduce_op(DataType dtype, ReduceOp op) {
   // AVX operators saturate int8/uint8 sums instead of wrapping (measured:
   // 100 + 100 -> 127), so lockstep's kernels reduce those too; int16 goes
   // the same way since the same AVX unit provides its operators.
-  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ||
-      dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt16) {
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 || dtype == DataType::kInt8 ||
+      dtype == DataType::kUInt8 || dtype == DataType::kInt16) {
     // Freed by MPI_Finalize; never freed earlier since communicators may
     // outlive each other.
     static MPI_Op ops[5][4];
@@ -69,8 +69,11 @@ MPI_Op reduce_op(DataType dtype, ReduceOp op) {
       create_ops<DataType::kUInt8>(ops[3]);
       create_ops<DataType::kInt16>(ops[4]);
     });
-    int row = dtype == DataType::kFloat16 ? 0 : dtype == DataType::kBFloat16 ? 1
-              : dtype == DataType::kInt8 ? 2 : dtype == DataType::kUInt8 ? 3 : 4;
+    int row = dtype == DataType::kFloat16    ? 0
+              : dtype == DataType::kBFloat16 ? 1
+              : dtype == DataType::kInt8     ? 2
+              : dtype == DataType::kUInt8    ? 3
+                                             : 4;
     return ops[row][op_index(op)];
   }
   switch (op) {
@@ -84,9 +87,8 @@ MPI_Op reduce_op(DataType dtype, ReduceOp op) {
 }
 
 bool needs_wide_average(DataType dtype, ReduceOp op) {
-  return op == ReduceOp::kAverage &&
-         (dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt16 ||
-          dtype == DataType::kInt32);
+  return op == ReduceOp::kAverage && (dtype == DataType::kInt8 || dtype == DataType::kUInt8 ||
+                                      dtype == DataType::kInt16 || dtype == DataType::kInt32);
 }
 
 }  // namespace lockstep::comm::mpi

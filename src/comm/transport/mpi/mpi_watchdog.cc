@@ -48,7 +48,8 @@ void wait_until(MPI_Request& req, std::string_view what, std::chrono::millisecon
     if (Clock::now() - start > timeout) {
       std::string msg = fmt::format(
           "{}: not every rank joined within {} s (LOCKSTEP_TIMEOUT); check that every rank "
-          "creates the communicator", what, timeout.count() / 1000.0);
+          "creates the communicator",
+          what, timeout.count() / 1000.0);
       mark_broken(msg);
       throw TimeoutError(msg);
     }
@@ -114,11 +115,13 @@ void Watchdog::free_window() {
   try {
     // Liveness only (kAnyPeer): peers' descriptors still show their last op.
     policy_.timeout = std::min(policy_.timeout, std::chrono::milliseconds(10'000));
-    poll([&] {
-      int done = 0;
-      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-      return done != 0;
-    }, "destroying the communicator", kAnyPeer);
+    poll(
+        [&] {
+          int done = 0;
+          MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+          return done != 0;
+        },
+        "destroying the communicator", kAnyPeer);
   } catch (const std::exception&) {
     return;  // a peer died or never came: leave the window to MPI_Finalize
   }
@@ -145,19 +148,23 @@ void Watchdog::begin(const kit::OpDesc& desc) {
 }
 
 void Watchdog::wait(MPI_Request& req, std::string_view what, int peer, MPI_Status* status) {
-  poll([&] {
-    int done = 0;
-    check(MPI_Test(&req, &done, status ? status : MPI_STATUS_IGNORE), what);
-    return done != 0;
-  }, what, peer);
+  poll(
+      [&] {
+        int done = 0;
+        check(MPI_Test(&req, &done, status ? status : MPI_STATUS_IGNORE), what);
+        return done != 0;
+      },
+      what, peer);
 }
 
 void Watchdog::probe(int src, std::string_view what, MPI_Message* message, MPI_Status* status) {
-  poll([&] {
-    int found = 0;
-    check(MPI_Improbe(src, MPI_ANY_TAG, comm_, &found, message, status), what);
-    return found != 0;
-  }, what, src);
+  poll(
+      [&] {
+        int found = 0;
+        check(MPI_Improbe(src, MPI_ANY_TAG, comm_, &found, message, status), what);
+        return found != 0;
+      },
+      what, src);
 }
 
 void Watchdog::poll(const std::function<bool()>& done, std::string_view what, int peer) {
@@ -172,8 +179,10 @@ void Watchdog::poll(const std::function<bool()>& done, std::string_view what, in
     now = Clock::now();
     auto waited = now - start;
     if (waited > policy_.spin) {
-      if (waited < kYieldFor) sched_yield();
-      else std::this_thread::sleep_for(kSleep);
+      if (waited < kYieldFor)
+        sched_yield();
+      else
+        std::this_thread::sleep_for(kSleep);
     }
     if (now < next_check) continue;
     next_check = now + kCheckEvery;
@@ -187,9 +196,7 @@ void Watchdog::poll(const std::function<bool()>& done, std::string_view what, in
   }
 }
 
-uint64_t Watchdog::peer_seq(int r) const {
-  return slots_[r]->seq.load(std::memory_order_acquire);
-}
+uint64_t Watchdog::peer_seq(int r) const { return slots_[r]->seq.load(std::memory_order_acquire); }
 
 // Seqlock read: valid only if the peer stayed at `seq` throughout.
 bool Watchdog::peer_desc(int r, uint64_t seq, kit::OpDesc* out) const {
@@ -209,7 +216,8 @@ void Watchdog::check_peers(std::string_view what, int peer) {
     if (!liveness_.alive(r)) {
       std::string msg = fmt::format(
           "{}: rank {} (pid {}) died; rank {} cannot complete the operation. The MPI job cannot "
-          "recover: restart it", what, r, liveness_.pid(r), rank_);
+          "recover: restart it",
+          what, r, liveness_.pid(r), rank_);
       fail(msg);
       throw PeerFailure(r, msg);
     }
@@ -221,7 +229,8 @@ void Watchdog::check_peers(std::string_view what, int peer) {
     std::string msg = fmt::format(
         "ranks called different collectives: rank {}: {}; rank {}: {}. The MPI communicator "
         "cannot recover from a mismatch once posted (set LOCKSTEP_VERIFY_OPS=1 to detect it "
-        "before posting)", rank_, kit::describe(current_), r, kit::describe(theirs));
+        "before posting)",
+        rank_, kit::describe(current_), r, kit::describe(theirs));
     fail(msg);
     throw MismatchError(msg);
   }
@@ -234,9 +243,12 @@ void Watchdog::fail_timeout(std::string_view what, int peer, double waited_s) {
     if (peer >= 0 || peer_seq(r) < seq_) behind += fmt::format(" rank {},", r);
   }
   std::string who;
-  if (peer >= 0) who = fmt::format("rank {}, which is alive,", peer);
-  else if (!behind.empty()) who = "alive" + behind.substr(0, behind.size() - 1) + ", which";
-  else who = "ranks on other hosts (this host's ranks all joined), which";
+  if (peer >= 0)
+    who = fmt::format("rank {}, which is alive,", peer);
+  else if (!behind.empty())
+    who = "alive" + behind.substr(0, behind.size() - 1) + ", which";
+  else
+    who = "ranks on other hosts (this host's ranks all joined), which";
   std::string msg = fmt::format(
       "{}: rank {} waited {:.1f} s for {} did not complete the operation (LOCKSTEP_TIMEOUT={} s). "
       "Check that every rank calls the same collectives.",

@@ -87,7 +87,7 @@ class Watchdog {
   MPI_Win window_ = MPI_WIN_NULL;
   uint64_t seq_ = 0;
   kit::OpDesc current_;
-  std::string broken_;          // reason, empty while usable
+  std::string broken_;  // reason, empty while usable
 };
 
 }  // namespace lockstep::comm::mpi

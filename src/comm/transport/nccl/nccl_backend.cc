@@ -21,8 +21,12 @@ std::string cuda_text(cudaError_t err) {
 
 NcclBackend::NcclBackend(std::unique_ptr<Watchdog> watchdog, int device, int rank, int size,
                          bool verify_ops, std::vector<PeerRecord> peers)
-    : watchdog_(std::move(watchdog)), peers_(std::move(peers)), device_(device), rank_(rank),
-      size_(size), verify_ops_(verify_ops) {
+    : watchdog_(std::move(watchdog)),
+      peers_(std::move(peers)),
+      device_(device),
+      rank_(rank),
+      size_(size),
+      verify_ops_(verify_ops) {
   DeviceGuard guard(device_);
   // Non-blocking: the legacy default stream (used by code that names no
   // stream) must not serialise with the collectives.
@@ -102,12 +106,14 @@ void NcclBackend::wait_stream_for(std::string_view what, std::chrono::millisecon
   since = std::min(since, Clock::now() - (watchdog_->policy().timeout - limit));
   cudaError_t err = cudaEventRecord(done_, stream_);
   if (err != cudaSuccess) watchdog_->fail_cuda(label, cuda_text(err));
-  watchdog_->poll([&] {
-    cudaError_t e = cudaEventQuery(done_);
-    if (e == cudaSuccess) return true;
-    if (e != cudaErrorNotReady) watchdog_->fail_cuda(label, cuda_text(e));
-    return false;
-  }, label, since);
+  watchdog_->poll(
+      [&] {
+        cudaError_t e = cudaEventQuery(done_);
+        if (e == cudaSuccess) return true;
+        if (e != cudaErrorNotReady) watchdog_->fail_cuda(label, cuda_text(e));
+        return false;
+      },
+      label, since);
   pending_.clear();
   pending_more_ = 0;
 }
@@ -124,8 +130,8 @@ void NcclBackend::verify(const kit::OpDesc& desc) {
   enqueued("verify", ncclAllGather(table + rank_ * sizeof mine, table, sizeof mine, ncclUint8,
                                    watchdog_->comm(), stream_));
   wait_stream("verify");
-  cuda("verify", cudaMemcpyAsync(words.data(), table, sizeof mine * size_,
-                                 cudaMemcpyDeviceToHost, stream_));
+  cuda("verify",
+       cudaMemcpyAsync(words.data(), table, sizeof mine * size_, cudaMemcpyDeviceToHost, stream_));
   wait_stream("verify");
   std::vector<kit::OpDesc> all(size_);
   for (int r = 0; r < size_; ++r) all[r] = kit::unpack(words[r]);
@@ -138,8 +144,8 @@ void NcclBackend::barrier() {
   DeviceGuard guard(device_);
   begin(kit::barrier_desc());
   if (size_ > 1)
-    enqueued("barrier", ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum,
-                                      watchdog_->comm(), stream_));
+    enqueued("barrier",
+             ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, watchdog_->comm(), stream_));
   wait_stream("barrier");
 }
 
@@ -152,8 +158,8 @@ void* NcclBackend::allocate(size_t bytes) {
   cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();  // an allocation failure is not sticky; clear it
-    throw Error(fmt::format("nccl backend: cannot allocate {} bytes on GPU {}: {}", bytes,
-                            device_, cuda_text(err)));
+    throw Error(fmt::format("nccl backend: cannot allocate {} bytes on GPU {}: {}", bytes, device_,
+                            cuda_text(err)));
   }
   return p;
 }

@@ -137,17 +137,17 @@ std::unique_ptr<Backend> NcclBackend::subset(std::span<const int> ranks, const W
   ncclUniqueId id = sub.rank == 0 ? new_id() : ncclUniqueId{};
   if (ranks.size() > 1) {
     void* d = allocate(sizeof id);
-    if (sub.rank == 0) cuda("split", cudaMemcpyAsync(d, &id, sizeof id, cudaMemcpyHostToDevice,
-                                                     stream_));
+    if (sub.rank == 0)
+      cuda("split", cudaMemcpyAsync(d, &id, sizeof id, cudaMemcpyHostToDevice, stream_));
     ncclComm_t comm = watchdog_->comm();
     enqueued("split", grouped([&](auto keep) {
-      if (sub.rank != 0) {
-        keep(ncclRecv(d, sizeof id, ncclUint8, ranks[0], comm, stream_));
-        return;
-      }
-      for (size_t i = 1; i < ranks.size(); ++i)
-        keep(ncclSend(d, sizeof id, ncclUint8, ranks[i], comm, stream_));
-    }));
+               if (sub.rank != 0) {
+                 keep(ncclRecv(d, sizeof id, ncclUint8, ranks[0], comm, stream_));
+                 return;
+               }
+               for (size_t i = 1; i < ranks.size(); ++i)
+                 keep(ncclSend(d, sizeof id, ncclUint8, ranks[i], comm, stream_));
+             }));
     wait_stream("split");
     // Pageable: returns once copied; the stream is idle, so it cannot hang.
     if (sub.rank != 0) cuda_check(cudaMemcpy(&id, d, sizeof id, cudaMemcpyDeviceToHost), "split");

@@ -60,7 +60,8 @@ void check_no_overlap(const char* op, const void* send, size_t send_bytes, const
   if (s < r + recv_bytes && r < s + send_bytes)
     throw InvalidArgument(fmt::format(
         "{}: the send buffer overlaps the receive buffer without being this rank's block of it "
-        "(the only in-place form the nccl backend takes)", op));
+        "(the only in-place form the nccl backend takes)",
+        op));
 }
 
 // ncclRedOpCreatePreMulSum takes the factor in the element type.
@@ -129,8 +130,8 @@ void NcclBackend::broadcast(void* buffer, size_t count, DataType dtype, int root
   check_device_buffer(buffer, count * dtype_size(dtype), device_, "broadcast", "data");
   begin(kit::make_desc(kit::OpKind::kBroadcast, dtype, root, count));
   if (count == 0) return;
-  enqueued("broadcast", ncclBroadcast(buffer, buffer, count, to_nccl(dtype), root,
-                                      watchdog_->comm(), stream_));
+  enqueued("broadcast",
+           ncclBroadcast(buffer, buffer, count, to_nccl(dtype), root, watchdog_->comm(), stream_));
   finish();
 }
 
@@ -202,13 +203,14 @@ void NcclBackend::allgatherv(const void* send, void* recv, std::span<const size_
   } else {
     // One broadcast per rank, rooted there, all in one group.
     enqueued("allgather", grouped([&](auto keep) {
-      for (int r = 0; r < size_; ++r) {
-        if (counts[r] == 0) continue;
-        void* block = at(recv, off[r], esize);
-        keep(ncclBroadcast(r == rank_ ? send : block, block, counts[r], type, r, comm, stream_));
-        tally.received += counts[r];
-      }
-    }));
+               for (int r = 0; r < size_; ++r) {
+                 if (counts[r] == 0) continue;
+                 void* block = at(recv, off[r], esize);
+                 keep(ncclBroadcast(r == rank_ ? send : block, block, counts[r], type, r, comm,
+                                    stream_));
+                 tally.received += counts[r];
+               }
+             }));
   }
   LOCKSTEP_DCHECK_EQ(tally.received, total(counts), "nccl allgather: every block received once");
   finish();
@@ -233,17 +235,18 @@ void NcclBackend::gatherv(const void* send, void* recv, std::span<const size_t> 
     tally.sent = tally.received = counts[root];
   }
   enqueued("gather", grouped([&](auto keep) {
-    if (rank_ != root) {
-      if (counts[rank_] > 0) keep(ncclSend(send, counts[rank_], type, root, comm, stream_));
-      tally.sent = counts[rank_];
-      return;
-    }
-    for (int r = 0; r < size_; ++r)
-      if (r != root && counts[r] > 0) {
-        keep(ncclRecv(at(recv, off[r], esize), counts[r], type, r, comm, stream_));
-        tally.received += counts[r];
-      }
-  }));
+             if (rank_ != root) {
+               if (counts[rank_] > 0)
+                 keep(ncclSend(send, counts[rank_], type, root, comm, stream_));
+               tally.sent = counts[rank_];
+               return;
+             }
+             for (int r = 0; r < size_; ++r)
+               if (r != root && counts[r] > 0) {
+                 keep(ncclRecv(at(recv, off[r], esize), counts[r], type, r, comm, stream_));
+                 tally.received += counts[r];
+               }
+           }));
   LOCKSTEP_DCHECK_EQ(tally.sent, counts[rank_], "nccl gather: this rank's block sent once");
   LOCKSTEP_DCHECK_EQ(tally.received, rank_ == root ? total(counts) : 0,
                      "nccl gather: the root receives every block once");
@@ -266,17 +269,17 @@ void NcclBackend::scatter(const void* send, void* recv, size_t count, DataType d
     tally.sent = tally.received = count;
   }
   enqueued("scatter", grouped([&](auto keep) {
-    if (rank_ != root) {
-      keep(ncclRecv(recv, count, type, root, comm, stream_));
-      tally.received = count;
-      return;
-    }
-    for (int r = 0; r < size_; ++r)
-      if (r != root) {
-        keep(ncclSend(at(send, count * r, esize), count, type, r, comm, stream_));
-        tally.sent += count;
-      }
-  }));
+             if (rank_ != root) {
+               keep(ncclRecv(recv, count, type, root, comm, stream_));
+               tally.received = count;
+               return;
+             }
+             for (int r = 0; r < size_; ++r)
+               if (r != root) {
+                 keep(ncclSend(at(send, count * r, esize), count, type, r, comm, stream_));
+                 tally.sent += count;
+               }
+           }));
   LOCKSTEP_DCHECK_EQ(tally.received, count, "nccl scatter: this rank's block received once");
   LOCKSTEP_DCHECK_EQ(tally.sent, rank_ == root ? count * size_ : 0,
                      "nccl scatter: the root sends every block once");
@@ -288,8 +291,8 @@ void NcclBackend::alltoallv(const void* send, std::span<const size_t> send_count
   DeviceGuard guard(device_);
   LOCKSTEP_DCHECK(send_counts.size() == static_cast<size_t>(size_) &&
                       recv_counts.size() == static_cast<size_t>(size_),
-                  "nccl alltoall: {} send and {} receive counts for {} ranks",
-                  send_counts.size(), recv_counts.size(), size_);
+                  "nccl alltoall: {} send and {} receive counts for {} ranks", send_counts.size(),
+                  recv_counts.size(), size_);
   // The own block is one local copy: what this rank sends itself is what it receives.
   LOCKSTEP_DCHECK_EQ(send_counts[rank_], recv_counts[rank_],
                      "nccl alltoall: this rank's own block");
@@ -304,18 +307,18 @@ void NcclBackend::alltoallv(const void* send, std::span<const size_t> send_count
              recv_counts[rank_] * esize);
   Tally tally{.sent = send_counts[rank_], .received = recv_counts[rank_]};
   enqueued("alltoall", grouped([&](auto keep) {
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      if (send_counts[r] > 0) {
-        keep(ncclSend(at(send, soff[r], esize), send_counts[r], type, r, comm, stream_));
-        tally.sent += send_counts[r];
-      }
-      if (recv_counts[r] > 0) {
-        keep(ncclRecv(at(recv, roff[r], esize), recv_counts[r], type, r, comm, stream_));
-        tally.received += recv_counts[r];
-      }
-    }
-  }));
+             for (int r = 0; r < size_; ++r) {
+               if (r == rank_) continue;
+               if (send_counts[r] > 0) {
+                 keep(ncclSend(at(send, soff[r], esize), send_counts[r], type, r, comm, stream_));
+                 tally.sent += send_counts[r];
+               }
+               if (recv_counts[r] > 0) {
+                 keep(ncclRecv(at(recv, roff[r], esize), recv_counts[r], type, r, comm, stream_));
+                 tally.received += recv_counts[r];
+               }
+             }
+           }));
   LOCKSTEP_DCHECK_EQ(tally.sent, total(send_counts), "nccl alltoall: every block sent once");
   LOCKSTEP_DCHECK_EQ(tally.received, total(recv_counts),
                      "nccl alltoall: every block received once");
@@ -323,8 +326,7 @@ void NcclBackend::alltoallv(const void* send, std::span<const size_t> send_count
 }
 
 // Tags are not carried by NCCL: messages between a pair match in order.
-void NcclBackend::send(const void* buffer, size_t count, DataType dtype, int peer,
-                       int /*tag*/) {
+void NcclBackend::send(const void* buffer, size_t count, DataType dtype, int peer, int /*tag*/) {
   DeviceGuard guard(device_);
   LOCKSTEP_DCHECK(peer >= 0 && peer < size_ && peer != rank_, "nccl send: peer {} of {} ranks",
                   peer, size_);

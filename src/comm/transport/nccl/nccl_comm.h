@@ -44,8 +44,8 @@ class NcclBackend final : public Backend, public DeviceMemory {
   // Takes the initialized communicator (in `watchdog`) on `device`, which
   // must be current. Creates the stream, its event and a small scratch
   // buffer.
-  NcclBackend(std::unique_ptr<Watchdog> watchdog, int device, int rank, int size,
-              bool verify_ops, std::vector<PeerRecord> peers);
+  NcclBackend(std::unique_ptr<Watchdog> watchdog, int device, int rank, int size, bool verify_ops,
+              std::vector<PeerRecord> peers);
   // Waits (bounded) for enqueued work, then finalizes the communicator.
   ~NcclBackend() override;
 
@@ -57,8 +57,7 @@ class NcclBackend final : public Backend, public DeviceMemory {
   MemoryKind memory() const override { return MemoryKind::kCuda; }
   DeviceMemory* device_memory() override { return this; }
 
-  void allreduce(const void* send, void* recv, size_t count, DataType dtype,
-                 ReduceOp op) override;
+  void allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) override;
   void broadcast(void* buffer, size_t count, DataType dtype, int root) override;
   void allgatherv(const void* send, void* recv, std::span<const size_t> counts,
                   DataType dtype) override;

@@ -21,8 +21,8 @@ ncclDataType_t to_nccl(DataType dtype) {
           "nccl backend: NCCL has no int16 type; cast the tensor to int32 on the GPU, or use a "
           "CPU transport (shm, MPI, Gloo), which reduce int16");
   }
-  throw InvalidArgument(fmt::format("nccl backend: unknown dtype value {}",
-                                    static_cast<int>(dtype)));
+  throw InvalidArgument(
+      fmt::format("nccl backend: unknown dtype value {}", static_cast<int>(dtype)));
 }
 
 ncclRedOp_t to_nccl(ReduceOp op) {
@@ -33,8 +33,8 @@ ncclRedOp_t to_nccl(ReduceOp op) {
     case ReduceOp::kMax: return ncclMax;
     case ReduceOp::kProduct: return ncclProd;
   }
-  throw InvalidArgument(fmt::format("nccl backend: unknown reduce op value {}",
-                                    static_cast<int>(op)));
+  throw InvalidArgument(
+      fmt::format("nccl backend: unknown reduce op value {}", static_cast<int>(op)));
 }
 
 void cuda_check(cudaError_t err, std::string_view what) {
@@ -69,9 +69,10 @@ void check_device_buffer(const void* p, size_t bytes, int device, std::string_vi
   cudaError_t err = cudaPointerGetAttributes(&attr, p);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear it: the error is the caller's, not the context's
-    throw InvalidArgument(fmt::format("{}: {} buffer {} is not memory CUDA knows ({}); the nccl "
-                                      "backend takes device buffers on GPU {}",
-                                      op, which, p, cudaGetErrorString(err), device));
+    throw InvalidArgument(
+        fmt::format("{}: {} buffer {} is not memory CUDA knows ({}); the nccl "
+                    "backend takes device buffers on GPU {}",
+                    op, which, p, cudaGetErrorString(err), device));
   }
   if (attr.type == cudaMemoryTypeManaged) return;
   if (attr.type != cudaMemoryTypeDevice)
@@ -80,8 +81,10 @@ void check_device_buffer(const void* p, size_t bytes, int device, std::string_vi
         "(Backend::memory() is kCuda: stage host data through DeviceMemory::copy)",
         op, which, p, device));
   if (attr.device != device)
-    throw InvalidArgument(fmt::format("{}: {} buffer {} is on GPU {} but this nccl backend runs "
-                                      "on GPU {}", op, which, p, attr.device, device));
+    throw InvalidArgument(
+        fmt::format("{}: {} buffer {} is on GPU {} but this nccl backend runs "
+                    "on GPU {}",
+                    op, which, p, attr.device, device));
 }
 
 }  // namespace lockstep::comm::nccl

@@ -15,8 +15,9 @@ int nccl_priority(const WorldInfo&) { return -1; }
 extern const Transport transport_nccl;
 const Transport transport_nccl{
     .name = "nccl",
-    .summary = "NCCL on CUDA buffers, one GPU per rank, any number of hosts (bootstrap through "
-               "the host transport)",
+    .summary =
+        "NCCL on CUDA buffers, one GPU per rank, any number of hosts (bootstrap through "
+        "the host transport)",
     .auto_priority = nccl_priority,
     .make = nccl::make_backend,
     .make_subset = nccl::make_subset,

@@ -53,13 +53,15 @@ void Watchdog::abort_comm(const std::string& reason) {
 void Watchdog::settle(ncclResult_t result, std::string_view what, Clock::time_point since) {
   if (result == ncclSuccess) return;
   if (result != ncclInProgress) fail_nccl(what, result);
-  poll([&] {
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-    if (r != ncclSuccess) fail_nccl(what, r);
-    if (state != ncclSuccess && state != ncclInProgress) fail_nccl(what, state);
-    return state == ncclSuccess;
-  }, what, since);
+  poll(
+      [&] {
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+        if (r != ncclSuccess) fail_nccl(what, r);
+        if (state != ncclSuccess && state != ncclInProgress) fail_nccl(what, state);
+        return state == ncclSuccess;
+      },
+      what, since);
 }
 
 void Watchdog::poll(const std::function<bool()>& done, std::string_view what,
@@ -133,8 +135,8 @@ void Watchdog::fail_timeout(std::string_view what, double waited_s) {
 }
 
 void Watchdog::fail_cuda(std::string_view what, const std::string& cuda_text) {
-  std::string reason = fmt::format("nccl backend: {} failed on rank {} of {}: CUDA error {}",
-                                   what, rank_, size_, cuda_text);
+  std::string reason = fmt::format("nccl backend: {} failed on rank {} of {}: CUDA error {}", what,
+                                   rank_, size_, cuda_text);
   abort_comm(reason);
   throw Error(reason);
 }

@@ -36,7 +36,8 @@ int cma_read(pid_t pid, void* local, uint64_t remote, size_t bytes) {
 void allow_reads_by(pid_t peer) {
   std::ifstream scope("/proc/sys/kernel/yama/ptrace_scope");
   int value = 0;
-  if (scope >> value && value == 1) prctl(PR_SET_PTRACER, static_cast<unsigned long>(peer), 0, 0, 0);
+  if (scope >> value && value == 1)
+    prctl(PR_SET_PTRACER, static_cast<unsigned long>(peer), 0, 0, 0);
 }
 
 uint64_t cma_allreduces() { return g_cma_allreduces.load(std::memory_order_relaxed); }

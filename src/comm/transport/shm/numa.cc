@@ -19,7 +19,9 @@ int numa_node_of(std::span<const int> cpus, const std::string& sysfs_root) {
   for (const auto& entry : nodes) {
     const int node = entry.first;
     const std::vector<int>& mine = entry.second;
-    const auto on_node = [&](int cpu) { return std::find(mine.begin(), mine.end(), cpu) != mine.end(); };
+    const auto on_node = [&](int cpu) {
+      return std::find(mine.begin(), mine.end(), cpu) != mine.end();
+    };
     const auto count = std::count_if(cpus.begin(), cpus.end(), on_node);
     if (count == static_cast<long>(cpus.size())) return node;
     if (count > 0) return -1;  // the CPUs span this node and another
@@ -42,8 +44,10 @@ int groups_from_nodes(std::span<const int> nodes, std::string* why) {
   std::vector<size_t> runs;  // the ranks of each group
   for (size_t r = 0; r < nodes.size(); ++r) {
     if (nodes[r] < 0) {
-      *why = fmt::format("rank {} runs on no single node of several: a host of one node, or "
-                         "CPUs on more than one", r);
+      *why = fmt::format(
+          "rank {} runs on no single node of several: a host of one node, or "
+          "CPUs on more than one",
+          r);
       return 1;
     }
     if (r == 0 || nodes[r] != nodes[r - 1]) {

@@ -24,9 +24,10 @@ size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 using Clock = std::chrono::steady_clock;
 
 std::string reserve_failure(size_t bytes, const std::string& name, int err) {
-  return fmt::format("cannot reserve {} bytes of /dev/shm for {}: {} (is /dev/shm full or too "
-                     "small? lower LOCKSTEP_SHM_SLOT_BYTES)",
-                     bytes, name, std::strerror(err));
+  return fmt::format(
+      "cannot reserve {} bytes of /dev/shm for {}: {} (is /dev/shm full or too "
+      "small? lower LOCKSTEP_SHM_SLOT_BYTES)",
+      bytes, name, std::strerror(err));
 }
 
 [[noreturn]] void fail_errno(const std::string& what) {
@@ -38,9 +39,10 @@ std::string reserve_failure(size_t bytes, const std::string& name, int err) {
 int create_fd(const std::string& name, size_t bytes, const std::vector<PageRange>& mine) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0 && errno == EEXIST)
-    throw Error(fmt::format(
-        "shared-memory segment /dev/shm{} already exists: another job uses the same "
-        "LOCKSTEP_JOB_ID, or a crashed job left it behind (remove it)", name));
+    throw Error(
+        fmt::format("shared-memory segment /dev/shm{} already exists: another job uses the same "
+                    "LOCKSTEP_JOB_ID, or a crashed job left it behind (remove it)",
+                    name));
   if (fd < 0) fail_errno(fmt::format("shm_open({})", name));
   int err = ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno : reserve_pages(fd, mine);
   if (err != 0) {
@@ -62,21 +64,23 @@ int attach_fd(const std::string& name, size_t bytes, Clock::time_point deadline)
         close(fd);
         throw Error(fmt::format(
             "segment {} has {} bytes but this rank expects {}: ranks disagree on world size or "
-            "LOCKSTEP_SHM_SLOT_BYTES", name, st.st_size, bytes));
+            "LOCKSTEP_SHM_SLOT_BYTES",
+            name, st.st_size, bytes));
       }
       close(fd);
     } else if (errno != ENOENT) {
       fail_errno(fmt::format("shm_open({})", name));
     }
     if (Clock::now() > deadline)
-      throw TimeoutError(fmt::format("rank 0 never created shared-memory segment {} (is rank 0 "
-                                     "running with the same LOCKSTEP_JOB_ID?)", name));
+      throw TimeoutError(
+          fmt::format("rank 0 never created shared-memory segment {} (is rank 0 "
+                      "running with the same LOCKSTEP_JOB_ID?)",
+                      name));
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
-void init_header(std::byte* base, int size, size_t slot_bytes, size_t p2p_bytes,
-                 size_t total) {
+void init_header(std::byte* base, int size, size_t slot_bytes, size_t p2p_bytes, size_t total) {
   auto* h = new (base) Header{};
   h->version = kVersion;
   h->size = static_cast<uint32_t>(size);
@@ -99,8 +103,10 @@ void wait_ready(Header& h, const std::string& name, Clock::time_point deadline) 
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   if (h.version != kVersion)
-    throw Error(fmt::format("segment {} has layout version {}, this build expects {}: all "
-                            "workers must run the same lockstep build", name, h.version, kVersion));
+    throw Error(
+        fmt::format("segment {} has layout version {}, this build expects {}: all "
+                    "workers must run the same lockstep build",
+                    name, h.version, kVersion));
 }
 
 }  // namespace
@@ -152,7 +158,11 @@ int reserve_pages(int fd, const std::vector<PageRange>& ranges) {
 
 Segment::Segment(std::string name, std::byte* base, size_t bytes, int size, size_t slot_bytes,
                  size_t p2p_bytes)
-    : name_(std::move(name)), base_(base), bytes_(bytes), size_(size), slot_bytes_(slot_bytes),
+    : name_(std::move(name)),
+      base_(base),
+      bytes_(bytes),
+      size_(size),
+      slot_bytes_(slot_bytes),
       p2p_bytes_(p2p_bytes) {
   Layout l(size, slot_bytes, p2p_bytes);
   p2p_block_ = l.p2p_block;
@@ -171,8 +181,8 @@ void Segment::wait_attached(int rank, Clock::time_point deadline,
     for (int r = 0; r < size_; ++r)
       if (rank_line(r).state.load() == kLeft) {
         if (rank == 0) shm_unlink(name_.c_str());
-        throw Error(fmt::format("rank {} could not reserve its pages of {} (see its error)", r,
-                                name_));
+        throw Error(
+            fmt::format("rank {} could not reserve its pages of {} (see its error)", r, name_));
       }
     if (Clock::now() > deadline) {
       std::string missing;
@@ -193,7 +203,8 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, int rank, int si
   Layout layout(size, slot_bytes, p2p_bytes);
   auto deadline = Clock::now() + timeout;
   const std::vector<PageRange> mine = first_touch_ranges(layout, rank, slot_bytes);
-  int fd = rank == 0 ? create_fd(name, layout.total, mine) : attach_fd(name, layout.total, deadline);
+  int fd =
+      rank == 0 ? create_fd(name, layout.total, mine) : attach_fd(name, layout.total, deadline);
   struct Closer {
     int fd;
     ~Closer() { close(fd); }
@@ -228,9 +239,10 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, int rank, int si
   if (rank == 0) shm_unlink(name.c_str());
   for (int r = 0; r < size; ++r)
     if (seg->rank_line(r).policy != policy)
-      throw InvalidArgument(fmt::format("segment {}: rank {} and rank {} were started with "
-                                        "different {}: set them the same on every rank",
-                                        name, r, rank, policy_knobs));
+      throw InvalidArgument(
+          fmt::format("segment {}: rank {} and rank {} were started with "
+                      "different {}: set them the same on every rank",
+                      name, r, rank, policy_knobs));
   return seg;
 }
 

@@ -74,8 +74,8 @@ static_assert(sizeof(RankLine) == 128);
 enum RankState : uint32_t { kAbsent = 0, kAttached = 1, kLeft = 2 };
 
 struct alignas(128) Channel {
-  WaitWord sent;                 // written by the sender: pieces published
-  alignas(64) WaitWord acked;    // written by the receiver: pieces consumed
+  WaitWord sent;               // written by the sender: pieces published
+  alignas(64) WaitWord acked;  // written by the receiver: pieces consumed
 };
 
 struct P2pHeader {
@@ -95,9 +95,9 @@ struct Header {
   uint64_t total_bytes;
   std::atomic<uint32_t> attached;
   std::atomic<uint32_t> ready;
-  std::atomic<int32_t> abort_rank;      // -1: no abort; else the rank that aborted first
-  std::atomic<uint32_t> abort_posted;   // 1 once abort_reason is written
-  int32_t abort_dead_rank;              // the dead peer behind the abort, or -1
+  std::atomic<int32_t> abort_rank;     // -1: no abort; else the rank that aborted first
+  std::atomic<uint32_t> abort_posted;  // 1 once abort_reason is written
+  int32_t abort_dead_rank;             // the dead peer behind the abort, or -1
   char abort_reason[512];
 };
 
@@ -165,9 +165,9 @@ class Segment {
     return slots_ + (static_cast<size_t>(r) * 2 + buffer) * slot_bytes_;
   }
   std::byte* p2p(int src, int dst, int buffer) {
-    LOCKSTEP_DCHECK(src >= 0 && src < size_ && dst >= 0 && dst < size_ &&
-                        (buffer == 0 || buffer == 1),
-                    "shm segment: mailbox {} of {}->{} of {} ranks", buffer, src, dst, size_);
+    LOCKSTEP_DCHECK(
+        src >= 0 && src < size_ && dst >= 0 && dst < size_ && (buffer == 0 || buffer == 1),
+        "shm segment: mailbox {} of {}->{} of {} ranks", buffer, src, dst, size_);
     return p2p_ + static_cast<size_t>(src) * p2p_block_ +
            (static_cast<size_t>(dst) * 2 + buffer) * p2p_bytes_;
   }

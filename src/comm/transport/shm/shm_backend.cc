@@ -25,8 +25,7 @@ ShmTuning tuning_from_knobs() {
   tuning.stream_bytes =
       parse_bytes(knob_string("LOCKSTEP_SHM_STREAM_BYTES"), "LOCKSTEP_SHM_STREAM_BYTES");
   tuning.cma = knob_choice("LOCKSTEP_SHM_CMA") == "on";
-  tuning.cma_bytes =
-      parse_bytes(knob_string("LOCKSTEP_SHM_CMA_BYTES"), "LOCKSTEP_SHM_CMA_BYTES");
+  tuning.cma_bytes = parse_bytes(knob_string("LOCKSTEP_SHM_CMA_BYTES"), "LOCKSTEP_SHM_CMA_BYTES");
   return tuning;
 }
 
@@ -66,11 +65,12 @@ int resolve_nodes(const policy::ShmPolicy& policy, Segment& segment, int size) {
     for (int r = 0; r < size; ++r) nodes[r] = segment.rank_line(r).node;
     groups = groups_from_nodes(nodes, &why);
   } else if (policy.nodes > 1 && groups == 1) {
-    why = fmt::format("LOCKSTEP_SHM_NODES={} does not split {} ranks into equal groups of at "
-                      "least 2", policy.nodes, size);
+    why = fmt::format(
+        "LOCKSTEP_SHM_NODES={} does not split {} ranks into equal groups of at "
+        "least 2",
+        policy.nodes, size);
   }
-  if (!why.empty())
-    log(LogLevel::kDebug, "shm: no two-level allreduce ({}): flat algorithms", why);
+  if (!why.empty()) log(LogLevel::kDebug, "shm: no two-level allreduce ({}): flat algorithms", why);
   return groups;
 }
 
@@ -87,18 +87,18 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
         "LOCKSTEP_SHM_SLOT_BYTES={} must be a multiple of 4096 and at least 4096", slot));
   ShmTuning tuning = tuning_from_knobs();
   if (slot / static_cast<size_t>(world.size) < 256)
-    throw InvalidArgument(fmt::format(
-        "LOCKSTEP_SHM_SLOT_BYTES={} is too small for {} ranks: use at least {}", slot,
-        world.size, 256 * world.size));
+    throw InvalidArgument(
+        fmt::format("LOCKSTEP_SHM_SLOT_BYTES={} is too small for {} ranks: use at least {}", slot,
+                    world.size, 256 * world.size));
   auto policy = kit::WaitPolicy::from_knobs(world.local_size);
   std::unique_ptr<Segment> segment;
   if (world.size > 1) {
     std::string name = fmt::format("/lockstep-{}-{}", world.job_id, tag);
-    segment = Segment::open(
-        name, world.rank, world.size, slot, 64 * 1024 + kP2pHeaderBytes,
-        policy_fingerprint(tuning.policy),
-        "LOCKSTEP_SHM_ALGORITHM, _SYNC, _SMALL_BYTES, _CHUNK_BYTES or _NODES",
-        tuning.policy.nodes == 0 ? this_process_numa_node() : -1, policy.timeout);
+    segment =
+        Segment::open(name, world.rank, world.size, slot, 64 * 1024 + kP2pHeaderBytes,
+                      policy_fingerprint(tuning.policy),
+                      "LOCKSTEP_SHM_ALGORITHM, _SYNC, _SMALL_BYTES, _CHUNK_BYTES or _NODES",
+                      tuning.policy.nodes == 0 ? this_process_numa_node() : -1, policy.timeout);
     tuning.policy.nodes = resolve_nodes(tuning.policy, *segment, world.size);
   }
   return std::make_unique<ShmBackend>(world, std::move(segment), policy, tuning);
@@ -106,11 +106,16 @@ std::unique_ptr<Backend> make_backend(const WorldInfo& world, const std::string&
 
 ShmBackend::ShmBackend(const WorldInfo& world, std::unique_ptr<Segment> segment,
                        kit::WaitPolicy policy, ShmTuning tuning)
-    : rank_(world.rank), size_(world.size), segment_(std::move(segment)),
+    : rank_(world.rank),
+      size_(world.size),
+      segment_(std::move(segment)),
       waiter_(segment_ ? std::optional<Waiter>(std::in_place, *segment_, rank_, size_, policy)
                        : std::nullopt),
-      inputs_(world.size), tuning_(tuning), sync_(policy::shm_sync_for(tuning.policy, size_)),
-      groups_(policy::shm_node_groups(tuning.policy, size_)), local_(size_ / groups_) {}
+      inputs_(world.size),
+      tuning_(tuning),
+      sync_(policy::shm_sync_for(tuning.policy, size_)),
+      groups_(policy::shm_node_groups(tuning.policy, size_)),
+      local_(size_ / groups_) {}
 
 ShmBackend::~ShmBackend() {
   if (segment_) segment_->rank_line(rank_).state.store(kLeft);
@@ -198,14 +203,12 @@ void ShmBackend::first_step() {
     same &= line.desc[parity] == mine;
     LOCKSTEP_DCHECK(line.fills[parity] == fills_at_begin_,
                     "shm buffer parity: rank {} began {} after {} fills, rank {} after {}", r,
-                    kit::describe(line.desc[parity]), line.fills[parity], rank_,
-                    fills_at_begin_);
+                    kit::describe(line.desc[parity]), line.fills[parity], rank_, fills_at_begin_);
   }
   if (same) return;
   std::vector<kit::OpDesc> all(size_);
   for (int r = 0; r < size_; ++r) all[r] = segment_->rank_line(r).desc[parity];
-  fail_mismatch(differ_only_in_path(all) ? path_mismatch_message(all)
-                                         : kit::mismatch_message(all));
+  fail_mismatch(differ_only_in_path(all) ? path_mismatch_message(all) : kit::mismatch_message(all));
 }
 
 void ShmBackend::fail_mismatch(const std::string& message) {
@@ -243,7 +246,8 @@ void ShmBackend::send(const void* buffer, size_t count, DataType dtype, int peer
                     ch.acked.value.load());
     P2pHeader h{tag, static_cast<uint32_t>(p), total, bytes};
     std::memcpy(box, &h, sizeof h);
-    if (bytes) std::memcpy(box + kP2pHeaderBytes, static_cast<const std::byte*>(buffer) + offset, bytes);
+    if (bytes)
+      std::memcpy(box + kP2pHeaderBytes, static_cast<const std::byte*>(buffer) + offset, bytes);
     publish(ch.sent, sent + 1);
   }
 }
@@ -268,10 +272,10 @@ void ShmBackend::recv(void* buffer, size_t count, DataType dtype, int peer, int 
     }
     // The sender's header, checked where it is read: pieces arrive in order
     // and each fits the mailbox and the receive buffer.
-    LOCKSTEP_DCHECK(h.piece == p && h.piece_bytes <= capacity &&
-                        p * capacity + h.piece_bytes <= total,
-                    "shm recv from rank {}: piece {} ({} bytes) where piece {} of {} bytes was due",
-                    peer, h.piece, h.piece_bytes, p, total);
+    LOCKSTEP_DCHECK(
+        h.piece == p && h.piece_bytes <= capacity && p * capacity + h.piece_bytes <= total,
+        "shm recv from rank {}: piece {} ({} bytes) where piece {} of {} bytes was due", peer,
+        h.piece, h.piece_bytes, p, total);
     if (h.piece_bytes)
       std::memcpy(static_cast<std::byte*>(buffer) + p * capacity, box + kP2pHeaderBytes,
                   h.piece_bytes);

@@ -77,10 +77,10 @@ bool ShmBackend::cma_agreed() {
     log(LogLevel::kDebug, "shm: single-copy (CMA) allreduce on for messages of {} bytes or more",
         tuning_.cma_bytes);
   } else {
-    std::string why = err != 0 ? probe_failure(rank_, kProbeErrnoBase + err)
-                               : probe_failure(peer, answer);
-    log(LogLevel::kDebug,
-        "shm: single-copy (CMA) allreduce unavailable, using the staged path: {}", why);
+    std::string why =
+        err != 0 ? probe_failure(rank_, kProbeErrnoBase + err) : probe_failure(peer, answer);
+    log(LogLevel::kDebug, "shm: single-copy (CMA) allreduce unavailable, using the staged path: {}",
+        why);
   }
   return cma_ == Cma::kOn;
 }
@@ -133,7 +133,8 @@ void ShmBackend::allreduce_cma(const void* send, void* recv, size_t count, DataT
     kernels::reduce(dtype, op, inputs_.data(), 2, out + off * es, m, 2);
   }
   step();
-  if (phi > plo) cma_read_or_abort(out + plo * es, theirs.cma_recv + plo * es, (phi - plo) * es, peer);
+  if (phi > plo)
+    cma_read_or_abort(out + plo * es, theirs.cma_recv + plo * es, (phi - plo) * es, peer);
   step();
 }
 

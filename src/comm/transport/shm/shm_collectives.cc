@@ -50,7 +50,7 @@ void ShmBackend::reduce(const void* send, void* recv, size_t count, DataType dty
 policy::ShmChoice ShmBackend::choose(size_t bytes, size_t elem_bytes) {
   if (bytes != chosen_for_[0] || elem_bytes != chosen_for_[1]) {
     chosen_ = policy::shm_allreduce_choice(tuning_.policy, size_, static_cast<int64_t>(bytes),
-                                         static_cast<int>(elem_bytes));
+                                           static_cast<int>(elem_bytes));
     chosen_for_[0] = bytes;
     chosen_for_[1] = elem_bytes;
   }
@@ -65,8 +65,7 @@ policy::ShmChoice ShmBackend::for_reduce(policy::ShmChoice choice) {
   return choice;
 }
 
-std::string ShmBackend::allreduce_algorithm(size_t bytes, size_t elem_bytes,
-                                            bool root_only) const {
+std::string ShmBackend::allreduce_algorithm(size_t bytes, size_t elem_bytes, bool root_only) const {
   if (size_ < 2) return {};
   const policy::ShmChoice c = policy::shm_allreduce_choice(
       tuning_.policy, size_, static_cast<int64_t>(bytes), static_cast<int>(elem_bytes));
@@ -137,7 +136,10 @@ void ShmBackend::allreduce_large(const void* send, void* recv, size_t count, Dat
     copy_bytes(mine, in, lo * es);
     copy_bytes(mine + hi * es, in + hi * es, (m - hi) * es);
     seg_written_ += (m - (hi - lo)) * es;
-    if (off == 0) first_step(); else step();
+    if (off == 0)
+      first_step();
+    else
+      step();
     if (hi > lo) {
       for (int r = 0; r < size_; ++r) inputs_[r] = r == rank_ ? in + lo * es : slot(r, b) + lo * es;
       kernels::reduce(dtype, op, inputs_.data(), size_, mine + lo * es, hi - lo, size_);
@@ -170,7 +172,10 @@ void ShmBackend::broadcast(void* buffer, size_t count, DataType dtype, int root)
     size_t n = std::min(piece, total - std::min(total, off));
     int b = next_buffer();
     if (rank_ == root) copy_bytes(slot(root, b), bytes(buffer) + off, n);
-    if (k == 0) first_step(); else step();
+    if (k == 0)
+      first_step();
+    else
+      step();
     if (rank_ != root) copy_bytes(bytes(buffer) + off, slot(root, b), n);
     (rank_ == root ? seg_written_ : seg_read_) += n;
   }
@@ -211,7 +216,10 @@ void ShmBackend::exchange_blocks(const void* send, void* recv, std::span<const s
     size_t off = k * piece;
     int b = next_buffer();
     if (off < mine) copy_bytes(slot(rank_, b), bytes(send) + off, std::min(piece, mine - off));
-    if (k == 0) first_step(); else step();
+    if (k == 0)
+      first_step();
+    else
+      step();
     if (!receive) continue;
     for (int r = 0; r < size_; ++r) {
       size_t block = counts[r] * es;
@@ -235,7 +243,10 @@ void ShmBackend::scatter(const void* send, void* recv, size_t count, DataType dt
     if (rank_ == root)
       for (int r = 0; r < size_; ++r)
         if (r != root) copy_bytes(slot(root, b) + r * sub, bytes(send) + r * block + off, n);
-    if (k == 0) first_step(); else step();
+    if (k == 0)
+      first_step();
+    else
+      step();
     if (rank_ != root) copy_bytes(bytes(recv) + off, slot(root, b) + rank_ * sub, n);
   }
 }
@@ -256,7 +267,10 @@ void ShmBackend::reduce_scatter(const void* send, void* recv, size_t count, Data
     int b = next_buffer();
     for (int r = 0; r < size_; ++r)
       if (r != rank_) copy_bytes(slot(rank_, b) + r * sub, bytes(send) + r * block + off, n);
-    if (k == 0) first_step(); else step();
+    if (k == 0)
+      first_step();
+    else
+      step();
     for (int r = 0; r < size_; ++r)
       inputs_[r] = r == rank_ ? bytes(send) + rank_ * block + off : slot(r, b) + rank_ * sub;
     kernels::reduce(dtype, op, inputs_.data(), size_, bytes(recv) + off, n / es, size_);
@@ -282,14 +296,16 @@ void ShmBackend::alltoallv(const void* send, std::span<const size_t> send_counts
     for (size_t j = 0; j < n; ++j) {
       size_t block = send_counts[j] * es;
       if (static_cast<int>(j) != rank_ && off < block)
-        copy_bytes(slot(rank_, b) + j * sub, bytes(send) + soff[j] + off, std::min(sub, block - off));
+        copy_bytes(slot(rank_, b) + j * sub, bytes(send) + soff[j] + off,
+                   std::min(sub, block - off));
     }
   };
   auto drain = [&](size_t off, int b) {
     for (size_t i = 0; i < n; ++i) {
       size_t block = recv_counts[i] * es;
       if (static_cast<int>(i) != rank_ && off < block)
-        copy_bytes(bytes(recv) + roff[i] + off, slot(i, b) + rank_ * sub, std::min(sub, block - off));
+        copy_bytes(bytes(recv) + roff[i] + off, slot(i, b) + rank_ * sub,
+                   std::min(sub, block - off));
     }
   };
   int b = next_buffer();
@@ -302,8 +318,8 @@ void ShmBackend::alltoallv(const void* send, std::span<const size_t> send_counts
       uint64_t sends = table[i * n + j], expects = table[n * n + j * n + i];
       if (sends != expects)
         fail_mismatch(fmt::format(
-            "alltoall: rank {} sends {} bytes to rank {}, which expects {} bytes from it", i,
-            sends, j, expects));
+            "alltoall: rank {} sends {} bytes to rank {}, which expects {} bytes from it", i, sends,
+            j, expects));
       largest = std::max<size_t>(largest, sends);
     }
   copy_bytes(bytes(recv) + roff[rank_], bytes(send) + soff[rank_], send_counts[rank_] * es);

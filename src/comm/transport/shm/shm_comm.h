@@ -21,10 +21,10 @@ namespace lockstep::comm::shm {
 // runs is policy::shm_allreduce_choice's answer (Note [One decision]).
 struct ShmTuning {
   policy::ShmPolicy policy;
-  bool legacy = false;       // policy.algorithm == "legacy", read per call
-  size_t stream_bytes = 0;   // allreduce: non-temporal result stores at or above
-  size_t cma_bytes = 0;      // allreduce of 2 ranks: single-copy path at or above
-  bool cma = false;          // LOCKSTEP_SHM_CMA=on: the single-copy path is allowed
+  bool legacy = false;      // policy.algorithm == "legacy", read per call
+  size_t stream_bytes = 0;  // allreduce: non-temporal result stores at or above
+  size_t cma_bytes = 0;     // allreduce of 2 ranks: single-copy path at or above
+  bool cma = false;         // LOCKSTEP_SHM_CMA=on: the single-copy path is allowed
 };
 
 // Helpers of the collectives' sources, defined once here: a target's
@@ -110,8 +110,7 @@ class ShmBackend final : public Backend {
   // which the knobs alone do not tell.
   std::string allreduce_algorithm(size_t bytes, size_t elem_bytes, bool root_only) const override;
 
-  void allreduce(const void* send, void* recv, size_t count, DataType dtype,
-                 ReduceOp op) override;
+  void allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) override;
   void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
               int root) override;
   void broadcast(void* buffer, size_t count, DataType dtype, int root) override;
@@ -157,11 +156,11 @@ class ShmBackend final : public Backend {
   void allreduce_large(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                        int root, size_t chunk_bytes);
   // One step per chunk (shm_pipeline.cc, Note [Pipelined two-step]).
-  void allreduce_pipelined(const void* send, void* recv, size_t count, DataType dtype,
-                           ReduceOp op, int root, size_t chunk_bytes);
+  void allreduce_pipelined(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                           int root, size_t chunk_bytes);
   // Two-level (shm_two_level.cc, Note [Two-level allreduce]); allreduce only.
-  void allreduce_two_level(const void* send, void* recv, size_t count, DataType dtype,
-                           ReduceOp op, size_t chunk_bytes);
+  void allreduce_two_level(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                           size_t chunk_bytes);
   // Local rank l's share of chunk c; the phases of chunk c in `buffer`.
   TwoLevelShare two_level_share(const TwoLevelCall& call, size_t c, int l) const;
   void two_level_stage(const TwoLevelCall& call, size_t c, int buffer);
@@ -178,13 +177,13 @@ class ShmBackend final : public Backend {
   bool cma_agreed();  // the first-use probe; after first_step()
   void allreduce_cma(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   void cma_read_or_abort(void* local, uint64_t remote, size_t bytes, int peer);
-  void exchange_blocks(const void* send, void* recv, std::span<const size_t> counts,
-                       DataType dtype, int root);
+  void exchange_blocks(const void* send, void* recv, std::span<const size_t> counts, DataType dtype,
+                       int root);
 
   int rank_;
   int size_;
   std::unique_ptr<Segment> segment_;
-  std::optional<Waiter> waiter_;  // absent when size() == 1
+  std::optional<Waiter> waiter_;     // absent when size() == 1
   std::vector<const void*> inputs_;  // reduction operands, reused across calls
   ShmTuning tuning_;
   policy::ShmSync sync_ = policy::ShmSync::kLinear;

@@ -86,7 +86,10 @@ void ShmBackend::allreduce_pipelined(const void* send, void* recv, size_t count,
     if (j < chunks) stage(j);
     if (j >= 1) reduce(j - 1);
     if (j >= 2) copy_out(j - 2);
-    if (j == 0) first_step(); else step();
+    if (j == 0)
+      first_step();
+    else
+      step();
   }
   copy_out(chunks - 1);
   fills_ += layout.extra_fills(chunks);

@@ -15,7 +15,8 @@ std::unique_ptr<Backend> make(const WorldInfo& world, const std::string& tag) {
   if (world.local_size != world.size)
     throw InvalidArgument(fmt::format(
         "LOCKSTEP_BACKEND=shm needs every rank on one host, but this job has {} ranks on "
-        "this host out of {}: use auto, mpi or gloo", world.local_size, world.size));
+        "this host out of {}: use auto, mpi or gloo",
+        world.local_size, world.size));
   return shm::make_backend(world, tag);
 }
 

@@ -45,8 +45,12 @@ void widen(DataType dtype, const void* in, void* out, size_t count) {
   const uint16_t* h = static_cast<const uint16_t*>(in);
   float* f = static_cast<float*>(out);
   switch (dtype) {
-    case DataType::kFloat16: for (size_t i = 0; i < count; ++i) f[i] = f16_to_float(h[i]); return;
-    case DataType::kBFloat16: for (size_t i = 0; i < count; ++i) f[i] = bf16_to_float(h[i]); return;
+    case DataType::kFloat16:
+      for (size_t i = 0; i < count; ++i) f[i] = f16_to_float(h[i]);
+      return;
+    case DataType::kBFloat16:
+      for (size_t i = 0; i < count; ++i) f[i] = bf16_to_float(h[i]);
+      return;
     case DataType::kInt8: return widen_int<int8_t>(in, out, count);
     case DataType::kUInt8: return widen_int<uint8_t>(in, out, count);
     case DataType::kInt32: return widen_int<int32_t>(in, out, count);
@@ -60,8 +64,12 @@ void narrow(DataType dtype, const void* in, void* out, size_t count) {
   const float* f = static_cast<const float*>(in);
   uint16_t* h = static_cast<uint16_t*>(out);
   switch (dtype) {
-    case DataType::kFloat16: for (size_t i = 0; i < count; ++i) h[i] = float_to_f16(f[i]); return;
-    case DataType::kBFloat16: for (size_t i = 0; i < count; ++i) h[i] = float_to_bf16(f[i]); return;
+    case DataType::kFloat16:
+      for (size_t i = 0; i < count; ++i) h[i] = float_to_f16(f[i]);
+      return;
+    case DataType::kBFloat16:
+      for (size_t i = 0; i < count; ++i) h[i] = float_to_bf16(f[i]);
+      return;
     case DataType::kInt8: return narrow_int<int8_t>(in, out, count);
     case DataType::kUInt8: return narrow_int<uint8_t>(in, out, count);
     case DataType::kInt32: return narrow_int<int32_t>(in, out, count);
@@ -98,8 +106,8 @@ void narrow(DataType dtype, const void* in, void* out, size_t count) {
 // restaged for chunk c+2 G steps later (its result area later still); the
 // last chunk's leaves the fill parity as the legacy two_step does. Reduce
 // (to one root) keeps two_step.
-void ShmBackend::allreduce_two_level(const void* send, void* recv, size_t count,
-                                     DataType dtype, ReduceOp op, size_t chunk_bytes) {
+void ShmBackend::allreduce_two_level(const void* send, void* recv, size_t count, DataType dtype,
+                                     ReduceOp op, size_t chunk_bytes) {
   TwoLevelCall k{send, recv, dtype, op, dtype_size(dtype), accumulator(dtype)};
   k.acc_size = dtype_size(k.acc);
   const size_t S = segment_->slot_bytes();
@@ -116,7 +124,10 @@ void ShmBackend::allreduce_two_level(const void* send, void* recv, size_t count,
     const int b = next_buffer();
     two_level_stage(k, c, b);
     if (c > 0) two_level_final(k, c - 1, previous);
-    if (c == 0) first_step(); else step();
+    if (c == 0)
+      first_step();
+    else
+      step();
     if (c > 0) two_level_copy_out(k, c - 1, previous);
     for (int node = 0; node < groups_; ++node) {  // the chain, one node per step
       if (node == g) reduce_share(k, c, b);

@@ -27,9 +27,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool reached(uint32_t value, uint32_t target) {
-  return static_cast<int32_t>(value - target) >= 0;
-}
+bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds max) {
   timespec ts{static_cast<time_t>(max.count() / 1000),
@@ -72,8 +70,12 @@ std::vector<int> peer_pids(Segment& segment, int size) {
 }  // namespace
 
 Waiter::Waiter(Segment& segment, int rank, int size, kit::WaitPolicy policy)
-    : segment_(segment), rank_(rank), size_(size), policy_(policy),
-      liveness_(peer_pids(segment, size), rank), spin_budget_(policy.spin) {}
+    : segment_(segment),
+      rank_(rank),
+      size_(size),
+      policy_(policy),
+      liveness_(peer_pids(segment, size), rank),
+      spin_budget_(policy.spin) {}
 
 Waiter::~Waiter() = default;
 
@@ -125,12 +127,13 @@ void Waiter::abort(const std::string& reason, int dead_rank) {
 void Waiter::fail_dead(int peer, std::string_view what) {
   bool left = segment_.rank_line(peer).state.load() == kLeft;
   std::string msg =
-      left ? fmt::format("{}: rank {} (pid {}) shut down its communicator while rank {} waited "
-                         "for it: it failed (see its own error) or ranks called different "
-                         "collectives",
-                         what, peer, liveness_.pid(peer), rank_)
-           : fmt::format("{}: rank {} (pid {}) died; rank {} cannot complete the collective",
-                         what, peer, liveness_.pid(peer), rank_);
+      left ? fmt::format(
+                 "{}: rank {} (pid {}) shut down its communicator while rank {} waited "
+                 "for it: it failed (see its own error) or ranks called different "
+                 "collectives",
+                 what, peer, liveness_.pid(peer), rank_)
+           : fmt::format("{}: rank {} (pid {}) died; rank {} cannot complete the collective", what,
+                         peer, liveness_.pid(peer), rank_);
   abort(msg, peer);
   throw PeerFailure(peer, msg);
 }
@@ -227,8 +230,7 @@ int Waiter::behind(const WaitWord& word, uint32_t target, int peer) {
   return worst;
 }
 
-void Waiter::wait(WaitWord& word, uint32_t target, int peer, std::string_view what,
-                  Phase phase) {
+void Waiter::wait(WaitWord& word, uint32_t target, int peer, std::string_view what, Phase phase) {
   if (reached(word.value.load(std::memory_order_acquire), target)) return;
   auto start = Clock::now();
   struct Stamp {  // last_return_ on every way out, exceptions included

@@ -60,7 +60,8 @@ class Waiter {
   void sleep_once(WaitWord& word, uint32_t target);
   bool spin_once(WaitWord& word, uint32_t target, std::chrono::steady_clock::time_point start,
                  Phase phase);
-  bool spin_while_idle(WaitWord& word, uint32_t target, std::chrono::steady_clock::time_point start);
+  bool spin_while_idle(WaitWord& word, uint32_t target,
+                       std::chrono::steady_clock::time_point start);
   [[noreturn]] void fail_dead(int peer, std::string_view what);
   // The rank to name when a wait for `peer` on `word` lasts: `peer`, or on
   // step counters the rank furthest behind `target`.
@@ -72,7 +73,7 @@ class Waiter {
   kit::WaitPolicy policy_;
   kit::PeerLiveness liveness_;
   bool aborted_by_me_ = false;
-  std::chrono::nanoseconds spin_budget_;  // adaptive, for kArrival waits only
+  std::chrono::nanoseconds spin_budget_;                 // adaptive, for kArrival waits only
   std::chrono::steady_clock::time_point last_return_{};  // when a wait last ended
   const std::atomic<int>* idle_probe_ = nullptr;         // Backend::set_idle_probe
 };
