@@ -120,8 +120,11 @@ void FullyShardedModel::gather_full() {
 void FullyShardedModel::release_full() {
   for (int u = 0; u < static_cast<int>(impl_->units.size()); ++u) {
     // The root is always gathered; a unit without parameters has no buffer.
-    if (impl_->units[u].root || impl_->units[u].params.empty()) continue;
-    impl_->units[u].residence = Impl::Residence::gathered;
+    // A released one stays so (its prefetch, if one is in flight, lands at
+    // its next gather).
+    Impl::Unit& unit = impl_->units[u];
+    if (unit.root || unit.params.empty()) continue;
+    if (unit.residence == Impl::Residence::kept) unit.residence = Impl::Residence::gathered;
     impl_->release(u);
   }
 }
